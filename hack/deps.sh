@@ -1,0 +1,189 @@
+#!/usr/bin/env bash
+# Builds (once, cached by version) and starts the real servers that the tests
+# and `make dev` use: PostgreSQL, RabbitMQ, MinIO, etcd and kube-apiserver.
+#
+#   hack/deps.sh up      build what is missing and start what is not running
+#   hack/deps.sh env     print the export lines that point tests at them
+#   hack/deps.sh build   only build the cached binaries
+#   hack/deps.sh down    stop the servers this script started (MinIO, and
+#                        PostgreSQL/RabbitMQ only if it started them)
+#
+# Servers already listening on their ports are used as they are. Every step is
+# idempotent and quiet when there is nothing to do.
+set -euo pipefail
+
+ROOT=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
+CACHE=${SLESS_CACHE_DIR:-${XDG_CACHE_HOME:-$HOME/.cache}/sless}
+STATE=${SLESS_STATE_DIR:-$CACHE/state}
+
+KUBE_VERSION=$(awk '/^require k8s.io\/kubernetes/ {print $3}' "$ROOT/hack/tools/kube/go.mod")
+ETCD_VERSION=$(awk '/^require go.etcd.io\/etcd\/server\/v3/ {print $3}' "$ROOT/hack/tools/etcd/go.mod")
+MINIO_VERSION=v0.0.0-20260212201848-7aac2a2c5b7c # MinIO has no semver tags; a pinned pseudo-version.
+
+PG_PORT=5432
+RABBIT_PORT=5672
+MINIO_PORT=${SLESS_MINIO_PORT:-9100}
+
+KUBE_DIR=$CACHE/kube-apiserver-$KUBE_VERSION
+ETCD_DIR=$CACHE/etcd-$ETCD_VERSION
+MINIO_DIR=$CACHE/minio-$MINIO_VERSION
+ASSETS=$CACHE/envtest-$KUBE_VERSION-etcd-$ETCD_VERSION
+
+say() { printf 'deps: %s\n' "$*" >&2; }
+die() { printf 'deps: ERROR: %s\n' "$*" >&2; exit 1; }
+
+listening() { (exec 3<>"/dev/tcp/127.0.0.1/$1") 2>/dev/null; }
+
+wait_port() { # port seconds what
+	local i
+	for ((i = 0; i < $2 * 10; i++)); do
+		listening "$1" && return 0
+		sleep 0.1
+	done
+	die "$3 did not start listening on 127.0.0.1:$1 within $2s"
+}
+
+apt_install() {
+	command -v apt-get >/dev/null || die "apt-get not found: install $* by hand"
+	say "installing $* from Debian packages"
+	if [ ! -f "$STATE/.apt-updated" ]; then
+		apt-get update -qq >&2 || die "apt-get update failed"
+		mkdir -p "$STATE" && touch "$STATE/.apt-updated"
+	fi
+	DEBIAN_FRONTEND=noninteractive apt-get install -y -qq "$@" >&2 || die "apt-get install $* failed"
+}
+
+# build NAME DIR PKG MODULE_DIR: go build PKG inside MODULE_DIR into DIR/NAME, once.
+build() {
+	local name=$1 dir=$2 pkg=$3 moddir=$4
+	[ -x "$dir/$name" ] && return 0
+	command -v go >/dev/null || die "go not found on PATH"
+	mkdir -p "$dir"
+	say "building $name into $dir (first time only; this takes minutes)"
+	local start=$SECONDS
+	(cd "$moddir" && GOWORK=off CGO_ENABLED=0 go build -trimpath -ldflags "-s -w" -o "$dir/.$name.tmp" "$pkg") >&2 ||
+		die "building $name failed"
+	mv "$dir/.$name.tmp" "$dir/$name"
+	say "built $name in $((SECONDS - start))s"
+}
+
+build_all() {
+	mkdir -p "$CACHE"
+	exec 9>"$CACHE/.build.lock"
+	flock 9
+	build kube-apiserver "$KUBE_DIR" k8s.io/kubernetes/cmd/kube-apiserver "$ROOT/hack/tools/kube"
+	build etcd "$ETCD_DIR" ./cmd/etcd "$ROOT/hack/tools/etcd"
+	if [ ! -x "$MINIO_DIR/minio" ]; then
+		say "building minio $MINIO_VERSION into $MINIO_DIR (first time only)"
+		local start=$SECONDS
+		mkdir -p "$MINIO_DIR"
+		GOWORK=off GOBIN="$MINIO_DIR" CGO_ENABLED=0 go install -trimpath -ldflags "-s -w" "github.com/minio/minio@$MINIO_VERSION" >&2 ||
+			die "building minio failed"
+		say "built minio in $((SECONDS - start))s"
+	fi
+	mkdir -p "$ASSETS"
+	ln -sfn "$KUBE_DIR/kube-apiserver" "$ASSETS/kube-apiserver"
+	ln -sfn "$ETCD_DIR/etcd" "$ASSETS/etcd"
+	flock -u 9
+}
+
+postgres_up() {
+	listening $PG_PORT && return 0
+	local pgdata=$STATE/postgres
+	local bindir
+	bindir=$(ls -d /usr/lib/postgresql/*/bin 2>/dev/null | sort -V | tail -1 || true)
+	[ -n "$bindir" ] || { apt_install postgresql; bindir=$(ls -d /usr/lib/postgresql/*/bin | sort -V | tail -1); }
+	if [ ! -f "$pgdata/PG_VERSION" ]; then
+		say "creating a private PostgreSQL cluster in $pgdata (trust auth on loopback)"
+		mkdir -p "$pgdata"
+		chown postgres: "$pgdata" 2>/dev/null || true
+		as_postgres "$bindir/initdb" -D "$pgdata" -U postgres --auth=trust >/dev/null
+	fi
+	say "starting PostgreSQL on 127.0.0.1:$PG_PORT"
+	as_postgres "$bindir/pg_ctl" -D "$pgdata" -l "$pgdata/server.log" -w \
+		-o "-c listen_addresses=127.0.0.1 -p $PG_PORT -k /tmp" start >/dev/null ||
+		die "PostgreSQL did not start; see $pgdata/server.log"
+	touch "$STATE/postgres.ours"
+}
+
+as_postgres() {
+	if [ "$(id -u)" = 0 ]; then runuser -u postgres -- "$@"; else "$@"; fi
+}
+
+rabbitmq_up() {
+	listening $RABBIT_PORT && return 0
+	command -v rabbitmq-server >/dev/null || apt_install rabbitmq-server
+	say "starting RabbitMQ on 127.0.0.1:$RABBIT_PORT"
+	RABBITMQ_NODE_IP_ADDRESS=127.0.0.1 rabbitmq-server -detached >&2 || die "rabbitmq-server did not start"
+	timeout 120 rabbitmqctl await_startup >/dev/null 2>&1 || die "RabbitMQ did not finish starting within 120s"
+	wait_port $RABBIT_PORT 30 RabbitMQ
+	touch "$STATE/rabbitmq.ours"
+}
+
+minio_creds() {
+	local f=$STATE/minio/credentials
+	if [ ! -f "$f" ]; then
+		mkdir -p "$STATE/minio"
+		umask 077
+		printf 'MINIO_ROOT_USER=sless%s\nMINIO_ROOT_PASSWORD=%s\n' \
+			"$(od -An -N4 -tx1 /dev/urandom | tr -d ' \n')" "$(od -An -N20 -tx1 /dev/urandom | tr -d ' \n')" >"$f"
+	fi
+	# shellcheck disable=SC1090
+	. "$f"
+}
+
+minio_up() {
+	minio_creds
+	listening "$MINIO_PORT" && return 0
+	say "starting MinIO on 127.0.0.1:$MINIO_PORT (data in $STATE/minio/data)"
+	mkdir -p "$STATE/minio/data"
+	MINIO_ROOT_USER=$MINIO_ROOT_USER MINIO_ROOT_PASSWORD=$MINIO_ROOT_PASSWORD MINIO_BROWSER=off \
+		setsid nohup "$MINIO_DIR/minio" server --quiet --address "127.0.0.1:$MINIO_PORT" \
+		--console-address "127.0.0.1:$((MINIO_PORT + 1))" "$STATE/minio/data" \
+		>"$STATE/minio/server.log" 2>&1 </dev/null &
+	echo $! >"$STATE/minio/pid"
+	wait_port "$MINIO_PORT" 60 MinIO
+	local i
+	for ((i = 0; i < 100; i++)); do
+		curl -fsS "http://127.0.0.1:$MINIO_PORT/minio/health/ready" >/dev/null 2>&1 && return 0
+		sleep 0.2
+	done
+	die "MinIO is not ready; see $STATE/minio/server.log"
+}
+
+print_env() {
+	minio_creds
+	cat <<EOT
+export SLESS_CACHE_DIR='$CACHE'
+export KUBEBUILDER_ASSETS='$ASSETS'
+export SLESS_TEST_POSTGRES_URL='postgres://postgres@127.0.0.1:$PG_PORT/postgres?sslmode=disable'
+export SLESS_TEST_RABBITMQ_URL='amqp://guest:guest@127.0.0.1:$RABBIT_PORT/'
+export SLESS_TEST_S3_ENDPOINT='127.0.0.1:$MINIO_PORT'
+export SLESS_TEST_S3_ACCESS_KEY='$MINIO_ROOT_USER'
+export SLESS_TEST_S3_SECRET_KEY='$MINIO_ROOT_PASSWORD'
+EOT
+}
+
+down() {
+	if [ -f "$STATE/minio/pid" ]; then kill "$(cat "$STATE/minio/pid")" 2>/dev/null || true; rm -f "$STATE/minio/pid"; fi
+	if [ -f "$STATE/postgres.ours" ]; then
+		as_postgres "$(ls -d /usr/lib/postgresql/*/bin | sort -V | tail -1)/pg_ctl" -D "$STATE/postgres" stop -m fast >/dev/null || true
+		rm -f "$STATE/postgres.ours"
+	fi
+	if [ -f "$STATE/rabbitmq.ours" ]; then rabbitmqctl stop >/dev/null 2>&1 || true; rm -f "$STATE/rabbitmq.ours"; fi
+}
+
+mkdir -p "$STATE"
+case "${1:-up}" in
+up)
+	for tool in go python3 node curl; do command -v $tool >/dev/null || die "$tool not found on PATH (prerequisites: Go, Python 3.11, Node 20, curl)"; done
+	build_all
+	postgres_up
+	rabbitmq_up
+	minio_up
+	;;
+build) build_all ;;
+env) print_env ;;
+down) down ;;
+*) die "usage: hack/deps.sh [up|env|build|down]" ;;
+esac

@@ -1,0 +1,43 @@
+// Package migrations owns the PostgreSQL schema of sless: the SQL files in
+// this directory, embedded into every binary, applied with goose under a
+// PostgreSQL session lock so that several replicas may run them at once.
+package migrations
+
+import (
+	"context"
+	"database/sql"
+	"embed"
+	"fmt"
+
+	"github.com/pressly/goose/v3"
+	"github.com/pressly/goose/v3/lock"
+)
+
+//go:embed *.sql
+var files embed.FS
+
+// Provider returns a goose provider for db that holds a session-level
+// advisory lock while it migrates.
+func Provider(db *sql.DB) (*goose.Provider, error) {
+	locker, err := lock.NewPostgresSessionLocker()
+	if err != nil {
+		return nil, fmt.Errorf("migrations lock: %w", err)
+	}
+	p, err := goose.NewProvider(goose.DialectPostgres, db, files, goose.WithSessionLocker(locker))
+	if err != nil {
+		return nil, fmt.Errorf("migrations: %w", err)
+	}
+	return p, nil
+}
+
+// Up applies every pending migration.
+func Up(ctx context.Context, db *sql.DB) error {
+	p, err := Provider(db)
+	if err != nil {
+		return err
+	}
+	if _, err := p.Up(ctx); err != nil {
+		return fmt.Errorf("apply migrations: %w", err)
+	}
+	return nil
+}

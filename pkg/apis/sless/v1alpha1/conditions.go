@@ -1,0 +1,49 @@
+package v1alpha1
+
+import (
+	"k8s.io/apimachinery/pkg/api/meta"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+)
+
+// Condition types. Every kind keeps Ready; Functions also keep the steps
+// that lead to it.
+const (
+	ConditionReady       = "Ready"
+	ConditionSourceReady = "SourceReady"
+	ConditionBuilt       = "Built"
+	ConditionDeployed    = "Deployed"
+)
+
+// SetCondition sets one condition, stamping the generation it was observed at.
+// The transition time changes only when the status does.
+func SetCondition(conds *[]metav1.Condition, generation int64, typ string, status metav1.ConditionStatus, reason, message string) bool {
+	return meta.SetStatusCondition(conds, metav1.Condition{
+		Type:               typ,
+		Status:             status,
+		Reason:             reason,
+		Message:            message,
+		ObservedGeneration: generation,
+	})
+}
+
+// IsTrue reports whether the condition of that type is True.
+func IsTrue(conds []metav1.Condition, typ string) bool {
+	return meta.IsStatusConditionTrue(conds, typ)
+}
+
+// IsReady reports whether the Function serves invocations: it is Ready and
+// has an endpoint.
+func (f *Function) IsReady() bool {
+	return f.Status.Phase == FunctionReady && f.Status.Endpoint != ""
+}
+
+// NamespaceFor returns the namespace that holds a tenant's functions.
+func NamespaceFor(tenant string) string { return "sless-fn-" + tenant }
+
+// Labels set on every object the platform creates for a tenant.
+const (
+	LabelTenant   = "sless.kube5s.ru/tenant"
+	LabelFunction = "sless.kube5s.ru/function"
+	LabelManaged  = "app.kubernetes.io/managed-by"
+	ManagedBy     = "sless"
+)

@@ -1,0 +1,213 @@
+package v1alpha1
+
+import (
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+)
+
+// Runtime names a language runtime.
+// +kubebuilder:validation:Enum=python3.11;nodejs20
+type Runtime string
+
+// Supported runtimes.
+const (
+	RuntimePython311 Runtime = "python3.11"
+	RuntimeNodeJS20  Runtime = "nodejs20"
+)
+
+// FunctionSpec is what a function developer asks for.
+//
+// +kubebuilder:validation:XValidation:rule="!(has(self.source) && has(self.image))",message="source and image are mutually exclusive"
+type FunctionSpec struct {
+	// Runtime is the language runtime.
+	Runtime Runtime `json:"runtime"`
+
+	// Entrypoint names the handler: module.function for Python
+	// (main.handler), file.export for Node (index.handler).
+	// +kubebuilder:validation:MinLength=3
+	// +kubebuilder:validation:MaxLength=256
+	// +kubebuilder:validation:Pattern=`^[A-Za-z0-9_][A-Za-z0-9_./-]*\.[A-Za-z_$][A-Za-z0-9_$]*$`
+	Entrypoint string `json:"entrypoint"`
+
+	// Source is the uploaded archive to build.
+	// +optional
+	Source *FunctionSource `json:"source,omitempty"`
+
+	// Image is a prebuilt image, referenced by digest (name@sha256:...).
+	// +optional
+	// +kubebuilder:validation:MaxLength=512
+	// +kubebuilder:validation:Pattern=`^[^\s@]+@sha256:[a-f0-9]{64}$`
+	Image string `json:"image,omitempty"`
+
+	// MemoryMB is the memory limit of one replica.
+	// +optional
+	// +kubebuilder:default=128
+	// +kubebuilder:validation:Minimum=32
+	// +kubebuilder:validation:Maximum=8192
+	MemoryMB int32 `json:"memoryMB,omitempty"`
+
+	// CPUMillis is the CPU request of one replica.
+	// +optional
+	// +kubebuilder:default=100
+	// +kubebuilder:validation:Minimum=10
+	// +kubebuilder:validation:Maximum=8000
+	CPUMillis int32 `json:"cpuMillis,omitempty"`
+
+	// TimeoutSec bounds one invocation.
+	// +optional
+	// +kubebuilder:default=30
+	// +kubebuilder:validation:Minimum=1
+	// +kubebuilder:validation:Maximum=900
+	TimeoutSec int32 `json:"timeoutSec,omitempty"`
+
+	// Concurrency is the number of invocations in flight per replica.
+	// +optional
+	// +kubebuilder:default=10
+	// +kubebuilder:validation:Minimum=1
+	// +kubebuilder:validation:Maximum=1000
+	Concurrency int32 `json:"concurrency,omitempty"`
+
+	// Scaling bounds the number of replicas.
+	// +optional
+	// +kubebuilder:default={minReplicas: 1, maxReplicas: 1}
+	Scaling *Scaling `json:"scaling,omitempty"`
+
+	// Env is the function's environment.
+	// +optional
+	// +kubebuilder:validation:MaxItems=128
+	// +listType=map
+	// +listMapKey=name
+	Env []EnvVar `json:"env,omitempty"`
+}
+
+// FunctionSource is a source archive in the object store.
+type FunctionSource struct {
+	// S3Key is the object key: sources/<tenant>/<function>/<sha256>.zip.
+	// +kubebuilder:validation:MinLength=1
+	// +kubebuilder:validation:MaxLength=1024
+	S3Key string `json:"s3Key"`
+	// SHA256 is the hex digest of the archive.
+	// +kubebuilder:validation:Pattern=`^[a-f0-9]{64}$`
+	SHA256 string `json:"sha256"`
+}
+
+// Scaling bounds the replicas of a Function.
+//
+// +kubebuilder:validation:XValidation:rule="self.minReplicas <= self.maxReplicas",message="minReplicas must not exceed maxReplicas"
+type Scaling struct {
+	// +optional
+	// +kubebuilder:default=1
+	// +kubebuilder:validation:Minimum=0
+	// +kubebuilder:validation:Maximum=100
+	MinReplicas int32 `json:"minReplicas"`
+	// +optional
+	// +kubebuilder:default=1
+	// +kubebuilder:validation:Minimum=1
+	// +kubebuilder:validation:Maximum=100
+	MaxReplicas int32 `json:"maxReplicas"`
+}
+
+// EnvVar is one environment variable, given as a value or taken from a Secret
+// in the function's namespace.
+//
+// +kubebuilder:validation:XValidation:rule="!(has(self.value) && has(self.secretKeyRef))",message="value and secretKeyRef are mutually exclusive"
+type EnvVar struct {
+	// +kubebuilder:validation:Pattern=`^[A-Za-z_][A-Za-z0-9_]*$`
+	// +kubebuilder:validation:MaxLength=128
+	Name string `json:"name"`
+	// +optional
+	// +kubebuilder:validation:MaxLength=32768
+	Value string `json:"value,omitempty"`
+	// +optional
+	SecretKeyRef *SecretKeySelector `json:"secretKeyRef,omitempty"`
+}
+
+// SecretKeySelector names one key of a Secret in the same namespace.
+type SecretKeySelector struct {
+	// +kubebuilder:validation:MinLength=1
+	// +kubebuilder:validation:MaxLength=253
+	Name string `json:"name"`
+	// +kubebuilder:validation:MinLength=1
+	// +kubebuilder:validation:MaxLength=253
+	Key string `json:"key"`
+}
+
+// FunctionPhase is the coarse state of a Function.
+// +kubebuilder:validation:Enum=Pending;Building;Deploying;Ready;Failed
+type FunctionPhase string
+
+// Function phases.
+const (
+	FunctionPending   FunctionPhase = "Pending"
+	FunctionBuilding  FunctionPhase = "Building"
+	FunctionDeploying FunctionPhase = "Deploying"
+	FunctionReady     FunctionPhase = "Ready"
+	FunctionFailed    FunctionPhase = "Failed"
+)
+
+// FunctionStatus is what the operator observed of a Function.
+type FunctionStatus struct {
+	// +optional
+	Phase FunctionPhase `json:"phase,omitempty"`
+	// +optional
+	Message string `json:"message,omitempty"`
+	// +optional
+	ObservedGeneration int64 `json:"observedGeneration,omitempty"`
+	// +optional
+	// +listType=map
+	// +listMapKey=type
+	Conditions []metav1.Condition `json:"conditions,omitempty"`
+
+	// Image is the built or given image, pinned by digest or source tag.
+	// +optional
+	Image string `json:"image,omitempty"`
+	// Artifact is the prepared directory in the local profile.
+	// +optional
+	Artifact string `json:"artifact,omitempty"`
+	// BuiltSourceSHA256 is the source digest the current artifact was built from.
+	// +optional
+	BuiltSourceSHA256 string `json:"builtSourceSHA256,omitempty"`
+	// RequestedSourceSHA256 is the source digest a build was last requested for;
+	// it keeps one digest from being requested twice.
+	// +optional
+	RequestedSourceSHA256 string `json:"requestedSourceSHA256,omitempty"`
+	// LastBuildID is the id of the last build requested.
+	// +optional
+	LastBuildID string `json:"lastBuildID,omitempty"`
+	// Endpoint is where the data plane reaches the function (http://host:port).
+	// +optional
+	Endpoint string `json:"endpoint,omitempty"`
+	// URL is the public invoke URL through the gateway.
+	// +optional
+	URL string `json:"url,omitempty"`
+	// ReadyReplicas is the number of replicas that pass their health check.
+	// +optional
+	ReadyReplicas int32 `json:"readyReplicas,omitempty"`
+}
+
+// Function is user code with its runtime settings.
+//
+// +kubebuilder:object:root=true
+// +kubebuilder:resource:shortName=slf
+// +kubebuilder:subresource:status
+// +kubebuilder:printcolumn:name="Runtime",type=string,JSONPath=`.spec.runtime`
+// +kubebuilder:printcolumn:name="Phase",type=string,JSONPath=`.status.phase`
+// +kubebuilder:printcolumn:name="URL",type=string,JSONPath=`.status.url`
+// +kubebuilder:printcolumn:name="Age",type=date,JSONPath=`.metadata.creationTimestamp`
+// +kubebuilder:validation:XValidation:rule="self.metadata.name.matches('^[a-z]([-a-z0-9]*[a-z0-9])?$') && size(self.metadata.name) <= 53",message="function name must be a DNS-1123 label of at most 53 characters starting with a letter"
+type Function struct {
+	metav1.TypeMeta   `json:",inline"`
+	metav1.ObjectMeta `json:"metadata,omitempty"`
+
+	Spec FunctionSpec `json:"spec"`
+	// +optional
+	Status FunctionStatus `json:"status,omitempty"`
+}
+
+// FunctionList is a list of Functions.
+//
+// +kubebuilder:object:root=true
+type FunctionList struct {
+	metav1.TypeMeta `json:",inline"`
+	metav1.ListMeta `json:"metadata,omitempty"`
+	Items           []Function `json:"items"`
+}

@@ -1,0 +1,102 @@
+package msg
+
+import "time"
+
+// Message type names for invocations.
+const (
+	TypeInvocationRequested = "invocation.requested.v1"
+	TypeInvocationCompleted = "invocation.completed.v1"
+)
+
+// TriggerKind says what caused an invocation.
+type TriggerKind string
+
+// Trigger kinds, also the last word of invocation routing keys.
+const (
+	TriggerHTTP  TriggerKind = "http"
+	TriggerAsync TriggerKind = "async"
+	TriggerCron  TriggerKind = "cron"
+	TriggerQueue TriggerKind = "queue"
+	TriggerJob   TriggerKind = "job"
+)
+
+// Request is the HTTP request a function receives. Body is base64 in JSON.
+type Request struct {
+	Method  string              `json:"method"`
+	Path    string              `json:"path"`
+	Query   string              `json:"query,omitempty"`
+	Headers map[string][]string `json:"headers,omitempty"`
+	Body    []byte              `json:"body,omitempty"`
+}
+
+// JobRef names the FunctionJob run an invocation belongs to.
+type JobRef struct {
+	Name  string `json:"name"`
+	RunID int64  `json:"run_id"`
+}
+
+// InvocationRequested asks the invoker to call a function once (async calls,
+// cron fires and job runs). InvocationID is the idempotency key end to end.
+type InvocationRequested struct {
+	InvocationID string      `json:"invocation_id"`
+	Tenant       string      `json:"tenant"`
+	Namespace    string      `json:"namespace"`
+	Function     string      `json:"function"`
+	Trigger      TriggerKind `json:"trigger"`
+	TriggerName  string      `json:"trigger_name,omitempty"`
+	Request      Request     `json:"request"`
+	CallbackURL  string      `json:"callback_url,omitempty"`
+	// TimeoutSec overrides the function's timeout when positive.
+	TimeoutSec int32 `json:"timeout_sec,omitempty"`
+	// MaxRetries is how often a failed call is retried.
+	MaxRetries  int32     `json:"max_retries"`
+	Job         *JobRef   `json:"job,omitempty"`
+	ScheduledAt time.Time `json:"scheduled_at,omitzero"`
+	EnqueuedAt  time.Time `json:"enqueued_at"`
+}
+
+// Type implements Message.
+func (*InvocationRequested) Type() string { return TypeInvocationRequested }
+
+// InvocationStatus is the outcome of one invocation.
+type InvocationStatus string
+
+// Invocation outcomes, as stored in the history.
+const (
+	StatusSucceeded InvocationStatus = "succeeded"
+	StatusFailed    InvocationStatus = "failed"
+	StatusTimeout   InvocationStatus = "timeout"
+	StatusRejected  InvocationStatus = "rejected"
+)
+
+// InvocationCompleted is the record of one finished invocation. The history
+// recorder stores it; the operator reads job results from it.
+type InvocationCompleted struct {
+	InvocationID string           `json:"invocation_id"`
+	Tenant       string           `json:"tenant"`
+	Function     string           `json:"function"`
+	Trigger      TriggerKind      `json:"trigger"`
+	TriggerName  string           `json:"trigger_name,omitempty"`
+	Status       InvocationStatus `json:"status"`
+	HTTPStatus   int              `json:"http_status,omitempty"`
+	Attempts     int32            `json:"attempts"`
+	EnqueuedAt   time.Time        `json:"enqueued_at,omitzero"`
+	StartedAt    time.Time        `json:"started_at"`
+	FinishedAt   time.Time        `json:"finished_at"`
+	QueueWaitMs  int64            `json:"queue_wait_ms"`
+	DurationMs   int64            `json:"duration_ms"`
+	ColdStart    bool             `json:"cold_start"`
+	RequestSize  int64            `json:"request_size"`
+	ResponseSize int64            `json:"response_size"`
+	Error        string           `json:"error,omitempty"`
+	TraceID      string           `json:"trace_id,omitempty"`
+	// Result holds a small response body inline (base64 in JSON); a large one
+	// is stored in S3 under ResultKey.
+	Result            []byte  `json:"result,omitempty"`
+	ResultKey         string  `json:"result_key,omitempty"`
+	ResultContentType string  `json:"result_content_type,omitempty"`
+	Job               *JobRef `json:"job,omitempty"`
+}
+
+// Type implements Message.
+func (*InvocationCompleted) Type() string { return TypeInvocationCompleted }

@@ -1,0 +1,141 @@
+package msg
+
+import (
+	"bytes"
+	"encoding/json"
+	"flag"
+	"os"
+	"path/filepath"
+	"testing"
+	"time"
+
+	"github.com/google/go-cmp/cmp"
+)
+
+var update = flag.Bool("update", false, "rewrite the golden files")
+
+var t0 = time.Date(2026, 11, 29, 12, 0, 0, 0, time.UTC)
+
+// samples holds one fully populated message of every type.
+func samples() []Message {
+	return []Message{
+		&BuildRequested{
+			BuildID: "b-3f1c2a9e0d1b", Tenant: "acme", Namespace: "sless-fn-acme", Function: "hello",
+			FunctionUID: "7d2b3c4e-0000-4000-8000-000000000001", Runtime: "python3.11", Entrypoint: "main.handler",
+			SourceKey:    "sources/acme/hello/" + sha,
+			SourceSHA256: sha, RequestedAt: t0,
+		},
+		&BuildCompleted{
+			BuildID: "b-3f1c2a9e0d1b", Tenant: "acme", Namespace: "sless-fn-acme", Function: "hello", Runtime: "python3.11",
+			SourceSHA256: sha, Result: BuildSucceeded, Artifact: "/var/lib/sless/artifacts/python3.11/" + sha,
+			LogKey: "builds/acme/hello/b-3f1c2a9e0d1b.log", StartedAt: t0, FinishedAt: t0.Add(2 * time.Second),
+		},
+		&InvocationRequested{
+			InvocationID: "inv-01", Tenant: "acme", Namespace: "sless-fn-acme", Function: "hello", Trigger: TriggerJob,
+			TriggerName: "nightly",
+			Request: Request{Method: "POST", Path: "/", Query: "a=1", Headers: map[string][]string{"Content-Type": {"application/json"}},
+				Body: []byte(`{"x":1}`)},
+			CallbackURL: "https://example.com/cb", TimeoutSec: 60, MaxRetries: 3, Job: &JobRef{Name: "nightly", RunID: 4},
+			ScheduledAt: t0, EnqueuedAt: t0,
+		},
+		&InvocationCompleted{
+			InvocationID: "inv-01", Tenant: "acme", Function: "hello", Trigger: TriggerJob, TriggerName: "nightly",
+			Status: StatusSucceeded, HTTPStatus: 200, Attempts: 1, EnqueuedAt: t0, StartedAt: t0.Add(5 * time.Millisecond),
+			FinishedAt: t0.Add(25 * time.Millisecond), QueueWaitMs: 5, DurationMs: 20, ColdStart: true, RequestSize: 7, ResponseSize: 2,
+			Error: "", TraceID: "4bf92f3577b34da6a3ce929d0e0e4736", Result: []byte("ok"), ResultContentType: "text/plain",
+			Job: &JobRef{Name: "nightly", RunID: 4},
+		},
+	}
+}
+
+const sha = "9f86d081884c7d659a2feaa0c55ad015a3bf4f1b2b0b822cd15d6c15b0f00a08"
+
+func goldenPath(typ string) string { return filepath.Join("testdata", typ+".json") }
+
+func TestEncodingMatchesGolden(t *testing.T) {
+	for _, m := range samples() {
+		t.Run(m.Type(), func(t *testing.T) {
+			got, err := json.MarshalIndent(m, "", "  ")
+			if err != nil {
+				t.Fatal(err)
+			}
+			got = append(got, '\n')
+			if *update {
+				if err := os.WriteFile(goldenPath(m.Type()), got, 0o644); err != nil {
+					t.Fatal(err)
+				}
+			}
+			want, err := os.ReadFile(goldenPath(m.Type()))
+			if err != nil {
+				t.Fatalf("read golden file (run go test -update to create it): %v", err)
+			}
+			if diff := cmp.Diff(string(want), string(got)); diff != "" {
+				t.Errorf("wire format of %s changed (-golden +encoded):\n%s", m.Type(), diff)
+			}
+		})
+	}
+}
+
+func TestEveryGoldenFileDecodes(t *testing.T) {
+	files, err := filepath.Glob("testdata/*.json")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(files) < len(samples()) {
+		t.Fatalf("found %d golden files, want at least %d", len(files), len(samples()))
+	}
+	byType := map[string]Message{}
+	for _, m := range samples() {
+		byType[m.Type()] = m
+	}
+	for _, f := range files {
+		typ := filepath.Base(f[:len(f)-len(".json")])
+		t.Run(typ, func(t *testing.T) {
+			body, err := os.ReadFile(f)
+			if err != nil {
+				t.Fatal(err)
+			}
+			got, err := Decode(typ, body)
+			if err != nil {
+				t.Fatal(err)
+			}
+			// Strict decoding proves no golden field was dropped from the type.
+			dec := json.NewDecoder(bytes.NewReader(body))
+			dec.DisallowUnknownFields()
+			strict, _ := Decode(typ, []byte("{}"))
+			if err := dec.Decode(strict); err != nil {
+				t.Fatalf("golden %s has a field the type lost: %v", f, err)
+			}
+			if want, ok := byType[typ]; ok {
+				if diff := cmp.Diff(want, got); diff != "" {
+					t.Errorf("decoded golden differs (-want +got):\n%s", diff)
+				}
+			}
+		})
+	}
+}
+
+func TestRoutingKey(t *testing.T) {
+	tests := []struct {
+		m    Message
+		want string
+	}{
+		{&BuildRequested{}, "build.requested.v1"},
+		{&InvocationRequested{Trigger: TriggerCron}, "invocation.requested.v1.cron"},
+		{&InvocationCompleted{Trigger: TriggerJob}, "invocation.completed.v1.job"},
+	}
+	for _, tt := range tests {
+		if got := RoutingKey(tt.m); got != tt.want {
+			t.Errorf("RoutingKey(%T) = %q, want %q", tt.m, got, tt.want)
+		}
+	}
+}
+
+func TestDecodeRejectsUnknownTypeAndBadJSON(t *testing.T) {
+	if _, err := Decode("build.requested.v9", []byte("{}")); err == nil {
+		t.Error("unknown type decoded without error")
+	}
+	if _, err := Decode(TypeBuildRequested, []byte("{not json")); err == nil {
+		t.Error("malformed JSON decoded without error")
+	}
+}

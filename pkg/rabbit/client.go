@@ -1,0 +1,177 @@
+// Package rabbit is the RabbitMQ layer every sless service uses: a connection
+// that recovers by itself after a broker restart, idempotent topology
+// declaration (work queues with a delivery limit, broker-held delay queues
+// for retries, dead-letter queues), a publisher that returns only once the
+// broker confirmed a message, and a consumer with manual acks, bounded
+// prefetch, retry by policy and graceful stop. W3C trace context travels in
+// the AMQP headers.
+package rabbit
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"sync"
+	"time"
+
+	amqp "github.com/rabbitmq/amqp091-go"
+)
+
+// ErrClosed is returned by calls on a Client whose Run has returned.
+var ErrClosed = errors.New("rabbit: client closed")
+
+// Client keeps one AMQP connection alive for the lifetime of Run and
+// redeclares the topology after every reconnect.
+type Client struct {
+	url      string
+	name     string
+	log      *slog.Logger
+	topology []Queue
+
+	mu      sync.Mutex
+	conn    *amqp.Connection
+	up      chan struct{} // closed while conn is usable
+	stopped bool
+}
+
+// New returns a client for url; nothing connects until Run. The queues are
+// declared on every (re)connection. name is shown in the broker's
+// connection list.
+func New(url, name string, log *slog.Logger, topology ...Queue) *Client {
+	return &Client{url: url, name: name, log: log, topology: topology, up: make(chan struct{})}
+}
+
+// Run dials, declares the topology and keeps the connection alive until ctx
+// ends, redialling with backoff whenever the broker goes away.
+func (c *Client) Run(ctx context.Context) error {
+	defer func() {
+		c.mu.Lock()
+		c.stopped = true
+		if c.conn != nil {
+			_ = c.conn.Close()
+		}
+		c.mu.Unlock()
+	}()
+	backoff := 100 * time.Millisecond
+	for {
+		conn, err := c.dial()
+		if err != nil {
+			c.log.Warn("rabbitmq connect failed", "err", err, "retryIn", backoff.String())
+			if !sleep(ctx, backoff) {
+				return nil
+			}
+			backoff = min(backoff*2, 5*time.Second)
+			continue
+		}
+		backoff = 100 * time.Millisecond
+		closed := conn.NotifyClose(make(chan *amqp.Error, 1))
+		c.mu.Lock()
+		c.conn = conn
+		close(c.up)
+		c.mu.Unlock()
+		c.log.Info("rabbitmq connected")
+
+		select {
+		case <-ctx.Done():
+			return nil
+		case err := <-closed:
+			c.mu.Lock()
+			c.conn = nil
+			c.up = make(chan struct{})
+			c.mu.Unlock()
+			c.log.Warn("rabbitmq connection lost", "err", err)
+		}
+	}
+}
+
+func (c *Client) dial() (*amqp.Connection, error) {
+	props := amqp.NewConnectionProperties()
+	props.SetClientConnectionName(c.name)
+	conn, err := amqp.DialConfig(c.url, amqp.Config{
+		Heartbeat:  10 * time.Second,
+		Properties: props,
+		Dial:       amqp.DefaultDial(5 * time.Second),
+	})
+	if err != nil {
+		return nil, fmt.Errorf("dial: %w", err)
+	}
+	ch, err := conn.Channel()
+	if err != nil {
+		_ = conn.Close()
+		return nil, fmt.Errorf("open channel: %w", err)
+	}
+	defer ch.Close()
+	if err := Declare(ch, c.topology...); err != nil {
+		_ = conn.Close()
+		return nil, err
+	}
+	return conn, nil
+}
+
+// Connected reports whether the connection is up; it backs /readyz.
+func (c *Client) Connected() bool {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return c.conn != nil && !c.conn.IsClosed()
+}
+
+// Channel waits for the connection and opens a channel on it.
+func (c *Client) Channel(ctx context.Context) (*amqp.Channel, error) {
+	for {
+		c.mu.Lock()
+		conn, up, stopped := c.conn, c.up, c.stopped
+		c.mu.Unlock()
+		if stopped {
+			return nil, ErrClosed
+		}
+		if conn != nil {
+			ch, err := conn.Channel()
+			if err == nil {
+				return ch, nil
+			}
+			// The connection died under us; wait for Run to replace it.
+			if !sleep(ctx, 50*time.Millisecond) {
+				return nil, ctx.Err()
+			}
+			continue
+		}
+		select {
+		case <-ctx.Done():
+			return nil, ctx.Err()
+		case <-up:
+		case <-time.After(time.Second): // re-check stopped
+		}
+	}
+}
+
+// Declare declares the queues idempotently on ch.
+func Declare(ch *amqp.Channel, queues ...Queue) error {
+	declared := map[string]bool{}
+	for _, q := range queues {
+		for _, b := range q.Bindings {
+			if b.Exchange == "" || declared[b.Exchange] {
+				continue
+			}
+			if err := ch.ExchangeDeclare(b.Exchange, amqp.ExchangeTopic, true, false, false, false, nil); err != nil {
+				return fmt.Errorf("declare exchange %s: %w", b.Exchange, err)
+			}
+			declared[b.Exchange] = true
+		}
+		if err := q.declare(ch); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+func sleep(ctx context.Context, d time.Duration) bool {
+	t := time.NewTimer(d)
+	defer t.Stop()
+	select {
+	case <-ctx.Done():
+		return false
+	case <-t.C:
+		return true
+	}
+}

@@ -1,0 +1,220 @@
+package rabbit
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"sync"
+	"time"
+
+	amqp "github.com/rabbitmq/amqp091-go"
+	"go.opentelemetry.io/otel/attribute"
+	"go.opentelemetry.io/otel/trace"
+	"go.opentelemetry.io/otel/trace/noop"
+)
+
+// Headers the consumer sets on retried and dead-lettered messages.
+const (
+	HeaderAttempt       = "x-sless-attempt"
+	HeaderReason        = "x-sless-reason"
+	HeaderError         = "x-sless-error"
+	HeaderOriginalQueue = "x-sless-original-queue"
+)
+
+// Dead-letter reasons.
+const (
+	ReasonPoison    = "poison"
+	ReasonExhausted = "retries-exhausted"
+)
+
+// Handler handles one delivery. nil acks it; an error wrapped with Permanent
+// dead-letters it at once; any other error retries it later by the queue's
+// policy and dead-letters it when retries are exhausted.
+type Handler func(ctx context.Context, d *amqp.Delivery) error
+
+type permanentError struct{ err error }
+
+func (e permanentError) Error() string { return e.err.Error() }
+func (e permanentError) Unwrap() error { return e.err }
+
+// Permanent marks an error that no retry can fix (an undecodable message).
+func Permanent(err error) error { return permanentError{err} }
+
+// Attempt is the delivery's attempt number, starting at 1.
+func Attempt(d *amqp.Delivery) int {
+	switch v := d.Headers[HeaderAttempt].(type) {
+	case int32:
+		return int(v)
+	case int64:
+		return int(v)
+	case int:
+		return v
+	}
+	return 1
+}
+
+// Consumer consumes one queue with a bounded number of handlers in flight.
+type Consumer struct {
+	Client   *Client
+	Queue    Queue
+	Prefetch int
+	Handler  Handler
+	Tracer   trace.Tracer
+}
+
+// Run consumes until ctx ends, then stops taking deliveries, lets in-flight
+// handlers finish and ack, and returns. It resumes by itself after the
+// connection drops.
+func (c *Consumer) Run(ctx context.Context) error {
+	if c.Prefetch <= 0 {
+		c.Prefetch = 1
+	}
+	if c.Tracer == nil {
+		c.Tracer = noop.NewTracerProvider().Tracer("rabbit")
+	}
+	pub := NewPublisher(c.Client)
+	defer pub.Close()
+	for ctx.Err() == nil {
+		err := c.session(ctx, pub)
+		if err != nil && ctx.Err() == nil {
+			c.Client.log.Warn("consumer interrupted", "queue", c.Queue.Name, "err", err)
+			sleep(ctx, 200*time.Millisecond)
+		}
+	}
+	return nil
+}
+
+func (c *Consumer) session(ctx context.Context, pub *Publisher) error {
+	ch, err := c.Client.Channel(ctx)
+	if err != nil {
+		return err
+	}
+	defer ch.Close()
+	if err := ch.Qos(c.Prefetch, 0, false); err != nil {
+		return fmt.Errorf("set prefetch: %w", err)
+	}
+	tag := "sless-" + c.Queue.Name
+	deliveries, err := ch.ConsumeWithContext(context.WithoutCancel(ctx), c.Queue.Name, tag, false, false, false, false, nil)
+	if err != nil {
+		return fmt.Errorf("consume %s: %w", c.Queue.Name, err)
+	}
+	var wg sync.WaitGroup
+	defer wg.Wait()
+	sem := make(chan struct{}, c.Prefetch)
+	for {
+		select {
+		case <-ctx.Done():
+			// Stop deliveries; unstarted prefetched messages are requeued
+			// when the channel closes after in-flight work is acked.
+			_ = ch.Cancel(tag, false)
+			return nil
+		case d, ok := <-deliveries:
+			if !ok {
+				return errors.New("delivery channel closed")
+			}
+			sem <- struct{}{}
+			wg.Add(1)
+			go func() {
+				defer wg.Done()
+				defer func() { <-sem }()
+				c.handle(context.WithoutCancel(ctx), pub, &d)
+			}()
+		}
+	}
+}
+
+func (c *Consumer) handle(ctx context.Context, pub *Publisher, d *amqp.Delivery) {
+	ctx = ExtractTrace(ctx, d.Headers)
+	ctx, span := c.Tracer.Start(ctx, c.Queue.Name+" process", trace.WithSpanKind(trace.SpanKindConsumer),
+		trace.WithAttributes(
+			attribute.String("messaging.system", "rabbitmq"),
+			attribute.String("messaging.operation.type", "process"),
+			attribute.String("messaging.destination.name", c.Queue.Name),
+			attribute.String("messaging.message.id", d.MessageId),
+			attribute.String("messaging.rabbitmq.destination.routing_key", d.RoutingKey),
+		))
+	defer span.End()
+
+	err := c.Handler(ctx, d)
+	if err == nil {
+		c.ack(d)
+		return
+	}
+	span.RecordError(err)
+	attempt := Attempt(d)
+	var perm permanentError
+	switch {
+	case errors.As(err, &perm):
+		c.deadLetter(ctx, pub, d, ReasonPoison, err)
+	case attempt > c.Queue.Retry.orDefault().MaxRetries:
+		c.deadLetter(ctx, pub, d, ReasonExhausted, err)
+	default:
+		c.retry(ctx, pub, d, attempt, err)
+	}
+}
+
+func (c *Consumer) ack(d *amqp.Delivery) {
+	if err := d.Ack(false); err != nil {
+		// The channel is gone; the broker redelivers and handlers are idempotent.
+		c.Client.log.Warn("ack failed", "queue", c.Queue.Name, "err", err)
+	}
+}
+
+func (c *Consumer) retry(ctx context.Context, pub *Publisher, d *amqp.Delivery, attempt int, cause error) {
+	delay := c.Queue.Retry.Delay(attempt)
+	m := republish(d)
+	m.Headers[HeaderAttempt] = int32(attempt + 1)
+	m.Headers[HeaderError] = truncate(cause.Error(), 1024)
+	c.forward(ctx, pub, d, RetryQueue(c.Queue.Name, delay), m)
+}
+
+func (c *Consumer) deadLetter(ctx context.Context, pub *Publisher, d *amqp.Delivery, reason string, cause error) {
+	m := republish(d)
+	m.Headers[HeaderReason] = reason
+	m.Headers[HeaderError] = truncate(cause.Error(), 1024)
+	m.Headers[HeaderOriginalQueue] = c.Queue.Name
+	c.Client.log.Warn("message dead-lettered", "queue", c.Queue.Name, "reason", reason, "messageID", d.MessageId, "err", cause)
+	c.forward(ctx, pub, d, DeadLetterQueue(c.Queue.Name), m)
+}
+
+// forward publishes m to queue with a confirm and only then acks d, so the
+// message is in one queue or the other at every moment.
+func (c *Consumer) forward(ctx context.Context, pub *Publisher, d *amqp.Delivery, queue string, m amqp.Publishing) {
+	pctx, cancel := context.WithTimeout(ctx, 30*time.Second)
+	defer cancel()
+	if err := pub.Publish(pctx, "", queue, m); err != nil {
+		c.Client.log.Warn("forward failed, message stays in its queue", "queue", queue, "err", err)
+		// Requeue after a pause; the delivery limit stops a loop.
+		sleep(ctx, time.Second)
+		_ = d.Nack(false, true)
+		return
+	}
+	c.ack(d)
+}
+
+func republish(d *amqp.Delivery) amqp.Publishing {
+	h := amqp.Table{}
+	for k, v := range d.Headers {
+		h[k] = v
+	}
+	return amqp.Publishing{
+		Headers:         h,
+		ContentType:     d.ContentType,
+		ContentEncoding: d.ContentEncoding,
+		DeliveryMode:    amqp.Persistent,
+		CorrelationId:   d.CorrelationId,
+		ReplyTo:         d.ReplyTo,
+		MessageId:       d.MessageId,
+		Timestamp:       d.Timestamp,
+		Type:            d.Type,
+		AppId:           d.AppId,
+		Body:            d.Body,
+	}
+}
+
+func truncate(s string, n int) string {
+	if len(s) <= n {
+		return s
+	}
+	return s[:n]
+}

@@ -1,0 +1,126 @@
+package rabbit
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"sync"
+	"time"
+
+	"github.com/google/uuid"
+	amqp "github.com/rabbitmq/amqp091-go"
+
+	"github.com/kube5s/sless/pkg/msg"
+)
+
+// Publisher publishes on one confirm-mode channel shared by all callers.
+type Publisher struct {
+	c  *Client
+	mu sync.Mutex
+	ch *amqp.Channel
+}
+
+// NewPublisher returns a publisher on c.
+func NewPublisher(c *Client) *Publisher { return &Publisher{c: c} }
+
+func (p *Publisher) channel(ctx context.Context) (*amqp.Channel, error) {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	if p.ch != nil && !p.ch.IsClosed() {
+		return p.ch, nil
+	}
+	ch, err := p.c.Channel(ctx)
+	if err != nil {
+		return nil, err
+	}
+	if err := ch.Confirm(false); err != nil {
+		_ = ch.Close()
+		return nil, fmt.Errorf("enable confirms: %w", err)
+	}
+	p.ch = ch
+	return ch, nil
+}
+
+func (p *Publisher) drop(ch *amqp.Channel) {
+	p.mu.Lock()
+	if p.ch == ch {
+		p.ch = nil
+	}
+	p.mu.Unlock()
+	_ = ch.Close()
+}
+
+// Publish sends one message and returns once the broker confirmed it. When
+// the channel or connection drops before the confirm, it publishes again on
+// the next connection, so a message may arrive twice but is never lost once
+// Publish returned nil; consumers are idempotent on the message id.
+func (p *Publisher) Publish(ctx context.Context, exchange, key string, m amqp.Publishing) error {
+	backoff := 50 * time.Millisecond
+	for {
+		ch, err := p.channel(ctx)
+		if err != nil {
+			return fmt.Errorf("publish to %s/%s: %w", exchange, key, err)
+		}
+		dc, err := ch.PublishWithDeferredConfirmWithContext(ctx, exchange, key, false, false, m)
+		if err == nil {
+			var ok bool
+			ok, err = dc.WaitContext(ctx)
+			if err == nil && ok {
+				return nil
+			}
+			if err == nil {
+				err = errors.New("broker nacked the message")
+			}
+		}
+		if ctx.Err() != nil {
+			return fmt.Errorf("publish to %s/%s: %w", exchange, key, ctx.Err())
+		}
+		p.c.log.Warn("publish not confirmed, retrying", "exchange", exchange, "key", key, "err", err)
+		p.drop(ch)
+		if !sleep(ctx, backoff) {
+			return fmt.Errorf("publish to %s/%s: %w", exchange, key, ctx.Err())
+		}
+		backoff = min(backoff*2, 2*time.Second)
+	}
+}
+
+// PublishMessage encodes m as JSON and publishes it persistently to the
+// platform exchange with its routing key, type, a fresh message id and the
+// trace context of ctx.
+func (p *Publisher) PublishMessage(ctx context.Context, m msg.Message) error {
+	pub, err := Encode(ctx, m)
+	if err != nil {
+		return err
+	}
+	return p.Publish(ctx, msg.Exchange, msg.RoutingKey(m), pub)
+}
+
+// Encode builds the AMQP publishing for a message.
+func Encode(ctx context.Context, m msg.Message) (amqp.Publishing, error) {
+	body, err := json.Marshal(m)
+	if err != nil {
+		return amqp.Publishing{}, fmt.Errorf("encode %s: %w", m.Type(), err)
+	}
+	h := amqp.Table{}
+	InjectTrace(ctx, h)
+	return amqp.Publishing{
+		Headers:      h,
+		ContentType:  "application/json",
+		DeliveryMode: amqp.Persistent,
+		MessageId:    uuid.NewString(),
+		Timestamp:    time.Now().UTC(),
+		Type:         m.Type(),
+		Body:         body,
+	}, nil
+}
+
+// Close closes the publisher's channel.
+func (p *Publisher) Close() {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	if p.ch != nil {
+		_ = p.ch.Close()
+		p.ch = nil
+	}
+}

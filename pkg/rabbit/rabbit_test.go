@@ -1,0 +1,329 @@
+package rabbit
+
+import (
+	"context"
+	"fmt"
+	"io"
+	"log/slog"
+	"os/exec"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/google/go-cmp/cmp"
+	amqp "github.com/rabbitmq/amqp091-go"
+
+	"github.com/kube5s/sless/pkg/msg"
+	"github.com/kube5s/sless/pkg/testenv"
+)
+
+func quiet() *slog.Logger { return slog.New(slog.NewTextHandler(io.Discard, nil)) }
+
+// start runs a client with the queues declared and stops it with the test.
+func start(t *testing.T, queues ...Queue) *Client {
+	t.Helper()
+	c := New(testenv.RabbitURL(t), t.Name(), quiet(), queues...)
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan struct{})
+	go func() { _ = c.Run(ctx); close(done) }()
+	t.Cleanup(func() { cancel(); <-done })
+	waitFor(t, 10*time.Second, "client connected", c.Connected)
+	t.Cleanup(func() { deleteQueues(t, queues...) })
+	return c
+}
+
+func deleteQueues(t *testing.T, queues ...Queue) {
+	conn, err := amqp.Dial(testenv.RabbitURL(t))
+	if err != nil {
+		return
+	}
+	defer conn.Close()
+	ch, err := conn.Channel()
+	if err != nil {
+		return
+	}
+	for _, q := range queues {
+		_, _ = ch.QueueDelete(q.Name, false, false, false)
+		_, _ = ch.QueueDelete(DeadLetterQueue(q.Name), false, false, false)
+		for _, d := range q.Retry.delays() {
+			_, _ = ch.QueueDelete(RetryQueue(q.Name, d), false, false, false)
+		}
+	}
+}
+
+func waitFor(t *testing.T, d time.Duration, what string, cond func() bool) {
+	t.Helper()
+	deadline := time.Now().Add(d)
+	for !cond() {
+		if time.Now().After(deadline) {
+			t.Fatalf("timed out after %s waiting for %s", d, what)
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+}
+
+// getAll drains a queue with basic.get.
+func getAll(t *testing.T, c *Client, queue string) []amqp.Delivery {
+	t.Helper()
+	ch, err := c.Channel(t.Context())
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer ch.Close()
+	var out []amqp.Delivery
+	for {
+		d, ok, err := ch.Get(queue, true)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if !ok {
+			return out
+		}
+		out = append(out, d)
+	}
+}
+
+func consume(t *testing.T, c *Client, q Queue, prefetch int, h Handler) {
+	t.Helper()
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan struct{})
+	cons := &Consumer{Client: c, Queue: q, Prefetch: prefetch, Handler: h}
+	go func() { _ = cons.Run(ctx); close(done) }()
+	t.Cleanup(func() { cancel(); <-done })
+}
+
+func TestMessagesAreConsumedExactlyAsSent(t *testing.T) {
+	key := testenv.Name("test.exact.")
+	q := Queue{Name: testenv.Name("sless-test-"), Bindings: []Binding{{Exchange: msg.Exchange, Key: key}}}
+	c := start(t, q)
+	pub := NewPublisher(c)
+	defer pub.Close()
+
+	type seen struct {
+		Type, MessageID, ContentType, Body, Custom string
+		Persistent                                 bool
+	}
+	var mu sync.Mutex
+	var got []seen
+	consume(t, c, q, 4, func(_ context.Context, d *amqp.Delivery) error {
+		custom, _ := d.Headers["x-custom"].(string)
+		mu.Lock()
+		got = append(got, seen{d.Type, d.MessageId, d.ContentType, string(d.Body), custom, d.DeliveryMode == amqp.Persistent})
+		mu.Unlock()
+		return nil
+	})
+
+	var want []seen
+	for i := range 50 {
+		m := &msg.BuildRequested{BuildID: fmt.Sprintf("b-%03d", i), Tenant: "acme", Function: "hello"}
+		p, err := Encode(t.Context(), m)
+		if err != nil {
+			t.Fatal(err)
+		}
+		p.Headers["x-custom"] = fmt.Sprint("h", i)
+		if err := pub.Publish(t.Context(), msg.Exchange, key, p); err != nil {
+			t.Fatalf("publish %d: %v", i, err)
+		}
+		want = append(want, seen{msg.TypeBuildRequested, p.MessageId, "application/json", string(p.Body), fmt.Sprint("h", i), true})
+	}
+	waitFor(t, 10*time.Second, "50 deliveries", func() bool { mu.Lock(); defer mu.Unlock(); return len(got) >= len(want) })
+	time.Sleep(100 * time.Millisecond) // a duplicate would show up here
+	mu.Lock()
+	defer mu.Unlock()
+	byID := map[string]seen{}
+	for _, s := range got {
+		byID[s.MessageID] = s
+	}
+	if len(got) != len(want) {
+		t.Errorf("got %d deliveries, want %d", len(got), len(want))
+	}
+	for _, w := range want {
+		if diff := cmp.Diff(w, byID[w.MessageID]); diff != "" {
+			t.Errorf("message %s (-sent +consumed):\n%s", w.MessageID, diff)
+		}
+		m, err := msg.Decode(w.Type, []byte(w.Body))
+		if err != nil {
+			t.Errorf("decode consumed body: %v", err)
+		} else if m.(*msg.BuildRequested).Tenant != "acme" {
+			t.Errorf("decoded tenant = %q", m.(*msg.BuildRequested).Tenant)
+		}
+	}
+}
+
+func TestFailuresRetryWithGrowingDelayThenDeadLetter(t *testing.T) {
+	q := Queue{Name: testenv.Name("sless-test-"), Retry: RetryPolicy{MaxRetries: 2, Initial: 150 * time.Millisecond, Max: time.Second}}
+	c := start(t, q)
+	pub := NewPublisher(c)
+	defer pub.Close()
+
+	var mu sync.Mutex
+	var at []time.Time
+	var attempts []int
+	consume(t, c, q, 1, func(_ context.Context, d *amqp.Delivery) error {
+		mu.Lock()
+		at = append(at, time.Now())
+		attempts = append(attempts, Attempt(d))
+		mu.Unlock()
+		return fmt.Errorf("function answered 500")
+	})
+	if err := pub.Publish(t.Context(), "", q.Name, amqp.Publishing{MessageId: "m1", Body: []byte("payload"), DeliveryMode: amqp.Persistent}); err != nil {
+		t.Fatal(err)
+	}
+	var dead []amqp.Delivery
+	waitFor(t, 15*time.Second, "the dead letter", func() bool {
+		dead = append(dead, getAll(t, c, DeadLetterQueue(q.Name))...)
+		return len(dead) > 0
+	})
+	mu.Lock()
+	defer mu.Unlock()
+	if diff := cmp.Diff([]int{1, 2, 3}, attempts); diff != "" {
+		t.Fatalf("attempt numbers (-want +got):\n%s", diff)
+	}
+	// Each retry waited in the broker for at least its backoff step, and the
+	// steps grow: 150ms, then 300ms.
+	for i, min := range []time.Duration{150 * time.Millisecond, 300 * time.Millisecond} {
+		if gap := at[i+1].Sub(at[i]); gap < min {
+			t.Errorf("retry %d came after %s, want at least %s", i+1, gap, min)
+		}
+	}
+	d := dead[0]
+	if string(d.Body) != "payload" || d.MessageId != "m1" {
+		t.Errorf("dead letter body %q id %q, want the original", d.Body, d.MessageId)
+	}
+	if d.Headers[HeaderReason] != ReasonExhausted || d.Headers[HeaderError] != "function answered 500" || d.Headers[HeaderOriginalQueue] != q.Name {
+		t.Errorf("dead letter headers = %v", d.Headers)
+	}
+	if len(dead) != 1 {
+		t.Errorf("%d dead letters, want 1", len(dead))
+	}
+}
+
+func TestPoisonIsDeadLetteredAtOnceWhileOthersFlow(t *testing.T) {
+	q := Queue{Name: testenv.Name("sless-test-")}
+	c := start(t, q)
+	pub := NewPublisher(c)
+	defer pub.Close()
+	var poisonCalls, good atomic.Int32
+	consume(t, c, q, 4, func(_ context.Context, d *amqp.Delivery) error {
+		if string(d.Body) == "{not json" {
+			poisonCalls.Add(1)
+			return Permanent(fmt.Errorf("undecodable body"))
+		}
+		good.Add(1)
+		return nil
+	})
+	if err := pub.Publish(t.Context(), "", q.Name, amqp.Publishing{Body: []byte("{not json")}); err != nil {
+		t.Fatal(err)
+	}
+	for i := range 20 {
+		if err := pub.Publish(t.Context(), "", q.Name, amqp.Publishing{Body: fmt.Appendf(nil, `{"n":%d}`, i)}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	waitFor(t, 10*time.Second, "20 good messages", func() bool { return good.Load() == 20 })
+	var dead []amqp.Delivery
+	waitFor(t, 10*time.Second, "the poison dead letter", func() bool {
+		dead = append(dead, getAll(t, c, DeadLetterQueue(q.Name))...)
+		return len(dead) > 0
+	})
+	if poisonCalls.Load() != 1 {
+		t.Errorf("poison handled %d times, want 1", poisonCalls.Load())
+	}
+	if dead[0].Headers[HeaderReason] != ReasonPoison || string(dead[0].Body) != "{not json" {
+		t.Errorf("dead letter = %q %v", dead[0].Body, dead[0].Headers)
+	}
+}
+
+func TestDelay(t *testing.T) {
+	p := RetryPolicy{MaxRetries: 10, Initial: time.Second, Max: 5 * time.Second}
+	var got []time.Duration
+	for i := 1; i <= 5; i++ {
+		got = append(got, p.Delay(i))
+	}
+	want := []time.Duration{time.Second, 2 * time.Second, 4 * time.Second, 5 * time.Second, 5 * time.Second}
+	if diff := cmp.Diff(want, got); diff != "" {
+		t.Errorf("delays (-want +got):\n%s", diff)
+	}
+	if diff := cmp.Diff([]time.Duration{time.Second, 2 * time.Second, 4 * time.Second, 5 * time.Second}, p.delays()); diff != "" {
+		t.Errorf("delay queues (-want +got):\n%s", diff)
+	}
+}
+
+// TestBrokerRestartLosesNothing stops and starts the RabbitMQ application in
+// the middle of a publish/consume stream. Every message whose publish was
+// confirmed must be consumed, and both sides must resume on their own.
+func TestBrokerRestartLosesNothing(t *testing.T) {
+	ctl, err := exec.LookPath("rabbitmqctl")
+	if err != nil {
+		t.Fatalf("rabbitmqctl is needed to restart the broker: %v", err)
+	}
+	q := Queue{Name: testenv.Name("sless-test-")}
+	c := start(t, q)
+	pub := NewPublisher(c)
+	defer pub.Close()
+
+	var mu sync.Mutex
+	received := map[string]int{}
+	consume(t, c, q, 16, func(_ context.Context, d *amqp.Delivery) error {
+		mu.Lock()
+		received[d.MessageId]++
+		mu.Unlock()
+		return nil
+	})
+
+	const total = 3000
+	var confirmed []string
+	restarted := make(chan error, 1)
+	ctx, cancel := context.WithTimeout(t.Context(), 3*time.Minute)
+	defer cancel()
+	for i := range total {
+		if i == total/3 {
+			go func() {
+				out, err := exec.Command(ctl, "stop_app").CombinedOutput()
+				if err != nil {
+					restarted <- fmt.Errorf("stop_app: %v: %s", err, out)
+					return
+				}
+				time.Sleep(2 * time.Second)
+				out, err = exec.Command(ctl, "start_app").CombinedOutput()
+				if err != nil {
+					restarted <- fmt.Errorf("start_app: %v: %s", err, out)
+					return
+				}
+				restarted <- nil
+			}()
+		}
+		id := fmt.Sprintf("m-%05d", i)
+		err := pub.Publish(ctx, "", q.Name, amqp.Publishing{MessageId: id, DeliveryMode: amqp.Persistent, Body: []byte(id)})
+		if err != nil {
+			t.Fatalf("publish %s: %v", id, err)
+		}
+		confirmed = append(confirmed, id)
+	}
+	if err := <-restarted; err != nil {
+		// Make sure the broker is back for the other tests before failing.
+		_ = exec.Command(ctl, "start_app").Run()
+		t.Fatal(err)
+	}
+	waitFor(t, 2*time.Minute, "every confirmed message to be consumed", func() bool {
+		mu.Lock()
+		defer mu.Unlock()
+		for _, id := range confirmed {
+			if received[id] == 0 {
+				return false
+			}
+		}
+		return true
+	})
+	mu.Lock()
+	dups := 0
+	for _, n := range received {
+		dups += n - 1
+	}
+	mu.Unlock()
+	t.Logf("%d messages confirmed and consumed across a broker restart; %d redelivered duplicates", len(confirmed), dups)
+	if !c.Connected() {
+		t.Error("client is not connected after the restart")
+	}
+}

@@ -1,0 +1,120 @@
+package rabbit
+
+import (
+	"fmt"
+	"time"
+
+	amqp "github.com/rabbitmq/amqp091-go"
+)
+
+// Binding binds a queue to a topic exchange with a routing key pattern.
+type Binding struct {
+	Exchange string
+	Key      string
+}
+
+// Queue is a work queue and the queues that serve its retries and dead letters:
+//
+//	<name>              quorum queue, delivery limit, dead-letters to <name>.dlq
+//	<name>.retry.<ms>   one per backoff step; messages wait out the TTL there
+//	                    and the broker moves them back to <name>
+//	<name>.dlq          exhausted and poison messages, with the reason in headers
+type Queue struct {
+	Name     string
+	Bindings []Binding
+	// DeliveryLimit bounds redeliveries of a message whose consumer died
+	// before acking (a crash loop); the broker then dead-letters it.
+	DeliveryLimit int
+	Retry         RetryPolicy
+}
+
+// RetryPolicy says how often and how late failed messages are retried.
+type RetryPolicy struct {
+	MaxRetries int
+	Initial    time.Duration
+	Max        time.Duration
+}
+
+// DefaultRetry is used when a Queue's policy is zero.
+var DefaultRetry = RetryPolicy{MaxRetries: 5, Initial: time.Second, Max: 5 * time.Minute}
+
+func (p RetryPolicy) orDefault() RetryPolicy {
+	if p.Initial <= 0 {
+		return DefaultRetry
+	}
+	if p.Max < p.Initial {
+		p.Max = p.Initial
+	}
+	return p
+}
+
+// Delay is the wait before retry number attempt (1-based): Initial doubled
+// each time, capped at Max.
+func (p RetryPolicy) Delay(attempt int) time.Duration {
+	p = p.orDefault()
+	d := p.Initial
+	for i := 1; i < attempt && d < p.Max; i++ {
+		d *= 2
+	}
+	return min(d, p.Max)
+}
+
+// delays lists the distinct delay steps, one delay queue each.
+func (p RetryPolicy) delays() []time.Duration {
+	p = p.orDefault()
+	var out []time.Duration
+	for i := 1; ; i++ {
+		d := p.Delay(i)
+		if len(out) > 0 && out[len(out)-1] == d {
+			return out
+		}
+		out = append(out, d)
+		if d >= p.Max {
+			return out
+		}
+	}
+}
+
+// DeadLetterQueue is the name of the queue holding q's dead letters.
+func DeadLetterQueue(q string) string { return q + ".dlq" }
+
+// RetryQueue is the name of the delay queue for one backoff step.
+func RetryQueue(q string, d time.Duration) string {
+	return fmt.Sprintf("%s.retry.%d", q, d.Milliseconds())
+}
+
+func (q Queue) declare(ch *amqp.Channel) error {
+	dlq := DeadLetterQueue(q.Name)
+	if _, err := ch.QueueDeclare(dlq, true, false, false, false, amqp.Table{"x-queue-type": "quorum"}); err != nil {
+		return fmt.Errorf("declare queue %s: %w", dlq, err)
+	}
+	limit := q.DeliveryLimit
+	if limit <= 0 {
+		limit = 10
+	}
+	args := amqp.Table{
+		"x-queue-type":              "quorum",
+		"x-delivery-limit":          int64(limit),
+		"x-dead-letter-exchange":    "",
+		"x-dead-letter-routing-key": dlq,
+	}
+	if _, err := ch.QueueDeclare(q.Name, true, false, false, false, args); err != nil {
+		return fmt.Errorf("declare queue %s: %w", q.Name, err)
+	}
+	for _, d := range q.Retry.delays() {
+		name := RetryQueue(q.Name, d)
+		if _, err := ch.QueueDeclare(name, true, false, false, false, amqp.Table{
+			"x-message-ttl":             d.Milliseconds(),
+			"x-dead-letter-exchange":    "",
+			"x-dead-letter-routing-key": q.Name,
+		}); err != nil {
+			return fmt.Errorf("declare queue %s: %w", name, err)
+		}
+	}
+	for _, b := range q.Bindings {
+		if err := ch.QueueBind(q.Name, b.Key, b.Exchange, false, nil); err != nil {
+			return fmt.Errorf("bind queue %s to %s/%s: %w", q.Name, b.Exchange, b.Key, err)
+		}
+	}
+	return nil
+}

@@ -1,0 +1,105 @@
+package telemetry
+
+import (
+	"net/http"
+	"strconv"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+	"go.opentelemetry.io/otel/attribute"
+	"go.opentelemetry.io/otel/codes"
+	"go.opentelemetry.io/otel/propagation"
+	semconv "go.opentelemetry.io/otel/semconv/v1.26.0"
+	"go.opentelemetry.io/otel/trace"
+)
+
+// HTTPMetrics are the request metrics of one service's HTTP server.
+type HTTPMetrics struct {
+	requests *prometheus.CounterVec
+	duration *prometheus.HistogramVec
+}
+
+// NewHTTPMetrics registers sless_<service>_http_requests_total and
+// sless_<service>_http_request_duration_seconds on reg.
+func NewHTTPMetrics(reg prometheus.Registerer, service string) *HTTPMetrics {
+	m := &HTTPMetrics{
+		requests: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "sless_" + service + "_http_requests_total",
+			Help: "HTTP requests served, by route pattern, method and status code.",
+		}, []string{"route", "method", "code"}),
+		duration: prometheus.NewHistogramVec(prometheus.HistogramOpts{
+			Name:    "sless_" + service + "_http_request_duration_seconds",
+			Help:    "HTTP request latency, by route pattern and method.",
+			Buckets: prometheus.ExponentialBuckets(0.0005, 2, 16),
+		}, []string{"route", "method"}),
+	}
+	reg.MustRegister(m.requests, m.duration)
+	return m
+}
+
+// RouteFunc names the route of a request for metrics and span names, such as
+// the router's pattern; it is called after the handler ran.
+type RouteFunc func(*http.Request) string
+
+// Middleware records a server span (continuing an incoming traceparent) and
+// the request metrics around next.
+func Middleware(tracer trace.Tracer, prop propagation.TextMapPropagator, m *HTTPMetrics, route RouteFunc) func(http.Handler) http.Handler {
+	return func(next http.Handler) http.Handler {
+		return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+			start := time.Now()
+			ctx := prop.Extract(r.Context(), propagation.HeaderCarrier(r.Header))
+			ctx, span := tracer.Start(ctx, r.Method, trace.WithSpanKind(trace.SpanKindServer),
+				trace.WithAttributes(
+					semconv.HTTPRequestMethodKey.String(r.Method),
+					semconv.URLPath(r.URL.Path),
+				))
+			defer span.End()
+			sw := &statusWriter{ResponseWriter: w, code: http.StatusOK}
+			r = r.WithContext(ctx)
+			next.ServeHTTP(sw, r)
+
+			name := route(r)
+			if name == "" {
+				name = "unmatched"
+			}
+			span.SetName(r.Method + " " + name)
+			span.SetAttributes(semconv.HTTPRoute(name), semconv.HTTPResponseStatusCode(sw.code), attribute.Int64("http.response.body.size", sw.n))
+			if sw.code >= 500 {
+				span.SetStatus(codes.Error, http.StatusText(sw.code))
+			}
+			m.requests.WithLabelValues(name, r.Method, strconv.Itoa(sw.code)).Inc()
+			m.duration.WithLabelValues(name, r.Method).Observe(time.Since(start).Seconds())
+		})
+	}
+}
+
+type statusWriter struct {
+	http.ResponseWriter
+	code  int
+	n     int64
+	wrote bool
+}
+
+func (w *statusWriter) WriteHeader(code int) {
+	if !w.wrote {
+		w.code, w.wrote = code, true
+	}
+	w.ResponseWriter.WriteHeader(code)
+}
+
+func (w *statusWriter) Write(b []byte) (int, error) {
+	w.wrote = true
+	n, err := w.ResponseWriter.Write(b)
+	w.n += int64(n)
+	return n, err
+}
+
+// Flush lets streaming handlers (build logs) flush through the middleware.
+func (w *statusWriter) Flush() {
+	if f, ok := w.ResponseWriter.(http.Flusher); ok {
+		f.Flush()
+	}
+}
+
+// Unwrap lets http.ResponseController reach the underlying writer.
+func (w *statusWriter) Unwrap() http.ResponseWriter { return w.ResponseWriter }

@@ -1,0 +1,158 @@
+// Package testenv connects tests to the real servers that hack/deps.sh
+// starts: PostgreSQL, RabbitMQ, MinIO and an envtest kube-apiserver with the
+// sless CRDs. A missing server fails the test with the command that starts
+// it; nothing is skipped.
+package testenv
+
+import (
+	"context"
+	"crypto/rand"
+	"encoding/hex"
+
+	"net"
+	"net/url"
+	"os"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+	"github.com/minio/minio-go/v7"
+	"github.com/minio/minio-go/v7/pkg/credentials"
+	amqp "github.com/rabbitmq/amqp091-go"
+)
+
+const hint = `start the test servers with "make deps" (or run the tests through "make test")`
+
+func env(key, def string) string {
+	if v := os.Getenv(key); v != "" {
+		return v
+	}
+	return def
+}
+
+// Name returns a short random name with prefix, for databases, buckets and queues.
+func Name(prefix string) string {
+	b := make([]byte, 5)
+	_, _ = rand.Read(b)
+	return prefix + hex.EncodeToString(b)
+}
+
+// PostgresAdminURL is the server every test database is created on.
+func PostgresAdminURL() string {
+	return env("SLESS_TEST_POSTGRES_URL", "postgres://postgres@127.0.0.1:5432/postgres?sslmode=disable")
+}
+
+// Postgres creates a fresh database for the test, drops it afterwards and
+// returns its URL.
+func Postgres(t testing.TB) string {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), 15*time.Second)
+	defer cancel()
+	admin := PostgresAdminURL()
+	conn, err := pgx.Connect(ctx, admin)
+	if err != nil {
+		t.Fatalf("PostgreSQL is not reachable at %s: %v; %s", redact(admin), err, hint)
+	}
+	defer conn.Close(ctx)
+	db := Name("sless_t_")
+	if _, err := conn.Exec(ctx, "CREATE DATABASE "+db); err != nil {
+		t.Fatalf("create test database: %v", err)
+	}
+	t.Cleanup(func() {
+		ctx, cancel := context.WithTimeout(context.Background(), 15*time.Second)
+		defer cancel()
+		c, err := pgx.Connect(ctx, admin)
+		if err != nil {
+			t.Logf("drop test database %s: %v", db, err)
+			return
+		}
+		defer c.Close(ctx)
+		if _, err := c.Exec(ctx, "DROP DATABASE IF EXISTS "+db+" WITH (FORCE)"); err != nil {
+			t.Logf("drop test database %s: %v", db, err)
+		}
+	})
+	u, _ := url.Parse(admin)
+	u.Path = "/" + db
+	return u.String()
+}
+
+// RabbitURL returns the broker URL after checking that it answers.
+func RabbitURL(t testing.TB) string {
+	t.Helper()
+	u := env("SLESS_TEST_RABBITMQ_URL", "amqp://guest:guest@127.0.0.1:5672/")
+	conn, err := amqp.DialConfig(u, amqp.Config{Dial: amqp.DefaultDial(5 * time.Second)})
+	if err != nil {
+		t.Fatalf("RabbitMQ is not reachable at %s: %v; %s", redact(u), err, hint)
+	}
+	_ = conn.Close()
+	return u
+}
+
+// S3Config is a MinIO endpoint and a bucket made for one test.
+type S3Config struct {
+	Endpoint  string
+	AccessKey string
+	SecretKey string
+	Bucket    string
+}
+
+// Client returns a minio-go client for the config.
+func (c S3Config) Client() (*minio.Client, error) {
+	return minio.New(c.Endpoint, &minio.Options{Creds: credentials.NewStaticV4(c.AccessKey, c.SecretKey, ""), Secure: false})
+}
+
+// S3 creates a fresh bucket on the test MinIO and removes it afterwards.
+func S3(t testing.TB) S3Config {
+	t.Helper()
+	cfg := S3Config{
+		Endpoint:  os.Getenv("SLESS_TEST_S3_ENDPOINT"),
+		AccessKey: os.Getenv("SLESS_TEST_S3_ACCESS_KEY"),
+		SecretKey: os.Getenv("SLESS_TEST_S3_SECRET_KEY"),
+		Bucket:    Name("sless-t-"),
+	}
+	if cfg.Endpoint == "" || cfg.AccessKey == "" {
+		t.Fatalf("SLESS_TEST_S3_ENDPOINT and SLESS_TEST_S3_ACCESS_KEY are not set; %s", hint)
+	}
+	if c, err := net.DialTimeout("tcp", cfg.Endpoint, 3*time.Second); err != nil {
+		t.Fatalf("MinIO is not reachable at %s: %v; %s", cfg.Endpoint, err, hint)
+	} else {
+		_ = c.Close()
+	}
+	mc, err := cfg.Client()
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx := context.Background()
+	if err := mc.MakeBucket(ctx, cfg.Bucket, minio.MakeBucketOptions{}); err != nil {
+		t.Fatalf("create bucket on MinIO at %s: %v", cfg.Endpoint, err)
+	}
+	t.Cleanup(func() {
+		for o := range mc.ListObjects(ctx, cfg.Bucket, minio.ListObjectsOptions{Recursive: true}) {
+			if o.Err == nil {
+				_ = mc.RemoveObject(ctx, cfg.Bucket, o.Key, minio.RemoveObjectOptions{})
+			}
+		}
+		_ = mc.RemoveBucket(ctx, cfg.Bucket)
+	})
+	return cfg
+}
+
+func redact(u string) string {
+	p, err := url.Parse(u)
+	if err != nil {
+		return "(unparsable URL)"
+	}
+	if p.User != nil {
+		p.User = url.User(p.User.Username())
+	}
+	return strings.TrimSuffix(p.String(), "/")
+}
+
+// Fatal wraps an error from a helper with the start hint.
+func Fatal(t testing.TB, what string, err error) {
+	t.Helper()
+	t.Fatalf("%s: %v; %s", what, err, hint)
+}
+
+
