@@ -8,6 +8,8 @@ import (
 	"database/sql"
 	"embed"
 	"fmt"
+	"github.com/jackc/pgx/v5/pgxpool"
+	"github.com/jackc/pgx/v5/stdlib"
 
 	"github.com/pressly/goose/v3"
 	"github.com/pressly/goose/v3/lock"
@@ -40,4 +42,22 @@ func Up(ctx context.Context, db *sql.DB) error {
 		return fmt.Errorf("apply migrations: %w", err)
 	}
 	return nil
+}
+
+// Open connects a pool to url and, when apply is true, first brings the
+// schema up to date.
+func Open(ctx context.Context, url string, apply bool) (*pgxpool.Pool, error) {
+	pool, err := pgxpool.New(ctx, url)
+	if err != nil {
+		return nil, fmt.Errorf("postgres pool: %w", err)
+	}
+	if apply {
+		db := stdlib.OpenDBFromPool(pool)
+		defer db.Close()
+		if err := Up(ctx, db); err != nil {
+			pool.Close()
+			return nil, err
+		}
+	}
+	return pool, nil
 }

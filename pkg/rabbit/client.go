@@ -175,3 +175,11 @@ func sleep(ctx context.Context, d time.Duration) bool {
 		return true
 	}
 }
+
+// Check reports whether the connection is up; it backs /readyz.
+func (c *Client) Check(context.Context) error {
+	if !c.Connected() {
+		return errors.New("not connected to RabbitMQ")
+	}
+	return nil
+}

@@ -2,6 +2,8 @@ package rabbit
 
 import (
 	"fmt"
+	"github.com/kube5s/sless/pkg/msg"
+	"sort"
 	"time"
 
 	amqp "github.com/rabbitmq/amqp091-go"
@@ -117,4 +119,30 @@ func (q Queue) declare(ch *amqp.Channel) error {
 		}
 	}
 	return nil
+}
+
+// PlatformQueue is a platform work queue bound to the sless exchange with
+// the keys the message contract lists for it.
+func PlatformQueue(name string, retry RetryPolicy) Queue {
+	q := Queue{Name: name, Retry: retry}
+	for _, k := range msg.Bindings[name] {
+		q.Bindings = append(q.Bindings, Binding{Exchange: msg.Exchange, Key: k})
+	}
+	return q
+}
+
+// PlatformTopology is every platform work queue. Each service declares all
+// of them, so that no message is published before its queue exists,
+// whatever order the services start in.
+func PlatformTopology() []Queue {
+	names := make([]string, 0, len(msg.Bindings))
+	for n := range msg.Bindings {
+		names = append(names, n)
+	}
+	sort.Strings(names)
+	out := make([]Queue, 0, len(names))
+	for _, n := range names {
+		out = append(out, PlatformQueue(n, DefaultRetry))
+	}
+	return out
 }

@@ -5,24 +5,16 @@ import (
 	"os"
 	"path/filepath"
 
-	apiextensionsv1 "k8s.io/apiextensions-apiserver/pkg/apis/apiextensions/v1"
 	"k8s.io/apimachinery/pkg/runtime"
-	clientgoscheme "k8s.io/client-go/kubernetes/scheme"
 	"k8s.io/client-go/rest"
 	"sigs.k8s.io/controller-runtime/pkg/envtest"
 
 	"github.com/kube5s/sless/pkg/apis/sless/crds"
-	slessv1 "github.com/kube5s/sless/pkg/apis/sless/v1alpha1"
+	"github.com/kube5s/sless/pkg/kubeclient"
 )
 
 // Scheme returns a scheme with the Kubernetes built-ins and the sless types.
-func Scheme() *runtime.Scheme {
-	s := runtime.NewScheme()
-	_ = clientgoscheme.AddToScheme(s)
-	_ = apiextensionsv1.AddToScheme(s)
-	_ = slessv1.AddToScheme(s)
-	return s
-}
+func Scheme() *runtime.Scheme { return kubeclient.Scheme() }
 
 // Kube is a running envtest control plane (etcd and kube-apiserver built by
 // hack/deps.sh) with the sless CRDs installed.
@@ -59,3 +51,31 @@ func StartKube() (*Kube, error) {
 
 // Stop stops the control plane.
 func (k *Kube) Stop() error { return k.env.Stop() }
+
+// Kubeconfig writes a kubeconfig for an admin user of the control plane into
+// dir and returns its path, for services started in tests.
+func (k *Kube) Kubeconfig(dir string) (string, error) {
+	u, err := k.env.AddUser(envtest.User{Name: "sless-test-admin", Groups: []string{"system:masters"}}, nil)
+	if err != nil {
+		return "", fmt.Errorf("add envtest user: %w", err)
+	}
+	b, err := u.KubeConfig()
+	if err != nil {
+		return "", err
+	}
+	p := filepath.Join(dir, "kubeconfig")
+	return p, os.WriteFile(p, b, 0o600)
+}
+
+// MainWithKube runs the tests of a package against one control plane that
+// it starts first and stops after; use it as os.Exit(MainWithKube(m, &kube)).
+func MainWithKube(m interface{ Run() int }, kube **Kube) int {
+	k, err := StartKube()
+	if err != nil {
+		fmt.Fprintln(os.Stderr, err)
+		return 1
+	}
+	*kube = k
+	defer func() { _ = k.Stop() }()
+	return m.Run()
+}

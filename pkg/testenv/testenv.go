@@ -5,14 +5,19 @@
 package testenv
 
 import (
+	"bytes"
 	"context"
 	"crypto/rand"
 	"encoding/hex"
+	"fmt"
+	"io"
+	"net/http"
+	"strings"
+	"sync"
 
 	"net"
 	"net/url"
 	"os"
-	"strings"
 	"testing"
 	"time"
 
@@ -155,4 +160,130 @@ func Fatal(t testing.TB, what string, err error) {
 	t.Fatalf("%s: %v; %s", what, err, hint)
 }
 
+// FreeAddr returns a loopback address with a port that was free a moment ago.
+func FreeAddr(t testing.TB) string {
+	t.Helper()
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer ln.Close()
+	return ln.Addr().String()
+}
 
+// ServiceEnv returns the environment a service needs to reach the test
+// servers: a fresh database, the broker, a fresh bucket and, when kubeconfig
+// is not empty, the control plane.
+func ServiceEnv(t testing.TB, kubeconfig string) map[string]string {
+	t.Helper()
+	s3 := S3(t)
+	env := map[string]string{
+		"SLESS_POSTGRES_URL":  Postgres(t),
+		"SLESS_RABBITMQ_URL":  RabbitURL(t),
+		"SLESS_S3_ENDPOINT":   s3.Endpoint,
+		"SLESS_S3_ACCESS_KEY": s3.AccessKey,
+		"SLESS_S3_SECRET_KEY": s3.SecretKey,
+		"SLESS_S3_BUCKET":     s3.Bucket,
+		"SLESS_OPS_ADDR":      FreeAddr(t),
+		"LOG_LEVEL":           "debug",
+	}
+	if kubeconfig != "" {
+		env["KUBECONFIG"] = kubeconfig
+	}
+	return env
+}
+
+// RunFunc is a service's run function.
+type RunFunc func(ctx context.Context, getenv func(string) string, stdout io.Writer) error
+
+// StartService runs a service in the background with env, waits until its
+// /readyz answers 200 and returns a stop function that cancels it and
+// returns what run returned. The service's log is printed when the test fails.
+func StartService(t testing.TB, run RunFunc, env map[string]string) (stop func() error) {
+	t.Helper()
+	var logs syncBuffer
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan error, 1)
+	go func() { done <- run(ctx, func(k string) string { return env[k] }, &logs) }()
+	t.Cleanup(func() {
+		cancel()
+		if t.Failed() {
+			t.Logf("service log:\n%s", logs.String())
+		}
+	})
+	url := "http://" + env["SLESS_OPS_ADDR"] + "/readyz"
+	deadline := time.Now().Add(60 * time.Second)
+	for {
+		select {
+		case err := <-done:
+			t.Fatalf("service exited before it was ready: %v\n%s", err, logs.String())
+		default:
+		}
+		resp, err := http.Get(url)
+		if err == nil {
+			resp.Body.Close()
+			if resp.StatusCode == http.StatusOK {
+				break
+			}
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("service not ready within 60s (last: %v)\n%s", err, logs.String())
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
+	var once sync.Once
+	var result error
+	return func() error {
+		once.Do(func() {
+			cancel()
+			select {
+			case result = <-done:
+			case <-time.After(60 * time.Second):
+				result = fmt.Errorf("service did not stop within 60s")
+			}
+		})
+		return result
+	}
+}
+
+type syncBuffer struct {
+	mu sync.Mutex
+	b  bytes.Buffer
+}
+
+func (s *syncBuffer) Write(p []byte) (int, error) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.b.Write(p)
+}
+
+func (s *syncBuffer) String() string {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.b.String()
+}
+
+// CheckOps starts a service, checks its operational endpoints (liveness,
+// readiness with every dependency, metrics) and that it stops cleanly.
+func CheckOps(t *testing.T, run RunFunc, env map[string]string) {
+	t.Helper()
+	stop := StartService(t, run, env)
+	base := "http://" + env["SLESS_OPS_ADDR"]
+	for path, want := range map[string]string{"/healthz": "ok", "/readyz": `"status":"ready"`, "/metrics": "go_goroutines"} {
+		resp, err := http.Get(base + path)
+		if err != nil {
+			t.Fatalf("GET %s: %v", path, err)
+		}
+		body, _ := io.ReadAll(resp.Body)
+		resp.Body.Close()
+		if resp.StatusCode != http.StatusOK || !strings.Contains(string(body), want) {
+			t.Errorf("GET %s = %d %q, want 200 containing %q", path, resp.StatusCode, body, want)
+		}
+	}
+	if err := stop(); err != nil {
+		t.Fatalf("service did not stop cleanly: %v", err)
+	}
+	if _, err := http.Get(base + "/healthz"); err == nil {
+		t.Error("ops server still answers after stop")
+	}
+}

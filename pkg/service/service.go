@@ -1,0 +1,111 @@
+// Package service owns the skeleton every sless service runs in: the JSON
+// logger, the tracer provider, the metrics registry, the ops server
+// (/healthz, /readyz, /metrics) and the errgroup that owns every goroutine.
+package service
+
+import (
+	"context"
+	"fmt"
+	"io"
+	"log/slog"
+	"net"
+	"net/http"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+	sdktrace "go.opentelemetry.io/otel/sdk/trace"
+	"go.opentelemetry.io/otel/trace"
+	"golang.org/x/sync/errgroup"
+
+	"github.com/kube5s/sless/pkg/envconf"
+	"github.com/kube5s/sless/pkg/health"
+	"github.com/kube5s/sless/pkg/telemetry"
+)
+
+// Common is the configuration every service shares.
+type Common struct {
+	LogLevel   string        // LOG_LEVEL: debug, info, warn, error
+	OpsAddr    string        // SLESS_OPS_ADDR: /healthz, /readyz, /metrics
+	DrainDelay time.Duration // SLESS_DRAIN_DELAY: readiness fails this long before shutdown
+}
+
+// ReadCommon reads the shared settings.
+func ReadCommon(r *envconf.Reader, defaultOpsAddr string) Common {
+	return Common{
+		LogLevel:   r.OneOf("LOG_LEVEL", "info", "debug", "info", "warn", "error"),
+		OpsAddr:    r.String("SLESS_OPS_ADDR", defaultOpsAddr),
+		DrainDelay: r.Duration("SLESS_DRAIN_DELAY", 0),
+	}
+}
+
+// Service is one running sless service.
+type Service struct {
+	Name     string
+	Log      *slog.Logger
+	Provider *sdktrace.TracerProvider
+	Tracer   trace.Tracer
+	Registry *prometheus.Registry
+	Health   *health.Handler
+
+	cfg   Common
+	tasks []func(context.Context) error
+}
+
+// New builds the shared parts of a service.
+func New(ctx context.Context, name string, cfg Common, getenv func(string) string, stdout io.Writer) (*Service, error) {
+	log := telemetry.NewLogger(stdout, name, cfg.LogLevel)
+	tp, err := telemetry.NewTracerProvider(ctx, name, getenv)
+	if err != nil {
+		return nil, err
+	}
+	reg := telemetry.NewRegistry()
+	return &Service{
+		Name:     name,
+		Log:      log,
+		Provider: tp,
+		Tracer:   tp.Tracer("github.com/kube5s/sless/services/" + name),
+		Registry: reg,
+		Health:   health.NewHandler(reg),
+		cfg:      cfg,
+	}, nil
+}
+
+// Go adds a task that runs until the service stops; a task that returns an
+// error stops the service.
+func (s *Service) Go(task func(context.Context) error) { s.tasks = append(s.tasks, task) }
+
+// Serve adds an HTTP server on addr that drains and shuts down with the service.
+func (s *Service) Serve(addr string, h http.Handler) (net.Addr, error) {
+	ln, err := net.Listen("tcp", addr)
+	if err != nil {
+		return nil, fmt.Errorf("listen %s: %w", addr, err)
+	}
+	srv := &http.Server{Handler: h, ReadHeaderTimeout: 10 * time.Second, IdleTimeout: 90 * time.Second}
+	s.Go(func(ctx context.Context) error { return health.Serve(ctx, s.Log, srv, ln, s.Health, s.cfg.DrainDelay) })
+	return ln.Addr(), nil
+}
+
+// Run serves the ops endpoints, runs every task until ctx ends or one fails,
+// and flushes traces.
+func (s *Service) Run(ctx context.Context) error {
+	addr, err := s.Serve(s.cfg.OpsAddr, s.Health)
+	if err != nil {
+		return err
+	}
+	s.Log.Info("service started", "opsAddr", addr.String())
+	g, gctx := errgroup.WithContext(ctx)
+	for _, t := range s.tasks {
+		g.Go(func() error { return t(gctx) })
+	}
+	err = g.Wait()
+	sctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 5*time.Second)
+	defer cancel()
+	if terr := telemetry.Shutdown(sctx, s.Provider); terr != nil {
+		s.Log.Warn("flush traces", "err", terr)
+	}
+	if err != nil {
+		return err
+	}
+	s.Log.Info("service stopped")
+	return nil
+}

@@ -1,0 +1,48 @@
+package main
+
+import (
+	"context"
+	"fmt"
+	"io"
+
+	"github.com/kube5s/sless/migrations"
+	"github.com/kube5s/sless/pkg/health"
+	"github.com/kube5s/sless/pkg/kubeclient"
+	"github.com/kube5s/sless/pkg/rabbit"
+	"github.com/kube5s/sless/pkg/service"
+)
+
+// run is the composition root of the scheduler.
+func run(ctx context.Context, getenv func(string) string, stdout io.Writer) error {
+	cfg, err := loadConfig(getenv)
+	if err != nil {
+		return fmt.Errorf("configuration: %w", err)
+	}
+	svc, err := service.New(ctx, "scheduler", cfg.Common, getenv, stdout)
+	if err != nil {
+		return err
+	}
+
+	kcfg, err := kubeclient.Config(cfg.Kubeconfig, 50, 100)
+	if err != nil {
+		return err
+	}
+	kubeCheck, err := kubeclient.Check(kcfg)
+	if err != nil {
+		return err
+	}
+	svc.Health.AddCheck(health.Check{Name: "kubernetes", Fn: kubeCheck})
+
+	pool, err := migrations.Open(ctx, cfg.PostgresURL, cfg.Migrate)
+	if err != nil {
+		return err
+	}
+	defer pool.Close()
+	svc.Health.AddCheck(health.Check{Name: "postgres", Fn: pool.Ping})
+
+	mq := rabbit.New(cfg.RabbitURL, "sless-scheduler", svc.Log, rabbit.PlatformTopology()...)
+	svc.Go(mq.Run)
+	svc.Health.AddCheck(health.Check{Name: "rabbitmq", Fn: mq.Check})
+
+	return svc.Run(ctx)
+}
