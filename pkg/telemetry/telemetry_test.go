@@ -1,0 +1,74 @@
+package telemetry
+
+import (
+	"bytes"
+	"encoding/json"
+	"net/http"
+	"net/http/httptest"
+	"strings"
+	"testing"
+
+	"github.com/prometheus/client_golang/prometheus/testutil"
+	sdktrace "go.opentelemetry.io/otel/sdk/trace"
+	"go.opentelemetry.io/otel/sdk/trace/tracetest"
+)
+
+func TestMiddlewareContinuesTraceAndCountsRequests(t *testing.T) {
+	rec := tracetest.NewSpanRecorder()
+	tp := sdktrace.NewTracerProvider(sdktrace.WithSpanProcessor(rec))
+	reg := NewRegistry()
+	m := NewHTTPMetrics(reg, "test")
+	h := Middleware(tp.Tracer("t"), Propagator(), m, func(*http.Request) string { return "/v1/things/{id}" })(
+		http.HandlerFunc(func(w http.ResponseWriter, _ *http.Request) { w.WriteHeader(http.StatusTeapot) }))
+
+	req := httptest.NewRequest(http.MethodGet, "/v1/things/7", nil)
+	req.Header.Set("traceparent", "00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01")
+	h.ServeHTTP(httptest.NewRecorder(), req)
+
+	spans := rec.Ended()
+	if len(spans) != 1 {
+		t.Fatalf("%d spans, want 1", len(spans))
+	}
+	s := spans[0]
+	if got := s.SpanContext().TraceID().String(); got != "4bf92f3577b34da6a3ce929d0e0e4736" {
+		t.Errorf("trace id %s, want the incoming one", got)
+	}
+	if s.Name() != "GET /v1/things/{id}" {
+		t.Errorf("span name %q", s.Name())
+	}
+	if n := testutil.ToFloat64(m.requests.WithLabelValues("/v1/things/{id}", "GET", "418")); n != 1 {
+		t.Errorf("requests counter = %v, want 1", n)
+	}
+}
+
+func TestLoggerWritesJSONWithService(t *testing.T) {
+	var buf bytes.Buffer
+	NewLogger(&buf, "gateway", "warn").Info("hidden")
+	NewLogger(&buf, "gateway", "info").Info("shown", "tenant", "acme")
+	lines := strings.Split(strings.TrimSpace(buf.String()), "\n")
+	if len(lines) != 1 {
+		t.Fatalf("got %d log lines, want 1 (info below warn is dropped): %q", len(lines), buf.String())
+	}
+	var rec map[string]any
+	if err := json.Unmarshal([]byte(lines[0]), &rec); err != nil {
+		t.Fatal(err)
+	}
+	if rec["service"] != "gateway" || rec["tenant"] != "acme" || rec["msg"] != "shown" {
+		t.Errorf("log record %v", rec)
+	}
+}
+
+func TestTracerProviderExportsOnlyWhenConfigured(t *testing.T) {
+	env := map[string]string{}
+	tp, err := NewTracerProvider(t.Context(), "x", func(k string) string { return env[k] })
+	if err != nil {
+		t.Fatal(err)
+	}
+	_ = tp.Shutdown(t.Context())
+	env["OTEL_EXPORTER_OTLP_ENDPOINT"] = "http://127.0.0.1:1"
+	tp, err = NewTracerProvider(t.Context(), "x", func(k string) string { return env[k] })
+	if err != nil {
+		t.Fatalf("with an endpoint: %v", err)
+	}
+	_ = tp.Shutdown(t.Context())
+}
