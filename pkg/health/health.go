@@ -36,14 +36,14 @@ type Handler struct {
 }
 
 // NewHandler returns the handler with the given readiness checks.
-func NewHandler(reg *prometheus.Registry, checks ...Check) *Handler {
+func NewHandler(metrics prometheus.Gatherer, checks ...Check) *Handler {
 	h := &Handler{mux: http.NewServeMux(), checks: checks}
 	h.mux.HandleFunc("GET /healthz", func(w http.ResponseWriter, _ *http.Request) {
 		w.Header().Set("Content-Type", "text/plain")
 		_, _ = w.Write([]byte("ok\n"))
 	})
 	h.mux.HandleFunc("GET /readyz", h.ready)
-	h.mux.Handle("GET /metrics", telemetry.MetricsHandler(reg))
+	h.mux.Handle("GET /metrics", telemetry.MetricsHandler(metrics))
 	return h
 }
 

@@ -165,3 +165,13 @@ func ReadConfig(r *envconf.Reader) Config {
 		Secure:    r.Bool("SLESS_S3_SECURE", false),
 	}
 }
+
+// TenantPrefixes are every prefix under which a tenant's objects live.
+func TenantPrefixes(tenant string) []string {
+	return []string{"sources/" + tenant + "/", "builds/" + tenant + "/", "payloads/" + tenant + "/"}
+}
+
+// FunctionPrefixes are every prefix under which a function's objects live.
+func FunctionPrefixes(tenant, function string) []string {
+	return []string{SourcePrefix(tenant, function), "builds/" + tenant + "/" + function + "/"}
+}

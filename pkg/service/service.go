@@ -13,6 +13,7 @@ import (
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
+	dto "github.com/prometheus/client_model/go"
 	sdktrace "go.opentelemetry.io/otel/sdk/trace"
 	"go.opentelemetry.io/otel/trace"
 	"golang.org/x/sync/errgroup"
@@ -47,8 +48,9 @@ type Service struct {
 	Registry *prometheus.Registry
 	Health   *health.Handler
 
-	cfg   Common
-	tasks []func(context.Context) error
+	cfg       Common
+	tasks     []func(context.Context) error
+	gatherers prometheus.Gatherers
 }
 
 // New builds the shared parts of a service.
@@ -59,16 +61,22 @@ func New(ctx context.Context, name string, cfg Common, getenv func(string) strin
 		return nil, err
 	}
 	reg := telemetry.NewRegistry()
-	return &Service{
-		Name:     name,
-		Log:      log,
-		Provider: tp,
-		Tracer:   tp.Tracer("github.com/kube5s/sless/services/" + name),
-		Registry: reg,
-		Health:   health.NewHandler(reg),
-		cfg:      cfg,
-	}, nil
+	s := &Service{
+		Name:      name,
+		Log:       log,
+		Provider:  tp,
+		Tracer:    tp.Tracer("github.com/kube5s/sless/services/" + name),
+		Registry:  reg,
+		cfg:       cfg,
+		gatherers: prometheus.Gatherers{reg},
+	}
+	s.Health = health.NewHandler(prometheus.GathererFunc(func() ([]*dto.MetricFamily, error) { return s.gatherers.Gather() }))
+	return s, nil
 }
+
+// AddGatherer serves the metrics of another registry (a library's own) on
+// /metrics too.
+func (s *Service) AddGatherer(g prometheus.Gatherer) { s.gatherers = append(s.gatherers, g) }
 
 // Go adds a task that runs until the service stops; a task that returns an
 // error stops the service.

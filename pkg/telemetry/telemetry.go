@@ -70,9 +70,9 @@ func NewRegistry() *prometheus.Registry {
 	return reg
 }
 
-// MetricsHandler serves the registry in the Prometheus text format.
-func MetricsHandler(reg *prometheus.Registry) http.Handler {
-	return promhttp.HandlerFor(reg, promhttp.HandlerOpts{Registry: reg})
+// MetricsHandler serves the metrics of g in the Prometheus text format.
+func MetricsHandler(g prometheus.Gatherer) http.Handler {
+	return promhttp.HandlerFor(g, promhttp.HandlerOpts{})
 }
 
 // Shutdown flushes and stops the tracer provider, ignoring a cancelled context.

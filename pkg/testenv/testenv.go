@@ -12,6 +12,8 @@ import (
 	"fmt"
 	"io"
 	"net/http"
+	neturl "net/url"
+	"os/exec"
 	"strings"
 	"sync"
 
@@ -286,4 +288,25 @@ func CheckOps(t *testing.T, run RunFunc, env map[string]string) {
 	if _, err := http.Get(base + "/healthz"); err == nil {
 		t.Error("ops server still answers after stop")
 	}
+}
+
+// RabbitVhost creates a virtual host of its own for the caller (a test
+// package or a test), so that platform queues it declares and fills do not
+// reach other tests, and returns its URL and a function that deletes it.
+// It needs rabbitmqctl, as the broker-restart tests do.
+func RabbitVhost() (url string, cleanup func(), err error) {
+	base := env("SLESS_TEST_RABBITMQ_URL", "amqp://guest:guest@127.0.0.1:5672/")
+	u, err := neturl.Parse(base)
+	if err != nil {
+		return "", nil, err
+	}
+	vhost := Name("sless-test-")
+	user := u.User.Username()
+	for _, args := range [][]string{{"add_vhost", vhost}, {"set_permissions", "-p", vhost, user, ".*", ".*", ".*"}} {
+		if out, err := exec.Command("rabbitmqctl", args...).CombinedOutput(); err != nil {
+			return "", nil, fmt.Errorf("rabbitmqctl %s: %v: %s; %s", args[0], err, out, hint)
+		}
+	}
+	u.Path = "/" + vhost
+	return u.String(), func() { _ = exec.Command("rabbitmqctl", "delete_vhost", vhost).Run() }, nil
 }

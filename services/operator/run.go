@@ -5,15 +5,24 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"strings"
 
 	"github.com/go-logr/logr"
+	"github.com/prometheus/client_golang/prometheus"
+	dto "github.com/prometheus/client_model/go"
 	ctrl "sigs.k8s.io/controller-runtime"
+	crmetrics "sigs.k8s.io/controller-runtime/pkg/metrics"
 	metricsserver "sigs.k8s.io/controller-runtime/pkg/metrics/server"
 
 	"github.com/kube5s/sless/pkg/health"
 	"github.com/kube5s/sless/pkg/kubeclient"
+	"github.com/kube5s/sless/pkg/msg"
+	"github.com/kube5s/sless/pkg/objstore"
 	"github.com/kube5s/sless/pkg/rabbit"
 	"github.com/kube5s/sless/pkg/service"
+	"github.com/kube5s/sless/services/operator/internal/controller"
+	"github.com/kube5s/sless/services/operator/internal/driver"
+	"github.com/kube5s/sless/services/operator/internal/resources"
 )
 
 // run is the composition root of the operator.
@@ -26,6 +35,7 @@ func run(ctx context.Context, getenv func(string) string, stdout io.Writer) erro
 	if err != nil {
 		return err
 	}
+	svc.AddGatherer(controllerRuntimeMetrics())
 
 	kcfg, err := kubeclient.Config(cfg.Kubeconfig, 50, 100)
 	if err != nil {
@@ -43,17 +53,78 @@ func run(ctx context.Context, getenv func(string) string, stdout io.Writer) erro
 	if err != nil {
 		return fmt.Errorf("controller manager: %w", err)
 	}
-	svc.Go(mgr.Start)
-	svc.Health.AddCheck(health.Check{Name: "kubernetes", Fn: func(ctx context.Context) error {
+	cacheSynced := func(ctx context.Context) error {
 		if !mgr.GetCache().WaitForCacheSync(ctx) {
 			return errors.New("informer caches not synced")
 		}
 		return nil
-	}})
+	}
+	svc.Health.AddCheck(health.Check{Name: "kubernetes", Fn: cacheSynced})
+
+	store, err := objstore.New(cfg.S3)
+	if err != nil {
+		return err
+	}
+	if err := store.EnsureBucket(ctx); err != nil {
+		return err
+	}
+	svc.Health.AddCheck(health.Check{Name: "s3", Fn: store.Check})
 
 	mq := rabbit.New(cfg.RabbitURL, "sless-operator", svc.Log, rabbit.PlatformTopology()...)
 	svc.Go(mq.Run)
 	svc.Health.AddCheck(health.Check{Name: "rabbitmq", Fn: mq.Check})
+	pub := rabbit.NewPublisher(mq)
 
+	var drv driver.Driver
+	switch cfg.ExecutionDriver {
+	case "kubernetes":
+		drv = &driver.Kubernetes{Client: mgr.GetClient()}
+	default:
+		return fmt.Errorf("execution driver %q is not built yet", cfg.ExecutionDriver)
+	}
+	err = controller.Setup(ctx, mgr, controller.Deps{
+		Publisher: pub,
+		Store:     store,
+		Driver:    drv,
+		Platform:  resources.Platform{SystemNamespace: cfg.Namespace, ClusterCIDRs: cfg.ClusterCIDRs},
+		PublicURL: cfg.PublicURL,
+		Tracer:    svc.Tracer,
+		Metrics:   controller.NewMetrics(svc.Registry),
+		APIReader: mgr.GetAPIReader(),
+	})
+	if err != nil {
+		return err
+	}
+	svc.Go(mgr.Start)
+
+	h := &controller.Handlers{Client: mgr.GetClient(), Events: mgr.GetEventRecorder("sless-operator")}
+	for queue, handle := range map[string]rabbit.Handler{
+		msg.QueueBuildCompleted: h.BuildCompleted,
+		msg.QueueJobCompleted:   h.JobCompleted,
+	} {
+		c := &rabbit.Consumer{Client: mq, Queue: rabbit.PlatformQueue(queue, rabbit.DefaultRetry), Prefetch: 8, Handler: handle, Tracer: svc.Tracer}
+		svc.Go(func(ctx context.Context) error {
+			if cacheSynced(ctx) != nil {
+				return nil // stopping before the caches synced
+			}
+			return c.Run(ctx)
+		})
+	}
 	return svc.Run(ctx)
+}
+
+// controllerRuntimeMetrics serves controller-runtime's own registry
+// (reconcile counts, work queues, client calls) without the Go and process
+// collectors it also registers, which the service registry already has.
+func controllerRuntimeMetrics() prometheus.Gatherer {
+	return prometheus.GathererFunc(func() ([]*dto.MetricFamily, error) {
+		mfs, err := crmetrics.Registry.Gather()
+		out := mfs[:0]
+		for _, mf := range mfs {
+			if n := mf.GetName(); !strings.HasPrefix(n, "go_") && !strings.HasPrefix(n, "process_") {
+				out = append(out, mf)
+			}
+		}
+		return out, err
+	})
 }

@@ -24,6 +24,7 @@ func kubeconfig(t *testing.T) string {
 
 func TestRunServesOpsAndStops(t *testing.T) {
 	env := testenv.ServiceEnv(t, kubeconfig(t))
+	env["SLESS_EXECUTION_DRIVER"] = "kubernetes"
 
 	testenv.CheckOps(t, run, env)
 }

@@ -1,0 +1,138 @@
+// Package controller holds the operator's reconcilers, one per kind
+// (Tenant, Function, Trigger, FunctionJob), the handlers of the messages
+// that report back to them (build results, job results), and Setup, which
+// wires them into a controller manager.
+package controller
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+	"go.opentelemetry.io/otel/trace"
+	"k8s.io/apimachinery/pkg/api/equality"
+	ctrl "sigs.k8s.io/controller-runtime"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+
+	slessv1 "github.com/kube5s/sless/pkg/apis/sless/v1alpha1"
+	"github.com/kube5s/sless/pkg/msg"
+	"github.com/kube5s/sless/services/operator/internal/driver"
+	"github.com/kube5s/sless/services/operator/internal/resources"
+)
+
+// Publisher sends a message to the platform exchange and returns once the
+// broker confirmed it.
+type Publisher interface {
+	PublishMessage(ctx context.Context, m msg.Message) error
+}
+
+// ObjectStore removes what a tenant or function owns in the object store.
+type ObjectStore interface {
+	DeletePrefix(ctx context.Context, prefix string) (int, error)
+}
+
+// Deps are what the reconcilers need besides the manager.
+type Deps struct {
+	Publisher Publisher
+	Store     ObjectStore
+	Driver    driver.Driver
+	Platform  resources.Platform
+	// PublicURL is the gateway's public base URL, for status.url.
+	PublicURL string
+	Tracer    trace.Tracer
+	Metrics   *Metrics
+	// APIReader reads past the cache. Before an action that must happen
+	// once (a build request, a job dispatch), the reconcilers confirm with a
+	// fresh read that the informer cache was not merely behind their own
+	// last status write.
+	APIReader client.Reader
+}
+
+// Metrics are the operator's own counters.
+type Metrics struct {
+	reconciles      *prometheus.CounterVec
+	buildsRequested prometheus.Counter
+	jobRuns         prometheus.Counter
+}
+
+// NewMetrics registers the operator metrics on reg.
+func NewMetrics(reg prometheus.Registerer) *Metrics {
+	m := &Metrics{
+		reconciles: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "sless_operator_reconciles_total", Help: "Reconciles by kind and result (ok, error).",
+		}, []string{"kind", "result"}),
+		buildsRequested: prometheus.NewCounter(prometheus.CounterOpts{
+			Name: "sless_operator_builds_requested_total", Help: "build.requested.v1 messages published.",
+		}),
+		jobRuns: prometheus.NewCounter(prometheus.CounterOpts{
+			Name: "sless_operator_job_runs_total", Help: "FunctionJob runs dispatched.",
+		}),
+	}
+	reg.MustRegister(m.reconciles, m.buildsRequested, m.jobRuns)
+	return m
+}
+
+func (m *Metrics) observe(kind string, err error) {
+	result := "ok"
+	if err != nil {
+		result = "error"
+	}
+	m.reconciles.WithLabelValues(kind, result).Inc()
+}
+
+// Field index names.
+const (
+	indexTriggerFunction = "spec.functionRef.name"
+	indexJobFunction     = "spec.functionRef.name"
+)
+
+// Setup registers the four reconcilers and their indexes with mgr.
+func Setup(ctx context.Context, mgr ctrl.Manager, d Deps) error {
+	idx := mgr.GetFieldIndexer()
+	if err := idx.IndexField(ctx, &slessv1.Trigger{}, indexTriggerFunction, func(o client.Object) []string {
+		return []string{o.(*slessv1.Trigger).Spec.FunctionRef.Name}
+	}); err != nil {
+		return fmt.Errorf("index triggers: %w", err)
+	}
+	if err := idx.IndexField(ctx, &slessv1.FunctionJob{}, indexJobFunction, func(o client.Object) []string {
+		return []string{o.(*slessv1.FunctionJob).Spec.FunctionRef.Name}
+	}); err != nil {
+		return fmt.Errorf("index jobs: %w", err)
+	}
+	rec := mgr.GetEventRecorder("sless-operator")
+	c := mgr.GetClient()
+	if err := (&TenantReconciler{Client: c, Store: d.Store, Platform: d.Platform, Events: rec, Metrics: d.Metrics}).SetupWithManager(mgr); err != nil {
+		return err
+	}
+	if err := (&FunctionReconciler{Client: c, Deps: d, Events: rec}).SetupWithManager(mgr); err != nil {
+		return err
+	}
+	if err := (&TriggerReconciler{Client: c, PublicURL: d.PublicURL, Metrics: d.Metrics}).SetupWithManager(mgr); err != nil {
+		return err
+	}
+	return (&FunctionJobReconciler{Client: c, APIReader: d.APIReader, Publisher: d.Publisher, Metrics: d.Metrics, Events: rec}).SetupWithManager(mgr)
+}
+
+// patchStatus writes obj's status when it differs from before, with an
+// optimistic lock so that a concurrent writer (a message handler) is never
+// overwritten; a conflict requeues.
+func patchStatus(ctx context.Context, c client.Client, obj, before client.Object, oldStatus, newStatus any) error {
+	if equality.Semantic.DeepEqual(oldStatus, newStatus) {
+		return nil
+	}
+	return c.Status().Patch(ctx, obj, client.MergeFromWithOptions(before, client.MergeFromWithOptimisticLock{}))
+}
+
+// errStaleCache means the informer cache lagged behind a status this
+// operator already wrote; the reconcile is retried shortly.
+var errStaleCache = errors.New("informer cache is behind the API server")
+
+// requeueIfStale turns errStaleCache into a quiet short requeue.
+func requeueIfStale(err error) (ctrl.Result, error) {
+	if errors.Is(err, errStaleCache) {
+		return ctrl.Result{RequeueAfter: 50 * time.Millisecond}, nil
+	}
+	return ctrl.Result{}, err
+}

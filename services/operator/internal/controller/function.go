@@ -1,0 +1,224 @@
+package controller
+
+import (
+	"context"
+	"fmt"
+	"time"
+
+	"go.opentelemetry.io/otel/attribute"
+	"go.opentelemetry.io/otel/propagation"
+	"go.opentelemetry.io/otel/trace"
+	corev1 "k8s.io/api/core/v1"
+	"k8s.io/apimachinery/pkg/api/meta"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	ctrl "sigs.k8s.io/controller-runtime"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+	"sigs.k8s.io/controller-runtime/pkg/controller/controllerutil"
+	"sigs.k8s.io/controller-runtime/pkg/recorder"
+
+	slessv1 "github.com/kube5s/sless/pkg/apis/sless/v1alpha1"
+	"github.com/kube5s/sless/pkg/msg"
+	"github.com/kube5s/sless/pkg/objstore"
+	"github.com/kube5s/sless/services/operator/internal/driver"
+	"github.com/kube5s/sless/services/operator/internal/resources"
+)
+
+// Condition reasons of a Function.
+const (
+	ReasonAwaitingSource = "AwaitingSource"
+	ReasonUploaded       = "Uploaded"
+	ReasonPrebuilt       = "PrebuiltImage"
+	ReasonBuilding       = "Building"
+	ReasonBuildSucceeded = "BuildSucceeded"
+	ReasonBuildFailed    = "BuildFailed"
+	ReasonWaitingBuild   = "WaitingForBuild"
+	ReasonRolledOut      = "RolledOut"
+	ReasonDriverError    = "DriverError"
+	ReasonServing        = "Serving"
+	ReasonNotServing     = "NotServing"
+)
+
+// FunctionReconciler requests builds of new source digests and runs the
+// built artifact through the execution driver.
+type FunctionReconciler struct {
+	Client client.Client
+	Deps
+	Events recorder.EventRecorder
+}
+
+// SetupWithManager watches Functions and what the driver creates for them.
+func (r *FunctionReconciler) SetupWithManager(mgr ctrl.Manager) error {
+	b := ctrl.NewControllerManagedBy(mgr).For(&slessv1.Function{})
+	return r.Driver.Watch(b).Complete(r)
+}
+
+// Reconcile implements reconcile.Reconciler.
+func (r *FunctionReconciler) Reconcile(ctx context.Context, req ctrl.Request) (res ctrl.Result, err error) {
+	defer func() { r.Metrics.observe("Function", err) }()
+	var fn slessv1.Function
+	if err := r.Client.Get(ctx, req.NamespacedName, &fn); err != nil {
+		return ctrl.Result{}, client.IgnoreNotFound(err)
+	}
+	if !fn.DeletionTimestamp.IsZero() {
+		return ctrl.Result{}, r.finalize(ctx, &fn)
+	}
+	if controllerutil.AddFinalizer(&fn, resources.FunctionFinalizer) {
+		if err := r.Client.Update(ctx, &fn); err != nil {
+			return ctrl.Result{}, err
+		}
+	}
+
+	before := fn.DeepCopy()
+	st := &fn.Status
+	gen := fn.Generation
+	if err := r.source(ctx, &fn); err != nil {
+		return requeueIfStale(err)
+	}
+
+	artifact := driver.Artifact{Image: st.Image, Dir: st.Artifact, BuildID: st.LastBuildID}
+	var state driver.State
+	var driverErr error
+	if artifact.Image == "" && artifact.Dir == "" {
+		slessv1.SetCondition(&st.Conditions, gen, slessv1.ConditionDeployed, metav1.ConditionFalse, ReasonWaitingBuild, "nothing to run until a build succeeds")
+	} else {
+		state, driverErr = r.Driver.Ensure(ctx, &fn, artifact)
+		switch {
+		case driverErr != nil:
+			slessv1.SetCondition(&st.Conditions, gen, slessv1.ConditionDeployed, metav1.ConditionFalse, ReasonDriverError, driverErr.Error())
+		case state.RolledOut:
+			slessv1.SetCondition(&st.Conditions, gen, slessv1.ConditionDeployed, metav1.ConditionTrue, ReasonRolledOut,
+				fmt.Sprintf("%d replicas run the current version", state.ReadyReplicas))
+		default:
+			slessv1.SetCondition(&st.Conditions, gen, slessv1.ConditionDeployed, metav1.ConditionFalse, state.Reason, state.Message)
+		}
+	}
+	st.ReadyReplicas = state.ReadyReplicas
+	st.Endpoint = state.Endpoint
+	if state.Serving {
+		st.URL = resources.InvokeURL(r.PublicURL, &fn)
+		slessv1.SetCondition(&st.Conditions, gen, slessv1.ConditionReady, metav1.ConditionTrue, ReasonServing, "the endpoint takes invocations")
+	} else {
+		st.URL = ""
+		slessv1.SetCondition(&st.Conditions, gen, slessv1.ConditionReady, metav1.ConditionFalse, ReasonNotServing, "no replica serves yet")
+	}
+	st.Phase, st.Message = phase(&fn, state)
+	st.ObservedGeneration = gen
+	if err := patchStatus(ctx, r.Client, &fn, before, before.Status, fn.Status); err != nil {
+		return ctrl.Result{}, err
+	}
+	if driverErr != nil {
+		return ctrl.Result{}, driverErr
+	}
+	return ctrl.Result{}, nil
+}
+
+// source sets SourceReady and Built, and requests a build of a source digest
+// not yet requested for this function and runtime. The build id is derived
+// from both, and the last requested id is kept in status, so one digest is
+// requested once, across restarts.
+func (r *FunctionReconciler) source(ctx context.Context, fn *slessv1.Function) error {
+	st, gen := &fn.Status, fn.Generation
+	switch {
+	case fn.Spec.Image != "":
+		st.Image, st.Artifact = fn.Spec.Image, ""
+		slessv1.SetCondition(&st.Conditions, gen, slessv1.ConditionSourceReady, metav1.ConditionTrue, ReasonPrebuilt, "a prebuilt image is given")
+		slessv1.SetCondition(&st.Conditions, gen, slessv1.ConditionBuilt, metav1.ConditionTrue, ReasonPrebuilt, "no build needed")
+		return nil
+	case fn.Spec.Source == nil:
+		slessv1.SetCondition(&st.Conditions, gen, slessv1.ConditionSourceReady, metav1.ConditionFalse, ReasonAwaitingSource,
+			"upload a zip with PUT /v1/tenants/{tenant}/functions/{function}/source")
+		slessv1.SetCondition(&st.Conditions, gen, slessv1.ConditionBuilt, metav1.ConditionFalse, ReasonAwaitingSource, "no source yet")
+		return nil
+	}
+	src := fn.Spec.Source
+	slessv1.SetCondition(&st.Conditions, gen, slessv1.ConditionSourceReady, metav1.ConditionTrue, ReasonUploaded, "source "+short(src.SHA256))
+	want := resources.BuildID(string(fn.UID), string(fn.Spec.Runtime), src.SHA256)
+	if st.LastBuildID == want {
+		return nil
+	}
+	var fresh slessv1.Function
+	if err := r.APIReader.Get(ctx, client.ObjectKeyFromObject(fn), &fresh); err != nil {
+		return err
+	}
+	if fresh.Status.LastBuildID == want {
+		return errStaleCache
+	}
+	ctx = propagation.TraceContext{}.Extract(ctx, propagation.MapCarrier{"traceparent": fn.Annotations[resources.TraceparentAnnotation]})
+	ctx, span := r.Tracer.Start(ctx, "function.build.request", trace.WithSpanKind(trace.SpanKindProducer), trace.WithAttributes(
+		attribute.String("faas.name", fn.Name), attribute.String("sless.tenant", resources.TenantOf(fn.Namespace)),
+		attribute.String("sless.build.id", want), attribute.String("messaging.system", "rabbitmq"),
+		attribute.String("messaging.destination.name", msg.Exchange)))
+	defer span.End()
+	err := r.Publisher.PublishMessage(ctx, &msg.BuildRequested{
+		BuildID: want, Tenant: resources.TenantOf(fn.Namespace), Namespace: fn.Namespace, Function: fn.Name,
+		FunctionUID: string(fn.UID), Runtime: string(fn.Spec.Runtime), Entrypoint: fn.Spec.Entrypoint,
+		SourceKey: src.S3Key, SourceSHA256: src.SHA256, RequestedAt: time.Now().UTC(),
+	})
+	if err != nil {
+		span.RecordError(err)
+		return fmt.Errorf("request build of %s/%s: %w", fn.Namespace, fn.Name, err)
+	}
+	r.Metrics.buildsRequested.Inc()
+	st.LastBuildID, st.RequestedSourceSHA256 = want, src.SHA256
+	slessv1.SetCondition(&st.Conditions, gen, slessv1.ConditionBuilt, metav1.ConditionFalse, ReasonBuilding, "building source "+short(src.SHA256))
+	r.Events.Eventf(fn, nil, corev1.EventTypeNormal, "BuildRequested", "Build", "build %s requested for source %s", want, short(src.SHA256))
+	return nil
+}
+
+// phase summarises the conditions for humans and the API.
+func phase(fn *slessv1.Function, state driver.State) (slessv1.FunctionPhase, string) {
+	c := fn.Status.Conditions
+	built := meta.FindStatusCondition(c, slessv1.ConditionBuilt)
+	switch {
+	case state.Serving && built != nil && built.Reason == ReasonBuilding:
+		return slessv1.FunctionReady, "serving the previous version while the new source builds"
+	case state.Serving && built != nil && built.Reason == ReasonBuildFailed:
+		return slessv1.FunctionReady, "serving the previous version; the new source failed to build: " + built.Message
+	case state.Serving:
+		return slessv1.FunctionReady, ""
+	case built != nil && built.Reason == ReasonBuildFailed:
+		return slessv1.FunctionFailed, built.Message
+	case built != nil && built.Reason == ReasonAwaitingSource:
+		return slessv1.FunctionPending, built.Message
+	case built != nil && built.Status != metav1.ConditionTrue:
+		return slessv1.FunctionBuilding, built.Message
+	default:
+		if d := meta.FindStatusCondition(c, slessv1.ConditionDeployed); d != nil {
+			if d.Reason == ReasonDriverError || d.Reason == "RolloutFailed" {
+				return slessv1.FunctionFailed, d.Message
+			}
+			return slessv1.FunctionDeploying, d.Message
+		}
+		return slessv1.FunctionDeploying, ""
+	}
+}
+
+// finalize stops the function's replicas and removes its stored objects.
+func (r *FunctionReconciler) finalize(ctx context.Context, fn *slessv1.Function) error {
+	if !controllerutil.ContainsFinalizer(fn, resources.FunctionFinalizer) {
+		return nil
+	}
+	if err := r.Driver.Delete(ctx, fn); err != nil {
+		return fmt.Errorf("stop function %s/%s: %w", fn.Namespace, fn.Name, err)
+	}
+	tenant := resources.TenantOf(fn.Namespace)
+	for _, prefix := range objstore.FunctionPrefixes(tenant, fn.Name) {
+		if _, err := r.Store.DeletePrefix(ctx, prefix); err != nil {
+			return fmt.Errorf("delete stored objects of %s/%s: %w", tenant, fn.Name, err)
+		}
+	}
+	if fn.Status.Image != "" && fn.Spec.Image == "" {
+		// Registry images are not deleted by the operator; the event lists
+		// them for the registry's own garbage collection.
+		r.Events.Eventf(fn, nil, corev1.EventTypeNormal, "ImageOrphaned", "Delete", "image %s can be removed from the registry", fn.Status.Image)
+	}
+	controllerutil.RemoveFinalizer(fn, resources.FunctionFinalizer)
+	return client.IgnoreNotFound(r.Client.Update(ctx, fn))
+}
+
+func short(sha string) string {
+	if len(sha) > 12 {
+		return sha[:12]
+	}
+	return sha
+}

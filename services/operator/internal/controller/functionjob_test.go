@@ -1,0 +1,101 @@
+package controller
+
+import (
+	"encoding/json"
+	"testing"
+	"time"
+
+	apiextensionsv1 "k8s.io/apiextensions-apiserver/pkg/apis/apiextensions/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+
+	slessv1 "github.com/kube5s/sless/pkg/apis/sless/v1alpha1"
+	"github.com/kube5s/sless/pkg/msg"
+	"github.com/kube5s/sless/services/operator/internal/resources"
+)
+
+// TestJobRunsOncePerRunID: a run waits for its function, is dispatched
+// once however often the job is reconciled and across an operator restart,
+// takes its result from invocation.completed.v1, and a new runID runs again.
+func TestJobRunsOncePerRunID(t *testing.T) {
+	h := newHarness(t)
+	tn, ns := h.tenant(t)
+	runs := h.observe(t, msg.TypeInvocationRequested+".job")
+
+	job := &slessv1.FunctionJob{ObjectMeta: metav1.ObjectMeta{Name: "nightly", Namespace: ns}, Spec: slessv1.FunctionJobSpec{
+		FunctionRef: slessv1.LocalRef{Name: "worker"}, RunID: 1, Payload: &apiextensionsv1.JSON{Raw: []byte(`{"report":"daily"}`)}}}
+	if err := h.c.Create(t.Context(), job); err != nil {
+		t.Fatal(err)
+	}
+	h.eventually(t, "job Waiting", func() bool { h.get(t, job); return job.Status.Phase == slessv1.JobWaiting })
+
+	fn := h.function(t, ns, "worker", func(f *slessv1.Function) { f.Spec.Image = image })
+	h.markAvailable(t, ns, "worker")
+	h.eventually(t, "job Running and dispatched", func() bool {
+		h.get(t, job)
+		return job.Status.Phase == slessv1.JobRunning && slessv1.IsTrue(job.Status.Conditions, ConditionDispatched)
+	})
+	wantID := resources.JobInvocationID(string(job.UID), 1)
+	if job.Status.InvocationID != wantID || job.Status.LastRunID != 1 {
+		t.Fatalf("status = %+v, want invocation %s for run 1", job.Status, wantID)
+	}
+
+	// Reconcile again and again (annotation changes are events), then
+	// restart the operator.
+	for i := range 5 {
+		patch := []byte(`{"metadata":{"annotations":{"poke":"` + time.Now().Format(time.RFC3339Nano) + `"}}}`)
+		if err := h.c.Patch(t.Context(), job, client.RawPatch("application/merge-patch+json", patch)); err != nil {
+			t.Fatal(err, i)
+		}
+	}
+	if err := h.c.Patch(t.Context(), fn, client.RawPatch("application/merge-patch+json", []byte(`{"metadata":{"labels":{"poke":"1"}}}`))); err != nil {
+		t.Fatal(err)
+	}
+	h.stop()
+	h = newHarness(t)
+	time.Sleep(500 * time.Millisecond)
+	got := runs.matching(wantID)
+	if len(got) != 1 {
+		t.Fatalf("run 1 was dispatched %d times, want once", len(got))
+	}
+	var req msg.InvocationRequested
+	if err := json.Unmarshal(got[0].Body, &req); err != nil {
+		t.Fatal(err)
+	}
+	if req.Function != "worker" || req.Tenant != tn.Name || req.Job == nil || req.Job.RunID != 1 || string(req.Request.Body) != `{"report":"daily"}` {
+		t.Errorf("invocation request = %+v", req)
+	}
+
+	// The invoker reports the result.
+	now := time.Now().UTC()
+	done := &msg.InvocationCompleted{InvocationID: wantID, Tenant: tn.Name, Function: "worker", Trigger: msg.TriggerJob,
+		Status: msg.StatusSucceeded, HTTPStatus: 200, Attempts: 1, StartedAt: now, FinishedAt: now, Result: []byte(`{"rows":3}`), Job: req.Job}
+	if err := h.pub.PublishMessage(t.Context(), done); err != nil {
+		t.Fatal(err)
+	}
+	h.eventually(t, "job Succeeded", func() bool { h.get(t, job); return job.Status.Phase == slessv1.JobSucceeded })
+	if job.Status.Result != `200: {"rows":3}` || job.Status.CompletionTime == nil {
+		t.Errorf("result %q completion %v", job.Status.Result, job.Status.CompletionTime)
+	}
+
+	// A new runID runs once more, with a new invocation id.
+	job.Spec.RunID = 2
+	if err := h.c.Update(t.Context(), job); err != nil {
+		t.Fatal(err)
+	}
+	id2 := resources.JobInvocationID(string(job.UID), 2)
+	h.eventually(t, "run 2 dispatched", func() bool { return len(runs.matching(id2)) == 1 })
+	if len(runs.matching(wantID)) != 1 {
+		t.Error("run 1 was dispatched again by run 2")
+	}
+}
+
+func TestJobWithRunIDZeroIsSkipped(t *testing.T) {
+	h := newHarness(t)
+	_, ns := h.tenant(t)
+	job := &slessv1.FunctionJob{ObjectMeta: metav1.ObjectMeta{Name: "idle", Namespace: ns}, Spec: slessv1.FunctionJobSpec{FunctionRef: slessv1.LocalRef{Name: "x"}}}
+	if err := h.c.Create(t.Context(), job); err != nil {
+		t.Fatal(err)
+	}
+	h.eventually(t, "job Skipped", func() bool { h.get(t, job); return job.Status.Phase == slessv1.JobSkipped })
+}

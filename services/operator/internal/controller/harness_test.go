@@ -1,0 +1,245 @@
+package controller
+
+import (
+	"bytes"
+	"context"
+	"fmt"
+	"io"
+	"log/slog"
+	"os"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/go-logr/logr"
+	"github.com/prometheus/client_golang/prometheus"
+	amqp "github.com/rabbitmq/amqp091-go"
+	"go.opentelemetry.io/otel/trace/noop"
+	appsv1 "k8s.io/api/apps/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/utils/ptr"
+	ctrl "sigs.k8s.io/controller-runtime"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+	"sigs.k8s.io/controller-runtime/pkg/config"
+	metricsserver "sigs.k8s.io/controller-runtime/pkg/metrics/server"
+
+	slessv1 "github.com/kube5s/sless/pkg/apis/sless/v1alpha1"
+	"github.com/kube5s/sless/pkg/msg"
+	"github.com/kube5s/sless/pkg/objstore"
+	"github.com/kube5s/sless/pkg/rabbit"
+	"github.com/kube5s/sless/pkg/testenv"
+	"github.com/kube5s/sless/services/operator/internal/driver"
+	"github.com/kube5s/sless/services/operator/internal/resources"
+)
+
+var (
+	kube      *testenv.Kube
+	rabbitURL string
+)
+
+func TestMain(m *testing.M) {
+	url, cleanup, err := testenv.RabbitVhost()
+	if err != nil {
+		fmt.Fprintln(os.Stderr, err)
+		os.Exit(1)
+	}
+	rabbitURL = url
+	code := testenv.MainWithKube(m, &kube)
+	cleanup()
+	os.Exit(code)
+}
+
+const publicURL = "https://sless.example"
+
+var platform = resources.Platform{SystemNamespace: "sless-system", ClusterCIDRs: []string{"10.0.0.0/8", "172.16.0.0/12"}}
+
+// harness is a running operator (manager, reconcilers, message handlers)
+// against the envtest API server, the test vhost and a test bucket.
+type harness struct {
+	c     client.Client // direct, uncached
+	mq    *rabbit.Client
+	pub   *rabbit.Publisher
+	store *objstore.Store
+	stop  func()
+}
+
+func quietLog() *slog.Logger { return slog.New(slog.NewTextHandler(io.Discard, nil)) }
+
+func newHarness(t *testing.T) *harness {
+	t.Helper()
+	s3 := testenv.S3(t)
+	store, err := objstore.New(objstore.Config{Endpoint: s3.Endpoint, AccessKey: s3.AccessKey, SecretKey: s3.SecretKey, Bucket: s3.Bucket})
+	if err != nil {
+		t.Fatal(err)
+	}
+	c, err := client.New(kube.Config, client.Options{Scheme: testenv.Scheme()})
+	if err != nil {
+		t.Fatal(err)
+	}
+	mq := rabbit.New(rabbitURL, t.Name(), quietLog(), rabbit.PlatformTopology()...)
+	h := &harness{c: c, mq: mq, pub: rabbit.NewPublisher(mq), store: store}
+	ctx, cancel := context.WithCancel(context.Background())
+	var wg sync.WaitGroup
+	wg.Go(func() { _ = mq.Run(ctx) })
+	h.startManager(t, ctx, &wg)
+	h.stop = sync.OnceFunc(func() { cancel(); wg.Wait() })
+	t.Cleanup(h.stop)
+	return h
+}
+
+// startManager starts a controller manager with the reconcilers and handlers.
+// Resync is set to ten hours: anything that happens in a test happens
+// because of a watch, not a periodic resync.
+func (h *harness) startManager(t *testing.T, ctx context.Context, wg *sync.WaitGroup) {
+	t.Helper()
+	resync := 10 * time.Hour
+	mgr, err := ctrl.NewManager(kube.Config, ctrl.Options{
+		Scheme:     testenv.Scheme(),
+		Logger:     logr.Discard(),
+		Metrics:    metricsserver.Options{BindAddress: "0"},
+		Controller: config.Controller{SkipNameValidation: ptr.To(true)},
+		Cache:      cacheOptions(resync),
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	deps := Deps{
+		Publisher: h.pub, Store: h.store, Driver: &driver.Kubernetes{Client: mgr.GetClient()},
+		Platform: platform, PublicURL: publicURL, Tracer: noop.NewTracerProvider().Tracer("t"),
+		Metrics: NewMetrics(prometheus.NewRegistry()), APIReader: mgr.GetAPIReader(),
+	}
+	if err := Setup(ctx, mgr, deps); err != nil {
+		t.Fatal(err)
+	}
+	wg.Go(func() {
+		if err := mgr.Start(ctx); err != nil {
+			t.Errorf("manager: %v", err)
+		}
+	})
+	hd := &Handlers{Client: mgr.GetClient(), Events: mgr.GetEventRecorder("sless-operator")}
+	for q, fn := range map[string]rabbit.Handler{msg.QueueBuildCompleted: hd.BuildCompleted, msg.QueueJobCompleted: hd.JobCompleted} {
+		cons := &rabbit.Consumer{Client: h.mq, Queue: rabbit.PlatformQueue(q, rabbit.DefaultRetry), Prefetch: 4, Handler: fn}
+		wg.Go(func() {
+			if mgr.GetCache().WaitForCacheSync(ctx) {
+				_ = cons.Run(ctx)
+			}
+		})
+	}
+}
+
+// tenant creates a Tenant and waits for its namespace.
+func (h *harness) tenant(t *testing.T) (*slessv1.Tenant, string) {
+	t.Helper()
+	tn := &slessv1.Tenant{ObjectMeta: metav1.ObjectMeta{Name: testenv.Name("t")}}
+	if err := h.c.Create(t.Context(), tn); err != nil {
+		t.Fatal(err)
+	}
+	ns := slessv1.NamespaceFor(tn.Name)
+	h.eventually(t, "tenant Ready", func() bool {
+		_ = h.c.Get(t.Context(), client.ObjectKeyFromObject(tn), tn)
+		return tn.Status.Phase == slessv1.TenantReady
+	})
+	return tn, ns
+}
+
+func (h *harness) eventually(t *testing.T, what string, cond func() bool) {
+	t.Helper()
+	deadline := time.Now().Add(20 * time.Second)
+	for !cond() {
+		if time.Now().After(deadline) {
+			t.Fatalf("timed out waiting for %s", what)
+		}
+		time.Sleep(25 * time.Millisecond)
+	}
+}
+
+// markAvailable plays the deployment controller, which envtest does not run:
+// it reports every replica of the function's Deployment updated and available.
+func (h *harness) markAvailable(t *testing.T, ns, fn string) {
+	t.Helper()
+	var d appsv1.Deployment
+	h.eventually(t, "deployment of "+fn, func() bool {
+		return h.c.Get(t.Context(), client.ObjectKey{Namespace: ns, Name: resources.WorkloadName(fn)}, &d) == nil
+	})
+	n := *d.Spec.Replicas
+	d.Status = appsv1.DeploymentStatus{ObservedGeneration: d.Generation, Replicas: n, UpdatedReplicas: n, ReadyReplicas: n, AvailableReplicas: n}
+	if err := h.c.Status().Update(t.Context(), &d); err != nil {
+		t.Fatal(err)
+	}
+}
+
+func (h *harness) function(t *testing.T, ns, name string, mod func(*slessv1.Function)) *slessv1.Function {
+	t.Helper()
+	fn := &slessv1.Function{ObjectMeta: metav1.ObjectMeta{Name: name, Namespace: ns},
+		Spec: slessv1.FunctionSpec{Runtime: slessv1.RuntimePython311, Entrypoint: "main.handler"}}
+	if mod != nil {
+		mod(fn)
+	}
+	if err := h.c.Create(t.Context(), fn); err != nil {
+		t.Fatal(err)
+	}
+	return fn
+}
+
+func (h *harness) get(t *testing.T, obj client.Object) {
+	t.Helper()
+	if err := h.c.Get(t.Context(), client.ObjectKeyFromObject(obj), obj); err != nil {
+		t.Fatal(err)
+	}
+}
+
+// observer collects the messages published to the platform exchange with
+// routing keys matching pattern.
+type observer struct {
+	mu  sync.Mutex
+	got []amqp.Delivery
+}
+
+func (h *harness) observe(t *testing.T, pattern string) *observer {
+	t.Helper()
+	conn, err := amqp.Dial(rabbitURL)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { conn.Close() })
+	ch, err := conn.Channel()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := ch.ExchangeDeclare(msg.Exchange, amqp.ExchangeTopic, true, false, false, false, nil); err != nil {
+		t.Fatal(err)
+	}
+	q, err := ch.QueueDeclare("", false, true, true, false, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := ch.QueueBind(q.Name, pattern, msg.Exchange, false, nil); err != nil {
+		t.Fatal(err)
+	}
+	ds, err := ch.Consume(q.Name, "", true, true, false, false, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	o := &observer{}
+	go func() {
+		for d := range ds {
+			o.mu.Lock()
+			o.got = append(o.got, d)
+			o.mu.Unlock()
+		}
+	}()
+	return o
+}
+
+// matching returns the observed bodies that contain s.
+func (o *observer) matching(s string) []amqp.Delivery {
+	o.mu.Lock()
+	defer o.mu.Unlock()
+	var out []amqp.Delivery
+	for _, d := range o.got {
+		if bytes.Contains(d.Body, []byte(s)) {
+			out = append(out, d)
+		}
+	}
+	return out
+}

@@ -1,0 +1,112 @@
+package controller
+
+import (
+	"context"
+	"fmt"
+
+	corev1 "k8s.io/api/core/v1"
+	networkingv1 "k8s.io/api/networking/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	ctrl "sigs.k8s.io/controller-runtime"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+	"sigs.k8s.io/controller-runtime/pkg/controller/controllerutil"
+	"sigs.k8s.io/controller-runtime/pkg/recorder"
+
+	slessv1 "github.com/kube5s/sless/pkg/apis/sless/v1alpha1"
+	"github.com/kube5s/sless/pkg/objstore"
+	"github.com/kube5s/sless/services/operator/internal/apply"
+	"github.com/kube5s/sless/services/operator/internal/resources"
+)
+
+// TenantReconciler keeps a tenant's namespace, quota, limits and network
+// policies, and removes what the tenant owns when it is deleted.
+type TenantReconciler struct {
+	Client   client.Client
+	Store    ObjectStore
+	Platform resources.Platform
+	Events   recorder.EventRecorder
+	Metrics  *Metrics
+}
+
+// SetupWithManager watches Tenants and the children they own.
+func (r *TenantReconciler) SetupWithManager(mgr ctrl.Manager) error {
+	return ctrl.NewControllerManagedBy(mgr).
+		For(&slessv1.Tenant{}).
+		Owns(&corev1.Namespace{}).
+		Owns(&corev1.ResourceQuota{}).
+		Owns(&corev1.LimitRange{}).
+		Owns(&networkingv1.NetworkPolicy{}).
+		Complete(r)
+}
+
+// Reconcile implements reconcile.Reconciler.
+func (r *TenantReconciler) Reconcile(ctx context.Context, req ctrl.Request) (res ctrl.Result, err error) {
+	defer func() { r.Metrics.observe("Tenant", err) }()
+	var t slessv1.Tenant
+	if err := r.Client.Get(ctx, req.NamespacedName, &t); err != nil {
+		return ctrl.Result{}, client.IgnoreNotFound(err)
+	}
+	if !t.DeletionTimestamp.IsZero() {
+		return ctrl.Result{}, r.finalize(ctx, &t)
+	}
+	if controllerutil.AddFinalizer(&t, resources.TenantFinalizer) {
+		if err := r.Client.Update(ctx, &t); err != nil {
+			return ctrl.Result{}, err
+		}
+	}
+
+	before := t.DeepCopy()
+	ns := resources.Namespace(&t)
+	children := []client.Object{ns, resources.ResourceQuota(&t), resources.LimitRange(&t)}
+	for _, p := range resources.NetworkPolicies(&t, r.Platform) {
+		children = append(children, p)
+	}
+	var applyErr error
+	for _, obj := range children {
+		if applyErr = apply.Object(ctx, r.Client, &t, obj); applyErr != nil {
+			break
+		}
+	}
+	t.Status.Namespace = ns.Name
+	t.Status.ObservedGeneration = t.Generation
+	if applyErr != nil {
+		t.Status.Phase, t.Status.Message = slessv1.TenantFailed, applyErr.Error()
+		slessv1.SetCondition(&t.Status.Conditions, t.Generation, slessv1.ConditionReady, metav1.ConditionFalse, "ApplyFailed", applyErr.Error())
+		r.Events.Eventf(&t, nil, corev1.EventTypeWarning, "ApplyFailed", "Reconcile", "%v", applyErr)
+	} else {
+		t.Status.Phase, t.Status.Message = slessv1.TenantReady, ""
+		slessv1.SetCondition(&t.Status.Conditions, t.Generation, slessv1.ConditionReady, metav1.ConditionTrue, "Provisioned",
+			"namespace, quota, limits and network policies are in place")
+	}
+	if err := patchStatus(ctx, r.Client, &t, before, before.Status, t.Status); err != nil {
+		return ctrl.Result{}, err
+	}
+	return ctrl.Result{}, applyErr
+}
+
+// finalize deletes the namespace (and so every Function, whose own
+// finalizers clean up after them) and the tenant's objects in the store.
+func (r *TenantReconciler) finalize(ctx context.Context, t *slessv1.Tenant) error {
+	if !controllerutil.ContainsFinalizer(t, resources.TenantFinalizer) {
+		return nil
+	}
+	if t.Status.Phase != slessv1.TenantTerminating {
+		before := t.DeepCopy()
+		t.Status.Phase, t.Status.Message = slessv1.TenantTerminating, "removing the namespace and stored objects"
+		if err := patchStatus(ctx, r.Client, t, before, before.Status, t.Status); err != nil {
+			return err
+		}
+	}
+	ns := &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: slessv1.NamespaceFor(t.Name)}}
+	if err := r.Client.Delete(ctx, ns); err != nil && !apierrors.IsNotFound(err) {
+		return fmt.Errorf("delete namespace %s: %w", ns.Name, err)
+	}
+	for _, prefix := range objstore.TenantPrefixes(t.Name) {
+		if _, err := r.Store.DeletePrefix(ctx, prefix); err != nil {
+			return fmt.Errorf("delete stored objects of tenant %s: %w", t.Name, err)
+		}
+	}
+	controllerutil.RemoveFinalizer(t, resources.TenantFinalizer)
+	return client.IgnoreNotFound(r.Client.Update(ctx, t))
+}

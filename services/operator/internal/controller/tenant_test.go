@@ -1,0 +1,143 @@
+package controller
+
+import (
+	"bytes"
+	"slices"
+	"testing"
+
+	"github.com/google/go-cmp/cmp"
+	corev1 "k8s.io/api/core/v1"
+	networkingv1 "k8s.io/api/networking/v1"
+	"k8s.io/apimachinery/pkg/api/resource"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+
+	slessv1 "github.com/kube5s/sless/pkg/apis/sless/v1alpha1"
+	"github.com/kube5s/sless/pkg/objstore"
+	"github.com/kube5s/sless/pkg/testenv"
+	"github.com/kube5s/sless/services/operator/internal/resources"
+)
+
+func TestTenantBundle(t *testing.T) {
+	h := newHarness(t)
+	ctx := t.Context()
+	tn := &slessv1.Tenant{ObjectMeta: metav1.ObjectMeta{Name: testenv.Name("t")}, Spec: slessv1.TenantSpec{
+		Quotas:  slessv1.TenantQuotas{MaxFunctions: 7, MaxPods: 12, CPUMillis: 3000, MemoryMB: 4096, InvocationsPerSecond: 5, ConcurrentBuilds: 1},
+		Network: slessv1.TenantNetwork{DeniedEgressCIDRs: []string{"203.0.113.0/24"}},
+	}}
+	if err := h.c.Create(ctx, tn); err != nil {
+		t.Fatal(err)
+	}
+	nsName := slessv1.NamespaceFor(tn.Name)
+	h.eventually(t, "tenant Ready", func() bool {
+		h.get(t, tn)
+		return tn.Status.Phase == slessv1.TenantReady && slessv1.IsTrue(tn.Status.Conditions, slessv1.ConditionReady)
+	})
+	if tn.Status.Namespace != nsName {
+		t.Errorf("status.namespace = %q, want %q", tn.Status.Namespace, nsName)
+	}
+
+	var ns corev1.Namespace
+	if err := h.c.Get(ctx, client.ObjectKey{Name: nsName}, &ns); err != nil {
+		t.Fatal(err)
+	}
+	for k, v := range map[string]string{
+		"pod-security.kubernetes.io/enforce": "restricted",
+		slessv1.LabelTenant:                  tn.Name,
+	} {
+		if ns.Labels[k] != v {
+			t.Errorf("namespace label %s = %q, want %q", k, ns.Labels[k], v)
+		}
+	}
+
+	var q corev1.ResourceQuota
+	if err := h.c.Get(ctx, client.ObjectKey{Namespace: nsName, Name: resources.ResourceQuotaName}, &q); err != nil {
+		t.Fatal(err)
+	}
+	want := map[corev1.ResourceName]string{
+		corev1.ResourcePods: "12", corev1.ResourceRequestsCPU: "3", corev1.ResourceLimitsCPU: "3",
+		corev1.ResourceRequestsMemory: "4Gi", corev1.ResourceLimitsMemory: "4Gi", "count/functions.sless.kube5s.ru": "7",
+	}
+	for name, v := range want {
+		got := q.Spec.Hard[name]
+		if got.Cmp(resource.MustParse(v)) != 0 {
+			t.Errorf("quota %s = %s, want %s", name, got.String(), v)
+		}
+	}
+
+	var lr corev1.LimitRange
+	if err := h.c.Get(ctx, client.ObjectKey{Namespace: nsName, Name: resources.LimitRangeName}, &lr); err != nil {
+		t.Fatal(err)
+	}
+	if l := lr.Spec.Limits[0]; l.Type != corev1.LimitTypeContainer || l.Default.Memory().String() != "128Mi" || l.Max.Cpu().String() != "8" {
+		t.Errorf("limit range = %+v", l)
+	}
+
+	policies := map[string]networkingv1.NetworkPolicy{}
+	var list networkingv1.NetworkPolicyList
+	if err := h.c.List(ctx, &list, client.InNamespace(nsName)); err != nil {
+		t.Fatal(err)
+	}
+	for _, p := range list.Items {
+		policies[p.Name] = p
+	}
+	deny := policies[resources.PolicyDenyIngress]
+	if len(deny.Spec.Ingress) != 0 || !slices.Equal(deny.Spec.PolicyTypes, []networkingv1.PolicyType{networkingv1.PolicyTypeIngress}) {
+		t.Errorf("default-deny policy = %+v", deny.Spec)
+	}
+	allow := policies[resources.PolicyAllowPlatform]
+	var components []string
+	for _, from := range allow.Spec.Ingress[0].From {
+		if from.NamespaceSelector.MatchLabels["kubernetes.io/metadata.name"] != "sless-system" {
+			t.Errorf("platform ingress from namespace %v, want sless-system", from.NamespaceSelector.MatchLabels)
+		}
+		components = append(components, from.PodSelector.MatchLabels["app.kubernetes.io/component"])
+	}
+	if diff := cmp.Diff([]string{"gateway", "invoker"}, components); diff != "" {
+		t.Errorf("ingress allowed from (-want +got):\n%s", diff)
+	}
+	egress := policies[resources.PolicyEgress].Spec.Egress
+	if len(egress) != 4 {
+		t.Fatalf("egress rules = %d, want DNS, own namespace, IPv4 internet, IPv6 internet", len(egress))
+	}
+	if sel := egress[0].To[0].PodSelector.MatchLabels["k8s-app"]; sel != "kube-dns" || len(egress[0].Ports) != 2 {
+		t.Errorf("DNS rule = %+v", egress[0])
+	}
+	if egress[1].To[0].PodSelector == nil || egress[1].To[0].NamespaceSelector != nil {
+		t.Errorf("own-namespace rule = %+v", egress[1])
+	}
+	block := egress[2].To[0].IPBlock
+	if diff := cmp.Diff([]string{resources.MetadataCIDR, "10.0.0.0/8", "172.16.0.0/12", "203.0.113.0/24"}, block.Except); block.CIDR != "0.0.0.0/0" || diff != "" {
+		t.Errorf("internet egress %s except (-want +got):\n%s", block.CIDR, diff)
+	}
+
+	// Deleting the tenant deletes its namespace and its stored objects.
+	key := objstore.SourceKey(tn.Name, "f", "abc")
+	if err := h.store.Put(ctx, key, bytes.NewReader([]byte("zip")), 3, ""); err != nil {
+		t.Fatal(err)
+	}
+	if err := h.c.Delete(ctx, tn); err != nil {
+		t.Fatal(err)
+	}
+	h.eventually(t, "tenant gone", func() bool { return h.c.Get(ctx, client.ObjectKeyFromObject(tn), tn) != nil })
+	// envtest runs no namespace controller: the namespace stays Terminating.
+	if err := h.c.Get(ctx, client.ObjectKey{Name: nsName}, &ns); err == nil && ns.DeletionTimestamp.IsZero() {
+		t.Error("namespace was not deleted with its tenant")
+	}
+	if ok, _ := h.store.Exists(ctx, key); ok {
+		t.Error("the tenant's source archive survived the tenant")
+	}
+}
+
+func TestTenantWithoutInternetEgress(t *testing.T) {
+	off := false
+	tn := &slessv1.Tenant{ObjectMeta: metav1.ObjectMeta{Name: "quiet"}, Spec: slessv1.TenantSpec{Network: slessv1.TenantNetwork{InternetEgress: &off}}}
+	egress := resources.NetworkPolicies(tn, platform)[2].Spec.Egress
+	for _, r := range egress {
+		for _, to := range r.To {
+			if to.IPBlock != nil {
+				t.Errorf("egress to %s allowed with internetEgress false", to.IPBlock.CIDR)
+			}
+		}
+	}
+}

@@ -1,0 +1,48 @@
+// Package driver runs built functions. A Driver turns a Function and its
+// artifact into running replicas and reports whether they serve; the
+// operator picks one by configuration (kubernetes: Deployment and Service;
+// local: supervised runtime processes on 127.0.0.1).
+package driver
+
+import (
+	"context"
+
+	"sigs.k8s.io/controller-runtime/pkg/builder"
+
+	slessv1 "github.com/kube5s/sless/pkg/apis/sless/v1alpha1"
+)
+
+// Artifact is what a build produced: an image (kubernetes) or a prepared
+// directory (local).
+type Artifact struct {
+	Image   string
+	Dir     string
+	BuildID string
+}
+
+// State is what a driver observed of a function's replicas.
+type State struct {
+	// Serving is true when at least one replica answers its health check, so
+	// the endpoint can take traffic.
+	Serving bool
+	// RolledOut is true when every replica runs the current spec and artifact.
+	RolledOut     bool
+	ReadyReplicas int32
+	Endpoint      string
+	// Reason and Message explain a state that is not rolled out.
+	Reason  string
+	Message string
+}
+
+// Driver runs functions.
+type Driver interface {
+	// Ensure makes the function's replicas match its spec and artifact, and
+	// reports their state. It is called on every reconcile and must be
+	// cheap when nothing changed.
+	Ensure(ctx context.Context, fn *slessv1.Function, a Artifact) (State, error)
+	// Delete stops every replica of the function.
+	Delete(ctx context.Context, fn *slessv1.Function) error
+	// Watch adds the driver's own event sources to the Function controller,
+	// so that a replica becoming ready or failing triggers a reconcile.
+	Watch(b *builder.Builder) *builder.Builder
+}

@@ -1,0 +1,60 @@
+// Package resources builds, as pure functions, every Kubernetes object the
+// operator owns for a Tenant or a Function, and the deterministic names and
+// ids they carry.
+package resources
+
+import (
+	"crypto/sha256"
+	"encoding/hex"
+	"fmt"
+	"strings"
+
+	slessv1 "github.com/kube5s/sless/pkg/apis/sless/v1alpha1"
+)
+
+// Child object names.
+const (
+	ResourceQuotaName      = "sless-quota"
+	LimitRangeName         = "sless-limits"
+	PolicyDenyIngress      = "sless-default-deny-ingress"
+	PolicyAllowPlatform    = "sless-allow-from-platform"
+	PolicyEgress           = "sless-egress"
+	TenantFinalizer        = "sless.kube5s.ru/tenant-cleanup"
+	FunctionFinalizer      = "sless.kube5s.ru/function-cleanup"
+	TraceparentAnnotation  = "sless.kube5s.ru/traceparent"
+	FunctionContainerName  = "function"
+	FunctionContainerPort  = 8080
+	FunctionServicePort    = 80
+	RuntimeUserID          = 10001
+	functionWorkloadPrefix = "fn-"
+)
+
+// WorkloadName names the Deployment and Service of a function.
+func WorkloadName(function string) string { return functionWorkloadPrefix + function }
+
+// TenantOf returns the tenant that owns a namespace, or "" when the
+// namespace is not a tenant namespace.
+func TenantOf(namespace string) string {
+	t, ok := strings.CutPrefix(namespace, slessv1.NamespaceFor(""))
+	if !ok {
+		return ""
+	}
+	return t
+}
+
+// BuildID is the id of the build of one source digest for one function and
+// runtime. The same inputs always give the same id, which is what makes
+// build requests idempotent.
+func BuildID(functionUID, runtime, sha256hex string) string {
+	return "b-" + shortHash(functionUID, runtime, sha256hex)
+}
+
+// JobInvocationID is the invocation id of one FunctionJob run.
+func JobInvocationID(jobUID string, runID int64) string {
+	return "job-" + shortHash(jobUID, fmt.Sprint(runID))
+}
+
+func shortHash(parts ...string) string {
+	h := sha256.Sum256([]byte(strings.Join(parts, "\x00")))
+	return hex.EncodeToString(h[:10])
+}
