@@ -29,11 +29,18 @@ build: ## build the five service binaries into bin/
 	@echo "built: $(addprefix bin/,$(SERVICES))"
 
 .PHONY: test
-test: deps verify ## start the real dependencies and run every test
+test: deps verify test-runtimes ## start the real dependencies and run every test
 	@$(DEPS_ENV); for m in $(MODULES); do \
 		echo "== go test $$m"; \
 		(cd $$m && go test -count=1 ./...) || exit 1; \
 	done
+
+.PHONY: test-runtimes
+test-runtimes: ## run the Python and Node runtime wrappers' own tests
+	@echo "== python3 -m unittest runtimes/python3.11"
+	@cd runtimes/python3.11 && python3 -m unittest test_runtime.py
+	@echo "== node --test runtimes/nodejs20"
+	@cd runtimes/nodejs20 && node --test
 
 .PHONY: bench
 bench: deps ## run the benchmarks (platform vs bare baseline, printed as ratios)

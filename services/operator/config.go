@@ -2,6 +2,8 @@ package main
 
 import (
 	"net/netip"
+	"os"
+	"path/filepath"
 	"strings"
 
 	"github.com/kube5s/sless/pkg/envconf"
@@ -19,6 +21,11 @@ type config struct {
 	PublicURL       string   // SLESS_PUBLIC_URL: the gateway's public base URL
 	ClusterCIDRs    []string // SLESS_CLUSTER_CIDRS: ranges functions may not reach
 	S3              objstore.Config
+	// local driver
+	RuntimesDir    string // SLESS_RUNTIMES_DIR: holds python3.11/runtime.py and nodejs20/runtime.js
+	Python         string // SLESS_PYTHON: the Python 3.11 interpreter
+	Node           string // SLESS_NODE: the Node.js 20 binary
+	FunctionLogDir string // SLESS_FUNCTION_LOG_DIR: one log file per function
 }
 
 func loadConfig(getenv func(string) string) (config, error) {
@@ -27,11 +34,22 @@ func loadConfig(getenv func(string) string) (config, error) {
 		Common:          service.ReadCommon(r, ":9092"),
 		Kubeconfig:      r.String("KUBECONFIG", ""),
 		RabbitURL:       r.URL("SLESS_RABBITMQ_URL", "amqp://guest:guest@127.0.0.1:5672/", "amqp", "amqps"),
-		ExecutionDriver: r.OneOf("SLESS_EXECUTION_DRIVER", "kubernetes", "local", "kubernetes"),
+		ExecutionDriver: r.OneOf("SLESS_EXECUTION_DRIVER", "local", "local", "kubernetes"),
 		LeaderElect:     r.Bool("SLESS_LEADER_ELECT", false),
 		Namespace:       r.String("SLESS_NAMESPACE", "sless-system"),
 		PublicURL:       strings.TrimSuffix(r.URL("SLESS_PUBLIC_URL", "http://127.0.0.1:8080", "http", "https"), "/"),
 		S3:              objstore.ReadConfig(r),
+		RuntimesDir:     r.String("SLESS_RUNTIMES_DIR", "runtimes"),
+		Python:          r.String("SLESS_PYTHON", "python3"),
+		Node:            r.String("SLESS_NODE", "node"),
+		FunctionLogDir:  r.String("SLESS_FUNCTION_LOG_DIR", os.TempDir()),
+	}
+	if c.ExecutionDriver == "local" {
+		for _, f := range []string{"python3.11/runtime.py", "nodejs20/runtime.js"} {
+			if _, err := os.Stat(filepath.Join(c.RuntimesDir, f)); err != nil {
+				r.Failf("SLESS_RUNTIMES_DIR=%s: %s not found (the local driver runs the wrappers from there)", c.RuntimesDir, f)
+			}
+		}
 	}
 	for _, cidr := range strings.Split(r.String("SLESS_CLUSTER_CIDRS", "10.0.0.0/8,172.16.0.0/12,192.168.0.0/16,100.64.0.0/10"), ",") {
 		cidr = strings.TrimSpace(cidr)

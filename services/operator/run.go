@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"os"
 	"strings"
 
 	"github.com/go-logr/logr"
@@ -79,8 +80,13 @@ func run(ctx context.Context, getenv func(string) string, stdout io.Writer) erro
 	switch cfg.ExecutionDriver {
 	case "kubernetes":
 		drv = &driver.Kubernetes{Client: mgr.GetClient()}
-	default:
-		return fmt.Errorf("execution driver %q is not built yet", cfg.ExecutionDriver)
+	case "local":
+		if err := os.MkdirAll(cfg.FunctionLogDir, 0o755); err != nil {
+			return fmt.Errorf("function log directory: %w", err)
+		}
+		local := driver.NewLocal(driver.LocalCommands(cfg.Python, cfg.Node, cfg.RuntimesDir), mgr.GetAPIReader(), cfg.FunctionLogDir, svc.Log)
+		defer local.Shutdown()
+		drv = local
 	}
 	err = controller.Setup(ctx, mgr, controller.Deps{
 		Publisher: pub,

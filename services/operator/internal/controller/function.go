@@ -85,6 +85,9 @@ func (r *FunctionReconciler) Reconcile(ctx context.Context, req ctrl.Request) (r
 		switch {
 		case driverErr != nil:
 			slessv1.SetCondition(&st.Conditions, gen, slessv1.ConditionDeployed, metav1.ConditionFalse, ReasonDriverError, driverErr.Error())
+		case state.RolledOut && state.Reason != "":
+			// Rolled out, with something to say (a local process restarted).
+			slessv1.SetCondition(&st.Conditions, gen, slessv1.ConditionDeployed, metav1.ConditionTrue, state.Reason, state.Message)
 		case state.RolledOut:
 			slessv1.SetCondition(&st.Conditions, gen, slessv1.ConditionDeployed, metav1.ConditionTrue, ReasonRolledOut,
 				fmt.Sprintf("%d replicas run the current version", state.ReadyReplicas))

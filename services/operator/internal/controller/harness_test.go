@@ -67,6 +67,12 @@ func quietLog() *slog.Logger { return slog.New(slog.NewTextHandler(io.Discard, n
 
 func newHarness(t *testing.T) *harness {
 	t.Helper()
+	return newHarnessWith(t, func(mgr ctrl.Manager) driver.Driver { return &driver.Kubernetes{Client: mgr.GetClient()} })
+}
+
+// newHarnessWith runs the operator with the driver made by mkDriver.
+func newHarnessWith(t *testing.T, mkDriver func(ctrl.Manager) driver.Driver) *harness {
+	t.Helper()
 	s3 := testenv.S3(t)
 	store, err := objstore.New(objstore.Config{Endpoint: s3.Endpoint, AccessKey: s3.AccessKey, SecretKey: s3.SecretKey, Bucket: s3.Bucket})
 	if err != nil {
@@ -81,7 +87,7 @@ func newHarness(t *testing.T) *harness {
 	ctx, cancel := context.WithCancel(context.Background())
 	var wg sync.WaitGroup
 	wg.Go(func() { _ = mq.Run(ctx) })
-	h.startManager(t, ctx, &wg)
+	h.startManager(t, ctx, &wg, mkDriver)
 	h.stop = sync.OnceFunc(func() { cancel(); wg.Wait() })
 	t.Cleanup(h.stop)
 	return h
@@ -90,7 +96,7 @@ func newHarness(t *testing.T) *harness {
 // startManager starts a controller manager with the reconcilers and handlers.
 // Resync is set to ten hours: anything that happens in a test happens
 // because of a watch, not a periodic resync.
-func (h *harness) startManager(t *testing.T, ctx context.Context, wg *sync.WaitGroup) {
+func (h *harness) startManager(t *testing.T, ctx context.Context, wg *sync.WaitGroup, mkDriver func(ctrl.Manager) driver.Driver) {
 	t.Helper()
 	resync := 10 * time.Hour
 	mgr, err := ctrl.NewManager(kube.Config, ctrl.Options{
@@ -104,7 +110,7 @@ func (h *harness) startManager(t *testing.T, ctx context.Context, wg *sync.WaitG
 		t.Fatal(err)
 	}
 	deps := Deps{
-		Publisher: h.pub, Store: h.store, Driver: &driver.Kubernetes{Client: mgr.GetClient()},
+		Publisher: h.pub, Store: h.store, Driver: mkDriver(mgr),
 		Platform: platform, PublicURL: publicURL, Tracer: noop.NewTracerProvider().Tracer("t"),
 		Metrics: NewMetrics(prometheus.NewRegistry()), APIReader: mgr.GetAPIReader(),
 	}

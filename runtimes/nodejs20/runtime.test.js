@@ -1,0 +1,162 @@
+// Tests of the Node runtime against the shared contract fixtures
+// (../fixtures/contract.json) and its timeout, concurrency, error and drain
+// behaviour. Run: node --test
+'use strict';
+
+const test = require('node:test');
+const assert = require('node:assert');
+const fs = require('node:fs');
+const os = require('node:os');
+const path = require('node:path');
+const http = require('node:http');
+const net = require('node:net');
+const { spawn } = require('node:child_process');
+
+const FIXTURES = path.join(__dirname, '..', 'fixtures');
+
+function freePort() {
+  return new Promise((resolve) => {
+    const s = net.createServer().listen(0, '127.0.0.1', () => { const { port } = s.address(); s.close(() => resolve(port)); });
+  });
+}
+
+function request(port, method, p, body, headers, agent) {
+  return new Promise((resolve, reject) => {
+    const req = http.request({ host: '127.0.0.1', port, method, path: p, headers: headers || {}, agent: agent || false }, (res) => {
+      const chunks = [];
+      res.on('data', (c) => chunks.push(c));
+      res.on('end', () => resolve({ status: res.statusCode, headers: res.headers, body: Buffer.concat(chunks) }));
+    });
+    req.on('error', reject);
+    if (body) req.write(body);
+    req.end();
+  });
+}
+
+async function startRuntime(opts = {}) {
+  const port = await freePort();
+  const env = {
+    ...process.env, PORT: String(port), SLESS_HOST: '127.0.0.1', SLESS_FUNCTION: 'fixtures', SLESS_TENANT: 'test',
+    SLESS_CODE_DIR: opts.codeDir || path.join(FIXTURES, 'handlers'), SLESS_ENTRYPOINT: 'index.handler',
+    SLESS_TIMEOUT_SEC: opts.timeout || '1', SLESS_CONCURRENCY: opts.concurrency || '2',
+  };
+  const proc = spawn(process.execPath, [path.join(__dirname, 'runtime.js')], { env, stdio: ['ignore', 'pipe', 'pipe'] });
+  let logs = '';
+  proc.stdout.on('data', (d) => { logs += d; });
+  proc.stderr.on('data', (d) => { logs += d; });
+  const rt = {
+    port, proc, logs: () => logs,
+    req: (method, p, body, headers, agent) => request(port, method, p, body, headers, agent),
+    stop: () => { if (proc.exitCode === null) proc.kill('SIGKILL'); },
+    async waitHealth(want = 200, notStatus) {
+      const deadline = Date.now() + 20000;
+      for (;;) {
+        try {
+          const r = await rt.req('GET', '/_/health');
+          if (r.status === want && (!notStatus || JSON.parse(r.body).status !== notStatus)) return r;
+        } catch { /* not listening yet */ }
+        if (Date.now() > deadline) throw new Error(`health never answered ${want}; log:\n${logs}`);
+        await new Promise((r) => setTimeout(r, 50));
+      }
+    },
+  };
+  return rt;
+}
+
+async function checkCase(rt, c) {
+  const { request: req, response: want } = c;
+  let body;
+  if ('body' in req) body = Buffer.from(req.body);
+  else if ('bodyBase64' in req) body = Buffer.from(req.bodyBase64, 'base64');
+  const p = req.path + (req.query ? `?${req.query}` : '');
+  const r = await rt.req(req.method, p, body, req.headers);
+  assert.strictEqual(r.status, want.status, r.body.toString());
+  for (const [k, v] of Object.entries(want.headers || {})) assert.strictEqual(r.headers[k], v, `header ${k}`);
+  for (const k of want.headersPresent || []) assert.ok(r.headers[k], `header ${k} missing`);
+  if ('body' in want) assert.strictEqual(r.body.toString(), want.body);
+  if ('bodyBase64' in want) assert.ok(r.body.equals(Buffer.from(want.bodyBase64, 'base64')), 'body bytes differ');
+  if ('json' in want) assert.deepStrictEqual(JSON.parse(r.body), want.json);
+  if ('jsonSubset' in want) {
+    const got = JSON.parse(r.body);
+    for (const [k, v] of Object.entries(want.jsonSubset)) assert.deepStrictEqual(got[k] ?? null, v, `field ${k}`);
+  }
+  for (const s of want.bodyExcludes || []) assert.ok(!r.body.toString().includes(s), `body leaks ${s}`);
+}
+
+test('contract fixtures', async (t) => {
+  const rt = await startRuntime();
+  t.after(rt.stop);
+  await rt.waitHealth();
+  const cases = JSON.parse(fs.readFileSync(path.join(FIXTURES, 'contract.json'), 'utf8'));
+  assert.ok(cases.length > 10);
+  for (const c of cases) await t.test(c.name, () => checkCase(rt, c));
+  await t.test('handler output is logged as JSON with the invocation id', async () => {
+    await rt.req('GET', '/logs', null, { 'X-Sless-Invocation-Id': 'inv-logs' });
+    await new Promise((r) => setTimeout(r, 200));
+    const mine = rt.logs().split('\n').filter((l) => l.startsWith('{')).map(JSON.parse).filter((l) => l.invocationId === 'inv-logs');
+    assert.deepStrictEqual(mine.map((l) => l.msg), ['line one', 'line two']);
+  });
+  await t.test('keep-alive serves many requests on one connection', async () => {
+    const agent = new http.Agent({ keepAlive: true, maxSockets: 1 });
+    for (let i = 0; i < 20; i++) {
+      const r = await rt.req('GET', '/text', null, null, agent);
+      assert.strictEqual(r.body.toString(), 'hello, world');
+    }
+    agent.destroy();
+  });
+});
+
+test('a timeout answers 504 and the next request is served', async (t) => {
+  const rt = await startRuntime({ timeout: '1', concurrency: '1' });
+  t.after(rt.stop);
+  await rt.waitHealth();
+  const r = await rt.req('GET', '/spin');
+  assert.strictEqual(r.status, 504);
+  assert.match(JSON.parse(r.body).error, /timed out after 1s/);
+  const start = Date.now();
+  const next = await rt.req('GET', '/text');
+  assert.strictEqual(next.status, 200);
+  assert.strictEqual(next.body.toString(), 'hello, world');
+  t.diagnostic(`next request after a timeout served in ${Date.now() - start} ms`);
+  assert.match(rt.logs(), /worker replaced/);
+});
+
+test('the concurrency limit answers 429 with Retry-After', async (t) => {
+  const rt = await startRuntime({ timeout: '5', concurrency: '2' });
+  t.after(rt.stop);
+  await rt.waitHealth();
+  const slow = () => rt.req('POST', '/slow', '{"seconds":1}', { 'Content-Type': 'application/json' });
+  const running = [slow(), slow()];
+  await new Promise((r) => setTimeout(r, 300));
+  const r = await rt.req('GET', '/text');
+  assert.strictEqual(r.status, 429);
+  assert.strictEqual(r.headers['retry-after'], '1');
+  assert.deepStrictEqual((await Promise.all(running)).map((x) => x.status), [200, 200]);
+});
+
+test('SIGTERM finishes in-flight requests, then exits 0', async (t) => {
+  const rt = await startRuntime({ timeout: '5' });
+  t.after(rt.stop);
+  await rt.waitHealth();
+  const pending = rt.req('POST', '/slow', '{"seconds":0.8}', { 'Content-Type': 'application/json' });
+  await new Promise((r) => setTimeout(r, 300));
+  const exited = new Promise((r) => rt.proc.once('exit', (code) => r(code)));
+  rt.proc.kill('SIGTERM');
+  const r = await pending;
+  assert.strictEqual(r.status, 200);
+  assert.strictEqual(r.body.toString(), 'done');
+  assert.strictEqual(await exited, 0);
+});
+
+test('an import error keeps health 503 and is logged once', async (t) => {
+  const dir = fs.mkdtempSync(path.join(os.tmpdir(), 'sless-bad-'));
+  fs.writeFileSync(path.join(dir, 'index.js'), 'exports.handler = async (event => {\n');
+  const rt = await startRuntime({ codeDir: dir });
+  t.after(rt.stop);
+  const h = await rt.waitHealth(503, 'loading');
+  assert.strictEqual(JSON.parse(h.body).status, 'error');
+  assert.match(JSON.parse(h.body).error, /SyntaxError/);
+  assert.strictEqual((await rt.req('GET', '/anything')).status, 503);
+  await new Promise((r) => setTimeout(r, 300));
+  assert.strictEqual(rt.logs().split('handler failed to load').length - 1, 1);
+});

@@ -1,0 +1,207 @@
+"""Tests of the Python runtime against the shared contract fixtures
+(../fixtures/contract.json) and its timeout, concurrency, error and drain
+behaviour. Run: python3 -m unittest -v test_runtime.py"""
+
+import base64
+import http.client
+import json
+import os
+import signal
+import socket
+import subprocess
+import sys
+import tempfile
+import threading
+import time
+import unittest
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+FIXTURES = os.path.join(HERE, "..", "fixtures")
+
+
+def free_port():
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+class RuntimeProcess:
+    def __init__(self, code_dir, entrypoint="main.handler", timeout="1", concurrency="2"):
+        self.port = free_port()
+        env = dict(os.environ, PORT=str(self.port), SLESS_HOST="127.0.0.1", SLESS_FUNCTION="fixtures", SLESS_TENANT="test",
+                   SLESS_CODE_DIR=code_dir, SLESS_ENTRYPOINT=entrypoint, SLESS_TIMEOUT_SEC=timeout, SLESS_CONCURRENCY=concurrency)
+        self.log = tempfile.TemporaryFile()  # closed by stop()
+        self.proc = subprocess.Popen([sys.executable, os.path.join(HERE, "runtime.py")], env=env, stdout=self.log, stderr=subprocess.STDOUT)
+
+    def wait_health(self, want=200, within=20):
+        deadline = time.time() + within
+        while time.time() < deadline:
+            try:
+                status, _, _ = self.request("GET", "/_/health")
+                if status == want:
+                    return
+            except OSError:
+                pass
+            time.sleep(0.05)
+        raise AssertionError(f"health never answered {want}; log:\n{self.logs()}")
+
+    def request(self, method, path, body=None, headers=None, conn=None):
+        c = conn or http.client.HTTPConnection("127.0.0.1", self.port, timeout=10)
+        c.request(method, path, body=body, headers=headers or {})
+        r = c.getresponse()
+        data = r.read()
+        if conn is None:
+            c.close()
+        return r.status, {k.lower(): v for k, v in r.getheaders()}, data
+
+    def logs(self):
+        self.log.seek(0)
+        return self.log.read().decode(errors="replace")
+
+    def stop(self):
+        if self.proc.poll() is None:
+            self.proc.kill()
+            self.proc.wait()
+        self.log.close()
+
+
+class ContractTest(unittest.TestCase):
+    @classmethod
+    def setUpClass(cls):
+        cls.rt = RuntimeProcess(os.path.join(FIXTURES, "handlers"))
+        cls.rt.wait_health()
+
+    @classmethod
+    def tearDownClass(cls):
+        cls.rt.stop()
+
+    def test_fixtures(self):
+        with open(os.path.join(FIXTURES, "contract.json")) as f:
+            cases = json.load(f)
+        self.assertGreater(len(cases), 10)
+        for case in cases:
+            with self.subTest(case["name"]):
+                check_case(self, self.rt, case)
+
+    def test_keep_alive_reuses_the_connection_and_the_worker(self):
+        c = http.client.HTTPConnection("127.0.0.1", self.rt.port, timeout=5)
+        ids = set()
+        for _ in range(20):
+            status, _, body = self.rt.request("GET", "/text", conn=c)
+            self.assertEqual(status, 200)
+            ids.add(body)
+        c.close()
+        self.assertEqual(ids, {b"hello, world"})
+
+    def test_handler_output_is_logged_as_json_with_the_invocation_id(self):
+        self.rt.request("GET", "/logs", headers={"X-Sless-Invocation-Id": "inv-logs"})
+        time.sleep(0.2)
+        lines = [json.loads(l) for l in self.rt.logs().splitlines() if l.startswith("{")]
+        mine = [l for l in lines if l.get("invocationId") == "inv-logs"]
+        self.assertEqual([l["msg"] for l in mine], ["line one", "line two"])
+
+
+def check_case(tc, rt, case):
+    req, want = case["request"], case["response"]
+    body = None
+    if "body" in req:
+        body = req["body"].encode()
+    elif "bodyBase64" in req:
+        body = base64.b64decode(req["bodyBase64"])
+    path = req["path"] + ("?" + req["query"] if req.get("query") else "")
+    status, headers, data = rt.request(req["method"], path, body=body, headers=req.get("headers"))
+    tc.assertEqual(status, want["status"], data)
+    for k, v in want.get("headers", {}).items():
+        tc.assertEqual(headers.get(k), v, f"header {k}")
+    for k in want.get("headersPresent", []):
+        tc.assertTrue(headers.get(k), f"header {k} missing")
+    if "body" in want:
+        tc.assertEqual(data.decode(), want["body"])
+    if "bodyBase64" in want:
+        tc.assertEqual(data, base64.b64decode(want["bodyBase64"]))
+    if "json" in want:
+        tc.assertEqual(json.loads(data), want["json"])
+    if "jsonSubset" in want:
+        got = json.loads(data)
+        for k, v in want["jsonSubset"].items():
+            tc.assertEqual(got.get(k), v, f"field {k}")
+    for s in want.get("bodyExcludes", []):
+        tc.assertNotIn(s, data.decode(errors="replace"))
+
+
+class BehaviourTest(unittest.TestCase):
+    def start(self, **kw):
+        rt = RuntimeProcess(os.path.join(FIXTURES, "handlers"), **kw)
+        self.addCleanup(rt.stop)
+        rt.wait_health()
+        return rt
+
+    def test_timeout_answers_504_and_the_next_request_is_served(self):
+        rt = self.start(timeout="1", concurrency="1")
+        status, _, body = rt.request("GET", "/spin")
+        self.assertEqual(status, 504)
+        self.assertIn("timed out after 1s", json.loads(body)["error"])
+        start = time.time()
+        status, _, body = rt.request("GET", "/text")
+        self.assertEqual((status, body), (200, b"hello, world"))
+        print(f"\nnext request after a timeout served in {(time.time() - start) * 1000:.0f} ms", file=sys.stderr)
+        self.assertIn("worker replaced", rt.logs())
+
+    def test_concurrency_limit_answers_429_with_retry_after(self):
+        rt = self.start(timeout="5", concurrency="2")
+        results = []
+
+        def slow():
+            results.append(rt.request("POST", "/slow", body=b'{"seconds": 1}', headers={"Content-Type": "application/json"})[0])
+
+        threads = [threading.Thread(target=slow) for _ in range(2)]
+        for t in threads:
+            t.start()
+        time.sleep(0.3)
+        status, headers, body = rt.request("GET", "/text")
+        for t in threads:
+            t.join()
+        self.assertEqual(status, 429, body)
+        self.assertEqual(headers.get("retry-after"), "1")
+        self.assertEqual(sorted(results), [200, 200])
+
+    def test_sigterm_finishes_in_flight_requests(self):
+        rt = self.start(timeout="5")
+        out = {}
+
+        def slow():
+            out["r"] = rt.request("POST", "/slow", body=b'{"seconds": 0.8}', headers={"Content-Type": "application/json"})
+
+        t = threading.Thread(target=slow)
+        t.start()
+        time.sleep(0.3)
+        rt.proc.send_signal(signal.SIGTERM)
+        t.join()
+        self.assertEqual(out["r"][0], 200)
+        self.assertEqual(out["r"][2], b"done")
+        self.assertEqual(rt.proc.wait(10), 0)
+
+    def test_import_error_keeps_health_503_and_logs_once(self):
+        with tempfile.TemporaryDirectory() as d:
+            with open(os.path.join(d, "main.py"), "w") as f:
+                f.write("def handler(event, context)\n    return 1\n")
+            rt = RuntimeProcess(d)
+            self.addCleanup(rt.stop)
+            rt.wait_health(want=503)
+            deadline = time.time() + 20
+            while True:
+                status, _, body = rt.request("GET", "/_/health")
+                if json.loads(body)["status"] != "loading" or time.time() > deadline:
+                    break
+                time.sleep(0.05)
+            self.assertEqual(status, 503)
+            self.assertEqual(json.loads(body)["status"], "error")
+            self.assertIn("SyntaxError", json.loads(body)["error"])
+            status, _, body = rt.request("GET", "/anything")
+            self.assertEqual(status, 503)
+            time.sleep(0.3)
+            self.assertEqual(rt.logs().count("handler failed to load"), 1)
+
+
+if __name__ == "__main__":
+    unittest.main()

@@ -1,0 +1,329 @@
+package controller
+
+import (
+	"encoding/base64"
+	"encoding/json"
+	"fmt"
+	"io"
+	"net/http"
+	"os"
+	"path/filepath"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"syscall"
+	"testing"
+	"time"
+
+	ctrl "sigs.k8s.io/controller-runtime"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+
+	slessv1 "github.com/kube5s/sless/pkg/apis/sless/v1alpha1"
+	"github.com/kube5s/sless/pkg/msg"
+	"github.com/kube5s/sless/services/operator/internal/driver"
+)
+
+var runtimesDir = filepath.Join("..", "..", "..", "..", "runtimes")
+
+// artifact copies the fixture handlers into a fresh artifact directory, as
+// the builder's local driver would leave them.
+func artifact(t *testing.T, version string) string {
+	t.Helper()
+	dir := t.TempDir()
+	src := filepath.Join(runtimesDir, "fixtures", "handlers")
+	for _, f := range []string{"main.py", "index.js"} {
+		b, err := os.ReadFile(filepath.Join(src, f))
+		if err != nil {
+			t.Fatal(err)
+		}
+		if err := os.WriteFile(filepath.Join(dir, f), b, 0o644); err != nil {
+			t.Fatal(err)
+		}
+	}
+	// A version marker the tests read back through the endpoint.
+	marker := fmt.Sprintf("def handler(event, context):\n    return %q\n", version)
+	if err := os.WriteFile(filepath.Join(dir, "version.py"), []byte(marker), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	return dir
+}
+
+func localHarness(t *testing.T) (*harness, *driver.Local) {
+	var local *driver.Local
+	h := newHarnessWith(t, func(mgr ctrl.Manager) driver.Driver {
+		local = driver.NewLocal(driver.LocalCommands("python3", "node", runtimesDir), mgr.GetAPIReader(), t.TempDir(), quietLog())
+		local.DrainDelay = 500 * time.Millisecond
+		return local
+	})
+	t.Cleanup(local.Shutdown)
+	return h, local
+}
+
+// build plays the builder: it answers the function's build request with a
+// successful result pointing at dir.
+func (h *harness) build(t *testing.T, fn *slessv1.Function, dir string) {
+	t.Helper()
+	h.eventually(t, "build requested", func() bool {
+		h.get(t, fn)
+		return fn.Status.LastBuildID != "" && fn.Status.RequestedSourceSHA256 == fn.Spec.Source.SHA256
+	})
+	done := &msg.BuildCompleted{BuildID: fn.Status.LastBuildID, Namespace: fn.Namespace, Function: fn.Name,
+		SourceSHA256: fn.Spec.Source.SHA256, Result: msg.BuildSucceeded, Artifact: dir}
+	if err := h.pub.PublishMessage(t.Context(), done); err != nil {
+		t.Fatal(err)
+	}
+}
+
+func get(t *testing.T, url string) (int, string) {
+	t.Helper()
+	resp, err := http.Get(url)
+	if err != nil {
+		return 0, err.Error()
+	}
+	defer resp.Body.Close()
+	b, _ := io.ReadAll(resp.Body)
+	return resp.StatusCode, string(b)
+}
+
+func TestLocalDriverRunsRestartsRollsAndStops(t *testing.T) {
+	h, local := localHarness(t)
+	_, ns := h.tenant(t)
+	v1dir := artifact(t, "v1")
+	fn := h.function(t, ns, "local", func(f *slessv1.Function) {
+		withSource(sha1)(f)
+		f.Spec.Entrypoint = "version.handler"
+		f.Spec.TimeoutSec = 2
+	})
+	h.build(t, fn, v1dir)
+	h.eventually(t, "function Ready", func() bool { h.get(t, fn); return fn.IsReady() })
+	if code, body := get(t, fn.Status.Endpoint+"/"); code != 200 || body != "v1" {
+		t.Fatalf("endpoint answered %d %q, want 200 v1", code, body)
+	}
+
+	// Kill the process: the driver restarts it and says so.
+	endpoint := fn.Status.Endpoint
+	pid := local.PID(ns, "local")
+	if err := syscall.Kill(pid, syscall.SIGKILL); err != nil {
+		t.Fatal(err)
+	}
+	h.eventually(t, "restart reported", func() bool {
+		h.get(t, fn)
+		return fn.IsReady() && strings.Contains(conditionMessage(fn, slessv1.ConditionDeployed), "restarted 1 times")
+	})
+	if code, body := get(t, fn.Status.Endpoint+"/"); code != 200 || body != "v1" {
+		t.Fatalf("after restart the endpoint answered %d %q", code, body)
+	}
+
+	// Roll to a new version under a steady request loop: no request fails.
+	var failures, served atomic.Int64
+	var sawV2 atomic.Bool
+	stop := make(chan struct{})
+	var wg sync.WaitGroup
+	for range 4 {
+		wg.Go(func() {
+			hc := &http.Client{Timeout: 5 * time.Second}
+			for {
+				select {
+				case <-stop:
+					return
+				default:
+				}
+				// Read the endpoint as the data plane does: from the
+				// Function's status, on every request.
+				cur := &slessv1.Function{}
+				cur.Namespace, cur.Name = fn.Namespace, fn.Name
+				if err := h.c.Get(t.Context(), client.ObjectKeyFromObject(cur), cur); err != nil {
+					failures.Add(1)
+					continue
+				}
+				resp, err := hc.Get(cur.Status.Endpoint + "/")
+				if err != nil {
+					failures.Add(1)
+					continue
+				}
+				b, _ := io.ReadAll(resp.Body)
+				resp.Body.Close()
+				if resp.StatusCode != 200 {
+					failures.Add(1)
+					continue
+				}
+				served.Add(1)
+				if string(b) == "v2" {
+					sawV2.Store(true)
+				}
+			}
+		})
+	}
+	time.Sleep(300 * time.Millisecond)
+	fn.Spec.Source.SHA256 = sha2
+	if err := h.c.Update(t.Context(), fn); err != nil {
+		t.Fatal(err)
+	}
+	h.build(t, fn, artifact(t, "v2"))
+	h.eventually(t, "v2 served", sawV2.Load)
+	time.Sleep(1500 * time.Millisecond) // past the old process's drain
+	close(stop)
+	wg.Wait()
+	t.Logf("rollout under load: %d requests served, %d failed", served.Load(), failures.Load())
+	if failures.Load() != 0 {
+		t.Errorf("%d requests failed during the rollout", failures.Load())
+	}
+	if _, err := http.Get(endpoint + "/"); err == nil {
+		t.Error("the old version still answers after its drain")
+	}
+
+	// Delete: the process goes away.
+	h.get(t, fn)
+	newPid := local.PID(ns, "local")
+	if newPid == 0 || newPid == pid {
+		t.Fatalf("serving pid %d after the rollout (was %d)", newPid, pid)
+	}
+	if err := h.c.Delete(t.Context(), fn); err != nil {
+		t.Fatal(err)
+	}
+	h.eventually(t, "process gone", func() bool { return syscall.Kill(newPid, 0) != nil })
+}
+
+func conditionMessage(fn *slessv1.Function, typ string) string {
+	for _, c := range fn.Status.Conditions {
+		if c.Type == typ {
+			return c.Message
+		}
+	}
+	return ""
+}
+
+// TestContractFixturesThroughTheLocalDriver runs the shared fixtures against
+// runtime processes the local driver started, for both languages.
+func TestContractFixturesThroughTheLocalDriver(t *testing.T) {
+	h, _ := localHarness(t)
+	_, ns := h.tenant(t)
+	dir := artifact(t, "fixtures")
+	var cases []fixture
+	b, err := os.ReadFile(filepath.Join(runtimesDir, "fixtures", "contract.json"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := json.Unmarshal(b, &cases); err != nil {
+		t.Fatal(err)
+	}
+	for _, rt := range []struct {
+		name    string
+		runtime slessv1.Runtime
+		entry   string
+	}{{"python", slessv1.RuntimePython311, "main.handler"}, {"node", slessv1.RuntimeNodeJS20, "index.handler"}} {
+		t.Run(rt.name, func(t *testing.T) {
+			fn := h.function(t, ns, "fixtures-"+rt.name, func(f *slessv1.Function) {
+				withSource(sha1)(f)
+				f.Spec.Runtime, f.Spec.Entrypoint = rt.runtime, rt.entry
+			})
+			h.build(t, fn, dir)
+			h.eventually(t, "function Ready", func() bool { h.get(t, fn); return fn.IsReady() })
+			for _, c := range cases {
+				t.Run(c.Name, func(t *testing.T) { c.check(t, fn.Status.Endpoint, fn.Name, strings.TrimPrefix(ns, "sless-fn-")) })
+			}
+		})
+	}
+}
+
+type fixture struct {
+	Name    string `json:"name"`
+	Request struct {
+		Method     string            `json:"method"`
+		Path       string            `json:"path"`
+		Query      string            `json:"query"`
+		Headers    map[string]string `json:"headers"`
+		Body       *string           `json:"body"`
+		BodyBase64 *string           `json:"bodyBase64"`
+	} `json:"request"`
+	Response struct {
+		Status         int               `json:"status"`
+		Headers        map[string]string `json:"headers"`
+		HeadersPresent []string          `json:"headersPresent"`
+		Body           *string           `json:"body"`
+		BodyBase64     *string           `json:"bodyBase64"`
+		JSON           json.RawMessage   `json:"json"`
+		JSONSubset     map[string]any    `json:"jsonSubset"`
+		BodyExcludes   []string          `json:"bodyExcludes"`
+	} `json:"response"`
+}
+
+func (f fixture) check(t *testing.T, endpoint, function, tenant string) {
+	var body io.Reader
+	if f.Request.Body != nil {
+		body = strings.NewReader(*f.Request.Body)
+	} else if f.Request.BodyBase64 != nil {
+		raw, _ := base64.StdEncoding.DecodeString(*f.Request.BodyBase64)
+		body = strings.NewReader(string(raw))
+	}
+	url := endpoint + f.Request.Path
+	if f.Request.Query != "" {
+		url += "?" + f.Request.Query
+	}
+	req, _ := http.NewRequestWithContext(t.Context(), f.Request.Method, url, body)
+	for k, v := range f.Request.Headers {
+		req.Header.Set(k, v)
+	}
+	resp, err := http.DefaultClient.Do(req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer resp.Body.Close()
+	got, _ := io.ReadAll(resp.Body)
+	want := f.Response
+	if resp.StatusCode != want.Status {
+		t.Fatalf("status %d, want %d: %s", resp.StatusCode, want.Status, got)
+	}
+	for k, v := range want.Headers {
+		if resp.Header.Get(k) != v {
+			t.Errorf("header %s = %q, want %q", k, resp.Header.Get(k), v)
+		}
+	}
+	for _, k := range want.HeadersPresent {
+		if resp.Header.Get(k) == "" {
+			t.Errorf("header %s missing", k)
+		}
+	}
+	if want.Body != nil && string(got) != *want.Body {
+		t.Errorf("body %q, want %q", got, *want.Body)
+	}
+	if want.BodyBase64 != nil {
+		raw, _ := base64.StdEncoding.DecodeString(*want.BodyBase64)
+		if string(raw) != string(got) {
+			t.Errorf("body bytes differ: got %d bytes", len(got))
+		}
+	}
+	if len(want.JSON) > 0 {
+		var w, g any
+		_ = json.Unmarshal(want.JSON, &w)
+		if err := json.Unmarshal(got, &g); err != nil {
+			t.Fatalf("body is not JSON: %s", got)
+		}
+		// The fixtures name the function "fixtures" and the tenant "test";
+		// through the driver they carry the real names.
+		if m, ok := w.(map[string]any); ok && m["function"] != nil {
+			m["function"], m["tenant"] = function, tenant
+		}
+		wj, _ := json.Marshal(w)
+		gj, _ := json.Marshal(g)
+		if string(wj) != string(gj) {
+			t.Errorf("json body\n got %s\nwant %s", gj, wj)
+		}
+	}
+	if want.JSONSubset != nil {
+		var g map[string]any
+		if err := json.Unmarshal(got, &g); err != nil {
+			t.Fatalf("body is not JSON: %s", got)
+		}
+		for k, v := range want.JSONSubset {
+			if fmt.Sprint(g[k]) != fmt.Sprint(v) {
+				t.Errorf("field %s = %v, want %v", k, g[k], v)
+			}
+		}
+	}
+	for _, s := range want.BodyExcludes {
+		if strings.Contains(string(got), s) {
+			t.Errorf("body leaks %q: %s", s, got)
+		}
+	}
+}

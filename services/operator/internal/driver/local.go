@@ -1,0 +1,482 @@
+package driver
+
+import (
+	"context"
+	"crypto/sha256"
+	"encoding/hex"
+	"encoding/json"
+	"fmt"
+	"io"
+	"log/slog"
+	"net"
+	"net/http"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"sort"
+	"strconv"
+	"sync"
+	"syscall"
+	"time"
+
+	corev1 "k8s.io/api/core/v1"
+	"k8s.io/apimachinery/pkg/types"
+	"sigs.k8s.io/controller-runtime/pkg/builder"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+	"sigs.k8s.io/controller-runtime/pkg/event"
+	"sigs.k8s.io/controller-runtime/pkg/handler"
+	"sigs.k8s.io/controller-runtime/pkg/source"
+
+	slessv1 "github.com/kube5s/sless/pkg/apis/sless/v1alpha1"
+	"github.com/kube5s/sless/services/operator/internal/resources"
+)
+
+// Local runs each function as a runtime process on 127.0.0.1, started from
+// its artifact directory and supervised: health-checked, restarted with
+// backoff when it dies, replaced without dropping traffic when the function
+// changes (start the new process, wait until healthy, switch the endpoint,
+// drain the old one), and stopped on delete.
+//
+// The local profile runs one process per function: status.endpoint is a
+// single URL and a second process would need a load balancer in front.
+type Local struct {
+	// Commands start a runtime: the interpreter and the wrapper script.
+	Commands map[slessv1.Runtime][]string
+	// Secrets resolves env values taken from Secrets.
+	Secrets client.Reader
+	// LogDir receives one log file per function (<namespace>_<function>.log).
+	LogDir string
+	Log    *slog.Logger
+	// DrainDelay is how long an old process keeps serving after the
+	// endpoint switched, so that every reader of the endpoint has moved on.
+	DrainDelay time.Duration
+
+	events chan event.GenericEvent
+	mu     sync.Mutex
+	fns    map[types.NamespacedName]*localFn
+}
+
+type localFn struct {
+	current *proc // serving
+	next    *proc // starting for a new version
+}
+
+// NewLocal returns a local driver.
+func NewLocal(commands map[slessv1.Runtime][]string, secrets client.Reader, logDir string, log *slog.Logger) *Local {
+	return &Local{Commands: commands, Secrets: secrets, LogDir: logDir, Log: log, DrainDelay: 3 * time.Second,
+		events: make(chan event.GenericEvent, 64), fns: map[types.NamespacedName]*localFn{}}
+}
+
+// Watch reconciles a Function when one of its processes changes state.
+func (l *Local) Watch(b *builder.Builder) *builder.Builder {
+	return b.WatchesRawSource(source.Channel(l.events, &handler.EnqueueRequestForObject{}))
+}
+
+func (l *Local) notify(key types.NamespacedName) {
+	fn := &slessv1.Function{}
+	fn.Namespace, fn.Name = key.Namespace, key.Name
+	select {
+	case l.events <- event.GenericEvent{Object: fn}:
+	default: // a reconcile is already queued
+	}
+}
+
+// Ensure implements Driver.
+func (l *Local) Ensure(ctx context.Context, fn *slessv1.Function, a Artifact) (State, error) {
+	if a.Dir == "" {
+		return State{}, fmt.Errorf("local driver: function %s/%s has no artifact directory", fn.Namespace, fn.Name)
+	}
+	cmd, ok := l.Commands[fn.Spec.Runtime]
+	if !ok {
+		return State{}, fmt.Errorf("local driver: no command for runtime %s", fn.Spec.Runtime)
+	}
+	env, err := l.env(ctx, fn, a)
+	if err != nil {
+		return State{}, err
+	}
+	key := versionKey(cmd, a.Dir, env)
+	name := types.NamespacedName{Namespace: fn.Namespace, Name: fn.Name}
+
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	lf := l.fns[name]
+	if lf == nil {
+		lf = &localFn{}
+		l.fns[name] = lf
+	}
+	if lf.current != nil && lf.current.key == key {
+		if lf.next != nil {
+			lf.next.stop(0)
+			lf.next = nil
+		}
+		return lf.current.state(true), nil
+	}
+	if lf.next == nil || lf.next.key != key {
+		if lf.next != nil {
+			lf.next.stop(0)
+		}
+		p, err := l.start(name, key, cmd, a.Dir, env, fn.Spec.MemoryMB, fn.Spec.TimeoutSec)
+		if err != nil {
+			return State{}, err
+		}
+		lf.next = p
+	}
+	if lf.next.isHealthy() {
+		old := lf.current
+		lf.current, lf.next = lf.next, nil
+		if old != nil {
+			old.stop(l.DrainDelay)
+		}
+		return lf.current.state(true), nil
+	}
+	starting := lf.next.state(false)
+	if lf.current != nil && lf.current.isHealthy() {
+		st := lf.current.state(false)
+		st.Reason, st.Message = "Progressing", "starting the new version: "+starting.Message
+		return st, nil
+	}
+	return starting, nil
+}
+
+// Delete implements Driver: every process of the function gets SIGTERM,
+// finishes its in-flight work and exits.
+func (l *Local) Delete(_ context.Context, fn *slessv1.Function) error {
+	name := types.NamespacedName{Namespace: fn.Namespace, Name: fn.Name}
+	l.mu.Lock()
+	lf := l.fns[name]
+	delete(l.fns, name)
+	l.mu.Unlock()
+	if lf == nil {
+		return nil
+	}
+	for _, p := range []*proc{lf.current, lf.next} {
+		if p != nil {
+			p.stop(0)
+			p.wait()
+		}
+	}
+	return nil
+}
+
+// Shutdown stops every process; the operator calls it on exit.
+func (l *Local) Shutdown() {
+	l.mu.Lock()
+	all := l.fns
+	l.fns = map[types.NamespacedName]*localFn{}
+	l.mu.Unlock()
+	for _, lf := range all {
+		for _, p := range []*proc{lf.current, lf.next} {
+			if p != nil {
+				p.stop(0)
+				p.wait()
+			}
+		}
+	}
+}
+
+// env is the process environment: a minimal base, the runtime contract's
+// settings and the user's variables with Secret references resolved.
+func (l *Local) env(ctx context.Context, fn *slessv1.Function, a Artifact) ([]string, error) {
+	out := []string{"PATH=" + os.Getenv("PATH"), "HOME=" + a.Dir, "SLESS_HOST=127.0.0.1", "SLESS_CODE_DIR=" + a.Dir,
+		"PYTHONPATH=" + filepath.Join(a.Dir, "deps"), "PYTHONDONTWRITEBYTECODE=1", "PYTHONUNBUFFERED=1"}
+	for _, e := range resources.RuntimeEnv(fn, 0) {
+		if e.Name == resources.EnvPort {
+			continue // chosen per process
+		}
+		v := e.Value
+		if e.ValueFrom != nil && e.ValueFrom.SecretKeyRef != nil {
+			ref := e.ValueFrom.SecretKeyRef
+			var s corev1.Secret
+			if err := l.Secrets.Get(ctx, types.NamespacedName{Namespace: fn.Namespace, Name: ref.Name}, &s); err != nil {
+				return nil, fmt.Errorf("env %s: secret %s: %w", e.Name, ref.Name, err)
+			}
+			b, ok := s.Data[ref.Key]
+			if !ok {
+				return nil, fmt.Errorf("env %s: secret %s has no key %s", e.Name, ref.Name, ref.Key)
+			}
+			v = string(b)
+		}
+		out = append(out, e.Name+"="+v)
+	}
+	return out, nil
+}
+
+func versionKey(cmd []string, dir string, env []string) string {
+	sorted := append([]string(nil), env...)
+	sort.Strings(sorted)
+	b, _ := json.Marshal([]any{cmd, dir, sorted})
+	h := sha256.Sum256(b)
+	return hex.EncodeToString(h[:8])
+}
+
+// proc is one supervised runtime process and its restarts.
+type proc struct {
+	l        *Local
+	name     types.NamespacedName
+	key      string
+	cmd      []string
+	dir      string
+	env      []string
+	memoryMB int32
+	grace    time.Duration
+	port     int
+	endpoint string
+
+	mu        sync.Mutex
+	healthy   bool
+	lastErr   string
+	restarts  int
+	stopping  bool
+	stopCh    chan struct{}
+	done      chan struct{}
+	current   *exec.Cmd
+	startedAt time.Time
+}
+
+func (l *Local) start(name types.NamespacedName, key string, cmd []string, dir string, env []string, memoryMB, timeoutSec int32) (*proc, error) {
+	port, err := freePort()
+	if err != nil {
+		return nil, err
+	}
+	p := &proc{l: l, name: name, key: key, cmd: cmd, dir: dir, env: append(env, "PORT="+strconv.Itoa(port)),
+		memoryMB: memoryMB, grace: time.Duration(timeoutSec)*time.Second + 5*time.Second,
+		port: port, endpoint: fmt.Sprintf("http://127.0.0.1:%d", port), stopCh: make(chan struct{}), done: make(chan struct{})}
+	go p.supervise()
+	return p, nil
+}
+
+func freePort() (int, error) {
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		return 0, fmt.Errorf("pick a port: %w", err)
+	}
+	defer ln.Close()
+	return ln.Addr().(*net.TCPAddr).Port, nil
+}
+
+func (p *proc) isHealthy() bool {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	return p.healthy
+}
+
+func (p *proc) state(switched bool) State {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	st := State{Endpoint: p.endpoint, Serving: p.healthy, RolledOut: p.healthy && switched}
+	if p.healthy {
+		st.ReadyReplicas = 1
+	}
+	if !st.Serving {
+		st.Endpoint = ""
+	}
+	switch {
+	case p.healthy && p.restarts > 0:
+		st.Reason, st.Message = "Restarted", fmt.Sprintf("restarted %d times; last: %s", p.restarts, p.lastErr)
+	case !p.healthy && p.lastErr != "":
+		st.Reason, st.Message = "NotHealthy", p.lastErr
+	case !p.healthy:
+		st.Reason, st.Message = "Starting", "waiting for the runtime's health check"
+	}
+	return st
+}
+
+// supervise runs the process, checks its health and restarts it with
+// backoff until stop.
+func (p *proc) supervise() {
+	defer close(p.done)
+	backoff := 500 * time.Millisecond
+	for {
+		exited, err := p.run()
+		if err != nil {
+			p.setErr("start: " + err.Error())
+		}
+		if exited != nil {
+			p.watchHealth(exited)
+		}
+		p.mu.Lock()
+		stopping := p.stopping
+		if !stopping {
+			p.restarts++
+			p.healthy = false
+		}
+		p.mu.Unlock()
+		if stopping {
+			return
+		}
+		p.l.notify(p.name)
+		p.l.Log.Warn("function process exited; restarting", "tenant", resources.TenantOf(p.name.Namespace), "function", p.name.Name,
+			"err", p.lastErrText(), "retryIn", backoff.String())
+		select {
+		case <-p.stopCh:
+			return
+		case <-time.After(backoff):
+		}
+		if time.Since(p.startedAt) > time.Minute {
+			backoff = 500 * time.Millisecond
+		} else {
+			backoff = min(backoff*2, 30*time.Second)
+		}
+	}
+}
+
+// run starts the process; the returned channel closes when it exits.
+func (p *proc) run() (<-chan struct{}, error) {
+	logf, err := os.OpenFile(filepath.Join(p.l.LogDir, p.name.Namespace+"_"+p.name.Name+".log"), os.O_CREATE|os.O_WRONLY|os.O_APPEND, 0o644)
+	if err != nil {
+		return nil, err
+	}
+	c := exec.Command(p.cmd[0], p.cmd[1:]...)
+	c.Dir, c.Env, c.Stdout, c.Stderr = p.dir, p.env, logf, logf
+	// Own process group, so that a stop reaches the runtime's workers, and
+	// killed with the operator, so that none outlives it.
+	c.SysProcAttr = &syscall.SysProcAttr{Setpgid: true, Pdeathsig: syscall.SIGKILL}
+	if err := c.Start(); err != nil {
+		logf.Close()
+		return nil, err
+	}
+	limitMemory(c.Process.Pid, p.cmd, p.memoryMB)
+	p.mu.Lock()
+	p.current, p.startedAt = c, time.Now()
+	p.mu.Unlock()
+	exited := make(chan struct{})
+	go func() {
+		err := c.Wait()
+		// The runtime's workers share its process group; none outlives it.
+		_ = syscall.Kill(-c.Process.Pid, syscall.SIGKILL)
+		logf.Close()
+		if err != nil {
+			p.setErr("process exited: " + err.Error())
+		} else {
+			p.setErr("process exited")
+		}
+		close(exited)
+	}()
+	return exited, nil
+}
+
+// watchHealth polls /_/health until the process exits.
+func (p *proc) watchHealth(exited <-chan struct{}) {
+	hc := &http.Client{Timeout: 2 * time.Second}
+	interval := 50 * time.Millisecond
+	for {
+		select {
+		case <-exited:
+			return
+		case <-time.After(interval):
+		}
+		ok, reason := probe(hc, p.endpoint+"/_/health")
+		p.mu.Lock()
+		changed := ok != p.healthy
+		p.healthy = ok
+		if !ok && reason != "" {
+			p.lastErr = reason
+		}
+		p.mu.Unlock()
+		if changed {
+			p.l.notify(p.name)
+		}
+		if ok {
+			interval = 2 * time.Second
+		} else {
+			interval = min(interval*2, time.Second)
+		}
+	}
+}
+
+func probe(hc *http.Client, url string) (bool, string) {
+	resp, err := hc.Get(url)
+	if err != nil {
+		return false, ""
+	}
+	defer resp.Body.Close()
+	if resp.StatusCode == http.StatusOK {
+		_, _ = io.Copy(io.Discard, resp.Body)
+		return true, ""
+	}
+	var body struct {
+		Status string `json:"status"`
+		Error  string `json:"error"`
+	}
+	_ = json.NewDecoder(io.LimitReader(resp.Body, 64<<10)).Decode(&body)
+	if body.Error != "" {
+		return false, body.Error
+	}
+	return false, "health check answered " + resp.Status
+}
+
+func (p *proc) setErr(s string) {
+	p.mu.Lock()
+	p.lastErr = s
+	p.mu.Unlock()
+}
+
+func (p *proc) lastErrText() string {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	return p.lastErr
+}
+
+// stop marks the process stopping and, after delay, sends SIGTERM to its
+// group; SIGKILL follows when it has not exited within its grace period.
+func (p *proc) stop(delay time.Duration) {
+	p.mu.Lock()
+	if p.stopping {
+		p.mu.Unlock()
+		return
+	}
+	p.stopping = true
+	close(p.stopCh)
+	p.mu.Unlock()
+	go func() {
+		time.Sleep(delay)
+		p.mu.Lock()
+		c := p.current
+		p.mu.Unlock()
+		if c == nil || c.Process == nil {
+			return
+		}
+		_ = syscall.Kill(-c.Process.Pid, syscall.SIGTERM)
+		select {
+		case <-p.done:
+		case <-time.After(p.grace):
+			_ = syscall.Kill(-c.Process.Pid, syscall.SIGKILL)
+		}
+	}()
+}
+
+// wait blocks until the supervisor has ended, after stop.
+func (p *proc) wait() {
+	select {
+	case <-p.done:
+	case <-time.After(p.grace + p.l.DrainDelay + 5*time.Second):
+	}
+}
+
+// LocalCommands are the commands that start each runtime's wrapper.
+func LocalCommands(python, node, runtimesDir string) map[slessv1.Runtime][]string {
+	abs, err := filepath.Abs(runtimesDir)
+	if err != nil {
+		abs = runtimesDir
+	}
+	return map[slessv1.Runtime][]string{
+		slessv1.RuntimePython311: {python, filepath.Join(abs, "python3.11", "runtime.py")},
+		slessv1.RuntimeNodeJS20:  {node, filepath.Join(abs, "nodejs20", "runtime.js")},
+	}
+}
+
+// PID is the process id of the function's serving process, or 0.
+func (l *Local) PID(namespace, name string) int {
+	l.mu.Lock()
+	lf := l.fns[types.NamespacedName{Namespace: namespace, Name: name}]
+	l.mu.Unlock()
+	if lf == nil || lf.current == nil {
+		return 0
+	}
+	lf.current.mu.Lock()
+	defer lf.current.mu.Unlock()
+	if lf.current.current == nil || lf.current.current.Process == nil {
+		return 0
+	}
+	return lf.current.current.Process.Pid
+}
