@@ -45,7 +45,7 @@ test-runtimes: ## run the Python and Node runtime wrappers' own tests
 .PHONY: bench
 bench: deps ## run the benchmarks (platform vs bare baseline, printed as ratios)
 	@$(DEPS_ENV); for m in $(MODULES); do \
-		(cd $$m && go test -run '^$$' -bench . -benchtime 3s ./...) | grep -v -e '^PASS' -e 'no test files' || true; \
+		(cd $$m && go test -run '^$$' -bench . -benchtime 1x ./...) | grep -v -e '^PASS' -e 'no test files' -e '^goos' -e '^goarch' -e '^cpu' || true; \
 	done
 
 .PHONY: generate

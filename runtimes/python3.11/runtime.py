@@ -13,6 +13,7 @@ import base64
 import importlib
 import inspect
 import json
+import marshal
 import multiprocessing
 import os
 import signal
@@ -139,26 +140,62 @@ def worker_main(conn, code_dir, entrypoint, function, tenant):
     loop = None
     while True:
         try:
-            event, info = conn.recv()
+            method, path, raw_query, header_text, raw, info = marshal.loads(conn.recv_bytes())
         except (EOFError, OSError):
             return
+        info = dict(zip(INFO_KEYS, info), function=function, tenant=tenant)
         state["id"] = info["invocationId"]
         try:
-            result = handler(event, Context(info))
+            result = handler(build_event(method, path, raw_query, header_text, raw), Context(info))
             if inspect.isawaitable(result):
                 loop = loop or asyncio.new_event_loop()
                 result = loop.run_until_complete(result)
-            reply = ("ok", encode_result(result))
+            status, headers, body = encode_result(result)
         except Exception as e:  # noqa: BLE001 - the caller gets the message, the log the traceback
             log("error", "handler raised", invocationId=info["invocationId"], function=function,
                 error=f"{type(e).__name__}: {e}", traceback=traceback.format_exc())
-            reply = ("error", str(e) or type(e).__name__)
+            status, headers, body = problem(500, "HandlerError", str(e) or type(e).__name__, info)
         sys.stdout.flush()
         state["id"] = None
+        conn.send_bytes(marshal.dumps((status, render_head(status, headers, info["invocationId"], len(body)), body)))
+
+
+INFO_KEYS = ("invocationId", "trigger", "traceparent", "deadline")
+
+
+def build_event(method, path, raw_query, header_text, raw):
+    headers = {}
+    for line in header_text.splitlines():
+        k, sep, v = line.partition(":")
+        if not sep:
+            continue
+        k, v = k.strip().lower(), v.strip()
+        headers[k] = headers[k] + ", " + v if k in headers else v
+    try:
+        text, b64 = raw.decode("utf-8"), False
+    except UnicodeDecodeError:
+        text, b64 = base64.b64encode(raw).decode("ascii"), True
+    parsed = None
+    if not b64 and text and "json" in headers.get("content-type", ""):
         try:
-            conn.send(reply)
-        except (TypeError, ValueError) as e:
-            conn.send(("error", f"handler result cannot be sent: {e}"))
+            parsed = json.loads(text)
+        except ValueError:
+            parsed = None
+    return {
+        "method": method, "path": path, "rawQuery": raw_query,
+        "query": dict(parse_qsl(raw_query, keep_blank_values=True)),
+        "headers": headers, "body": text, "isBase64Encoded": b64, "json": parsed,
+    }
+
+
+def render_head(status, headers, invocation_id, length):
+    """The status line and headers, without the blank line that ends them."""
+    reason = HTTPStatus(status).phrase if status in HTTPStatus._value2member_map_ else ""
+    out = [f"HTTP/1.1 {status} {reason}\r\n"]
+    for k, v in headers.items():
+        out.append(f"{k}: {v}\r\n")
+    out.append(f"X-Sless-Invocation-Id: {invocation_id}\r\nContent-Length: {length}\r\n")
+    return "".join(out).encode("latin-1")
 
 
 # ------------------------------------------------------------------ main side
@@ -169,6 +206,8 @@ class LoadError(Exception):
 
 
 class Worker:
+    timed_out = False
+
     def __init__(self, ctx, cfg):
         parent, child = ctx.Pipe()
         self.proc = ctx.Process(target=worker_main, args=(child, cfg.code_dir, cfg.entrypoint, cfg.function, cfg.tenant), daemon=True)
@@ -199,17 +238,15 @@ class Pool:
         self.cfg = cfg
         self.ctx = multiprocessing.get_context("forkserver")
         self.idle = []
-        self.lock = threading.Lock()
 
     def get(self):
-        with self.lock:
-            if self.idle:
-                return self.idle.pop()
-        return Worker(self.ctx, self.cfg)
+        try:
+            return self.idle.pop()  # atomic under the GIL
+        except IndexError:
+            return Worker(self.ctx, self.cfg)
 
     def put(self, w):
-        with self.lock:
-            self.idle.append(w)
+        self.idle.append(w)
 
     def replace(self, w):
         """Kills a worker and starts a warm one in its place, off the request path."""
@@ -224,17 +261,51 @@ class Pool:
         threading.Thread(target=warm, daemon=True).start()
 
     def close(self):
-        with self.lock:
-            idle, self.idle = self.idle, []
+        idle, self.idle = self.idle, []
         for w in idle:
             w.kill()
+
+
+class Watchdog:
+    """One thread that kills workers whose invocation overran its deadline.
+    A killed worker's pipe closes, which ends the blocked recv() waiting on it."""
+
+    def __init__(self):
+        self.cond = threading.Condition()
+        self.deadlines = {}  # worker -> deadline
+        threading.Thread(target=self.run, daemon=True).start()
+
+    def arm(self, w, deadline):
+        # No lock and no notify: dict updates are atomic under the GIL, and
+        # the thread wakes every 100ms.
+        w.timed_out = False
+        self.deadlines[w] = deadline
+
+    def disarm(self, w):
+        """Returns False when the worker was already killed for its deadline."""
+        self.deadlines.pop(w, None)
+        return not w.timed_out
+
+    def run(self):
+        with self.cond:
+            while True:
+                now = time.time()
+                for w, d in list(self.deadlines.items()):
+                    if d <= now and self.deadlines.pop(w, None) is not None:
+                        w.timed_out = True
+                        try:
+                            w.proc.kill()
+                        except (OSError, ValueError, AttributeError):
+                            pass
+                nxt = min(self.deadlines.values(), default=now + 0.1)
+                self.cond.wait(min(0.1, max(0.001, nxt - now)))
 
 
 class Runtime:
     def __init__(self, cfg):
         self.cfg = cfg
         self.pool = Pool(cfg)
-        self.slots = threading.BoundedSemaphore(cfg.concurrency)
+        self.watchdog = Watchdog()
         self.ready = False
         self.load_error = None
         self.draining = False
@@ -263,31 +334,36 @@ class Runtime:
             if self.inflight == 0:
                 self.idle_event.set()
 
-    def invoke(self, event, info):
-        """Returns (status, headers, body)."""
-        if not self.slots.acquire(blocking=False):
-            return problem(429, "TooManyRequests", f"more than {self.cfg.concurrency} invocations in flight", info, {"Retry-After": "1"})
+    def invoke(self, request, info):
+        """Runs one invocation; returns (status, head bytes, body bytes)."""
+        if self.inflight > self.cfg.concurrency:  # begin() already counted this one
+            return rendered(problem(429, "TooManyRequests", f"more than {self.cfg.concurrency} invocations in flight", info, {"Retry-After": "1"}), info)
         try:
-            try:
-                w = self.pool.get()
-            except LoadError as e:
-                return problem(503, "NotReady", str(e), info)
-            try:
-                w.conn.send((event, info))
-                if not w.conn.poll(max(0.0, info["deadline"] - time.time())):
-                    self.pool.replace(w)
-                    log("warn", "invocation timed out; worker replaced", invocationId=info["invocationId"], function=self.cfg.function)
-                    return problem(504, "Timeout", f"function timed out after {self.cfg.timeout:g}s", info)
-                kind, payload = w.conn.recv()
-            except (EOFError, OSError, BrokenPipeError):
-                self.pool.replace(w)
-                return problem(500, "WorkerCrashed", "the function process exited during the invocation (out of memory?)", info)
-            self.pool.put(w)
-            if kind == "ok":
-                return payload
-            return problem(500, "HandlerError", payload, info)
-        finally:
-            self.slots.release()
+            w = self.pool.get()
+        except LoadError as e:
+            return rendered(problem(503, "NotReady", str(e), info), info)
+        try:
+            self.watchdog.arm(w, info["deadline"])
+            w.conn.send_bytes(marshal.dumps(request + ((info["invocationId"], info["trigger"], info["traceparent"], info["deadline"]),)))
+            reply = w.conn.recv_bytes()
+        except (EOFError, OSError):
+            self.watchdog.disarm(w)
+            self.pool.replace(w)
+            if w.timed_out:
+                log("warn", "invocation timed out; worker replaced", invocationId=info["invocationId"], function=self.cfg.function)
+                return rendered(problem(504, "Timeout", f"function timed out after {self.cfg.timeout:g}s", info), info)
+            return rendered(problem(500, "WorkerCrashed", "the function process exited during the invocation (out of memory?)", info), info)
+        if not self.watchdog.disarm(w):
+            # The deadline passed as the reply arrived: the worker is being killed.
+            self.pool.replace(w)
+            return rendered(problem(504, "Timeout", f"function timed out after {self.cfg.timeout:g}s", info), info)
+        self.pool.put(w)
+        return marshal.loads(reply)
+
+
+def rendered(p, info):
+    status, headers, body = p
+    return status, render_head(status, headers, info["invocationId"], len(body)), body
 
 
 def problem(status, typ, message, info, extra=None):
@@ -309,23 +385,11 @@ def make_handler(rt):
         def log_message(self, *args):  # no access log: the platform records invocations
             pass
 
-        def reply(self, status, headers, body, invocation_id=None):
-            reason = HTTPStatus(status).phrase if status in HTTPStatus._value2member_map_ else ""
-            out = [f"HTTP/1.1 {status} {reason}\r\n"]
-            for k, v in headers.items():
-                out.append(f"{k}: {v}\r\n")
-            if invocation_id:
-                out.append(f"X-Sless-Invocation-Id: {invocation_id}\r\n")
-            out.append(f"Content-Length: {len(body)}\r\n")
+        def reply(self, status, head, body):
             if rt.draining:
                 self.close_connection = True
-            if self.close_connection:
-                out.append("Connection: close\r\n")
-            out.append("\r\n")
-            data = "".join(out).encode("latin-1")
-            if self.command != "HEAD":
-                data += body
-            self.wfile.write(data)
+            end = b"Connection: close\r\n\r\n" if self.close_connection else b"\r\n"
+            self.wfile.write(head + end + (body if self.command != "HEAD" else b""))
 
         def read_body(self):
             if "chunked" in self.headers.get("Transfer-Encoding", "").lower():
@@ -350,11 +414,12 @@ def make_handler(rt):
             path, _, raw_query = self.path.partition("?")
             if path == HEALTH_PATH:
                 if rt.ready and not rt.draining:
-                    self.reply(200, {"Content-Type": "application/json"}, b'{"status":"ok"}')
+                    body = b'{"status":"ok"}'
+                    status = 200
                 else:
                     state = "draining" if rt.draining else ("error" if rt.load_error else "loading")
-                    body = json.dumps({"status": state, "error": rt.load_error}).encode()
-                    self.reply(503, {"Content-Type": "application/json"}, body)
+                    body, status = json.dumps({"status": state, "error": rt.load_error}).encode(), 503
+                self.reply(status, render_head(status, {"Content-Type": "application/json"}, "-", len(body)), body)
                 return
             rt.begin()
             try:
@@ -368,42 +433,19 @@ def make_handler(rt):
                 "invocationId": h.get("X-Sless-Invocation-Id") or str(uuid.uuid4()),
                 "trigger": h.get("X-Sless-Trigger") or "http",
                 "traceparent": h.get("traceparent"),
-                "function": cfg.function,
-                "tenant": cfg.tenant,
                 "deadline": time.time() + cfg.timeout,
             }
             try:
                 raw = self.read_body()
             except ValueError:
                 self.close_connection = True
-                status, headers, body = problem(413, "PayloadTooLarge", f"request body over {cfg.max_body} bytes", info)
-                self.reply(status, headers, body, info["invocationId"])
+                self.reply(*rendered(problem(413, "PayloadTooLarge", f"request body over {cfg.max_body} bytes", info), info))
                 return
             if not rt.ready:
-                status, headers, body = problem(503, "NotReady", rt.load_error or "the handler is loading", info, {"Retry-After": "1"})
-                self.reply(status, headers, body, info["invocationId"])
+                self.reply(*rendered(problem(503, "NotReady", rt.load_error or "the handler is loading", info, {"Retry-After": "1"}), info))
                 return
-            headers = {}
-            for k, v in h.items():
-                k = k.lower()
-                headers[k] = headers[k] + ", " + v if k in headers else v
-            try:
-                text, b64 = raw.decode("utf-8"), False
-            except UnicodeDecodeError:
-                text, b64 = base64.b64encode(raw).decode("ascii"), True
-            parsed = None
-            if not b64 and text and "json" in headers.get("content-type", ""):
-                try:
-                    parsed = json.loads(text)
-                except ValueError:
-                    parsed = None
-            event = {
-                "method": self.command, "path": path, "rawQuery": raw_query,
-                "query": dict(parse_qsl(raw_query, keep_blank_values=True)),
-                "headers": headers, "body": text, "isBase64Encoded": b64, "json": parsed,
-            }
-            status, rheaders, body = rt.invoke(event, info)
-            self.reply(status, rheaders, body, info["invocationId"])
+            header_text = "\n".join(f"{k}: {v}" for k, v in h.items())
+            self.reply(*rt.invoke((self.command, path, raw_query, header_text, raw), info))
 
     for m in METHODS:
         setattr(Handler, "do_" + m, Handler.dispatch)

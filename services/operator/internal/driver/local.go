@@ -358,7 +358,9 @@ func (p *proc) run() (<-chan struct{}, error) {
 // watchHealth polls /_/health until the process exits.
 func (p *proc) watchHealth(exited <-chan struct{}) {
 	hc := &http.Client{Timeout: 2 * time.Second}
-	interval := 50 * time.Millisecond
+	// Poll fast until the first success (a loopback GET costs little and the
+	// poll interval is added to every cold start), then every 2s.
+	interval := 10 * time.Millisecond
 	for {
 		select {
 		case <-exited:
@@ -376,10 +378,13 @@ func (p *proc) watchHealth(exited <-chan struct{}) {
 		if changed {
 			p.l.notify(p.name)
 		}
-		if ok {
+		switch {
+		case ok:
 			interval = 2 * time.Second
-		} else {
-			interval = min(interval*2, time.Second)
+		case time.Since(p.startedAt) < 10*time.Second:
+			interval = 10 * time.Millisecond
+		default: // a runtime that will not load: stop hammering it
+			interval = 500 * time.Millisecond
 		}
 	}
 }
