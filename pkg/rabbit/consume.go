@@ -40,6 +40,16 @@ func (e permanentError) Unwrap() error { return e.err }
 // Permanent marks an error that no retry can fix (an undecodable message).
 func Permanent(err error) error { return permanentError{err} }
 
+type deferError struct{ err error }
+
+func (e deferError) Error() string { return e.err.Error() }
+func (e deferError) Unwrap() error { return e.err }
+
+// Defer marks a message that cannot be handled yet (a limit is reached,
+// another replica holds it): it waits the first backoff step in the broker
+// and comes back without counting as a failed attempt.
+func Defer(err error) error { return deferError{err} }
+
 // Attempt is the delivery's attempt number, starting at 1.
 func Attempt(d *amqp.Delivery) int {
 	switch v := d.Headers[HeaderAttempt].(type) {
@@ -143,7 +153,10 @@ func (c *Consumer) handle(ctx context.Context, pub *Publisher, d *amqp.Delivery)
 	span.RecordError(err)
 	attempt := Attempt(d)
 	var perm permanentError
+	var later deferError
 	switch {
+	case errors.As(err, &later):
+		c.retry(ctx, pub, d, attempt-1, err)
 	case errors.As(err, &perm):
 		c.deadLetter(ctx, pub, d, ReasonPoison, err)
 	case attempt > c.Queue.Retry.orDefault().MaxRetries:
@@ -161,7 +174,7 @@ func (c *Consumer) ack(d *amqp.Delivery) {
 }
 
 func (c *Consumer) retry(ctx context.Context, pub *Publisher, d *amqp.Delivery, attempt int, cause error) {
-	delay := c.Queue.Retry.Delay(attempt)
+	delay := c.Queue.Retry.Delay(max(attempt, 1))
 	m := republish(d)
 	m.Headers[HeaderAttempt] = int32(attempt + 1)
 	m.Headers[HeaderError] = truncate(cause.Error(), 1024)

@@ -327,3 +327,30 @@ func TestBrokerRestartLosesNothing(t *testing.T) {
 		t.Error("client is not connected after the restart")
 	}
 }
+
+func TestDeferredMessagesComeBackWithoutUsingAttempts(t *testing.T) {
+	q := Queue{Name: testenv.Name("sless-test-"), Retry: RetryPolicy{MaxRetries: 1, Initial: 50 * time.Millisecond, Max: 50 * time.Millisecond}}
+	c := start(t, q)
+	pub := NewPublisher(c)
+	defer pub.Close()
+	var calls atomic.Int32
+	var lastAttempt atomic.Int32
+	consume(t, c, q, 1, func(_ context.Context, d *amqp.Delivery) error {
+		n := calls.Add(1)
+		lastAttempt.Store(int32(Attempt(d)))
+		if n <= 4 {
+			return Defer(fmt.Errorf("tenant at its build limit"))
+		}
+		return nil
+	})
+	if err := pub.Publish(t.Context(), "", q.Name, amqp.Publishing{Body: []byte("b")}); err != nil {
+		t.Fatal(err)
+	}
+	waitFor(t, 10*time.Second, "five deliveries", func() bool { return calls.Load() == 5 })
+	if lastAttempt.Load() != 1 {
+		t.Errorf("attempt after four deferrals = %d, want 1", lastAttempt.Load())
+	}
+	if dead := getAll(t, c, DeadLetterQueue(q.Name)); len(dead) != 0 {
+		t.Errorf("a deferred message was dead-lettered")
+	}
+}

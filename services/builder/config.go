@@ -1,31 +1,83 @@
 package main
 
 import (
+	"os"
+	"path/filepath"
+	"time"
+
 	"github.com/kube5s/sless/pkg/envconf"
 	"github.com/kube5s/sless/pkg/objstore"
 	"github.com/kube5s/sless/pkg/service"
+	"github.com/kube5s/sless/services/builder/internal/build"
 )
 
 type config struct {
 	service.Common
-	Driver      string // SLESS_BUILD_DRIVER: local or kubernetes
-	Kubeconfig  string // KUBECONFIG: used by the kubernetes driver
-	RabbitURL   string // SLESS_RABBITMQ_URL
-	PostgresURL string // SLESS_POSTGRES_URL
-	Migrate     bool   // SLESS_MIGRATE
-	S3          objstore.Config
+	Driver            string // SLESS_BUILD_DRIVER: local or kubernetes
+	Kubeconfig        string // KUBECONFIG: used by the kubernetes driver and for tenant quotas
+	RabbitURL         string // SLESS_RABBITMQ_URL
+	PostgresURL       string // SLESS_POSTGRES_URL
+	Migrate           bool   // SLESS_MIGRATE
+	S3                objstore.Config
+	Concurrency       int           // SLESS_BUILD_CONCURRENCY: builds at once on this replica
+	DefaultTenantMax  int           // SLESS_BUILD_TENANT_DEFAULT: per-tenant limit when no Tenant quota is readable
+	Lease             time.Duration // SLESS_BUILD_LEASE: how long a dead replica holds a build
+	MaxArchiveBytes   int64         // SLESS_BUILD_MAX_ARCHIVE_BYTES
+	MaxUnpackBytes    int64         // SLESS_BUILD_MAX_UNPACKED_BYTES
+	MaxEntries        int           // SLESS_BUILD_MAX_ENTRIES
+	ArtifactDir       string        // SLESS_ARTIFACT_DIR: local driver output
+	InstallTimeout    time.Duration // SLESS_BUILD_INSTALL_TIMEOUT
+	Python, Node, Npm string        // SLESS_PYTHON, SLESS_NODE, SLESS_NPM
+	Kube              build.KubeConfig
 }
 
 func loadConfig(getenv func(string) string) (config, error) {
 	r := envconf.New(getenv)
 	c := config{
-		Common:      service.ReadCommon(r, ":9091"),
-		Driver:      r.OneOf("SLESS_BUILD_DRIVER", "local", "local", "kubernetes"),
-		Kubeconfig:  r.String("KUBECONFIG", ""),
-		RabbitURL:   r.URL("SLESS_RABBITMQ_URL", "amqp://guest:guest@127.0.0.1:5672/", "amqp", "amqps"),
-		PostgresURL: r.URL("SLESS_POSTGRES_URL", "postgres://postgres@127.0.0.1:5432/sless?sslmode=disable", "postgres", "postgresql"),
-		Migrate:     r.Bool("SLESS_MIGRATE", true),
-		S3:          objstore.ReadConfig(r),
+		Common:           service.ReadCommon(r, ":9091"),
+		Driver:           r.OneOf("SLESS_BUILD_DRIVER", "local", "local", "kubernetes"),
+		Kubeconfig:       r.String("KUBECONFIG", ""),
+		RabbitURL:        r.URL("SLESS_RABBITMQ_URL", "amqp://guest:guest@127.0.0.1:5672/", "amqp", "amqps"),
+		PostgresURL:      r.URL("SLESS_POSTGRES_URL", "postgres://postgres@127.0.0.1:5432/sless?sslmode=disable", "postgres", "postgresql"),
+		Migrate:          r.Bool("SLESS_MIGRATE", true),
+		S3:               objstore.ReadConfig(r),
+		Concurrency:      r.Int("SLESS_BUILD_CONCURRENCY", 2, 1, 64),
+		DefaultTenantMax: r.Int("SLESS_BUILD_TENANT_DEFAULT", 2, 1, 64),
+		Lease:            r.Duration("SLESS_BUILD_LEASE", 30*time.Second),
+		MaxArchiveBytes:  int64(r.Int("SLESS_BUILD_MAX_ARCHIVE_BYTES", 50<<20, 1, 1<<31-1)),
+		MaxUnpackBytes:   int64(r.Int("SLESS_BUILD_MAX_UNPACKED_BYTES", 256<<20, 1, 1<<31-1)),
+		MaxEntries:       r.Int("SLESS_BUILD_MAX_ENTRIES", 10000, 1, 1000000),
+		ArtifactDir:      r.String("SLESS_ARTIFACT_DIR", filepath.Join(os.TempDir(), "sless-artifacts")),
+		InstallTimeout:   r.Duration("SLESS_BUILD_INSTALL_TIMEOUT", 5*time.Minute),
+		Python:           r.String("SLESS_PYTHON", "python3"),
+		Node:             r.String("SLESS_NODE", "node"),
+		Npm:              r.String("SLESS_NPM", "npm"),
+		Kube: build.KubeConfig{
+			Namespace:      r.String("SLESS_BUILD_NAMESPACE", "sless-builds"),
+			ExecutorImage:  r.String("SLESS_BUILD_EXECUTOR_IMAGE", ""),
+			HelperImage:    r.String("SLESS_BUILD_HELPER_IMAGE", ""),
+			Registry:       r.String("SLESS_REGISTRY", ""),
+			RegistrySecret: r.String("SLESS_REGISTRY_SECRET", "sless-registry"),
+			S3Secret:       r.String("SLESS_BUILD_S3_SECRET", "sless-s3"),
+			Deadline:       r.Duration("SLESS_BUILD_DEADLINE", 15*time.Minute),
+			CPU:            r.String("SLESS_BUILD_CPU", "1"),
+			Memory:         r.String("SLESS_BUILD_MEMORY", "2Gi"),
+		},
+	}
+	if c.Lease < 3*time.Second {
+		r.Failf("SLESS_BUILD_LEASE must be at least 3s")
+	}
+	if c.Driver == "kubernetes" {
+		for k, v := range map[string]string{"SLESS_BUILD_EXECUTOR_IMAGE": c.Kube.ExecutorImage, "SLESS_BUILD_HELPER_IMAGE": c.Kube.HelperImage, "SLESS_REGISTRY": c.Kube.Registry} {
+			if v == "" {
+				r.Failf("%s is required with SLESS_BUILD_DRIVER=kubernetes", k)
+			}
+		}
+		for k, v := range map[string]string{"SLESS_BUILD_EXECUTOR_IMAGE": c.Kube.ExecutorImage, "SLESS_BUILD_HELPER_IMAGE": c.Kube.HelperImage} {
+			if v != "" && !digestPinned.MatchString(v) {
+				r.Failf("%s=%s must be pinned by digest (name@sha256:...)", k, v)
+			}
+		}
 	}
 	return c, r.Err()
 }

@@ -1,17 +1,28 @@
 package main
 
 import (
+	"bytes"
 	"context"
 	"fmt"
 	"io"
+	"os"
+	"regexp"
+
+	"k8s.io/client-go/kubernetes"
+	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	"github.com/kube5s/sless/migrations"
+	slessv1 "github.com/kube5s/sless/pkg/apis/sless/v1alpha1"
 	"github.com/kube5s/sless/pkg/health"
 	"github.com/kube5s/sless/pkg/kubeclient"
+	"github.com/kube5s/sless/pkg/msg"
 	"github.com/kube5s/sless/pkg/objstore"
 	"github.com/kube5s/sless/pkg/rabbit"
 	"github.com/kube5s/sless/pkg/service"
+	"github.com/kube5s/sless/services/builder/internal/build"
 )
+
+var digestPinned = regexp.MustCompile(`^[^\s@]+@sha256:[a-f0-9]{64}$`)
 
 // run is the composition root of the builder.
 func run(ctx context.Context, getenv func(string) string, stdout io.Writer) error {
@@ -24,9 +35,19 @@ func run(ctx context.Context, getenv func(string) string, stdout io.Writer) erro
 		return err
 	}
 
-	if cfg.Driver == "kubernetes" {
+	// The Kubernetes API is needed by the kubernetes driver, and read for
+	// tenant build quotas when reachable.
+	var kube client.Client
+	var clientset kubernetes.Interface
+	if cfg.Driver == "kubernetes" || cfg.Kubeconfig != "" {
 		kcfg, err := kubeclient.Config(cfg.Kubeconfig, 20, 40)
 		if err != nil {
+			return err
+		}
+		if kube, err = client.New(kcfg, client.Options{Scheme: kubeclient.Scheme()}); err != nil {
+			return err
+		}
+		if clientset, err = kubernetes.NewForConfig(kcfg); err != nil {
 			return err
 		}
 		kubeCheck, err := kubeclient.Check(kcfg)
@@ -56,5 +77,44 @@ func run(ctx context.Context, getenv func(string) string, stdout io.Writer) erro
 	svc.Go(mq.Run)
 	svc.Health.AddCheck(health.Check{Name: "rabbitmq", Fn: mq.Check})
 
+	var drv build.Driver
+	validators := []build.Validator{build.EntrypointExists{}, build.Syntax{Python: cfg.Python, Node: cfg.Node}}
+	switch cfg.Driver {
+	case "local":
+		drv = &build.Local{Root: cfg.ArtifactDir, Python: cfg.Python, Node: cfg.Node, Npm: cfg.Npm, InstallTimeout: cfg.InstallTimeout,
+			Limits: build.Limits{MaxEntries: cfg.MaxEntries, MaxBytes: cfg.MaxUnpackBytes}, Validators: validators}
+	case "kubernetes":
+		drv = &build.Kubernetes{Client: kube, Clientset: clientset, Config: cfg.Kube}
+	}
+	host, _ := os.Hostname()
+	bs := &build.Service{
+		Store: &build.Store{DB: pool}, Objects: objects{store}, Publisher: rabbit.NewPublisher(mq), Driver: drv,
+		Owner: fmt.Sprintf("%s/%d", host, os.Getpid()), Lease: cfg.Lease, MaxArchive: cfg.MaxArchiveBytes,
+		Limit: tenantLimit(kube, cfg.DefaultTenantMax), Log: svc.Log, Tracer: svc.Tracer, Metrics: build.NewMetrics(svc.Registry),
+	}
+	consumer := &rabbit.Consumer{Client: mq, Queue: rabbit.PlatformQueue(msg.QueueBuildRequested, rabbit.DefaultRetry),
+		Prefetch: cfg.Concurrency, Handler: bs.Handle, Tracer: svc.Tracer}
+	svc.Go(consumer.Run)
 	return svc.Run(ctx)
+}
+
+// objects adapts the object store to the build package.
+type objects struct{ *objstore.Store }
+
+func (o objects) Put(ctx context.Context, key string, data []byte) error {
+	return o.Store.Put(ctx, key, bytes.NewReader(data), int64(len(data)), "text/plain; charset=utf-8")
+}
+
+// tenantLimit reads spec.quotas.concurrentBuilds of the Tenant, or def.
+func tenantLimit(kube client.Client, def int) build.TenantLimit {
+	return func(ctx context.Context, tenant string) int {
+		if kube == nil {
+			return def
+		}
+		var t slessv1.Tenant
+		if err := kube.Get(ctx, client.ObjectKey{Name: tenant}, &t); err != nil || t.Spec.Quotas.ConcurrentBuilds <= 0 {
+			return def
+		}
+		return int(t.Spec.Quotas.ConcurrentBuilds)
+	}
 }

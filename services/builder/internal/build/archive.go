@@ -1,0 +1,262 @@
+// Package build turns a source archive into a runnable artifact: it checks
+// the archive, hands it to a build driver (local: a prepared directory;
+// kubernetes: an image built by a Job), keeps the build record and log, and
+// reports the result.
+package build
+
+import (
+	"archive/zip"
+	"bytes"
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"io/fs"
+	"os"
+	"os/exec"
+	"path"
+	"path/filepath"
+	"strings"
+	"time"
+)
+
+// Failure reasons reported in build.completed.v1; each names what to fix.
+const (
+	ReasonInvalidArchive      = "InvalidArchive"
+	ReasonUnsafePath          = "UnsafePath"
+	ReasonSymlink             = "SymlinkNotAllowed"
+	ReasonTooLarge            = "ArchiveTooLarge"
+	ReasonMissingEntrypoint   = "MissingEntrypoint"
+	ReasonSyntaxError         = "SyntaxError"
+	ReasonDependencies        = "DependencyInstallFailed"
+	ReasonSourceUnavailable   = "SourceUnavailable"
+	ReasonUnsupportedRuntime  = "UnsupportedRuntime"
+	ReasonBuildJobFailed      = "BuildJobFailed"
+	ReasonBuildDeadline       = "BuildDeadlineExceeded"
+	ReasonInternal            = "InternalError"
+)
+
+// Error is a build failure a user can act on.
+type Error struct {
+	Reason  string
+	Message string
+}
+
+func (e *Error) Error() string { return e.Reason + ": " + e.Message }
+
+func fail(reason, format string, args ...any) *Error {
+	return &Error{Reason: reason, Message: fmt.Sprintf(format, args...)}
+}
+
+// Limits bound what an archive may unpack to.
+type Limits struct {
+	MaxEntries int
+	MaxBytes   int64
+}
+
+// DefaultLimits are generous for functions and small for zip bombs.
+var DefaultLimits = Limits{MaxEntries: 10000, MaxBytes: 256 << 20}
+
+// Source is an unpacked, checked archive.
+type Source struct {
+	Dir        string
+	Runtime    string
+	Entrypoint string
+	Files      []string // relative, slash-separated
+}
+
+// Unpack checks the zip in data entry by entry and writes it below dir. It
+// refuses paths that leave dir, symlinks and anything but files and
+// directories, and stops at the limits by counting the bytes it actually
+// writes (headers can lie). Nothing is written outside dir.
+func Unpack(data []byte, dir string, lim Limits) ([]string, error) {
+	zr, err := zip.NewReader(bytes.NewReader(data), int64(len(data)))
+	if err != nil {
+		return nil, fail(ReasonInvalidArchive, "not a zip archive: %v", err)
+	}
+	if len(zr.File) > lim.MaxEntries {
+		return nil, fail(ReasonTooLarge, "%d entries, the limit is %d", len(zr.File), lim.MaxEntries)
+	}
+	var files []string
+	var written int64
+	for _, f := range zr.File {
+		name := f.Name
+		if strings.Contains(name, "\\") {
+			name = strings.ReplaceAll(name, "\\", "/")
+		}
+		clean := path.Clean(name)
+		if path.IsAbs(name) || clean == ".." || strings.HasPrefix(clean, "../") || filepath.VolumeName(name) != "" {
+			return nil, fail(ReasonUnsafePath, "entry %q points outside the archive root", f.Name)
+		}
+		mode := f.Mode()
+		switch {
+		case mode&fs.ModeSymlink != 0:
+			return nil, fail(ReasonSymlink, "entry %q is a symbolic link; archive the file itself", f.Name)
+		case mode.IsDir():
+			if err := os.MkdirAll(filepath.Join(dir, filepath.FromSlash(clean)), 0o755); err != nil {
+				return nil, err
+			}
+			continue
+		case !mode.IsRegular():
+			return nil, fail(ReasonUnsafePath, "entry %q is not a regular file (%s)", f.Name, mode.Type())
+		}
+		if f.UncompressedSize64 > uint64(lim.MaxBytes) {
+			return nil, fail(ReasonTooLarge, "entry %q unpacks to %d bytes, the limit is %d", f.Name, f.UncompressedSize64, lim.MaxBytes)
+		}
+		target := filepath.Join(dir, filepath.FromSlash(clean))
+		if err := os.MkdirAll(filepath.Dir(target), 0o755); err != nil {
+			return nil, err
+		}
+		n, err := extract(f, target, lim.MaxBytes-written)
+		written += n
+		if err != nil {
+			return nil, err
+		}
+		files = append(files, clean)
+	}
+	return files, nil
+}
+
+func extract(f *zip.File, target string, budget int64) (int64, error) {
+	rc, err := f.Open()
+	if err != nil {
+		return 0, fail(ReasonInvalidArchive, "entry %q cannot be read: %v", f.Name, err)
+	}
+	defer rc.Close()
+	out, err := os.OpenFile(target, os.O_CREATE|os.O_EXCL|os.O_WRONLY, 0o644)
+	if err != nil {
+		if errors.Is(err, fs.ErrExist) {
+			return 0, fail(ReasonInvalidArchive, "entry %q appears twice", f.Name)
+		}
+		return 0, err
+	}
+	defer out.Close()
+	n, err := io.Copy(out, io.LimitReader(rc, budget+1))
+	if err != nil {
+		return n, fail(ReasonInvalidArchive, "entry %q is corrupt: %v", f.Name, err)
+	}
+	if n > budget {
+		return n, fail(ReasonTooLarge, "the archive unpacks to more than %d bytes", DefaultLimits.MaxBytes)
+	}
+	return n, nil
+}
+
+// Validator checks an unpacked source before anything of it runs. More
+// checks (an external code review, a licence scan) plug in here.
+type Validator interface {
+	Name() string
+	Validate(ctx context.Context, src *Source) error
+}
+
+// EntrypointExists checks that the entrypoint's module or file is there.
+type EntrypointExists struct{}
+
+// Name implements Validator.
+func (EntrypointExists) Name() string { return "entrypoint" }
+
+// Validate implements Validator.
+func (EntrypointExists) Validate(_ context.Context, src *Source) error {
+	dot := strings.LastIndex(src.Entrypoint, ".")
+	if dot <= 0 || dot == len(src.Entrypoint)-1 {
+		return fail(ReasonMissingEntrypoint, "entrypoint %q is not <module>.<function>", src.Entrypoint)
+	}
+	mod := src.Entrypoint[:dot]
+	var candidates []string
+	switch src.Runtime {
+	case "python3.11":
+		p := strings.ReplaceAll(mod, ".", "/")
+		candidates = []string{p + ".py", p + "/__init__.py"}
+	case "nodejs20":
+		candidates = []string{mod, mod + ".js", mod + ".mjs", mod + ".cjs", mod + "/index.js"}
+	default:
+		return fail(ReasonUnsupportedRuntime, "runtime %q is not supported", src.Runtime)
+	}
+	have := map[string]bool{}
+	for _, f := range src.Files {
+		have[f] = true
+	}
+	for _, c := range candidates {
+		if have[c] {
+			return nil
+		}
+	}
+	return fail(ReasonMissingEntrypoint, "entrypoint %q needs %s in the archive root", src.Entrypoint, strings.Join(candidates, " or "))
+}
+
+// Syntax compiles Python files and runs `node --check` on JavaScript, so a
+// typo fails the build with its file and line instead of the first invocation.
+type Syntax struct {
+	Python string
+	Node   string
+}
+
+// Name implements Validator.
+func (Syntax) Name() string { return "syntax" }
+
+const pyCompile = `
+import sys
+for f in sys.argv[1:]:
+    try:
+        with open(f, "rb") as fh:
+            compile(fh.read(), f, "exec")
+    except SyntaxError as e:
+        print(f"{e.filename}:{e.lineno}: {e.msg}")
+        sys.exit(1)
+`
+
+// Validate implements Validator.
+func (s Syntax) Validate(ctx context.Context, src *Source) error {
+	ctx, cancel := context.WithTimeout(ctx, 2*time.Minute)
+	defer cancel()
+	var py, js []string
+	for _, f := range src.Files {
+		if strings.HasPrefix(f, "node_modules/") || strings.Contains(f, "/node_modules/") {
+			continue
+		}
+		switch path.Ext(f) {
+		case ".py":
+			py = append(py, f)
+		case ".js", ".mjs", ".cjs":
+			js = append(js, f)
+		}
+	}
+	if src.Runtime == "python3.11" && len(py) > 0 {
+		c := exec.CommandContext(ctx, s.Python, append([]string{"-c", pyCompile}, py...)...)
+		c.Dir = src.Dir
+		if out, err := c.CombinedOutput(); err != nil {
+			return fail(ReasonSyntaxError, "%s", firstLine(out, err))
+		}
+	}
+	if src.Runtime == "nodejs20" {
+		for _, f := range js {
+			c := exec.CommandContext(ctx, s.Node, "--check", f)
+			c.Dir = src.Dir
+			if out, err := c.CombinedOutput(); err != nil {
+				return fail(ReasonSyntaxError, "%s: %s", f, nodeError(out, err))
+			}
+		}
+	}
+	return nil
+}
+
+func firstLine(out []byte, err error) string {
+	s := strings.TrimSpace(string(out))
+	if s == "" {
+		return err.Error()
+	}
+	return strings.SplitN(s, "\n", 2)[0]
+}
+
+// nodeError picks the "SyntaxError: ..." line and the source line above it.
+func nodeError(out []byte, err error) string {
+	lines := strings.Split(strings.TrimSpace(string(out)), "\n")
+	for i, l := range lines {
+		if strings.Contains(l, "Error:") {
+			if i > 0 && strings.Contains(lines[0], ":") {
+				return strings.TrimSpace(l) + " (at " + strings.TrimSpace(lines[0]) + ")"
+			}
+			return strings.TrimSpace(l)
+		}
+	}
+	return firstLine(out, err)
+}

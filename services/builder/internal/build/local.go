@@ -1,0 +1,157 @@
+package build
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"io/fs"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"time"
+)
+
+// Artifact is what a driver produced.
+type Artifact struct {
+	Dir   string // local driver
+	Image string // kubernetes driver
+	// Reused is true when an identical artifact existed and nothing was built.
+	Reused bool
+}
+
+// Job is one build handed to a driver.
+type Job struct {
+	ID           string
+	Tenant       string
+	Function     string
+	Runtime      string
+	Entrypoint   string
+	SourceKey    string
+	SourceSHA256 string
+	// Archive is the zip (local driver; the kubernetes driver's Job fetches it).
+	Archive []byte
+	Log     io.Writer
+}
+
+// Driver builds artifacts.
+type Driver interface {
+	Name() string
+	Build(ctx context.Context, j *Job) (Artifact, error)
+}
+
+// Local unpacks the archive into a content-addressed directory
+// <Root>/<runtime>/<source sha256>, installs dependencies when the archive
+// declares them, and reuses a finished directory instead of building again.
+// The source digest covers the lock files in the archive, so it is the
+// whole key.
+type Local struct {
+	Root           string
+	Python         string
+	Node           string
+	Npm            string
+	InstallTimeout time.Duration
+	Limits         Limits
+	Validators     []Validator
+}
+
+const completeMarker = ".sless-artifact"
+
+// Name implements Driver.
+func (l *Local) Name() string { return "local" }
+
+// Build implements Driver.
+func (l *Local) Build(ctx context.Context, j *Job) (Artifact, error) {
+	final := filepath.Join(l.Root, j.Runtime, j.SourceSHA256)
+	if _, err := os.Stat(filepath.Join(final, completeMarker)); err == nil {
+		fmt.Fprintf(j.Log, "reusing the artifact of source %s built before: %s\n", j.SourceSHA256[:12], final)
+		return Artifact{Dir: final, Reused: true}, nil
+	}
+	tmpRoot := filepath.Join(l.Root, ".tmp")
+	if err := os.MkdirAll(tmpRoot, 0o755); err != nil {
+		return Artifact{}, err
+	}
+	tmp, err := os.MkdirTemp(tmpRoot, j.ID+"-")
+	if err != nil {
+		return Artifact{}, err
+	}
+	defer os.RemoveAll(tmp) // after a successful rename this is a no-op
+
+	fmt.Fprintf(j.Log, "unpacking %d bytes\n", len(j.Archive))
+	files, err := Unpack(j.Archive, tmp, l.Limits)
+	if err != nil {
+		return Artifact{}, err
+	}
+	fmt.Fprintf(j.Log, "unpacked %d files\n", len(files))
+	src := &Source{Dir: tmp, Runtime: j.Runtime, Entrypoint: j.Entrypoint, Files: files}
+	for _, v := range l.Validators {
+		fmt.Fprintf(j.Log, "check: %s\n", v.Name())
+		if err := v.Validate(ctx, src); err != nil {
+			return Artifact{}, err
+		}
+	}
+	if err := l.install(ctx, j, tmp); err != nil {
+		return Artifact{}, err
+	}
+	if err := os.WriteFile(filepath.Join(tmp, completeMarker), []byte(j.ID+"\n"), 0o644); err != nil {
+		return Artifact{}, err
+	}
+	if err := os.MkdirAll(filepath.Dir(final), 0o755); err != nil {
+		return Artifact{}, err
+	}
+	if err := os.Rename(tmp, final); err != nil {
+		// Another build of the same digest finished first: use its result.
+		if _, serr := os.Stat(filepath.Join(final, completeMarker)); serr == nil {
+			return Artifact{Dir: final, Reused: true}, nil
+		}
+		return Artifact{}, fmt.Errorf("move artifact into place: %w", err)
+	}
+	fmt.Fprintf(j.Log, "artifact ready: %s\n", final)
+	return Artifact{Dir: final}, nil
+}
+
+// install runs the language's package manager when the archive declares
+// dependencies, with its output in the build log.
+func (l *Local) install(ctx context.Context, j *Job, dir string) error {
+	var cmd []string
+	switch j.Runtime {
+	case "python3.11":
+		if !exists(filepath.Join(dir, "requirements.txt")) {
+			return nil
+		}
+		cmd = []string{l.Python, "-m", "pip", "install", "--no-input", "--disable-pip-version-check", "--no-cache-dir",
+			"--target", filepath.Join(dir, "deps"), "-r", "requirements.txt"}
+	case "nodejs20":
+		if !exists(filepath.Join(dir, "package.json")) {
+			return nil
+		}
+		if exists(filepath.Join(dir, "package-lock.json")) {
+			cmd = []string{l.Npm, "ci", "--omit=dev", "--no-audit", "--no-fund", "--ignore-scripts"}
+		} else {
+			cmd = []string{l.Npm, "install", "--omit=dev", "--no-audit", "--no-fund", "--ignore-scripts"}
+		}
+	default:
+		return nil
+	}
+	ctx, cancel := context.WithTimeout(ctx, l.InstallTimeout)
+	defer cancel()
+	fmt.Fprintf(j.Log, "$ %s\n", joinArgs(cmd))
+	c := exec.CommandContext(ctx, cmd[0], cmd[1:]...)
+	c.Dir, c.Stdout, c.Stderr = dir, j.Log, j.Log
+	c.Env = append(os.Environ(), "npm_config_update_notifier=false", "HOME="+dir)
+	if err := c.Run(); err != nil {
+		if errors.Is(ctx.Err(), context.DeadlineExceeded) {
+			return fail(ReasonDependencies, "installing dependencies took longer than %s", l.InstallTimeout)
+		}
+		return fail(ReasonDependencies, "%s failed (%v); the build log has its output", cmd[0], err)
+	}
+	return nil
+}
+
+func exists(p string) bool {
+	_, err := os.Stat(p)
+	return !errors.Is(err, fs.ErrNotExist)
+}
+
+func joinArgs(a []string) string { return strings.Join(a, " ") }

@@ -1,0 +1,262 @@
+package build
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"log/slog"
+	"regexp"
+	"sync"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+	amqp "github.com/rabbitmq/amqp091-go"
+	"go.opentelemetry.io/otel/attribute"
+	"go.opentelemetry.io/otel/codes"
+	"go.opentelemetry.io/otel/trace"
+
+	"github.com/kube5s/sless/pkg/msg"
+	"github.com/kube5s/sless/pkg/objstore"
+	"github.com/kube5s/sless/pkg/rabbit"
+)
+
+// Publisher sends a message and returns once the broker confirmed it.
+type Publisher interface {
+	PublishMessage(ctx context.Context, m msg.Message) error
+}
+
+// Objects reads source archives and writes build logs.
+type Objects interface {
+	Get(ctx context.Context, key string) (io.ReadCloser, int64, error)
+	LogStore
+}
+
+// TenantLimit returns how many builds a tenant may run at once.
+type TenantLimit func(ctx context.Context, tenant string) int
+
+// Service handles build.requested.v1.
+type Service struct {
+	Store      *Store
+	Objects    Objects
+	Publisher  Publisher
+	Driver     Driver
+	Owner      string        // this replica, for leases
+	Lease      time.Duration // renewed at a third of its length
+	Limit      TenantLimit
+	MaxArchive int64
+	Log        *slog.Logger
+	Tracer     trace.Tracer
+	Metrics    *Metrics
+
+	mu      sync.Mutex
+	running map[string]int // builds per tenant on this replica
+}
+
+// Metrics are the builder's counters and histograms.
+type Metrics struct {
+	builds    *prometheus.CounterVec
+	duration  prometheus.Histogram
+	queueWait prometheus.Histogram
+}
+
+// NewMetrics registers the builder metrics on reg.
+func NewMetrics(reg prometheus.Registerer) *Metrics {
+	m := &Metrics{
+		builds: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "sless_builder_builds_total", Help: "Builds by result (succeeded, failed, reused) and failure reason.",
+		}, []string{"result", "reason"}),
+		duration: prometheus.NewHistogram(prometheus.HistogramOpts{
+			Name: "sless_builder_build_duration_seconds", Help: "Time from claim to result.", Buckets: prometheus.ExponentialBuckets(0.05, 2, 14),
+		}),
+		queueWait: prometheus.NewHistogram(prometheus.HistogramOpts{
+			Name: "sless_builder_queue_wait_seconds", Help: "Time from request to claim.", Buckets: prometheus.ExponentialBuckets(0.01, 2, 16),
+		}),
+	}
+	reg.MustRegister(m.builds, m.duration, m.queueWait)
+	return m
+}
+
+var sha256Hex = regexp.MustCompile(`^[a-f0-9]{64}$`)
+
+// Handle builds one request. It acks (returns nil) only once the result is
+// recorded and build.completed.v1 is confirmed by the broker; a crash before
+// that leaves the message to be redelivered, and the lease lets another
+// replica take the build over.
+func (s *Service) Handle(ctx context.Context, d *amqp.Delivery) error {
+	var req msg.BuildRequested
+	if err := json.Unmarshal(d.Body, &req); err != nil {
+		return rabbit.Permanent(fmt.Errorf("decode %s: %w", msg.TypeBuildRequested, err))
+	}
+	if req.BuildID == "" || req.Namespace == "" || req.Function == "" || !sha256Hex.MatchString(req.SourceSHA256) {
+		return rabbit.Permanent(fmt.Errorf("build request %q lacks an id, namespace, function or a sha256 source digest", req.BuildID))
+	}
+	ctx, span := s.Tracer.Start(ctx, "build "+req.Function, trace.WithAttributes(
+		attribute.String("sless.build.id", req.BuildID), attribute.String("sless.tenant", req.Tenant),
+		attribute.String("faas.name", req.Function), attribute.String("sless.runtime", req.Runtime)))
+	defer span.End()
+	log := s.Log.With("buildID", req.BuildID, "tenant", req.Tenant, "function", req.Function)
+
+	logKey := objstore.BuildLogKey(req.Tenant, req.Function, req.BuildID)
+	claim, rec, err := s.Store.Claim(ctx, &req, s.Driver.Name(), logKey, s.Owner, s.Lease)
+	if err != nil {
+		return err
+	}
+	switch claim {
+	case Done:
+		// Built before (a repeated request, or a result whose publish was
+		// lost): report the stored result again, build nothing.
+		log.Info("build already finished; reporting the stored result", "state", rec.State)
+		return s.Publisher.PublishMessage(ctx, completedFrom(&req, rec))
+	case Busy:
+		return rabbit.Defer(fmt.Errorf("build %s is running on another replica", req.BuildID))
+	}
+	if !s.acquire(ctx, req.Tenant) {
+		// Give the claim back so that the deferred message can take it.
+		if err := s.Store.Release(ctx, req.BuildID, s.Owner); err != nil {
+			return err
+		}
+		return rabbit.Defer(fmt.Errorf("tenant %s is at its concurrent build limit", req.Tenant))
+	}
+	defer s.release(req.Tenant)
+	s.Metrics.queueWait.Observe(time.Since(req.RequestedAt).Seconds())
+
+	start := time.Now()
+	res := s.build(ctx, &req, logKey, log)
+	s.Metrics.duration.Observe(time.Since(start).Seconds())
+	if res.Result == msg.BuildFailed {
+		span.SetStatus(codes.Error, res.Reason)
+	}
+	if err := s.Store.Finish(ctx, req.BuildID, s.Owner, res); err != nil {
+		return err
+	}
+	if err := s.Publisher.PublishMessage(ctx, res); err != nil {
+		return err // redelivered: Claim finds it Done and publishes again
+	}
+	log.Info("build finished", "result", res.Result, "reason", res.Reason, "duration", time.Since(start).String())
+	return nil
+}
+
+// build runs the driver with a lease heartbeat and the log upload.
+func (s *Service) build(ctx context.Context, req *msg.BuildRequested, logKey string, log *slog.Logger) *msg.BuildCompleted {
+	res := &msg.BuildCompleted{BuildID: req.BuildID, Tenant: req.Tenant, Namespace: req.Namespace, Function: req.Function,
+		Runtime: req.Runtime, SourceSHA256: req.SourceSHA256, LogKey: logKey, StartedAt: time.Now().UTC()}
+	blog := NewLog(s.Objects, logKey, time.Second, 4<<20)
+	fmt.Fprintf(blog, "build %s of %s/%s (%s, entrypoint %s, source %s) with the %s driver\n",
+		req.BuildID, req.Tenant, req.Function, req.Runtime, req.Entrypoint, req.SourceSHA256, s.Driver.Name())
+
+	bctx, cancel := context.WithCancel(ctx)
+	defer cancel()
+	go s.heartbeat(bctx, cancel, req.BuildID, log)
+
+	art, err := s.run(bctx, req, blog)
+	res.FinishedAt = time.Now().UTC()
+	var be *Error
+	switch {
+	case err == nil:
+		res.Result, res.Artifact, res.Image = msg.BuildSucceeded, art.Dir, art.Image
+		fmt.Fprintf(blog, "build succeeded in %s\n", res.FinishedAt.Sub(res.StartedAt).Round(time.Millisecond))
+		result := "succeeded"
+		if art.Reused {
+			result = "reused"
+		}
+		s.Metrics.builds.WithLabelValues(result, "").Inc()
+	case errors.As(err, &be):
+		res.Result, res.Reason, res.Message = msg.BuildFailed, be.Reason, be.Message
+		fmt.Fprintf(blog, "build failed: %s: %s\n", be.Reason, be.Message)
+		s.Metrics.builds.WithLabelValues("failed", be.Reason).Inc()
+	default:
+		res.Result, res.Reason, res.Message = msg.BuildFailed, ReasonInternal, err.Error()
+		fmt.Fprintf(blog, "build failed: %v\n", err)
+		s.Metrics.builds.WithLabelValues("failed", ReasonInternal).Inc()
+		log.Error("build failed", "err", err)
+	}
+	if err := blog.Close(context.WithoutCancel(ctx)); err != nil {
+		log.Warn("upload build log", "err", err)
+	}
+	return res
+}
+
+func (s *Service) run(ctx context.Context, req *msg.BuildRequested, blog io.Writer) (Artifact, error) {
+	job := &Job{ID: req.BuildID, Tenant: req.Tenant, Function: req.Function, Runtime: req.Runtime, Entrypoint: req.Entrypoint,
+		SourceKey: req.SourceKey, SourceSHA256: req.SourceSHA256, Log: blog}
+	if s.Driver.Name() == "local" {
+		data, err := s.fetch(ctx, req.SourceKey)
+		if err != nil {
+			return Artifact{}, err
+		}
+		job.Archive = data
+	}
+	return s.Driver.Build(ctx, job)
+}
+
+func (s *Service) fetch(ctx context.Context, key string) ([]byte, error) {
+	rc, size, err := s.Objects.Get(ctx, key)
+	if errors.Is(err, objstore.ErrNotFound) {
+		return nil, fail(ReasonSourceUnavailable, "source archive %s is not in the object store; upload it again", key)
+	}
+	if err != nil {
+		return nil, err
+	}
+	defer rc.Close()
+	if size > s.MaxArchive {
+		return nil, fail(ReasonTooLarge, "the archive is %d bytes, the limit is %d", size, s.MaxArchive)
+	}
+	return io.ReadAll(io.LimitReader(rc, s.MaxArchive+1))
+}
+
+// heartbeat renews the lease; when it is lost, the build is cancelled,
+// since another replica may already have taken it over.
+func (s *Service) heartbeat(ctx context.Context, cancel context.CancelFunc, id string, log *slog.Logger) {
+	t := time.NewTicker(s.Lease / 3)
+	defer t.Stop()
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case <-t.C:
+			if err := s.Store.Renew(ctx, id, s.Owner, s.Lease); err != nil && ctx.Err() == nil {
+				log.Warn("build lease lost; stopping", "err", err)
+				cancel()
+				return
+			}
+		}
+	}
+}
+
+func (s *Service) acquire(ctx context.Context, tenant string) bool {
+	limit := s.Limit(ctx, tenant)
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.running == nil {
+		s.running = map[string]int{}
+	}
+	if s.running[tenant] >= limit {
+		return false
+	}
+	s.running[tenant]++
+	return true
+}
+
+func (s *Service) release(tenant string) {
+	s.mu.Lock()
+	s.running[tenant]--
+	s.mu.Unlock()
+}
+
+func completedFrom(req *msg.BuildRequested, r *Record) *msg.BuildCompleted {
+	c := &msg.BuildCompleted{BuildID: r.ID, Tenant: r.Tenant, Namespace: req.Namespace, Function: r.Function, Runtime: r.Runtime,
+		SourceSHA256: r.SourceSHA256, Result: msg.BuildSucceeded, Artifact: r.Artifact, Image: r.Image, LogKey: r.LogKey,
+		Reason: r.Reason, Message: r.Message}
+	if r.State == StateFailed {
+		c.Result = msg.BuildFailed
+	}
+	if r.StartedAt != nil {
+		c.StartedAt = *r.StartedAt
+	}
+	if r.FinishedAt != nil {
+		c.FinishedAt = *r.FinishedAt
+	}
+	return c
+}

@@ -1,0 +1,228 @@
+package main
+
+import (
+	"archive/zip"
+	"bytes"
+	"encoding/json"
+	"fmt"
+	"net/http"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"sync"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/jackc/pgx/v5/pgxpool"
+	amqp "github.com/rabbitmq/amqp091-go"
+
+	"github.com/kube5s/sless/pkg/msg"
+	"github.com/kube5s/sless/pkg/objstore"
+	"github.com/kube5s/sless/pkg/testenv"
+)
+
+// TestKilledMidBuildCompletesOnce builds the real binary, kills it with
+// SIGKILL while it builds, starts it again, and checks that the build
+// finishes once: one result, recorded after two claims.
+func TestKilledMidBuildCompletesOnce(t *testing.T) {
+	bin := filepath.Join(t.TempDir(), "builder")
+	if out, err := exec.Command("go", "build", "-o", bin, ".").CombinedOutput(); err != nil {
+		t.Fatalf("build the builder: %v\n%s", err, out)
+	}
+	vhostURL, cleanup, err := testenv.RabbitVhost()
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer cleanup()
+	env := testenv.ServiceEnv(t, "")
+	env["SLESS_RABBITMQ_URL"] = vhostURL
+	env["SLESS_BUILD_LEASE"] = "3s"
+	env["SLESS_ARTIFACT_DIR"] = t.TempDir()
+	env["PATH"] = os.Getenv("PATH")
+	env["HOME"] = os.Getenv("HOME")
+
+	logs := &syncBuf{}
+	t.Cleanup(func() {
+		if t.Failed() {
+			t.Logf("builder log:\n%s", logs.String())
+		}
+	})
+	start := func() *exec.Cmd {
+		c := exec.Command(bin)
+		c.Stdout, c.Stderr = logs, logs
+		for k, v := range env {
+			c.Env = append(c.Env, k+"="+v)
+		}
+		c.SysProcAttr = &syscall.SysProcAttr{Setpgid: true}
+		if err := c.Start(); err != nil {
+			t.Fatal(err)
+		}
+		return c
+	}
+	first := start()
+	defer func() { _ = syscall.Kill(-first.Process.Pid, syscall.SIGKILL) }()
+
+	// Upload a Node archive whose npm install takes a moment, and request it.
+	var buf bytes.Buffer
+	zw := zip.NewWriter(&buf)
+	for name, body := range map[string]string{
+		"package.json": `{"name":"k","version":"1.0.0","dependencies":{"is-number":"7.0.0"}}`,
+		"index.js":     "exports.handler = async () => require('is-number')(1);\n",
+	} {
+		w, _ := zw.Create(name)
+		_, _ = w.Write([]byte(body))
+	}
+	_ = zw.Close()
+	store, err := objstore.New(objstore.Config{Endpoint: env["SLESS_S3_ENDPOINT"], AccessKey: env["SLESS_S3_ACCESS_KEY"], SecretKey: env["SLESS_S3_SECRET_KEY"], Bucket: env["SLESS_S3_BUCKET"]})
+	if err != nil {
+		t.Fatal(err)
+	}
+	// The builder creates the bucket at start; wait for it.
+	deadline := time.Now().Add(30 * time.Second)
+	for store.Check(t.Context()) != nil {
+		if time.Now().After(deadline) {
+			t.Fatal("bucket never created")
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
+	sha := fmt.Sprintf("%064x", time.Now().UnixNano())
+	key := objstore.SourceKey("acme", "k", sha)
+	if err := store.Put(t.Context(), key, bytes.NewReader(buf.Bytes()), int64(buf.Len()), "application/zip"); err != nil {
+		t.Fatal(err)
+	}
+	conn, err := amqp.Dial(vhostURL)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer conn.Close()
+	ch, _ := conn.Channel()
+	results := observe(t, ch, msg.TypeBuildCompleted)
+	req := &msg.BuildRequested{BuildID: "b-kill" + sha[58:], Tenant: "acme", Namespace: "sless-fn-acme", Function: "k", Runtime: "nodejs20",
+		Entrypoint: "index.handler", SourceKey: key, SourceSHA256: sha, RequestedAt: time.Now().UTC()}
+	body, _ := json.Marshal(req)
+	// Ready means connected, which means the topology with its bindings is declared.
+	waitReady(t, "http://"+env["SLESS_OPS_ADDR"]+"/readyz")
+	if err := ch.PublishWithContext(t.Context(), msg.Exchange, msg.RoutingKey(req), false, false,
+		amqp.Publishing{Type: req.Type(), Body: body, DeliveryMode: amqp.Persistent, ContentType: "application/json"}); err != nil {
+		t.Fatal(err)
+	}
+
+	db, err := pgxpool.New(t.Context(), env["SLESS_POSTGRES_URL"])
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer db.Close()
+	state := func() (string, int) {
+		var s string
+		var n int
+		_ = db.QueryRow(t.Context(), `SELECT state, attempts FROM builds WHERE id = $1`, req.BuildID).Scan(&s, &n)
+		return s, n
+	}
+	deadline = time.Now().Add(60 * time.Second)
+	for s, _ := state(); s != "running"; s, _ = state() {
+		if time.Now().After(deadline) {
+			s, n := state()
+			t.Fatalf("the build never started (state %q, attempts %d, results %+v)", s, n, results.get())
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+	if err := syscall.Kill(-first.Process.Pid, syscall.SIGKILL); err != nil {
+		t.Fatal(err)
+	}
+	_ = first.Wait()
+
+	second := start()
+	defer func() { _ = syscall.Kill(-second.Process.Pid, syscall.SIGKILL); _ = second.Wait() }()
+	deadline = time.Now().Add(3 * time.Minute)
+	for len(results.get()) == 0 {
+		if time.Now().After(deadline) {
+			s, n := state()
+			t.Fatalf("no result after the restart (state %s, attempts %d)", s, n)
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
+	time.Sleep(2 * time.Second) // a duplicate result would arrive by now
+	got := results.get()
+	s, attempts := state()
+	t.Logf("build finished %s after %d claims; %d result message(s)", s, attempts, len(got))
+	if len(got) != 1 || got[0].Result != msg.BuildSucceeded || s != "succeeded" || attempts != 2 {
+		t.Fatalf("results %+v, state %s, attempts %d; want one success after two claims", got, s, attempts)
+	}
+}
+
+type results struct {
+	mu  sync.Mutex
+	got []msg.BuildCompleted
+}
+
+func (r *results) get() []msg.BuildCompleted {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	return append([]msg.BuildCompleted(nil), r.got...)
+}
+
+func observe(t *testing.T, ch *amqp.Channel, key string) *results {
+	t.Helper()
+	if err := ch.ExchangeDeclare(msg.Exchange, amqp.ExchangeTopic, true, false, false, false, nil); err != nil {
+		t.Fatal(err)
+	}
+	q, err := ch.QueueDeclare("", false, true, true, false, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := ch.QueueBind(q.Name, key, msg.Exchange, false, nil); err != nil {
+		t.Fatal(err)
+	}
+	ds, err := ch.Consume(q.Name, "", true, true, false, false, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	r := &results{}
+	go func() {
+		for d := range ds {
+			var m msg.BuildCompleted
+			if json.Unmarshal(d.Body, &m) == nil {
+				r.mu.Lock()
+				r.got = append(r.got, m)
+				r.mu.Unlock()
+			}
+		}
+	}()
+	return r
+}
+
+func waitReady(t *testing.T, url string) {
+	t.Helper()
+	deadline := time.Now().Add(60 * time.Second)
+	for {
+		resp, err := http.Get(url)
+		if err == nil {
+			resp.Body.Close()
+			if resp.StatusCode == http.StatusOK {
+				return
+			}
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("builder not ready: %v", err)
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
+}
+
+type syncBuf struct {
+	mu sync.Mutex
+	b  bytes.Buffer
+}
+
+func (s *syncBuf) Write(p []byte) (int, error) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.b.Write(p)
+}
+
+func (s *syncBuf) String() string {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.b.String()
+}
