@@ -22,18 +22,18 @@ import (
 
 // Failure reasons reported in build.completed.v1; each names what to fix.
 const (
-	ReasonInvalidArchive      = "InvalidArchive"
-	ReasonUnsafePath          = "UnsafePath"
-	ReasonSymlink             = "SymlinkNotAllowed"
-	ReasonTooLarge            = "ArchiveTooLarge"
-	ReasonMissingEntrypoint   = "MissingEntrypoint"
-	ReasonSyntaxError         = "SyntaxError"
-	ReasonDependencies        = "DependencyInstallFailed"
-	ReasonSourceUnavailable   = "SourceUnavailable"
-	ReasonUnsupportedRuntime  = "UnsupportedRuntime"
-	ReasonBuildJobFailed      = "BuildJobFailed"
-	ReasonBuildDeadline       = "BuildDeadlineExceeded"
-	ReasonInternal            = "InternalError"
+	ReasonInvalidArchive     = "InvalidArchive"
+	ReasonUnsafePath         = "UnsafePath"
+	ReasonSymlink            = "SymlinkNotAllowed"
+	ReasonTooLarge           = "ArchiveTooLarge"
+	ReasonMissingEntrypoint  = "MissingEntrypoint"
+	ReasonSyntaxError        = "SyntaxError"
+	ReasonDependencies       = "DependencyInstallFailed"
+	ReasonSourceUnavailable  = "SourceUnavailable"
+	ReasonUnsupportedRuntime = "UnsupportedRuntime"
+	ReasonBuildJobFailed     = "BuildJobFailed"
+	ReasonBuildDeadline      = "BuildDeadlineExceeded"
+	ReasonInternal           = "InternalError"
 )
 
 // Error is a build failure a user can act on.

@@ -43,8 +43,12 @@ func zipOf(t testing.TB, entries ...entry) []byte {
 }
 
 func TestMalformedArchivesFailWithTheirOwnReason(t *testing.T) {
-	py := func(entries ...entry) (string, string, []byte) { return "python3.11", "main.handler", zipOf(t, entries...) }
-	js := func(entries ...entry) (string, string, []byte) { return "nodejs20", "index.handler", zipOf(t, entries...) }
+	py := func(entries ...entry) (string, string, []byte) {
+		return "python3.11", "main.handler", zipOf(t, entries...)
+	}
+	js := func(entries ...entry) (string, string, []byte) {
+		return "nodejs20", "index.handler", zipOf(t, entries...)
+	}
 	good := entry{name: "main.py", body: "def handler(e, c):\n    return 1\n"}
 	tests := []struct {
 		name    string
@@ -58,8 +62,12 @@ func TestMalformedArchivesFailWithTheirOwnReason(t *testing.T) {
 		{"nested zip slip", func() (string, string, []byte) { return py(good, entry{name: "lib/../../escape.py", body: "x"}) }, ReasonUnsafePath, "outside"},
 		{"absolute path", func() (string, string, []byte) { return py(good, entry{name: "/etc/cron.d/evil", body: "x"}) }, ReasonUnsafePath, "outside"},
 		{"windows path", func() (string, string, []byte) { return py(good, entry{name: `..\..\evil.py`, body: "x"}) }, ReasonUnsafePath, "outside"},
-		{"symlink", func() (string, string, []byte) { return py(good, entry{name: "link", body: "/etc/passwd", mode: fs.ModeSymlink | 0o777}) }, ReasonSymlink, "symbolic link"},
-		{"device", func() (string, string, []byte) { return py(good, entry{name: "dev", body: "", mode: fs.ModeDevice | 0o600}) }, ReasonUnsafePath, "not a regular file"},
+		{"symlink", func() (string, string, []byte) {
+			return py(good, entry{name: "link", body: "/etc/passwd", mode: fs.ModeSymlink | 0o777})
+		}, ReasonSymlink, "symbolic link"},
+		{"device", func() (string, string, []byte) {
+			return py(good, entry{name: "dev", body: "", mode: fs.ModeDevice | 0o600})
+		}, ReasonUnsafePath, "not a regular file"},
 		{"too many entries", func() (string, string, []byte) {
 			es := []entry{good}
 			for i := range 30 {
@@ -67,12 +75,18 @@ func TestMalformedArchivesFailWithTheirOwnReason(t *testing.T) {
 			}
 			return py(es...)
 		}, ReasonTooLarge, "entries"},
-		{"zip bomb", func() (string, string, []byte) { return py(good, entry{name: "zeros.bin", body: strings.Repeat("\x00", 2<<20)}) }, ReasonTooLarge, "bytes"},
+		{"zip bomb", func() (string, string, []byte) {
+			return py(good, entry{name: "zeros.bin", body: strings.Repeat("\x00", 2<<20)})
+		}, ReasonTooLarge, "bytes"},
 		{"duplicate entry", func() (string, string, []byte) { return py(good, good) }, ReasonInvalidArchive, "appears twice"},
 		{"missing python module", func() (string, string, []byte) { return py(entry{name: "app.py", body: "x = 1\n"}) }, ReasonMissingEntrypoint, "main.py"},
 		{"missing node file", func() (string, string, []byte) { return js(entry{name: "app.js", body: "exports.x = 1\n"}) }, ReasonMissingEntrypoint, "index.js"},
-		{"python syntax error", func() (string, string, []byte) { return py(entry{name: "main.py", body: "def handler(e, c)\n    return 1\n"}) }, ReasonSyntaxError, "main.py:1"},
-		{"javascript syntax error", func() (string, string, []byte) { return js(entry{name: "index.js", body: "exports.handler = async (e => {\n"}) }, ReasonSyntaxError, "index.js"},
+		{"python syntax error", func() (string, string, []byte) {
+			return py(entry{name: "main.py", body: "def handler(e, c)\n    return 1\n"})
+		}, ReasonSyntaxError, "main.py:1"},
+		{"javascript syntax error", func() (string, string, []byte) {
+			return js(entry{name: "index.js", body: "exports.handler = async (e => {\n"})
+		}, ReasonSyntaxError, "index.js"},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
