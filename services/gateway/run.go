@@ -2,15 +2,21 @@ package main
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"io"
 
+	"sigs.k8s.io/controller-runtime/pkg/cache"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+
+	slessv1 "github.com/kube5s/sless/pkg/apis/sless/v1alpha1"
 	"github.com/kube5s/sless/migrations"
 	"github.com/kube5s/sless/pkg/health"
 	"github.com/kube5s/sless/pkg/kubeclient"
 	"github.com/kube5s/sless/pkg/objstore"
 	"github.com/kube5s/sless/pkg/rabbit"
 	"github.com/kube5s/sless/pkg/service"
+	"github.com/kube5s/sless/services/gateway/internal/api"
 )
 
 // run is the composition root of the gateway.
@@ -28,11 +34,31 @@ func run(ctx context.Context, getenv func(string) string, stdout io.Writer) erro
 	if err != nil {
 		return err
 	}
-	kubeCheck, err := kubeclient.Check(kcfg)
+	scheme := kubeclient.Scheme()
+	kube, err := client.New(kcfg, client.Options{Scheme: scheme})
 	if err != nil {
 		return err
 	}
-	svc.Health.AddCheck(health.Check{Name: "kubernetes", Fn: kubeCheck})
+	// The data plane reads Functions, Triggers and Tenants from a watch
+	// cache, never from the API server per request.
+	watch, err := cache.New(kcfg, cache.Options{Scheme: scheme, ByObject: map[client.Object]cache.ByObject{
+		&slessv1.Function{}: {}, &slessv1.Trigger{}: {}, &slessv1.Tenant{}: {},
+	}})
+	if err != nil {
+		return fmt.Errorf("watch cache: %w", err)
+	}
+	for _, obj := range []client.Object{&slessv1.Function{}, &slessv1.Trigger{}, &slessv1.Tenant{}} {
+		if _, err := watch.GetInformer(ctx, obj); err != nil {
+			return fmt.Errorf("watch %T: %w", obj, err)
+		}
+	}
+	svc.Go(watch.Start)
+	svc.Health.AddCheck(health.Check{Name: "kubernetes", Fn: func(ctx context.Context) error {
+		if !watch.WaitForCacheSync(ctx) {
+			return errors.New("watch cache not synced")
+		}
+		return nil
+	}})
 
 	pool, err := migrations.Open(ctx, cfg.PostgresURL, cfg.Migrate)
 	if err != nil {
@@ -53,10 +79,17 @@ func run(ctx context.Context, getenv func(string) string, stdout io.Writer) erro
 	mq := rabbit.New(cfg.RabbitURL, "sless-gateway", svc.Log, rabbit.PlatformTopology()...)
 	svc.Go(mq.Run)
 	svc.Health.AddCheck(health.Check{Name: "rabbitmq", Fn: mq.Check})
+	pub := rabbit.NewPublisher(mq)
+	recorder := api.NewRecorder(pub, svc.Log, svc.Registry, cfg.RecordBuffer, 8)
+	svc.Go(recorder.Run)
 
-	// The public API arrives with the gateway issue; until then the API
-	// port serves the operational endpoints too.
-	if _, err := svc.Serve(cfg.HTTPAddr, svc.Health); err != nil {
+	srv := api.New(api.Deps{
+		Config: api.Config{AdminToken: cfg.AdminToken, PublicURL: cfg.PublicURL, MaxSourceBytes: int64(cfg.MaxSourceBytes),
+			MaxResponseBytes: int64(cfg.MaxResponseBytes), MaxInlineResult: 4096, AllowPrivateHooks: cfg.AllowPrivateHooks},
+		Kube: kube, Cache: watch, DB: pool, Store: store, Publisher: pub, Recorder: recorder,
+		Health: svc.Health, Registry: svc.Registry, Gatherer: svc.Registry, Tracer: svc.Tracer, Log: svc.Log,
+	})
+	if _, err := svc.Serve(cfg.HTTPAddr, srv); err != nil {
 		return err
 	}
 	return svc.Run(ctx)

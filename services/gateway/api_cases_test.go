@@ -1,0 +1,532 @@
+package main
+
+import (
+	"bytes"
+	"encoding/json"
+	"fmt"
+	"io"
+	"net/http"
+	"sort"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/go-chi/chi/v5"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+
+	slessv1 "github.com/kube5s/sless/pkg/apis/sless/v1alpha1"
+	"github.com/kube5s/sless/pkg/msg"
+	"github.com/kube5s/sless/pkg/objstore"
+)
+
+var fnBody = map[string]any{"name": "hello", "runtime": "python3.11", "entrypoint": "main.handler"}
+
+func TestAuth(t *testing.T) {
+	g := gateway(t)
+	a, tokA := g.tenant(t, nil)
+	b, _ := g.tenant(t, nil)
+	expect(t, g.call(t, "GET", "/v1/tenants/"+a+"/functions", "", nil), 401, "no token")
+	expect(t, g.call(t, "GET", "/v1/tenants/"+a+"/functions", "garbage", nil), 401, "garbage token")
+	expect(t, g.call(t, "GET", "/v1/tenants/"+a+"/functions", "slt_unknownunknownunknown", nil), 401, "unknown token")
+	expect(t, g.call(t, "GET", "/v1/tenants/"+a+"/functions", tokA, nil), 200, "own tenant")
+	expect(t, g.call(t, "GET", "/v1/tenants/"+b+"/functions", tokA, nil), 403, "other tenant")
+	expect(t, g.call(t, "GET", "/v1/tenants", tokA, nil), 403, "admin route with a tenant token")
+	expect(t, g.call(t, "POST", "/v1/tenants/"+a+"/tokens", tokA, map[string]any{}), 403, "tenant issuing tokens")
+
+	// Revocation takes effect at once.
+	r := g.call(t, "POST", "/v1/tenants/"+a+"/tokens", admin, map[string]any{"name": "short-lived"})
+	expect(t, r, 201, "issue")
+	tok, id := r.json(t)["token"].(string), r.json(t)["id"].(string)
+	expect(t, g.call(t, "GET", "/v1/tenants/"+a, tok, nil), 200, "fresh token")
+	expect(t, g.call(t, "DELETE", "/v1/tenants/"+a+"/tokens/"+id, admin, nil), 204, "revoke")
+	expect(t, g.call(t, "GET", "/v1/tenants/"+a, tok, nil), 401, "revoked token")
+	expect(t, g.call(t, "DELETE", "/v1/tenants/"+a+"/tokens/"+id, admin, nil), 404, "revoke twice")
+	var stored int
+	if err := g.db.QueryRow(t.Context(), `SELECT count(*) FROM api_tokens WHERE token_hash = sha256($1::bytea)`, []byte(tok)).Scan(&stored); err != nil || stored != 1 {
+		t.Errorf("token not stored as its hash (%d, %v)", stored, err)
+	}
+}
+
+func TestTenants(t *testing.T) {
+	g := gateway(t)
+	name, _ := g.tenant(t, map[string]any{"max_functions": 3, "invocations_per_second": 7})
+	expect(t, g.call(t, "POST", "/v1/tenants", admin, map[string]any{"name": name}), 409, "duplicate tenant")
+	r := g.call(t, "POST", "/v1/tenants", admin, map[string]any{"name": "Bad_Name"})
+	expect(t, r, 422, "bad name")
+	if !strings.Contains(string(r.body), "body.name") {
+		t.Errorf("validation error does not name the field: %s", r.body)
+	}
+	r = g.call(t, "GET", "/v1/tenants/"+name, admin, nil)
+	expect(t, r, 200, "get")
+	if q := r.json(t)["quotas"].(map[string]any); q["max_functions"] != 3.0 || q["invocations_per_second"] != 7.0 || q["max_pods"] != 100.0 {
+		t.Errorf("quotas %v", q)
+	}
+	r = g.call(t, "GET", "/v1/tenants?limit=1", admin, nil)
+	expect(t, r, 200, "list")
+	if items := r.json(t)["items"].([]any); len(items) != 1 || r.json(t)["next_cursor"] == nil {
+		t.Errorf("first page %s", r.body)
+	}
+	expect(t, g.call(t, "DELETE", "/v1/tenants/"+name, admin, nil), 202, "delete")
+	expect(t, g.call(t, "GET", "/v1/tenants/"+name, admin, nil), 404, "deleted")
+}
+
+func TestFunctionCRUDAndBadInput(t *testing.T) {
+	g := gateway(t)
+	ten, tok := g.tenant(t, nil)
+	base := "/v1/tenants/" + ten + "/functions"
+	r := g.call(t, "POST", base, tok, fnBody)
+	expect(t, r, 201, "create")
+	f := r.json(t)
+	if f["memory_mb"] != 128.0 || f["timeout_sec"] != 30.0 || f["status"] == nil {
+		t.Errorf("created function %v", f)
+	}
+	expect(t, g.call(t, "POST", base, tok, fnBody), 409, "create twice")
+
+	bad := []struct {
+		what, body, field string
+		status            int
+	}{
+		{"malformed JSON", `{"name": "x",`, "", 400},
+		{"unknown field", `{"name":"x","runtime":"python3.11","entrypoint":"main.handler","colour":"red"}`, "colour", 422},
+		{"invalid runtime", `{"name":"x","runtime":"ruby3","entrypoint":"main.handler"}`, "body.runtime", 422},
+		{"invalid name", `{"name":"X_1","runtime":"python3.11","entrypoint":"main.handler"}`, "body.name", 422},
+		{"memory out of range", `{"name":"x","runtime":"python3.11","entrypoint":"main.handler","memory_mb":999999}`, "body.memory_mb", 422},
+		{"bad entrypoint", `{"name":"x","runtime":"python3.11","entrypoint":"nodot"}`, "body.entrypoint", 422},
+		{"floating image", `{"name":"x","runtime":"python3.11","entrypoint":"main.handler","image":"repo/fn:latest"}`, "body.image", 422},
+		{"min above max", `{"name":"x","runtime":"python3.11","entrypoint":"main.handler","min_replicas":5,"max_replicas":2}`, "scaling", 422},
+		{"oversize body", `{"name":"x","runtime":"python3.11","entrypoint":"main.handler","env_vars":{"A":"` + strings.Repeat("a", 300<<10) + `"}}`, "", 413},
+	}
+	for _, b := range bad {
+		r := g.call(t, "POST", base, tok, b.body)
+		expect(t, r, b.status, b.what)
+		if b.field != "" && !strings.Contains(string(r.body), b.field) {
+			t.Errorf("%s: error does not name %s: %s", b.what, b.field, r.body)
+		}
+	}
+	// None of them created anything.
+	var list slessv1.FunctionList
+	if err := g.kube.List(t.Context(), &list, client.InNamespace(slessv1.NamespaceFor(ten))); err != nil || len(list.Items) != 1 {
+		t.Fatalf("functions after bad input: %d (%v), want 1", len(list.Items), err)
+	}
+
+	// PUT needs the whole object; a partial PUT zeroes nothing.
+	r = g.call(t, "PUT", base+"/hello", tok, map[string]any{"runtime": "python3.11", "entrypoint": "main.handler", "memory_mb": 256})
+	expect(t, r, 422, "partial PUT")
+	for _, field := range []string{"timeout_sec", "concurrency", "env_vars"} {
+		if !strings.Contains(string(r.body), field) {
+			t.Errorf("partial PUT error does not name %s: %s", field, r.body)
+		}
+	}
+	full := map[string]any{"runtime": "nodejs20", "entrypoint": "index.handler", "memory_mb": 256, "cpu_millis": 200, "timeout_sec": 10,
+		"concurrency": 4, "min_replicas": 1, "max_replicas": 2, "env_vars": map[string]any{"GREETING": "hi"}}
+	r = g.call(t, "PUT", base+"/hello", tok, full)
+	expect(t, r, 200, "full PUT")
+	if f := r.json(t); f["runtime"] != "nodejs20" || f["max_replicas"] != 2.0 || f["env_vars"].(map[string]any)["GREETING"] != "hi" {
+		t.Errorf("after PUT %v", f)
+	}
+	expect(t, g.call(t, "PUT", base+"/fresh", tok, full), 201, "PUT creates")
+
+	// PATCH is a merge patch: only the named fields change.
+	r = g.call(t, "PATCH", base+"/hello", tok, `{"memory_mb": 512, "env_vars": {"EXTRA": "1"}}`, "Content-Type", "application/merge-patch+json")
+	expect(t, r, 200, "patch")
+	if f := r.json(t); f["memory_mb"] != 512.0 || f["timeout_sec"] != 10.0 || len(f["env_vars"].(map[string]any)) != 2 {
+		t.Errorf("after PATCH %v", f)
+	}
+	expect(t, g.call(t, "PATCH", base+"/hello", tok, `{"status": {"phase": "Ready"}}`, "Content-Type", "application/merge-patch+json"), 422, "patch read-only")
+	expect(t, g.call(t, "PATCH", base+"/hello", tok, `{"memory_mb": 1}`, "Content-Type", "application/merge-patch+json"), 422, "patch out of range")
+	expect(t, g.call(t, "PATCH", base+"/hello", tok, `{"memory_mb": 600}`, "Content-Type", "text/plain"), 415, "patch content type")
+
+	// Cursor pagination.
+	for _, n := range []string{"c1", "c2"} {
+		body := map[string]any{"name": n, "runtime": "python3.11", "entrypoint": "main.handler"}
+		expect(t, g.call(t, "POST", base, tok, body), 201, "create "+n)
+	}
+	var names []string
+	cursor := ""
+	for page := 0; page < 5; page++ {
+		r := g.call(t, "GET", base+"?limit=2&cursor="+cursor, tok, nil)
+		expect(t, r, 200, "list page")
+		for _, it := range r.json(t)["items"].([]any) {
+			names = append(names, it.(map[string]any)["name"].(string))
+		}
+		c, _ := r.json(t)["next_cursor"].(string)
+		if c == "" {
+			break
+		}
+		cursor = c
+	}
+	sort.Strings(names)
+	if strings.Join(names, ",") != "c1,c2,fresh,hello" {
+		t.Errorf("paged through %v", names)
+	}
+	expect(t, g.call(t, "GET", base+"?cursor=garbage", tok, nil), 400, "bad cursor")
+
+	expect(t, g.call(t, "DELETE", base+"/c1", tok, nil), 202, "delete")
+	expect(t, g.call(t, "GET", base+"/c1", tok, nil), 404, "deleted")
+	expect(t, g.call(t, "GET", "/v1/tenants/nosuch/functions", admin, nil), 404, "unknown tenant")
+}
+
+func TestSourceUpload(t *testing.T) {
+	g := gateway(t)
+	ten, tok := g.tenant(t, nil)
+	base := "/v1/tenants/" + ten + "/functions"
+	expect(t, g.call(t, "POST", base, tok, fnBody), 201, "create")
+	up := func(body []byte, ct string) resp {
+		return g.call(t, "PUT", base+"/hello/source", tok, body, "Content-Type", ct)
+	}
+	expect(t, up([]byte("plain text"), "application/zip"), 422, "non-zip")
+	expect(t, up(zipOf(t, map[string]string{"../../evil.py": "x"}), "application/zip"), 422, "zip slip")
+	expect(t, up(zipOf(t, map[string]string{"main.py": "x"}), "text/plain"), 415, "wrong content type")
+	expect(t, up(bytes.Repeat([]byte("x"), 2<<20), "application/zip"), 413, "oversize archive")
+	var f slessv1.Function
+	key := client.ObjectKey{Namespace: slessv1.NamespaceFor(ten), Name: "hello"}
+	_ = g.kube.Get(t.Context(), key, &f)
+	if f.Spec.Source != nil {
+		t.Fatal("a rejected upload changed the function")
+	}
+
+	archive := zipOf(t, map[string]string{"main.py": "def handler(e, c):\n    return 'hi'\n"})
+	r := up(archive, "application/zip")
+	expect(t, r, 200, "upload")
+	out := r.json(t)
+	sha := out["sha256"].(string)
+	if out["changed"] != true || out["size"] != float64(len(archive)) || out["s3_key"] != objstore.SourceKey(ten, "hello", sha) {
+		t.Errorf("upload answered %v", out)
+	}
+	if ok, _ := g.store.Exists(t.Context(), objstore.SourceKey(ten, "hello", sha)); !ok {
+		t.Error("archive not stored")
+	}
+	_ = g.kube.Get(t.Context(), key, &f)
+	if f.Spec.Source == nil || f.Spec.Source.SHA256 != sha {
+		t.Fatalf("function source %+v", f.Spec.Source)
+	}
+	rv := f.ResourceVersion
+	r = up(archive, "application/zip")
+	expect(t, r, 200, "same upload")
+	if r.json(t)["changed"] != false {
+		t.Error("the same bytes were reported as a change")
+	}
+	_ = g.kube.Get(t.Context(), key, &f)
+	if f.ResourceVersion != rv {
+		t.Error("uploading the same bytes changed the function (and would rebuild)")
+	}
+}
+
+func TestSyncInvoke(t *testing.T) {
+	g := gateway(t)
+	ten, tok := g.tenant(t, nil)
+	base := "/v1/tenants/" + ten + "/functions"
+	records := g.observe(t, msg.TypeInvocationCompleted+".#")
+	body := map[string]any{"name": "fx", "runtime": "python3.11", "entrypoint": "main.handler", "timeout_sec": 1}
+	expect(t, g.call(t, "POST", base, tok, body), 201, "create")
+	expect(t, g.call(t, "POST", base+"/missing/invoke", tok, "{}"), 404, "unknown function")
+	r := g.call(t, "POST", base+"/fx/invoke", tok, "{}")
+	expect(t, r, 503, "not ready")
+	if r.header.Get("Retry-After") == "" {
+		t.Error("503 without Retry-After")
+	}
+	g.ready(t, ten, "fx", runtime(t, "1", "1"))
+
+	// The event: the function sees path /, the query, the body and the headers set by the gateway.
+	call := func(path, body string, hdr ...string) resp {
+		return g.call(t, "POST", base+"/fx/invoke"+path, tok, body, hdr...)
+	}
+	r = g.call(t, "POST", "/v1/tenants/"+ten+"/functions/fx/invoke?x=1", tok, `{"k":1}`)
+	if r.status != 500 || !strings.Contains(string(r.body), "HandlerError") {
+		t.Errorf("invoke reaches the function at / (no fixture case there): %d %s", r.status, r.body)
+	}
+	// Use the public trigger route to reach fixture cases by path.
+	trig := map[string]any{"name": "web", "function": "fx", "type": "http", "http": map[string]any{"path": "/api", "auth": "none"}}
+	expect(t, g.call(t, "POST", "/v1/tenants/"+ten+"/triggers", tok, trig), 201, "trigger")
+	fn := func(method, path, body string) resp {
+		deadline := time.Now().Add(10 * time.Second)
+		for {
+			req, _ := http.NewRequest(method, g.base+"/fn/"+ten+"/api"+path, strings.NewReader(body))
+			req.Header.Set("Content-Type", "application/json")
+			res, err := http.DefaultClient.Do(req)
+			if err != nil {
+				t.Fatal(err)
+			}
+			b, _ := io.ReadAll(res.Body)
+			res.Body.Close()
+			if res.StatusCode == 404 && strings.Contains(string(b), "no enabled http trigger") && time.Now().Before(deadline) {
+				time.Sleep(20 * time.Millisecond) // the watch cache has not seen the trigger yet
+				continue
+			}
+			return resp{res.StatusCode, res.Header, b}
+		}
+	}
+	_ = call
+	r = fn("POST", "/echo?x=1", `{"k":1}`)
+	expect(t, r, 200, "echo")
+	ev := r.json(t)
+	if ev["path"] != "/echo" || ev["query"].(map[string]any)["x"] != "1" || ev["trigger"] != "http" || ev["traceparent"] == nil ||
+		ev["invocationId"] != r.header.Get("X-Sless-Invocation-Id") {
+		t.Errorf("event %v, header id %s", ev, r.header.Get("X-Sless-Invocation-Id"))
+	}
+	if r := fn("GET", "/fail", ""); r.status != 500 || !strings.Contains(string(r.body), "bad input") {
+		t.Errorf("a function error passes through with its status and body: %d %s", r.status, r.body)
+	}
+	r = fn("GET", "/spin", "")
+	if r.status != 504 {
+		t.Fatalf("spin answered %d %s, want 504", r.status, r.body)
+	}
+	if r = fn("GET", "/text", ""); r.status != 200 || string(r.body) != "hello, world" {
+		t.Errorf("after a timeout: %d %s", r.status, r.body)
+	}
+	// Over the function's concurrency (1): the runtime's 429 passes through.
+	done := make(chan resp)
+	go func() { done <- fn("POST", "/slow", `{"seconds": 0.7}`) }()
+	time.Sleep(250 * time.Millisecond)
+	if r = fn("GET", "/text", ""); r.status != 429 || r.header.Get("Retry-After") == "" {
+		t.Errorf("over concurrency: %d %s", r.status, r.body)
+	}
+	if r := <-done; r.status != 200 {
+		t.Errorf("slow call %d", r.status)
+	}
+
+	// Records are published without blocking the responses.
+	got := records.wait(t, `"function":"fx"`, 5)
+	statuses := map[string]int{}
+	for _, d := range got {
+		var m msg.InvocationCompleted
+		_ = json.Unmarshal(d.Body, &m)
+		statuses[string(m.Status)]++
+		if m.Tenant != ten || m.DurationMs < 0 || m.StartedAt.IsZero() {
+			t.Errorf("record %+v", m)
+		}
+	}
+	if statuses["succeeded"] < 2 || statuses["failed"] < 2 || statuses["timeout"] < 1 || statuses["rejected"] < 1 {
+		t.Errorf("record statuses %v", statuses)
+	}
+
+	// Public trigger rules.
+	expect(t, g.call(t, "GET", "/fn/"+ten+"/nowhere", "", nil), 404, "no trigger")
+	trig2 := map[string]any{"name": "private", "function": "fx", "type": "http", "http": map[string]any{"path": "/private", "methods": []string{"POST"}}}
+	expect(t, g.call(t, "POST", "/v1/tenants/"+ten+"/triggers", tok, trig2), 201, "token trigger")
+	time.Sleep(300 * time.Millisecond)
+	expect(t, g.call(t, "POST", "/fn/"+ten+"/private/text", "", "{}"), 401, "token trigger without a token")
+	expect(t, g.call(t, "GET", "/fn/"+ten+"/private/text", tok, nil), 405, "method not allowed")
+	if r := g.call(t, "POST", "/fn/"+ten+"/private/text", tok, "{}"); r.status != 200 {
+		t.Errorf("token trigger with a token: %d %s", r.status, r.body)
+	}
+}
+
+func TestAsyncInvoke(t *testing.T) {
+	g := gateway(t)
+	ten, tok := g.tenant(t, nil)
+	base := "/v1/tenants/" + ten + "/functions"
+	expect(t, g.call(t, "POST", base, tok, fnBody), 201, "create")
+	requests := g.observe(t, msg.TypeInvocationRequested+".#")
+	async := []string{"Prefer", "respond-async"}
+	r := g.call(t, "POST", base+"/hello/invoke?q=1", tok, `{"job": 1}`, async...)
+	expect(t, r, 202, "async")
+	id := r.json(t)["invocation_id"].(string)
+	if r.header.Get("Location") != "/v1/tenants/"+ten+"/invocations/"+id {
+		t.Errorf("Location %q", r.header.Get("Location"))
+	}
+	got := requests.wait(t, id, 1)
+	if len(got) != 1 {
+		t.Fatalf("%d requests published for %s", len(got), id)
+	}
+	var m msg.InvocationRequested
+	_ = json.Unmarshal(got[0].Body, &m)
+	if m.Function != "hello" || m.Trigger != msg.TriggerAsync || string(m.Request.Body) != `{"job": 1}` || m.Request.Query != "q=1" {
+		t.Errorf("published %+v", m)
+	}
+
+	// Idempotency-Key: the same request gets the same invocation, once.
+	key := []string{"Prefer", "respond-async", "Idempotency-Key", "order-42"}
+	r1 := g.call(t, "POST", base+"/hello/invoke", tok, `{"n":1}`, key...)
+	r2 := g.call(t, "POST", base+"/hello/invoke", tok, `{"n":1}`, key...)
+	expect(t, r1, 202, "first keyed")
+	expect(t, r2, 202, "second keyed")
+	if r1.json(t)["invocation_id"] != r2.json(t)["invocation_id"] {
+		t.Errorf("same key, different invocations: %s %s", r1.body, r2.body)
+	}
+	if n := len(requests.wait(t, r1.json(t)["invocation_id"].(string), 2, time.Second)); n != 1 {
+		t.Errorf("a keyed request was published %d times", n)
+	}
+	expect(t, g.call(t, "POST", base+"/hello/invoke", tok, `{"n":2}`, key...), 409, "key reused for another body")
+
+	// Callbacks only to public http(s) targets.
+	for _, cb := range []string{"http://127.0.0.1:9000/hook", "http://10.1.2.3/hook", "http://169.254.169.254/latest", "ftp://example.com/x", "http://localhost/x", "not a url"} {
+		r := g.call(t, "POST", base+"/hello/invoke", tok, "{}", "Prefer", "respond-async", "X-Callback-Url", cb)
+		expect(t, r, 422, "callback "+cb)
+	}
+	expect(t, g.call(t, "GET", "/v1/tenants/"+ten+"/invocations/"+id, tok, nil), 404, "not recorded yet")
+}
+
+func TestRateLimit(t *testing.T) {
+	g := gateway(t)
+	ten, tok := g.tenant(t, map[string]any{"invocations_per_second": 1})
+	time.Sleep(300 * time.Millisecond) // the watch cache sees the quota
+	var last resp
+	for range 4 {
+		last = g.call(t, "GET", "/v1/tenants/"+ten+"/functions", tok, nil)
+	}
+	expect(t, last, 429, "over the rate")
+	if ra := last.header.Get("Retry-After"); ra == "" {
+		t.Error("429 without Retry-After")
+	}
+	expect(t, g.call(t, "GET", "/v1/tenants/"+ten+"/functions", admin, nil), 200, "admin is not limited")
+}
+
+func TestHistoryAndBuilds(t *testing.T) {
+	g := gateway(t)
+	ten, tok := g.tenant(t, nil)
+	t0 := time.Now().Add(-time.Hour).UTC()
+	for i := range 5 {
+		status := "succeeded"
+		if i%2 == 1 {
+			status = "failed"
+		}
+		_, err := g.db.Exec(t.Context(), `INSERT INTO invocations (id, tenant, function, trigger_kind, status, http_status, started_at, finished_at, duration_ms, result, error)
+			VALUES ($1, $2, 'hello', 'http', $3, 200, $4, $4, 3, $5, $6)`, fmt.Sprintf("inv-%d", i), ten, status, t0.Add(time.Duration(i)*time.Minute),
+			[]byte(`{"ok":true}`), map[bool]any{true: "boom", false: nil}[status == "failed"])
+		if err != nil {
+			t.Fatal(err)
+		}
+	}
+	base := "/v1/tenants/" + ten + "/invocations"
+	r := g.call(t, "GET", base+"?limit=2", tok, nil)
+	expect(t, r, 200, "list")
+	page := r.json(t)
+	items := page["items"].([]any)
+	if len(items) != 2 || items[0].(map[string]any)["id"] != "inv-4" {
+		t.Fatalf("first page %s", r.body)
+	}
+	r = g.call(t, "GET", base+"?limit=10&cursor="+page["next_cursor"].(string), tok, nil)
+	if n := len(r.json(t)["items"].([]any)); n != 3 {
+		t.Errorf("second page has %d items, want 3", n)
+	}
+	r = g.call(t, "GET", base+"?status=failed", tok, nil)
+	if n := len(r.json(t)["items"].([]any)); n != 2 {
+		t.Errorf("failed filter: %d", n)
+	}
+	r = g.call(t, "GET", base+"?since="+t0.Add(150*time.Second).Format(time.RFC3339), tok, nil)
+	if n := len(r.json(t)["items"].([]any)); n != 2 {
+		t.Errorf("since filter: %d", n)
+	}
+	expect(t, g.call(t, "GET", base+"?status=exploded", tok, nil), 422, "bad status filter")
+	r = g.call(t, "GET", base+"/inv-1", tok, nil)
+	expect(t, r, 200, "detail")
+	if d := r.json(t); d["error"] != "boom" || d["result"] != `{"ok":true}` || d["duration_ms"] != 3.0 {
+		t.Errorf("detail %v", d)
+	}
+
+	// Builds and their log, followed while the build runs.
+	_, err := g.db.Exec(t.Context(), `INSERT INTO builds (id, tenant, function, source_sha256, runtime, driver, state, requested_at)
+		VALUES ('b-1', $1, 'hello', 'abc', 'python3.11', 'local', 'running', now())`, ten)
+	if err != nil {
+		t.Fatal(err)
+	}
+	logKey := objstore.BuildLogKey(ten, "hello", "b-1")
+	_ = g.store.Put(t.Context(), logKey, strings.NewReader("step 1\n"), 7, "text/plain")
+	fb := "/v1/tenants/" + ten + "/functions/hello/builds"
+	r = g.call(t, "GET", fb, tok, nil)
+	expect(t, r, 200, "builds")
+	if items := r.json(t)["items"].([]any); len(items) != 1 || items[0].(map[string]any)["state"] != "running" {
+		t.Errorf("builds %s", r.body)
+	}
+	expect(t, g.call(t, "GET", fb+"/b-1", tok, nil), 200, "build")
+	expect(t, g.call(t, "GET", fb+"/b-9", tok, nil), 404, "unknown build")
+	go func() {
+		time.Sleep(700 * time.Millisecond)
+		_ = g.store.Put(t.Context(), logKey, strings.NewReader("step 1\nstep 2\ndone\n"), 19, "text/plain")
+		_, _ = g.db.Exec(t.Context(), `UPDATE builds SET state = 'succeeded' WHERE id = 'b-1'`)
+	}()
+	start := time.Now()
+	r = g.call(t, "GET", fb+"/b-1/log?follow=true", tok, nil)
+	expect(t, r, 200, "follow log")
+	if string(r.body) != "step 1\nstep 2\ndone\n" || time.Since(start) < 500*time.Millisecond {
+		t.Errorf("followed log %q after %s", r.body, time.Since(start))
+	}
+}
+
+func TestTriggersAndJobs(t *testing.T) {
+	g := gateway(t)
+	ten, tok := g.tenant(t, nil)
+	tb := "/v1/tenants/" + ten + "/triggers"
+	r := g.call(t, "POST", tb, tok, map[string]any{"name": "tick", "function": "hello", "type": "cron", "cron": map[string]any{"schedule": "61 * * * *"}})
+	expect(t, r, 422, "bad cron")
+	if !strings.Contains(string(r.body), "body.cron.schedule") {
+		t.Errorf("bad cron error: %s", r.body)
+	}
+	expect(t, g.call(t, "POST", tb, tok, map[string]any{"name": "tick", "function": "hello", "type": "cron"}), 422, "cron without schedule")
+	expect(t, g.call(t, "POST", tb, tok, map[string]any{"name": "tick", "function": "hello", "type": "cron",
+		"cron": map[string]any{"schedule": "*/5 * * * *", "time_zone": "Europe/Berlin", "payload": map[string]any{"a": 1}}}), 201, "cron")
+	expect(t, g.call(t, "PATCH", tb+"/tick", tok, `{"enabled": false}`, "Content-Type", "application/merge-patch+json"), 200, "disable")
+	r = g.call(t, "GET", tb+"/tick", tok, nil)
+	if tr := r.json(t); tr["enabled"] != false || tr["cron"].(map[string]any)["time_zone"] != "Europe/Berlin" {
+		t.Errorf("trigger %v", tr)
+	}
+	expect(t, g.call(t, "PUT", tb+"/q", tok, map[string]any{"function": "hello", "type": "queue", "queue": map[string]any{"queue": "orders", "max_retries": 2}}), 201, "queue PUT")
+	r = g.call(t, "GET", tb, tok, nil)
+	if n := len(r.json(t)["items"].([]any)); n != 2 {
+		t.Errorf("%d triggers", n)
+	}
+	expect(t, g.call(t, "DELETE", tb+"/q", tok, nil), 202, "delete trigger")
+
+	jb := "/v1/tenants/" + ten + "/jobs"
+	expect(t, g.call(t, "POST", jb, tok, map[string]any{"name": "nightly", "function": "hello", "payload": map[string]any{"n": 1}}), 201, "job")
+	r = g.call(t, "POST", jb+"/nightly/run", tok, nil)
+	expect(t, r, 202, "run")
+	if r.json(t)["run_id"] != 1.0 {
+		t.Errorf("first run %s", r.body)
+	}
+	r = g.call(t, "POST", jb+"/nightly/run", tok, nil)
+	if r.json(t)["run_id"] != 2.0 {
+		t.Errorf("second run %s", r.body)
+	}
+	expect(t, g.call(t, "POST", jb+"/nope/run", tok, nil), 404, "run unknown job")
+	expect(t, g.call(t, "GET", jb+"/nightly", tok, nil), 200, "get job")
+	expect(t, g.call(t, "DELETE", jb+"/nightly", tok, nil), 202, "delete job")
+}
+
+// TestOpenAPIDescribesEveryRoute compares the served document with the
+// routes actually mounted on the router.
+func TestOpenAPIDescribesEveryRoute(t *testing.T) {
+	g := gateway(t)
+	r := g.call(t, "GET", "/openapi.json", "", nil)
+	expect(t, r, 200, "openapi")
+	var doc struct {
+		Paths map[string]map[string]any `json:"paths"`
+	}
+	if err := json.Unmarshal(r.body, &doc); err != nil {
+		t.Fatal(err)
+	}
+	documented := map[string]bool{}
+	for p, ops := range doc.Paths {
+		for m := range ops {
+			documented[strings.ToUpper(m)+" "+p] = true
+		}
+	}
+	srv := newTestRouter(t)
+	ops := []string{"GET /healthz", "GET /readyz", "GET /metrics"}
+	err := chi.Walk(srv, func(method, route string, _ http.Handler, _ ...func(http.Handler) http.Handler) error {
+		route = strings.ReplaceAll(route, "/*", "/{path}")
+		if strings.HasPrefix(route, "/openapi") || strings.HasPrefix(route, "/healthz") || strings.HasPrefix(route, "/readyz") || strings.HasPrefix(route, "/metrics") {
+			return nil
+		}
+		if route == "/fn/{t}" {
+			return nil // the same handler as /fn/{t}/{path}
+		}
+		if !documented[method+" "+route] {
+			t.Errorf("mounted route %s %s is not in /openapi.json", method, route)
+		}
+		return nil
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, op := range ops {
+		_ = op
+	}
+	for _, want := range []string{"POST /v1/tenants", "PUT /v1/tenants/{t}/functions/{name}/source", "POST /v1/tenants/{t}/functions/{name}/invoke",
+		"GET /v1/tenants/{t}/invocations", "POST /v1/tenants/{t}/jobs/{name}/run", "GET /v1/tenants/{t}/functions/{name}/builds/{id}/log"} {
+		if !documented[want] {
+			t.Errorf("%s is not documented", want)
+		}
+	}
+}

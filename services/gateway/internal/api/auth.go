@@ -1,0 +1,221 @@
+package api
+
+import (
+	"context"
+	"crypto/rand"
+	"crypto/sha256"
+	"crypto/subtle"
+	"encoding/base64"
+	"errors"
+	"math"
+	"net/http"
+	"strconv"
+	"strings"
+	"sync"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgxpool"
+	"golang.org/x/time/rate"
+	"sigs.k8s.io/controller-runtime/pkg/cache"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+
+	slessv1 "github.com/kube5s/sless/pkg/apis/sless/v1alpha1"
+)
+
+// TokenPrefix starts every tenant token.
+const TokenPrefix = "slt_"
+
+// principal is who is calling.
+type principal struct {
+	admin  bool
+	tenant string
+	bad    string // why the presented token was refused
+	none   bool
+}
+
+// authenticate reads the bearer token: the admin token (compared in constant
+// time) or a tenant token (looked up by its SHA-256).
+func (s *Server) authenticate(r *http.Request) principal {
+	h := r.Header.Get("Authorization")
+	if h == "" {
+		return principal{none: true}
+	}
+	tok, ok := strings.CutPrefix(h, "Bearer ")
+	if !ok || tok == "" {
+		return principal{bad: "the Authorization header is not a bearer token"}
+	}
+	if subtle.ConstantTimeCompare([]byte(tok), []byte(s.Config.AdminToken)) == 1 {
+		return principal{admin: true}
+	}
+	if !strings.HasPrefix(tok, TokenPrefix) || len(tok) > 128 {
+		return principal{bad: "the token is not a sless token"}
+	}
+	tenant, err := s.tokens.lookup(r.Context(), tok)
+	if err != nil {
+		return principal{bad: err.Error()}
+	}
+	return principal{tenant: tenant}
+}
+
+func requestOf(ctx context.Context) *http.Request {
+	r, _ := ctx.Value(keyRequest).(*http.Request)
+	if r == nil {
+		r = &http.Request{Header: http.Header{}}
+	}
+	return r
+}
+
+// requireAdmin allows the admin token only.
+func (s *Server) requireAdmin(ctx context.Context) error {
+	p := s.authenticate(requestOf(ctx))
+	switch {
+	case p.none:
+		return withID(ctx, problem(401, "", "an Authorization: Bearer token is required"))
+	case p.bad != "":
+		return withID(ctx, problem(401, "", "%s", p.bad))
+	case !p.admin:
+		return withID(ctx, problem(403, "", "this operation needs the admin token"))
+	}
+	return nil
+}
+
+// requireTenant allows the admin token and tokens of that tenant, and
+// applies the tenant's rate limit to tenant tokens.
+func (s *Server) requireTenant(ctx context.Context, tenant string) error {
+	p := s.authenticate(requestOf(ctx))
+	switch {
+	case p.none:
+		return withID(ctx, problem(401, "", "an Authorization: Bearer token is required"))
+	case p.bad != "":
+		return withID(ctx, problem(401, "", "%s", p.bad))
+	case p.admin:
+		return nil
+	case p.tenant != tenant:
+		return withID(ctx, problem(403, "", "this token belongs to another tenant"))
+	}
+	return s.limits.allow(ctx, tenant)
+}
+
+func withID(ctx context.Context, p *Problem) *Problem {
+	p.RequestID = RequestID(ctx)
+	return p
+}
+
+// hashToken is what the tokens table stores.
+func hashToken(tok string) []byte {
+	h := sha256.Sum256([]byte(tok))
+	return h[:]
+}
+
+// newToken returns a token and its id.
+func newToken() (token, id string) {
+	raw := make([]byte, 32)
+	_, _ = rand.Read(raw)
+	return TokenPrefix + base64.RawURLEncoding.EncodeToString(raw), "tok-" + newID(6)
+}
+
+// tokenCache remembers token lookups for a short while; revocation through
+// this gateway drops the entry at once.
+type tokenCache struct {
+	db  *pgxpool.Pool
+	ttl time.Duration
+	mu  sync.RWMutex
+	m   map[string]tokenEntry
+}
+
+type tokenEntry struct {
+	tenant  string
+	id      string
+	expires time.Time
+}
+
+func newTokenCache(db *pgxpool.Pool, ttl time.Duration) *tokenCache {
+	return &tokenCache{db: db, ttl: ttl, m: map[string]tokenEntry{}}
+}
+
+var errBadToken = errors.New("the token is unknown or revoked")
+
+func (c *tokenCache) lookup(ctx context.Context, tok string) (string, error) {
+	key := string(hashToken(tok))
+	c.mu.RLock()
+	e, ok := c.m[key]
+	c.mu.RUnlock()
+	if ok && time.Now().Before(e.expires) {
+		if e.tenant == "" {
+			return "", errBadToken
+		}
+		return e.tenant, nil
+	}
+	var tenant, id string
+	err := c.db.QueryRow(ctx, `SELECT tenant, id FROM api_tokens WHERE token_hash = $1 AND revoked_at IS NULL`, []byte(key)).Scan(&tenant, &id)
+	if err != nil && !errors.Is(err, pgx.ErrNoRows) {
+		return "", errors.New("tokens cannot be checked right now")
+	}
+	c.mu.Lock()
+	if len(c.m) > 100000 {
+		c.m = map[string]tokenEntry{}
+	}
+	c.m[key] = tokenEntry{tenant: tenant, id: id, expires: time.Now().Add(c.ttl)}
+	c.mu.Unlock()
+	if tenant == "" {
+		return "", errBadToken
+	}
+	return tenant, nil
+}
+
+// forget drops every cached token of a tenant, or one token by id.
+func (c *tokenCache) forget(tenant, id string) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	for k, e := range c.m {
+		if e.tenant == tenant && (id == "" || e.id == id) {
+			delete(c.m, k)
+		}
+	}
+}
+
+// limiter is a token bucket per tenant at the Tenant's invocationsPerSecond,
+// with bursts of twice that.
+type limiter struct {
+	cache cache.Cache
+	mu    sync.Mutex
+	m     map[string]*rate.Limiter
+}
+
+func newLimiter(c cache.Cache) *limiter { return &limiter{cache: c, m: map[string]*rate.Limiter{}} }
+
+func (l *limiter) allow(ctx context.Context, tenant string) error {
+	perSec := 100
+	if l.cache != nil {
+		var t slessv1.Tenant
+		if err := l.cache.Get(ctx, client.ObjectKey{Name: tenant}, &t, client.UnsafeDisableDeepCopy); err == nil && t.Spec.Quotas.InvocationsPerSecond > 0 {
+			perSec = int(t.Spec.Quotas.InvocationsPerSecond)
+		}
+	}
+	l.mu.Lock()
+	lim, ok := l.m[tenant]
+	if !ok || lim.Limit() != rate.Limit(perSec) {
+		lim = rate.NewLimiter(rate.Limit(perSec), 2*perSec)
+		l.m[tenant] = lim
+	}
+	l.mu.Unlock()
+	res := lim.Reserve()
+	if d := res.Delay(); d > 0 {
+		res.Cancel()
+		p := withID(ctx, problem(429, "", "tenant %s is over its rate of %d requests per second", tenant, perSec))
+		return &rateLimited{Problem: p, retryAfter: int(math.Ceil(d.Seconds()))}
+	}
+	return nil
+}
+
+// rateLimited is a 429 that also sets Retry-After.
+type rateLimited struct {
+	*Problem
+	retryAfter int
+}
+
+// GetHeaders lets huma write Retry-After.
+func (e *rateLimited) GetHeaders() http.Header {
+	return http.Header{"Retry-After": {strconv.Itoa(max(e.retryAfter, 1))}}
+}

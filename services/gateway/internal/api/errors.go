@@ -1,0 +1,134 @@
+package api
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"net/http"
+	"strings"
+
+	"github.com/danielgtaylor/huma/v2"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+)
+
+// ProblemBase prefixes every problem type; the rest is a stable slug.
+const ProblemBase = "https://sless.kube5s.ru/problems/"
+
+// Problem is an RFC 9457 problem detail with the failing component and the
+// request id.
+type Problem struct {
+	Type      string          `json:"type"`
+	Title     string          `json:"title"`
+	Status    int             `json:"status"`
+	Detail    string          `json:"detail,omitempty"`
+	Component string          `json:"component"`
+	RequestID string          `json:"request_id,omitempty"`
+	Errors    []*ProblemField `json:"errors,omitempty"`
+}
+
+// ProblemField names one invalid field.
+type ProblemField struct {
+	Location string `json:"location,omitempty"`
+	Message  string `json:"message"`
+	Value    any    `json:"value,omitempty"`
+}
+
+func (p *Problem) Error() string               { return p.Detail }
+func (p *Problem) GetStatus() int              { return p.Status }
+func (p *Problem) ContentType(string) string   { return "application/problem+json" }
+func (p *Problem) with(c string) *Problem      { p.Component = c; return p }
+func (p *Problem) field(loc, m string) *Problem { p.Errors = append(p.Errors, &ProblemField{Location: loc, Message: m}); return p }
+
+// slugs are the stable problem types by status.
+var slugs = map[int]string{
+	400: "bad-request", 401: "unauthorized", 403: "forbidden", 404: "not-found", 405: "method-not-allowed",
+	409: "conflict", 412: "precondition-failed", 413: "payload-too-large", 415: "unsupported-media-type",
+	422: "validation-error", 429: "rate-limited", 500: "internal", 502: "bad-gateway", 503: "unavailable", 504: "timeout",
+}
+
+func problem(status int, slug, format string, args ...any) *Problem {
+	if slug == "" {
+		slug = slugs[status]
+	}
+	return &Problem{Type: ProblemBase + slug, Title: http.StatusText(status), Status: status, Detail: fmt.Sprintf(format, args...), Component: "gateway"}
+}
+
+// installErrors makes huma produce Problems, including for its own request
+// validation, with the request id.
+func installErrors() {
+	huma.NewErrorWithContext = func(hctx huma.Context, status int, message string, errs ...error) huma.StatusError {
+		p := problem(status, "", "%s", message)
+		if hctx != nil {
+			p.RequestID = RequestID(hctx.Context())
+		}
+		for _, e := range errs {
+			if e == nil {
+				continue
+			}
+			var d *huma.ErrorDetail
+			if errors.As(e, &d) {
+				p.Errors = append(p.Errors, &ProblemField{Location: d.Location, Message: d.Message, Value: d.Value})
+			} else {
+				p.Errors = append(p.Errors, &ProblemField{Message: e.Error()})
+			}
+		}
+		return p
+	}
+}
+
+// writeProblem writes p for handlers outside huma (invoke, public triggers).
+func writeProblem(w http.ResponseWriter, r *http.Request, p *Problem) {
+	p.RequestID = RequestID(r.Context())
+	w.Header().Set("Content-Type", "application/problem+json")
+	w.WriteHeader(p.Status)
+	_ = json.NewEncoder(w).Encode(p)
+}
+
+// fromKube maps an API server error to a problem; validation errors keep
+// the fields the API server named.
+func fromKube(ctx context.Context, what string, err error) error {
+	var p *Problem
+	if errors.As(err, &p) {
+		return p
+	}
+	switch {
+	case apierrors.IsNotFound(err):
+		p = problem(404, "", "%s not found", what)
+	case apierrors.IsAlreadyExists(err):
+		p = problem(409, "", "%s already exists", what)
+	case apierrors.IsConflict(err):
+		p = problem(409, "conflict", "%s was changed concurrently; retry", what)
+	case apierrors.IsInvalid(err):
+		p = problem(422, "", "%s is invalid", what)
+		var se *apierrors.StatusError
+		if errors.As(err, &se) && se.ErrStatus.Details != nil {
+			for _, c := range se.ErrStatus.Details.Causes {
+				p.Errors = append(p.Errors, &ProblemField{Location: restField(c.Field), Message: c.Message})
+			}
+		}
+	case apierrors.IsForbidden(err) && strings.Contains(err.Error(), "exceeded quota"):
+		p = problem(403, "quota-exceeded", "%s: the tenant's quota is exhausted: %v", what, err)
+	default:
+		p = problem(500, "", "%s: the Kubernetes API failed", what)
+	}
+	p.RequestID = RequestID(ctx)
+	return p
+}
+
+// restField turns a CRD field path (spec.memoryMB) into the REST name (memory_mb).
+func restField(f string) string {
+	f = strings.TrimPrefix(f, "spec.")
+	f = strings.TrimPrefix(f, "metadata.")
+	var b strings.Builder
+	for i, r := range f {
+		if r >= 'A' && r <= 'Z' {
+			if i > 0 && f[i-1] != '.' {
+				b.WriteByte('_')
+			}
+			r += 'a' - 'A'
+		}
+		b.WriteRune(r)
+	}
+	return "body." + strings.ReplaceAll(strings.ReplaceAll(b.String(), "m_b", "mb"), "i_d", "id")
+}

@@ -1,0 +1,450 @@
+package api
+
+import (
+	"encoding/json"
+	"sort"
+	"time"
+
+	apiextensionsv1 "k8s.io/apiextensions-apiserver/pkg/apis/apiextensions/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+
+	slessv1 "github.com/kube5s/sless/pkg/apis/sless/v1alpha1"
+)
+
+// The REST representations (snake_case) and their mapping to the custom
+// resources. Optional inputs are pointers: absent means "the default" on
+// create and "required" on PUT.
+
+// Condition is a status condition.
+type Condition struct {
+	Type               string    `json:"type"`
+	Status             string    `json:"status"`
+	Reason             string    `json:"reason,omitempty"`
+	Message            string    `json:"message,omitempty"`
+	LastTransitionTime time.Time `json:"last_transition_time"`
+}
+
+func conditions(cs []metav1.Condition) []Condition {
+	out := make([]Condition, 0, len(cs))
+	for _, c := range cs {
+		out = append(out, Condition{Type: c.Type, Status: string(c.Status), Reason: c.Reason, Message: c.Message, LastTransitionTime: c.LastTransitionTime.Time})
+	}
+	return out
+}
+
+// ---------------------------------------------------------------- tenants
+
+// TenantQuotas are a tenant's limits.
+type TenantQuotas struct {
+	MaxFunctions         *int32 `json:"max_functions,omitempty" minimum:"0" maximum:"10000"`
+	MaxPods              *int32 `json:"max_pods,omitempty" minimum:"0" maximum:"100000"`
+	CPUMillis            *int32 `json:"cpu_millis,omitempty" minimum:"0"`
+	MemoryMB             *int32 `json:"memory_mb,omitempty" minimum:"0"`
+	InvocationsPerSecond *int32 `json:"invocations_per_second,omitempty" minimum:"1"`
+	ConcurrentBuilds     *int32 `json:"concurrent_builds,omitempty" minimum:"1" maximum:"100"`
+}
+
+// TenantNetwork is a tenant's egress policy.
+type TenantNetwork struct {
+	InternetEgress    *bool    `json:"internet_egress,omitempty"`
+	DeniedEgressCIDRs []string `json:"denied_egress_cidrs,omitempty" maxItems:"64"`
+}
+
+// TenantInput creates a tenant.
+type TenantInput struct {
+	Name        string         `json:"name" pattern:"^[a-z]([-a-z0-9]*[a-z0-9])?$" maxLength:"54" doc:"DNS-1123 label; the namespace is sless-fn-<name>"`
+	DisplayName string         `json:"display_name,omitempty" maxLength:"128"`
+	Quotas      *TenantQuotas  `json:"quotas,omitempty"`
+	Network     *TenantNetwork `json:"network,omitempty"`
+}
+
+// Tenant is a tenant as the API shows it.
+type Tenant struct {
+	Name        string        `json:"name"`
+	DisplayName string        `json:"display_name,omitempty"`
+	Quotas      TenantQuotas  `json:"quotas"`
+	Network     TenantNetwork `json:"network"`
+	Status      TenantStatus  `json:"status"`
+	CreatedAt   time.Time     `json:"created_at"`
+}
+
+// TenantStatus is read-only.
+type TenantStatus struct {
+	Phase      string      `json:"phase,omitempty"`
+	Message    string      `json:"message,omitempty"`
+	Namespace  string      `json:"namespace,omitempty"`
+	Conditions []Condition `json:"conditions"`
+}
+
+func tenantCR(in *TenantInput) *slessv1.Tenant {
+	t := &slessv1.Tenant{ObjectMeta: metav1.ObjectMeta{Name: in.Name}, Spec: slessv1.TenantSpec{DisplayName: in.DisplayName}}
+	if q := in.Quotas; q != nil {
+		set(&t.Spec.Quotas.MaxFunctions, q.MaxFunctions)
+		set(&t.Spec.Quotas.MaxPods, q.MaxPods)
+		set(&t.Spec.Quotas.CPUMillis, q.CPUMillis)
+		set(&t.Spec.Quotas.MemoryMB, q.MemoryMB)
+		set(&t.Spec.Quotas.InvocationsPerSecond, q.InvocationsPerSecond)
+		set(&t.Spec.Quotas.ConcurrentBuilds, q.ConcurrentBuilds)
+	}
+	if n := in.Network; n != nil {
+		t.Spec.Network.InternetEgress = n.InternetEgress
+		t.Spec.Network.DeniedEgressCIDRs = n.DeniedEgressCIDRs
+	}
+	return t
+}
+
+func tenantREST(t *slessv1.Tenant) Tenant {
+	q := t.Spec.Quotas
+	return Tenant{
+		Name: t.Name, DisplayName: t.Spec.DisplayName, CreatedAt: t.CreationTimestamp.Time,
+		Quotas: TenantQuotas{MaxFunctions: &q.MaxFunctions, MaxPods: &q.MaxPods, CPUMillis: &q.CPUMillis, MemoryMB: &q.MemoryMB,
+			InvocationsPerSecond: &q.InvocationsPerSecond, ConcurrentBuilds: &q.ConcurrentBuilds},
+		Network: TenantNetwork{InternetEgress: t.Spec.Network.InternetEgress, DeniedEgressCIDRs: t.Spec.Network.DeniedEgressCIDRs},
+		Status:  TenantStatus{Phase: string(t.Status.Phase), Message: t.Status.Message, Namespace: t.Status.Namespace, Conditions: conditions(t.Status.Conditions)},
+	}
+}
+
+// -------------------------------------------------------------- functions
+
+// SecretRef takes a value from a key of a Secret in the tenant namespace.
+type SecretRef struct {
+	Secret string `json:"secret" minLength:"1" maxLength:"253"`
+	Key    string `json:"key" minLength:"1" maxLength:"253"`
+}
+
+// FunctionSpec is what a developer sets on a function.
+type FunctionSpec struct {
+	Runtime       string               `json:"runtime" enum:"python3.11,nodejs20"`
+	Entrypoint    string               `json:"entrypoint" minLength:"3" maxLength:"256" pattern:"^[A-Za-z0-9_][A-Za-z0-9_./-]*\\.[A-Za-z_$][A-Za-z0-9_$]*$" doc:"module.function (Python) or file.export (Node)"`
+	Image         string               `json:"image,omitempty" maxLength:"512" pattern:"^[^\\s@]+@sha256:[a-f0-9]{64}$" doc:"a prebuilt image, pinned by digest"`
+	MemoryMB      *int32               `json:"memory_mb,omitempty" minimum:"32" maximum:"8192"`
+	CPUMillis     *int32               `json:"cpu_millis,omitempty" minimum:"10" maximum:"8000"`
+	TimeoutSec    *int32               `json:"timeout_sec,omitempty" minimum:"1" maximum:"900"`
+	Concurrency   *int32               `json:"concurrency,omitempty" minimum:"1" maximum:"1000"`
+	MinReplicas   *int32               `json:"min_replicas,omitempty" minimum:"0" maximum:"100"`
+	MaxReplicas   *int32               `json:"max_replicas,omitempty" minimum:"1" maximum:"100"`
+	EnvVars       map[string]string    `json:"env_vars,omitempty"`
+	SecretEnvVars map[string]SecretRef `json:"secret_env_vars,omitempty"`
+}
+
+// FunctionInput creates a function.
+type FunctionInput struct {
+	Name string `json:"name" pattern:"^[a-z]([-a-z0-9]*[a-z0-9])?$" maxLength:"53" doc:"DNS-1123 label"`
+	FunctionSpec
+}
+
+// Function is a function as the API shows it.
+type Function struct {
+	Name string `json:"name"`
+	FunctionSpec
+	Source    *FunctionSource `json:"source,omitempty"`
+	Status    FunctionStatus  `json:"status"`
+	CreatedAt time.Time       `json:"created_at"`
+}
+
+// FunctionSource is the uploaded archive.
+type FunctionSource struct {
+	SHA256 string `json:"sha256"`
+	S3Key  string `json:"s3_key"`
+}
+
+// FunctionStatus is read-only.
+type FunctionStatus struct {
+	Phase             string      `json:"phase,omitempty"`
+	Message           string      `json:"message,omitempty"`
+	URL               string      `json:"url,omitempty"`
+	Ready             bool        `json:"ready"`
+	ReadyReplicas     int32       `json:"ready_replicas"`
+	BuiltSourceSHA256 string      `json:"built_source_sha256,omitempty"`
+	LastBuildID       string      `json:"last_build_id,omitempty"`
+	Conditions        []Condition `json:"conditions"`
+}
+
+// missingForPut lists the fields a full replacement must carry.
+func (s *FunctionSpec) missingForPut() []string {
+	var out []string
+	for name, v := range map[string]*int32{"memory_mb": s.MemoryMB, "cpu_millis": s.CPUMillis, "timeout_sec": s.TimeoutSec,
+		"concurrency": s.Concurrency, "min_replicas": s.MinReplicas, "max_replicas": s.MaxReplicas} {
+		if v == nil {
+			out = append(out, name)
+		}
+	}
+	if s.EnvVars == nil {
+		out = append(out, "env_vars")
+	}
+	sort.Strings(out)
+	return out
+}
+
+// applyFunctionSpec writes a REST spec onto the resource's spec; unset
+// optional fields are left for the API server's defaults.
+func applyFunctionSpec(dst *slessv1.FunctionSpec, in *FunctionSpec) {
+	source := dst.Source
+	*dst = slessv1.FunctionSpec{Runtime: slessv1.Runtime(in.Runtime), Entrypoint: in.Entrypoint, Image: in.Image, Source: source}
+	if in.Image != "" {
+		dst.Source = nil
+	}
+	set(&dst.MemoryMB, in.MemoryMB)
+	set(&dst.CPUMillis, in.CPUMillis)
+	set(&dst.TimeoutSec, in.TimeoutSec)
+	set(&dst.Concurrency, in.Concurrency)
+	if in.MinReplicas != nil || in.MaxReplicas != nil {
+		sc := &slessv1.Scaling{MinReplicas: 1, MaxReplicas: 1}
+		set(&sc.MinReplicas, in.MinReplicas)
+		set(&sc.MaxReplicas, in.MaxReplicas)
+		if in.MaxReplicas == nil {
+			sc.MaxReplicas = max(sc.MaxReplicas, sc.MinReplicas)
+		}
+		dst.Scaling = sc
+	}
+	names := make([]string, 0, len(in.EnvVars)+len(in.SecretEnvVars))
+	for k := range in.EnvVars {
+		names = append(names, k)
+	}
+	for k := range in.SecretEnvVars {
+		if _, dup := in.EnvVars[k]; !dup {
+			names = append(names, k)
+		}
+	}
+	sort.Strings(names)
+	for _, k := range names {
+		if ref, ok := in.SecretEnvVars[k]; ok {
+			dst.Env = append(dst.Env, slessv1.EnvVar{Name: k, SecretKeyRef: &slessv1.SecretKeySelector{Name: ref.Secret, Key: ref.Key}})
+		} else {
+			dst.Env = append(dst.Env, slessv1.EnvVar{Name: k, Value: in.EnvVars[k]})
+		}
+	}
+}
+
+func functionREST(f *slessv1.Function) Function {
+	s := f.Spec
+	out := Function{Name: f.Name, CreatedAt: f.CreationTimestamp.Time, FunctionSpec: FunctionSpec{
+		Runtime: string(s.Runtime), Entrypoint: s.Entrypoint, Image: s.Image,
+		MemoryMB: ptr(s.MemoryMB), CPUMillis: ptr(s.CPUMillis), TimeoutSec: ptr(s.TimeoutSec), Concurrency: ptr(s.Concurrency),
+		EnvVars: map[string]string{},
+	}}
+	if s.Scaling != nil {
+		out.MinReplicas, out.MaxReplicas = ptr(s.Scaling.MinReplicas), ptr(s.Scaling.MaxReplicas)
+	}
+	for _, e := range s.Env {
+		if e.SecretKeyRef != nil {
+			if out.SecretEnvVars == nil {
+				out.SecretEnvVars = map[string]SecretRef{}
+			}
+			out.SecretEnvVars[e.Name] = SecretRef{Secret: e.SecretKeyRef.Name, Key: e.SecretKeyRef.Key}
+		} else {
+			out.EnvVars[e.Name] = e.Value
+		}
+	}
+	if s.Source != nil {
+		out.Source = &FunctionSource{SHA256: s.Source.SHA256, S3Key: s.Source.S3Key}
+	}
+	st := f.Status
+	out.Status = FunctionStatus{Phase: string(st.Phase), Message: st.Message, URL: st.URL, Ready: f.IsReady(), ReadyReplicas: st.ReadyReplicas,
+		BuiltSourceSHA256: st.BuiltSourceSHA256, LastBuildID: st.LastBuildID, Conditions: conditions(st.Conditions)}
+	return out
+}
+
+// --------------------------------------------------------------- triggers
+
+// HTTPTrigger exposes a function at /fn/<tenant><path>.
+type HTTPTrigger struct {
+	Path    string   `json:"path" maxLength:"256" pattern:"^/[A-Za-z0-9._~!$&'()*+,;=:@%/-]*$"`
+	Methods []string `json:"methods,omitempty" maxItems:"9" enum:"GET,HEAD,POST,PUT,PATCH,DELETE,OPTIONS"`
+	Auth    string   `json:"auth,omitempty" enum:"token,none" doc:"token (default) requires a tenant token; none is public"`
+}
+
+// CronTrigger fires on a schedule.
+type CronTrigger struct {
+	Schedule                string          `json:"schedule" minLength:"1" maxLength:"128" doc:"five fields, or @hourly, @daily, @every 30s ..."`
+	TimeZone                string          `json:"time_zone,omitempty" maxLength:"64"`
+	ConcurrencyPolicy       string          `json:"concurrency_policy,omitempty" enum:"Allow,Forbid"`
+	StartingDeadlineSeconds *int64          `json:"starting_deadline_seconds,omitempty" minimum:"0"`
+	Payload                 json.RawMessage `json:"payload,omitempty"`
+}
+
+// QueueTrigger consumes a RabbitMQ queue.
+type QueueTrigger struct {
+	Queue           string     `json:"queue" minLength:"1" maxLength:"255"`
+	Exchange        string     `json:"exchange,omitempty" maxLength:"255"`
+	RoutingKey      string     `json:"routing_key,omitempty" maxLength:"255"`
+	BrokerSecret    *SecretRef `json:"broker_secret,omitempty" doc:"a Secret key holding an amqp:// URL; unset uses the platform broker"`
+	Concurrency     *int32     `json:"concurrency,omitempty" minimum:"1" maximum:"256"`
+	MaxRetries      *int32     `json:"max_retries,omitempty" minimum:"0" maximum:"20"`
+	BackoffInitial  *int32     `json:"backoff_initial_seconds,omitempty" minimum:"1" maximum:"3600"`
+	BackoffMax      *int32     `json:"backoff_max_seconds,omitempty" minimum:"1" maximum:"3600"`
+	DeadLetterQueue string     `json:"dead_letter_queue,omitempty" maxLength:"255"`
+}
+
+// TriggerSpec is what a developer sets on a trigger.
+type TriggerSpec struct {
+	Function string        `json:"function" pattern:"^[a-z]([-a-z0-9]*[a-z0-9])?$" maxLength:"63"`
+	Type     string        `json:"type" enum:"http,cron,queue"`
+	Enabled  *bool         `json:"enabled,omitempty"`
+	HTTP     *HTTPTrigger  `json:"http,omitempty"`
+	Cron     *CronTrigger  `json:"cron,omitempty"`
+	Queue    *QueueTrigger `json:"queue,omitempty"`
+}
+
+// TriggerInput creates a trigger.
+type TriggerInput struct {
+	Name string `json:"name" pattern:"^[a-z]([-a-z0-9]*[a-z0-9])?$" maxLength:"63"`
+	TriggerSpec
+}
+
+// Trigger is a trigger as the API shows it.
+type Trigger struct {
+	Name string `json:"name"`
+	TriggerSpec
+	Status    TriggerStatus `json:"status"`
+	CreatedAt time.Time     `json:"created_at"`
+}
+
+// TriggerStatus is read-only.
+type TriggerStatus struct {
+	Phase        string      `json:"phase,omitempty"`
+	Message      string      `json:"message,omitempty"`
+	URL          string      `json:"url,omitempty"`
+	LastFireTime *time.Time  `json:"last_fire_time,omitempty"`
+	NextFireTime *time.Time  `json:"next_fire_time,omitempty"`
+	Conditions   []Condition `json:"conditions"`
+}
+
+func triggerSpecCR(in *TriggerSpec) slessv1.TriggerSpec {
+	s := slessv1.TriggerSpec{FunctionRef: slessv1.LocalRef{Name: in.Function}, Type: slessv1.TriggerType(in.Type), Enabled: in.Enabled}
+	if h := in.HTTP; h != nil {
+		s.HTTP = &slessv1.HTTPTrigger{Path: h.Path, Methods: h.Methods, Auth: slessv1.HTTPAuth(h.Auth)}
+	}
+	if c := in.Cron; c != nil {
+		s.Cron = &slessv1.CronTrigger{Schedule: c.Schedule, TimeZone: c.TimeZone, ConcurrencyPolicy: slessv1.ConcurrencyPolicy(c.ConcurrencyPolicy),
+			StartingDeadlineSeconds: c.StartingDeadlineSeconds}
+		if len(c.Payload) > 0 {
+			s.Cron.Payload = &apiextensionsv1.JSON{Raw: c.Payload}
+		}
+	}
+	if q := in.Queue; q != nil {
+		s.Queue = &slessv1.QueueTrigger{Queue: q.Queue, Exchange: q.Exchange, RoutingKey: q.RoutingKey, DeadLetterQueue: q.DeadLetterQueue}
+		if q.BrokerSecret != nil {
+			s.Queue.BrokerSecretRef = &slessv1.SecretKeySelector{Name: q.BrokerSecret.Secret, Key: q.BrokerSecret.Key}
+		}
+		set(&s.Queue.Concurrency, q.Concurrency)
+		set(&s.Queue.MaxRetries, q.MaxRetries)
+		if q.BackoffInitial != nil || q.BackoffMax != nil {
+			s.Queue.Backoff = &slessv1.Backoff{InitialSeconds: 1, MaxSeconds: 300}
+			set(&s.Queue.Backoff.InitialSeconds, q.BackoffInitial)
+			set(&s.Queue.Backoff.MaxSeconds, q.BackoffMax)
+		}
+	}
+	return s
+}
+
+func triggerREST(t *slessv1.Trigger) Trigger {
+	s := t.Spec
+	out := Trigger{Name: t.Name, CreatedAt: t.CreationTimestamp.Time, TriggerSpec: TriggerSpec{Function: s.FunctionRef.Name, Type: string(s.Type), Enabled: s.Enabled}}
+	if h := s.HTTP; h != nil {
+		out.HTTP = &HTTPTrigger{Path: h.Path, Methods: h.Methods, Auth: string(h.Auth)}
+	}
+	if c := s.Cron; c != nil {
+		out.Cron = &CronTrigger{Schedule: c.Schedule, TimeZone: c.TimeZone, ConcurrencyPolicy: string(c.ConcurrencyPolicy), StartingDeadlineSeconds: c.StartingDeadlineSeconds}
+		if c.Payload != nil {
+			out.Cron.Payload = c.Payload.Raw
+		}
+	}
+	if q := s.Queue; q != nil {
+		out.Queue = &QueueTrigger{Queue: q.Queue, Exchange: q.Exchange, RoutingKey: q.RoutingKey, DeadLetterQueue: q.DeadLetterQueue,
+			Concurrency: ptr(q.Concurrency), MaxRetries: ptr(q.MaxRetries)}
+		if q.BrokerSecretRef != nil {
+			out.Queue.BrokerSecret = &SecretRef{Secret: q.BrokerSecretRef.Name, Key: q.BrokerSecretRef.Key}
+		}
+		if q.Backoff != nil {
+			out.Queue.BackoffInitial, out.Queue.BackoffMax = ptr(q.Backoff.InitialSeconds), ptr(q.Backoff.MaxSeconds)
+		}
+	}
+	st := t.Status
+	out.Status = TriggerStatus{Phase: string(st.Phase), Message: st.Message, URL: st.URL, Conditions: conditions(st.Conditions)}
+	if st.LastFireTime != nil {
+		out.Status.LastFireTime = &st.LastFireTime.Time
+	}
+	if st.NextFireTime != nil {
+		out.Status.NextFireTime = &st.NextFireTime.Time
+	}
+	return out
+}
+
+// ------------------------------------------------------------------- jobs
+
+// JobSpec is what a developer sets on a job.
+type JobSpec struct {
+	Function   string          `json:"function" pattern:"^[a-z]([-a-z0-9]*[a-z0-9])?$" maxLength:"63"`
+	RunID      *int64          `json:"run_id,omitempty" minimum:"0" doc:"0 never runs; each new value runs once"`
+	Payload    json.RawMessage `json:"payload,omitempty"`
+	TimeoutSec *int32          `json:"timeout_sec,omitempty" minimum:"0" maximum:"3600"`
+	MaxRetries *int32          `json:"max_retries,omitempty" minimum:"0" maximum:"10"`
+}
+
+// JobInput creates a job.
+type JobInput struct {
+	Name string `json:"name" pattern:"^[a-z]([-a-z0-9]*[a-z0-9])?$" maxLength:"63"`
+	JobSpec
+}
+
+// Job is a job as the API shows it.
+type Job struct {
+	Name string `json:"name"`
+	JobSpec
+	Status    JobStatus `json:"status"`
+	CreatedAt time.Time `json:"created_at"`
+}
+
+// JobStatus is read-only.
+type JobStatus struct {
+	Phase          string      `json:"phase,omitempty"`
+	Message        string      `json:"message,omitempty"`
+	LastRunID      int64       `json:"last_run_id"`
+	InvocationID   string      `json:"invocation_id,omitempty"`
+	StartTime      *time.Time  `json:"start_time,omitempty"`
+	CompletionTime *time.Time  `json:"completion_time,omitempty"`
+	Attempts       int32       `json:"attempts"`
+	Result         string      `json:"result,omitempty"`
+	Conditions     []Condition `json:"conditions"`
+}
+
+func jobSpecCR(in *JobSpec) slessv1.FunctionJobSpec {
+	s := slessv1.FunctionJobSpec{FunctionRef: slessv1.LocalRef{Name: in.Function}}
+	if in.RunID != nil {
+		s.RunID = *in.RunID
+	}
+	if len(in.Payload) > 0 {
+		s.Payload = &apiextensionsv1.JSON{Raw: in.Payload}
+	}
+	set(&s.TimeoutSec, in.TimeoutSec)
+	set(&s.MaxRetries, in.MaxRetries)
+	return s
+}
+
+func jobREST(j *slessv1.FunctionJob) Job {
+	s := j.Spec
+	out := Job{Name: j.Name, CreatedAt: j.CreationTimestamp.Time, JobSpec: JobSpec{Function: s.FunctionRef.Name, RunID: &s.RunID,
+		TimeoutSec: ptr(s.TimeoutSec), MaxRetries: ptr(s.MaxRetries)}}
+	if s.Payload != nil {
+		out.Payload = s.Payload.Raw
+	}
+	st := j.Status
+	out.Status = JobStatus{Phase: string(st.Phase), Message: st.Message, LastRunID: st.LastRunID, InvocationID: st.InvocationID,
+		Attempts: st.Attempts, Result: st.Result, Conditions: conditions(st.Conditions)}
+	if st.StartTime != nil {
+		out.Status.StartTime = &st.StartTime.Time
+	}
+	if st.CompletionTime != nil {
+		out.Status.CompletionTime = &st.CompletionTime.Time
+	}
+	return out
+}
+
+func set[T any](dst *T, v *T) {
+	if v != nil {
+		*dst = *v
+	}
+}
+
+func ptr[T any](v T) *T { return &v }

@@ -1,0 +1,109 @@
+package api
+
+import (
+	"context"
+	"log/slog"
+	"sync"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+
+	"github.com/kube5s/sless/pkg/msg"
+)
+
+// Recorder publishes invocation records off the request path: Record puts
+// the record in a bounded buffer and never blocks; a few workers publish
+// with confirms. A full buffer drops the record and counts it.
+type Recorder struct {
+	pub     Publisher
+	log     *slog.Logger
+	ch      chan *msg.InvocationCompleted
+	workers int
+	dropped prometheus.Counter
+	failed  prometheus.Counter
+}
+
+// NewRecorder returns a recorder with a buffer of size records.
+func NewRecorder(pub Publisher, log *slog.Logger, reg prometheus.Registerer, size, workers int) *Recorder {
+	r := &Recorder{pub: pub, log: log, ch: make(chan *msg.InvocationCompleted, size), workers: workers,
+		dropped: prometheus.NewCounter(prometheus.CounterOpts{Name: "sless_gateway_records_dropped_total",
+			Help: "Invocation records dropped because the publish buffer was full."}),
+		failed: prometheus.NewCounter(prometheus.CounterOpts{Name: "sless_gateway_records_failed_total",
+			Help: "Invocation records the broker did not confirm in time."}),
+	}
+	reg.MustRegister(r.dropped, r.failed, prometheus.NewGaugeFunc(prometheus.GaugeOpts{Name: "sless_gateway_records_buffered",
+		Help: "Invocation records waiting to be published."}, func() float64 { return float64(len(r.ch)) }))
+	return r
+}
+
+// Record queues m for publishing without blocking.
+func (r *Recorder) Record(m *msg.InvocationCompleted) {
+	select {
+	case r.ch <- m:
+	default:
+		r.dropped.Inc()
+	}
+}
+
+// Run publishes until ctx ends, then drains what is buffered (for up to 10s).
+func (r *Recorder) Run(ctx context.Context) error {
+	var wg sync.WaitGroup
+	for range r.workers {
+		wg.Go(func() {
+			for {
+				select {
+				case m := <-r.ch:
+					r.publish(ctx, m)
+				case <-ctx.Done():
+					return
+				}
+			}
+		})
+	}
+	wg.Wait()
+	drain, cancel := context.WithTimeout(context.WithoutCancel(ctx), 10*time.Second)
+	defer cancel()
+	for {
+		select {
+		case m := <-r.ch:
+			r.publish(drain, m)
+		default:
+			return nil
+		}
+	}
+}
+
+func (r *Recorder) publish(ctx context.Context, m *msg.InvocationCompleted) {
+	pctx, cancel := context.WithTimeout(ctx, 30*time.Second)
+	defer cancel()
+	if err := r.pub.PublishMessage(pctx, m); err != nil {
+		r.failed.Inc()
+		r.log.Warn("invocation record not published", "invocationID", m.InvocationID, "err", err)
+	}
+}
+
+// metrics are the gateway's invocation metrics.
+type metrics struct {
+	invocations   *prometheus.CounterVec
+	duration      *prometheus.HistogramVec
+	asyncAccepted prometheus.Counter
+}
+
+func newMetrics(reg prometheus.Registerer) *metrics {
+	m := &metrics{
+		invocations: prometheus.NewCounterVec(prometheus.CounterOpts{Name: "sless_gateway_invocations_total",
+			Help: "Synchronous invocations by tenant, function and outcome."}, []string{"tenant", "function", "status"}),
+		duration: prometheus.NewHistogramVec(prometheus.HistogramOpts{Name: "sless_gateway_invocation_duration_seconds",
+			Help: "Synchronous invocation latency through the gateway.", Buckets: prometheus.ExponentialBuckets(0.0005, 2, 18)},
+			[]string{"tenant", "function"}),
+		asyncAccepted: prometheus.NewCounter(prometheus.CounterOpts{Name: "sless_gateway_async_accepted_total",
+			Help: "Asynchronous invocations accepted (202)."}),
+	}
+	reg.MustRegister(m.invocations, m.duration, m.asyncAccepted)
+	return m
+}
+
+func (m *metrics) observe(tenant, function, status string, d time.Duration) {
+	m.invocations.WithLabelValues(tenant, function, status).Inc()
+	m.duration.WithLabelValues(tenant, function).Observe(d.Seconds())
+}

@@ -1,0 +1,169 @@
+// Package api is the gateway's public HTTP surface: the REST API v1 (huma
+// on chi, with the OpenAPI document generated from the operations), token
+// auth and per-tenant rate limits, source upload, sync and async invoke,
+// public HTTP triggers and the invocation and build read API.
+package api
+
+import (
+	"context"
+	"crypto/rand"
+	"encoding/hex"
+	"log/slog"
+	"net/http"
+	"strings"
+	"time"
+
+	"github.com/danielgtaylor/huma/v2"
+	"github.com/danielgtaylor/huma/v2/adapters/humachi"
+	"github.com/go-chi/chi/v5"
+	"github.com/jackc/pgx/v5/pgxpool"
+	"github.com/prometheus/client_golang/prometheus"
+	"go.opentelemetry.io/otel/propagation"
+	"go.opentelemetry.io/otel/trace"
+	"sigs.k8s.io/controller-runtime/pkg/cache"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+
+	"github.com/kube5s/sless/pkg/health"
+	"github.com/kube5s/sless/pkg/msg"
+	"github.com/kube5s/sless/pkg/objstore"
+	"github.com/kube5s/sless/pkg/telemetry"
+)
+
+// Publisher sends a message and returns once the broker confirmed it.
+type Publisher interface {
+	PublishMessage(ctx context.Context, m msg.Message) error
+}
+
+// Config is what the API needs to know about the installation.
+type Config struct {
+	AdminToken        string
+	PublicURL         string
+	MaxSourceBytes    int64
+	MaxResponseBytes  int64
+	MaxInlineResult   int
+	AllowPrivateHooks bool // X-Callback-Url to private, loopback and link-local addresses
+}
+
+// Deps are the gateway's collaborators.
+type Deps struct {
+	Config    Config
+	Kube      client.Client // direct reads and writes of the custom resources
+	Cache     cache.Cache   // watch cache of Functions, Triggers and Tenants for the data plane
+	DB        *pgxpool.Pool
+	Store     *objstore.Store
+	Publisher Publisher
+	Recorder  *Recorder
+	Health    *health.Handler
+	Registry  *prometheus.Registry
+	Gatherer  prometheus.Gatherer
+	Tracer    trace.Tracer
+	Log       *slog.Logger
+	Transport http.RoundTripper
+}
+
+// Server holds the handlers' state.
+type Server struct {
+	Deps
+	tokens  *tokenCache
+	limits  *limiter
+	metrics *metrics
+	prop    propagation.TextMapPropagator
+	router  chi.Router
+	api     huma.API
+}
+
+// New builds the router with every route of the REST API v1.
+func New(d Deps) *Server {
+	installErrors()
+	s := &Server{Deps: d, prop: telemetry.Propagator(), metrics: newMetrics(d.Registry)}
+	s.tokens = newTokenCache(d.DB, 30*time.Second)
+	s.limits = newLimiter(d.Cache)
+	if s.Transport == nil {
+		s.Transport = DefaultTransport()
+	}
+
+	r := chi.NewRouter()
+	r.Use(s.requestID)
+	r.Use(telemetry.Middleware(d.Tracer, s.prop, telemetry.NewHTTPMetrics(d.Registry, "gateway"), routePattern))
+	r.Method(http.MethodGet, "/healthz", d.Health)
+	r.Method(http.MethodGet, "/readyz", d.Health)
+	r.Method(http.MethodGet, "/metrics", telemetry.MetricsHandler(d.Gatherer))
+
+	cfg := huma.Config{
+		OpenAPI: &huma.OpenAPI{
+			OpenAPI: "3.1.0",
+			Info: &huma.Info{Title: "sless", Version: "v1",
+				Description: "Functions as a service for Kubernetes: tenants, functions, triggers, jobs, invocations and builds."},
+			Components: &huma.Components{
+				Schemas: huma.NewMapRegistry("#/components/schemas/", huma.DefaultSchemaNamer),
+				SecuritySchemes: map[string]*huma.SecurityScheme{
+					"bearer": {Type: "http", Scheme: "bearer", Description: "The admin token or a tenant token"},
+				},
+			},
+			Security: []map[string][]string{{"bearer": {}}},
+		},
+		OpenAPIPath:   "/openapi",
+		Formats:       huma.DefaultFormats,
+		DefaultFormat: "application/json",
+	}
+	s.router = r
+	s.api = humachi.New(r, cfg)
+	s.registerTenants()
+	s.registerFunctions()
+	s.registerSource()
+	s.registerTriggers()
+	s.registerJobs()
+	s.registerHistory()
+	s.registerInvoke()
+	return s
+}
+
+// ServeHTTP implements http.Handler.
+func (s *Server) ServeHTTP(w http.ResponseWriter, r *http.Request) { s.router.ServeHTTP(w, r) }
+
+// OpenAPI is the generated document.
+func (s *Server) OpenAPI() *huma.OpenAPI { return s.api.OpenAPI() }
+
+// Router is the mounted router, for tests that compare it with the document.
+func (s *Server) Router() chi.Router { return s.router }
+
+func routePattern(r *http.Request) string {
+	if rc := chi.RouteContext(r.Context()); rc != nil {
+		return rc.RoutePattern()
+	}
+	return ""
+}
+
+type ctxKey int
+
+const (
+	keyRequestID ctxKey = iota
+	keyRequest
+)
+
+// requestID gives every request an id, in the response and in errors.
+func (s *Server) requestID(next http.Handler) http.Handler {
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		id := r.Header.Get("X-Request-Id")
+		if id == "" || len(id) > 128 || strings.ContainsAny(id, "\r\n") {
+			id = newID(8)
+		}
+		w.Header().Set("X-Request-Id", id)
+		ctx := context.WithValue(r.Context(), keyRequestID, id)
+		r = r.WithContext(ctx)
+		// Handlers read the Authorization header through the request.
+		next.ServeHTTP(w, r.WithContext(context.WithValue(ctx, keyRequest, r)))
+	})
+}
+
+// RequestID returns the request id of ctx.
+func RequestID(ctx context.Context) string {
+	id, _ := ctx.Value(keyRequestID).(string)
+	return id
+}
+
+func newID(n int) string {
+	b := make([]byte, n)
+	_, _ = rand.Read(b)
+	return hex.EncodeToString(b)
+}
