@@ -321,4 +321,3 @@ func (o *observer) wait(t *testing.T, contains string, n int, window ...time.Dur
 		time.Sleep(20 * time.Millisecond)
 	}
 }
-

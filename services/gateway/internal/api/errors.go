@@ -34,11 +34,14 @@ type ProblemField struct {
 	Value    any    `json:"value,omitempty"`
 }
 
-func (p *Problem) Error() string               { return p.Detail }
-func (p *Problem) GetStatus() int              { return p.Status }
-func (p *Problem) ContentType(string) string   { return "application/problem+json" }
-func (p *Problem) with(c string) *Problem      { p.Component = c; return p }
-func (p *Problem) field(loc, m string) *Problem { p.Errors = append(p.Errors, &ProblemField{Location: loc, Message: m}); return p }
+func (p *Problem) Error() string             { return p.Detail }
+func (p *Problem) GetStatus() int            { return p.Status }
+func (p *Problem) ContentType(string) string { return "application/problem+json" }
+func (p *Problem) with(c string) *Problem    { p.Component = c; return p }
+func (p *Problem) field(loc, m string) *Problem {
+	p.Errors = append(p.Errors, &ProblemField{Location: loc, Message: m})
+	return p
+}
 
 // slugs are the stable problem types by status.
 var slugs = map[int]string{

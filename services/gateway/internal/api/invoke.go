@@ -20,11 +20,11 @@ import (
 	"github.com/go-chi/chi/v5"
 	"github.com/google/uuid"
 	"github.com/jackc/pgx/v5"
-	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	"go.opentelemetry.io/otel/attribute"
 	"go.opentelemetry.io/otel/codes"
 	"go.opentelemetry.io/otel/propagation"
 	"go.opentelemetry.io/otel/trace"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	slessv1 "github.com/kube5s/sless/pkg/apis/sless/v1alpha1"
@@ -419,7 +419,7 @@ func (s *Server) invokeAsync(w http.ResponseWriter, r *http.Request, fn *slessv1
 		}
 	}
 	m := &msg.InvocationRequested{InvocationID: id, Tenant: tenant, Namespace: fn.Namespace, Function: fn.Name, Trigger: msg.TriggerAsync,
-		Request: msg.Request{Method: http.MethodPost, Path: "/", Query: r.URL.RawQuery, Headers: headers, Body: body},
+		Request:     msg.Request{Method: http.MethodPost, Path: "/", Query: r.URL.RawQuery, Headers: headers, Body: body},
 		CallbackURL: callback, MaxRetries: 3, EnqueuedAt: time.Now().UTC()}
 	if err := s.Publisher.PublishMessage(ctx, m); err != nil {
 		if key != "" {

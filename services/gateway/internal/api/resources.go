@@ -6,8 +6,8 @@ import (
 	"fmt"
 	"strings"
 
-	jsonpatch "github.com/evanphx/json-patch/v5"
 	"github.com/danielgtaylor/huma/v2"
+	jsonpatch "github.com/evanphx/json-patch/v5"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
@@ -76,12 +76,12 @@ func (s *Server) namespace(ctx context.Context, tenant string) (string, error) {
 
 // kind ties a REST representation to its custom resource.
 type kind[T any, O client.Object, L client.ObjectList] struct {
-	name     string // "function"
-	plural   string // "functions"
-	newObj   func() O
-	newList  func() L
-	items    func(L) []O
-	toREST   func(O) T
+	name    string // "function"
+	plural  string // "functions"
+	newObj  func() O
+	newList func() L
+	items   func(L) []O
+	toREST  func(O) T
 }
 
 func (k kind[T, O, L]) list(ctx context.Context, s *Server, tenant string, p Page) (*ListOut[T], error) {
@@ -199,4 +199,3 @@ func register[I, O any](s *Server, op huma.Operation, h func(context.Context, *I
 	}
 	huma.Register(s.api, op, h)
 }
-

@@ -3,10 +3,10 @@ package api
 import (
 	"archive/zip"
 	"bytes"
-	"encoding/json"
 	"context"
 	"crypto/sha256"
 	"encoding/hex"
+	"encoding/json"
 	"io/fs"
 	"net/http"
 	"path"
