@@ -100,3 +100,18 @@ type InvocationCompleted struct {
 
 // Type implements Message.
 func (*InvocationCompleted) Type() string { return TypeInvocationCompleted }
+
+// TypeInvocationBatch names a batch of invocation records.
+const TypeInvocationBatch = "invocation.completed.batch.v1"
+
+// InvocationBatch carries many invocation records in one message: the
+// gateway records every synchronous invocation, and one broker message per
+// request would cost more than the request. Its routing key is
+// invocation.completed.v1.batch, so the history recorder receives it and
+// the job and cron consumers do not.
+type InvocationBatch struct {
+	Records []InvocationCompleted `json:"records"`
+}
+
+// Type implements Message.
+func (*InvocationBatch) Type() string { return TypeInvocationBatch }

@@ -50,6 +50,8 @@ func RoutingKey(m Message) string {
 		return v.Type() + "." + string(v.Trigger)
 	case *InvocationCompleted:
 		return v.Type() + "." + string(v.Trigger)
+	case *InvocationBatch:
+		return TypeInvocationCompleted + ".batch"
 	default:
 		return m.Type()
 	}
@@ -67,6 +69,8 @@ func Decode(typ string, body []byte) (Message, error) {
 		m = &InvocationRequested{}
 	case TypeInvocationCompleted:
 		m = &InvocationCompleted{}
+	case TypeInvocationBatch:
+		m = &InvocationBatch{}
 	default:
 		return nil, fmt.Errorf("decode message: unknown type %q", typ)
 	}

@@ -45,6 +45,11 @@ func samples() []Message {
 			Error: "", TraceID: "4bf92f3577b34da6a3ce929d0e0e4736", Result: []byte("ok"), ResultContentType: "text/plain",
 			Job: &JobRef{Name: "nightly", RunID: 4},
 		},
+		&InvocationBatch{Records: []InvocationCompleted{{
+			InvocationID: "inv-02", Tenant: "acme", Function: "hello", Trigger: TriggerHTTP, Status: StatusFailed, HTTPStatus: 500,
+			Attempts: 1, StartedAt: t0, FinishedAt: t0.Add(3 * time.Millisecond), DurationMs: 3, RequestSize: 2, ResponseSize: 40,
+			Error: "bad input", TraceID: "4bf92f3577b34da6a3ce929d0e0e4736",
+		}}},
 	}
 }
 
@@ -123,6 +128,7 @@ func TestRoutingKey(t *testing.T) {
 		{&BuildRequested{}, "build.requested.v1"},
 		{&InvocationRequested{Trigger: TriggerCron}, "invocation.requested.v1.cron"},
 		{&InvocationCompleted{Trigger: TriggerJob}, "invocation.completed.v1.job"},
+		{&InvocationBatch{}, "invocation.completed.v1.batch"},
 	}
 	for _, tt := range tests {
 		if got := RoutingKey(tt.m); got != tt.want {

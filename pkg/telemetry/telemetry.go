@@ -59,6 +59,10 @@ func NewTracerProvider(ctx context.Context, service string, getenv func(string) 
 			return nil, fmt.Errorf("otlp exporter: %w", err)
 		}
 		opts = append(opts, sdktrace.WithBatcher(exp))
+	} else {
+		// Nothing would receive the spans: create them non-recording, which
+		// still gives every request trace and span ids to propagate.
+		opts = append(opts, sdktrace.WithSampler(sdktrace.NeverSample()))
 	}
 	return sdktrace.NewTracerProvider(opts...), nil
 }

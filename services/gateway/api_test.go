@@ -7,6 +7,7 @@ import (
 	"encoding/json"
 	"fmt"
 	"io"
+	"log/slog"
 	"net"
 	"net/http"
 	"os"
@@ -48,7 +49,7 @@ var (
 )
 
 // gateway starts one gateway for the package's tests.
-func gateway(t *testing.T) *gw {
+func gateway(t testing.TB) *gw {
 	t.Helper()
 	sharedOnce.Do(func() {
 		vhost, cleanup, err := testenv.RabbitVhost()
@@ -70,6 +71,9 @@ func gateway(t *testing.T) *gw {
 		env["SLESS_HTTP_ADDR"] = testenv.FreeAddr(t)
 		env["SLESS_MAX_SOURCE_BYTES"] = strconv.Itoa(1 << 20)
 		env["LOG_LEVEL"] = "warn"
+		if v := os.Getenv("BENCH_RECORD_BUFFER"); v != "" {
+			env["SLESS_RECORD_BUFFER"] = v
+		}
 		stop := testenv.StartService(keepTB{t}, run, env)
 		_ = stop // stopped when the test binary exits
 		c, err := client.New(kube.Config, client.Options{Scheme: testenv.Scheme()})
@@ -91,7 +95,7 @@ func gateway(t *testing.T) *gw {
 
 // serviceEnvForPackage is testenv.ServiceEnv whose database and bucket
 // outlive the first test (the gateway is shared by the package).
-func serviceEnvForPackage(t *testing.T, kubeconfig string) map[string]string {
+func serviceEnvForPackage(t testing.TB, kubeconfig string) map[string]string {
 	var env map[string]string
 	// A throwaway testing.T scope would drop them at its end, so run
 	// ServiceEnv in a subtest-free way: create them through the helpers of
@@ -111,7 +115,7 @@ type resp struct {
 	body   []byte
 }
 
-func (r resp) json(t *testing.T) map[string]any {
+func (r resp) json(t testing.TB) map[string]any {
 	t.Helper()
 	var m map[string]any
 	if err := json.Unmarshal(r.body, &m); err != nil {
@@ -120,7 +124,7 @@ func (r resp) json(t *testing.T) map[string]any {
 	return m
 }
 
-func (g *gw) call(t *testing.T, method, path, token string, body any, hdr ...string) resp {
+func (g *gw) call(t testing.TB, method, path, token string, body any, hdr ...string) resp {
 	t.Helper()
 	var rd io.Reader
 	ct := "application/json"
@@ -157,7 +161,7 @@ func (g *gw) call(t *testing.T, method, path, token string, body any, hdr ...str
 }
 
 // expect checks status, and for errors the problem document.
-func expect(t *testing.T, r resp, status int, what string) {
+func expect(t testing.TB, r resp, status int, what string) {
 	t.Helper()
 	if r.status != status {
 		t.Fatalf("%s: status %d, want %d: %s", what, r.status, status, r.body)
@@ -175,7 +179,7 @@ func expect(t *testing.T, r resp, status int, what string) {
 
 // tenant creates a tenant through the API, plays the operator by creating
 // its namespace, and issues a token.
-func (g *gw) tenant(t *testing.T, quotas map[string]any) (string, string) {
+func (g *gw) tenant(t testing.TB, quotas map[string]any) (string, string) {
 	t.Helper()
 	name := testenv.Name("t")
 	body := map[string]any{"name": name}
@@ -196,7 +200,7 @@ func (g *gw) tenant(t *testing.T, quotas map[string]any) (string, string) {
 	return name, tok
 }
 
-func zipOf(t *testing.T, files map[string]string) []byte {
+func zipOf(t testing.TB, files map[string]string) []byte {
 	var buf bytes.Buffer
 	zw := zip.NewWriter(&buf)
 	for n, c := range files {
@@ -213,7 +217,7 @@ func zipOf(t *testing.T, files map[string]string) []byte {
 var runtimesDir, _ = filepath.Abs(filepath.Join("..", "..", "runtimes"))
 
 // runtime starts the Python wrapper on the fixture handlers and returns its endpoint.
-func runtime(t *testing.T, timeout, concurrency string) string {
+func runtime(t testing.TB, timeout, concurrency string) string {
 	t.Helper()
 	ln, _ := net.Listen("tcp", "127.0.0.1:0")
 	port := ln.Addr().(*net.TCPAddr).Port
@@ -240,7 +244,7 @@ func runtime(t *testing.T, timeout, concurrency string) string {
 }
 
 // ready plays the operator: it marks the function Ready at endpoint.
-func (g *gw) ready(t *testing.T, tenant, name, endpoint string) {
+func (g *gw) ready(t testing.TB, tenant, name, endpoint string) {
 	t.Helper()
 	var f slessv1.Function
 	if err := g.kube.Get(t.Context(), client.ObjectKey{Namespace: slessv1.NamespaceFor(tenant), Name: name}, &f); err != nil {
@@ -271,7 +275,7 @@ type observer struct {
 	got []amqp.Delivery
 }
 
-func (g *gw) observe(t *testing.T, pattern string) *observer {
+func (g *gw) observe(t testing.TB, pattern string) *observer {
 	t.Helper()
 	conn, err := amqp.Dial(g.vhost)
 	if err != nil {
@@ -299,7 +303,7 @@ func (g *gw) observe(t *testing.T, pattern string) *observer {
 
 // wait collects the messages containing contains until there are n, or
 // the window passes.
-func (o *observer) wait(t *testing.T, contains string, n int, window ...time.Duration) []amqp.Delivery {
+func (o *observer) wait(t testing.TB, contains string, n int, window ...time.Duration) []amqp.Delivery {
 	t.Helper()
 	w := 10 * time.Second
 	if len(window) > 0 {
@@ -320,4 +324,19 @@ func (o *observer) wait(t *testing.T, contains string, n int, window ...time.Dur
 		}
 		time.Sleep(20 * time.Millisecond)
 	}
+}
+
+func quietLog() *slog.Logger { return slog.New(slog.NewTextHandler(io.Discard, nil)) }
+
+func purge(t testing.TB, url, queue string) {
+	conn, err := amqp.Dial(url)
+	if err != nil {
+		return
+	}
+	defer conn.Close()
+	ch, err := conn.Channel()
+	if err != nil {
+		return
+	}
+	_, _ = ch.QueuePurge(queue, false)
 }

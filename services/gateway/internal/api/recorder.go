@@ -13,7 +13,8 @@ import (
 
 // Recorder publishes invocation records off the request path: Record puts
 // the record in a bounded buffer and never blocks; a few workers publish
-// with confirms. A full buffer drops the record and counts it.
+// batches (invocation.completed.batch.v1) with confirms. A full buffer
+// drops the record and counts it.
 type Recorder struct {
 	pub     Publisher
 	log     *slog.Logger
@@ -45,7 +46,9 @@ func (r *Recorder) Record(m *msg.InvocationCompleted) {
 	}
 }
 
-// Run publishes until ctx ends, then drains what is buffered (for up to 10s).
+// Run publishes until ctx ends, then drains what is buffered (for up to
+// 10s). Records go out in batches of up to 256, or whatever arrived within
+// 20ms of the first.
 func (r *Recorder) Run(ctx context.Context) error {
 	var wg sync.WaitGroup
 	for range r.workers {
@@ -53,7 +56,7 @@ func (r *Recorder) Run(ctx context.Context) error {
 			for {
 				select {
 				case m := <-r.ch:
-					r.publish(ctx, m)
+					r.publish(ctx, r.batch(m))
 				case <-ctx.Done():
 					return
 				}
@@ -66,19 +69,36 @@ func (r *Recorder) Run(ctx context.Context) error {
 	for {
 		select {
 		case m := <-r.ch:
-			r.publish(drain, m)
+			r.publish(drain, r.batch(m))
 		default:
 			return nil
 		}
 	}
 }
 
-func (r *Recorder) publish(ctx context.Context, m *msg.InvocationCompleted) {
+const maxBatch = 256
+
+func (r *Recorder) batch(first *msg.InvocationCompleted) *msg.InvocationBatch {
+	b := &msg.InvocationBatch{Records: []msg.InvocationCompleted{*first}}
+	timer := time.NewTimer(20 * time.Millisecond)
+	defer timer.Stop()
+	for len(b.Records) < maxBatch {
+		select {
+		case m := <-r.ch:
+			b.Records = append(b.Records, *m)
+		case <-timer.C:
+			return b
+		}
+	}
+	return b
+}
+
+func (r *Recorder) publish(ctx context.Context, b *msg.InvocationBatch) {
 	pctx, cancel := context.WithTimeout(ctx, 30*time.Second)
 	defer cancel()
-	if err := r.pub.PublishMessage(pctx, m); err != nil {
-		r.failed.Inc()
-		r.log.Warn("invocation record not published", "invocationID", m.InvocationID, "err", err)
+	if err := r.pub.PublishMessage(pctx, b); err != nil {
+		r.failed.Add(float64(len(b.Records)))
+		r.log.Warn("invocation records not published", "records", len(b.Records), "err", err)
 	}
 }
 
