@@ -115,3 +115,16 @@ type InvocationBatch struct {
 
 // Type implements Message.
 func (*InvocationBatch) Type() string { return TypeInvocationBatch }
+
+// TypeCallbackRequested names a callback to deliver.
+const TypeCallbackRequested = "callback.requested.v1"
+
+// CallbackRequested asks the invoker to POST an async invocation's record
+// to the caller's X-Callback-Url, retrying with backoff.
+type CallbackRequested struct {
+	URL    string              `json:"url"`
+	Record InvocationCompleted `json:"record"`
+}
+
+// Type implements Message.
+func (*CallbackRequested) Type() string { return TypeCallbackRequested }

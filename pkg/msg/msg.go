@@ -29,6 +29,7 @@ const (
 	QueueInvocationHistory  = "sless.invoker.invocation-history"
 	QueueJobCompleted       = "sless.operator.job-completed"
 	QueueSchedulerCompleted = "sless.scheduler.invocation-completed"
+	QueueCallbacks          = "sless.invoker.callbacks"
 )
 
 // Bindings maps each platform queue to the routing keys it receives.
@@ -39,6 +40,7 @@ var Bindings = map[string][]string{
 	QueueInvocationHistory:  {TypeInvocationCompleted + ".#"},
 	QueueJobCompleted:       {TypeInvocationCompleted + "." + string(TriggerJob)},
 	QueueSchedulerCompleted: {TypeInvocationCompleted + "." + string(TriggerCron)},
+	QueueCallbacks:          {TypeCallbackRequested},
 }
 
 // RoutingKey is the key a message is published with: its type, and for
@@ -71,6 +73,8 @@ func Decode(typ string, body []byte) (Message, error) {
 		m = &InvocationCompleted{}
 	case TypeInvocationBatch:
 		m = &InvocationBatch{}
+	case TypeCallbackRequested:
+		m = &CallbackRequested{}
 	default:
 		return nil, fmt.Errorf("decode message: unknown type %q", typ)
 	}

@@ -45,6 +45,11 @@ func samples() []Message {
 			Error: "", TraceID: "4bf92f3577b34da6a3ce929d0e0e4736", Result: []byte("ok"), ResultContentType: "text/plain",
 			Job: &JobRef{Name: "nightly", RunID: 4},
 		},
+		&CallbackRequested{URL: "https://example.com/hook", Record: InvocationCompleted{
+			InvocationID: "inv-03", Tenant: "acme", Function: "hello", Trigger: TriggerAsync, Status: StatusSucceeded, HTTPStatus: 200,
+			Attempts: 2, EnqueuedAt: t0, StartedAt: t0.Add(time.Second), FinishedAt: t0.Add(1100 * time.Millisecond), QueueWaitMs: 1000,
+			DurationMs: 100, ResponseSize: 2, Result: []byte("ok"), ResultContentType: "text/plain",
+		}},
 		&InvocationBatch{Records: []InvocationCompleted{{
 			InvocationID: "inv-02", Tenant: "acme", Function: "hello", Trigger: TriggerHTTP, Status: StatusFailed, HTTPStatus: 500,
 			Attempts: 1, StartedAt: t0, FinishedAt: t0.Add(3 * time.Millisecond), DurationMs: 3, RequestSize: 2, ResponseSize: 40,

@@ -150,7 +150,7 @@ func Declare(ch *amqp.Channel, queues ...Queue) error {
 	declared := map[string]bool{}
 	for _, q := range queues {
 		for _, b := range q.Bindings {
-			if b.Exchange == "" || declared[b.Exchange] {
+			if b.Exchange == "" || declared[b.Exchange] || q.External {
 				continue
 			}
 			if err := ch.ExchangeDeclare(b.Exchange, amqp.ExchangeTopic, true, false, false, false, nil); err != nil {

@@ -70,6 +70,12 @@ type Consumer struct {
 	Prefetch int
 	Handler  Handler
 	Tracer   trace.Tracer
+	// Declare declares Queue on every session before consuming, for queues
+	// that are not part of the client's topology (queue triggers).
+	Declare bool
+	// OnError, when set, is told why a session ended (a missing queue, a
+	// lost connection), for status reporting.
+	OnError func(error)
 }
 
 // Run consumes until ctx ends, then stops taking deliveries, lets in-flight
@@ -88,7 +94,10 @@ func (c *Consumer) Run(ctx context.Context) error {
 		err := c.session(ctx, pub)
 		if err != nil && ctx.Err() == nil {
 			c.Client.log.Warn("consumer interrupted", "queue", c.Queue.Name, "err", err)
-			sleep(ctx, 200*time.Millisecond)
+			if c.OnError != nil {
+				c.OnError(err)
+			}
+			sleep(ctx, time.Second)
 		}
 	}
 	return nil
@@ -100,6 +109,11 @@ func (c *Consumer) session(ctx context.Context, pub *Publisher) error {
 		return err
 	}
 	defer ch.Close()
+	if c.Declare {
+		if err := Declare(ch, c.Queue); err != nil {
+			return err
+		}
+	}
 	if err := ch.Qos(c.Prefetch, 0, false); err != nil {
 		return fmt.Errorf("set prefetch: %w", err)
 	}
@@ -187,7 +201,7 @@ func (c *Consumer) deadLetter(ctx context.Context, pub *Publisher, d *amqp.Deliv
 	m.Headers[HeaderError] = truncate(cause.Error(), 1024)
 	m.Headers[HeaderOriginalQueue] = c.Queue.Name
 	c.Client.log.Warn("message dead-lettered", "queue", c.Queue.Name, "reason", reason, "messageID", d.MessageId, "err", cause)
-	c.forward(ctx, pub, d, DeadLetterQueue(c.Queue.Name), m)
+	c.forward(ctx, pub, d, c.Queue.DLQ(), m)
 }
 
 // forward publishes m to queue with a confirm and only then acks d, so the

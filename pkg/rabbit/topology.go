@@ -28,6 +28,12 @@ type Queue struct {
 	// before acking (a crash loop); the broker then dead-letters it.
 	DeliveryLimit int
 	Retry         RetryPolicy
+	// External marks a queue the platform does not own (a queue trigger's
+	// user queue): it is declared plainly when missing and never with
+	// platform arguments; its retry and dead-letter queues are still ours.
+	External bool
+	// DeadLetter overrides the dead-letter queue name (<name>.dlq).
+	DeadLetter string
 }
 
 // RetryPolicy says how often and how late failed messages are retried.
@@ -85,10 +91,28 @@ func RetryQueue(q string, d time.Duration) string {
 	return fmt.Sprintf("%s.retry.%d", q, d.Milliseconds())
 }
 
+// DLQ is the queue's dead-letter queue.
+func (q Queue) DLQ() string {
+	if q.DeadLetter != "" {
+		return q.DeadLetter
+	}
+	return DeadLetterQueue(q.Name)
+}
+
 func (q Queue) declare(ch *amqp.Channel) error {
-	dlq := DeadLetterQueue(q.Name)
-	if _, err := ch.QueueDeclare(dlq, true, false, false, false, amqp.Table{"x-queue-type": "quorum"}); err != nil {
+	dlq := q.DLQ()
+	dlqArgs := amqp.Table{"x-queue-type": "quorum"}
+	if q.External {
+		dlqArgs = nil
+	}
+	if _, err := ch.QueueDeclare(dlq, true, false, false, false, dlqArgs); err != nil {
 		return fmt.Errorf("declare queue %s: %w", dlq, err)
+	}
+	if q.External {
+		if _, err := ch.QueueDeclare(q.Name, true, false, false, false, nil); err != nil {
+			return fmt.Errorf("declare queue %s (it may exist with other arguments; the trigger consumes it as it is): %w", q.Name, err)
+		}
+		return q.declareRetries(ch)
 	}
 	limit := q.DeliveryLimit
 	if limit <= 0 {
@@ -103,6 +127,10 @@ func (q Queue) declare(ch *amqp.Channel) error {
 	if _, err := ch.QueueDeclare(q.Name, true, false, false, false, args); err != nil {
 		return fmt.Errorf("declare queue %s: %w", q.Name, err)
 	}
+	return q.declareRetries(ch)
+}
+
+func (q Queue) declareRetries(ch *amqp.Channel) error {
 	for _, d := range q.Retry.delays() {
 		name := RetryQueue(q.Name, d)
 		if _, err := ch.QueueDeclare(name, true, false, false, false, amqp.Table{

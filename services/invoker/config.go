@@ -7,20 +7,26 @@ import (
 
 type config struct {
 	service.Common
-	Kubeconfig  string // KUBECONFIG: empty in a cluster
-	RabbitURL   string // SLESS_RABBITMQ_URL
-	PostgresURL string // SLESS_POSTGRES_URL
-	Migrate     bool   // SLESS_MIGRATE: apply migrations at start
+	Kubeconfig        string // KUBECONFIG: empty in a cluster
+	RabbitURL         string // SLESS_RABBITMQ_URL
+	PostgresURL       string // SLESS_POSTGRES_URL
+	Migrate           bool   // SLESS_MIGRATE: apply migrations at start
+	Concurrency       int    // SLESS_INVOKER_CONCURRENCY: invocations in flight (the prefetch)
+	HistoryPrefetch   int    // SLESS_HISTORY_PREFETCH: record messages being batched
+	AllowPrivateHooks bool   // SLESS_ALLOW_PRIVATE_CALLBACKS
 }
 
 func loadConfig(getenv func(string) string) (config, error) {
 	r := envconf.New(getenv)
 	c := config{
-		Common:      service.ReadCommon(r, ":9093"),
-		Kubeconfig:  r.String("KUBECONFIG", ""),
-		RabbitURL:   r.URL("SLESS_RABBITMQ_URL", "amqp://guest:guest@127.0.0.1:5672/", "amqp", "amqps"),
-		PostgresURL: r.URL("SLESS_POSTGRES_URL", "postgres://postgres@127.0.0.1:5432/sless?sslmode=disable", "postgres", "postgresql"),
-		Migrate:     r.Bool("SLESS_MIGRATE", true),
+		Common:            service.ReadCommon(r, ":9093"),
+		Kubeconfig:        r.String("KUBECONFIG", ""),
+		RabbitURL:         r.URL("SLESS_RABBITMQ_URL", "amqp://guest:guest@127.0.0.1:5672/", "amqp", "amqps"),
+		PostgresURL:       r.URL("SLESS_POSTGRES_URL", "postgres://postgres@127.0.0.1:5432/sless?sslmode=disable", "postgres", "postgresql"),
+		Migrate:           r.Bool("SLESS_MIGRATE", true),
+		Concurrency:       r.Int("SLESS_INVOKER_CONCURRENCY", 64, 1, 4096),
+		HistoryPrefetch:   r.Int("SLESS_HISTORY_PREFETCH", 512, 1, 65535),
+		AllowPrivateHooks: r.Bool("SLESS_ALLOW_PRIVATE_CALLBACKS", false),
 	}
 	return c, r.Err()
 }

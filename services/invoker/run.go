@@ -2,14 +2,25 @@ package main
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"io"
+	"net"
+	"net/http"
+	"syscall"
+	"time"
 
+	"sigs.k8s.io/controller-runtime/pkg/cache"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+
+	slessv1 "github.com/kube5s/sless/pkg/apis/sless/v1alpha1"
 	"github.com/kube5s/sless/migrations"
 	"github.com/kube5s/sless/pkg/health"
 	"github.com/kube5s/sless/pkg/kubeclient"
+	"github.com/kube5s/sless/pkg/msg"
 	"github.com/kube5s/sless/pkg/rabbit"
 	"github.com/kube5s/sless/pkg/service"
+	"github.com/kube5s/sless/services/invoker/internal/invoke"
 )
 
 // run is the composition root of the invoker.
@@ -27,11 +38,28 @@ func run(ctx context.Context, getenv func(string) string, stdout io.Writer) erro
 	if err != nil {
 		return err
 	}
-	kubeCheck, err := kubeclient.Check(kcfg)
+	scheme := kubeclient.Scheme()
+	kube, err := client.New(kcfg, client.Options{Scheme: scheme})
 	if err != nil {
 		return err
 	}
-	svc.Health.AddCheck(health.Check{Name: "kubernetes", Fn: kubeCheck})
+	watch, err := cache.New(kcfg, cache.Options{Scheme: scheme, ByObject: map[client.Object]cache.ByObject{&slessv1.Function{}: {}, &slessv1.Trigger{}: {}}})
+	if err != nil {
+		return fmt.Errorf("watch cache: %w", err)
+	}
+	for _, obj := range []client.Object{&slessv1.Function{}, &slessv1.Trigger{}} {
+		if _, err := watch.GetInformer(ctx, obj); err != nil {
+			return err
+		}
+	}
+	svc.Go(watch.Start)
+	synced := func(ctx context.Context) error {
+		if !watch.WaitForCacheSync(ctx) {
+			return errors.New("watch cache not synced")
+		}
+		return nil
+	}
+	svc.Health.AddCheck(health.Check{Name: "kubernetes", Fn: synced})
 
 	pool, err := migrations.Open(ctx, cfg.PostgresURL, cfg.Migrate)
 	if err != nil {
@@ -43,6 +71,59 @@ func run(ctx context.Context, getenv func(string) string, stdout io.Writer) erro
 	mq := rabbit.New(cfg.RabbitURL, "sless-invoker", svc.Log, rabbit.PlatformTopology()...)
 	svc.Go(mq.Run)
 	svc.Health.AddCheck(health.Check{Name: "rabbitmq", Fn: mq.Check})
+	pub := rabbit.NewPublisher(mq)
 
+	exec := &invoke.Executor{
+		Functions: watch,
+		Client:    &http.Client{Transport: &http.Transport{MaxIdleConnsPerHost: 256, IdleConnTimeout: 90 * time.Second, DisableCompression: true}},
+		Publisher: pub, Recorded: invoke.RecordedIn(pool), Tracer: svc.Tracer, Log: svc.Log,
+		Metrics: invoke.NewMetrics(svc.Registry), MaxInline: 4096,
+	}
+	history := invoke.NewHistory(pool, svc.Log, svc.Registry)
+	callbacks := &invoke.Callbacks{Client: &http.Client{Transport: callbackTransport(cfg.AllowPrivateHooks)}}
+	triggers := &invoke.QueueTriggers{Triggers: watch, Secrets: kube, Platform: mq, Exec: exec, Log: svc.Log}
+
+	// Invocations get up to 20 retries (a message's own max_retries decides);
+	// the delay queues are the platform's.
+	invRetry := rabbit.DefaultRetry
+	invRetry.MaxRetries = 20
+	consumers := []*rabbit.Consumer{
+		{Client: mq, Queue: rabbit.PlatformQueue(msg.QueueInvocationRequest, invRetry), Prefetch: cfg.Concurrency, Handler: exec.Handle, Tracer: svc.Tracer},
+		{Client: mq, Queue: rabbit.PlatformQueue(msg.QueueInvocationHistory, rabbit.DefaultRetry), Prefetch: cfg.HistoryPrefetch, Handler: history.Handle},
+		{Client: mq, Queue: rabbit.PlatformQueue(msg.QueueCallbacks, rabbit.DefaultRetry), Prefetch: 16, Handler: callbacks.Handle},
+	}
+	svc.Go(history.Run)
+	for _, c := range consumers {
+		svc.Go(func(ctx context.Context) error {
+			if synced(ctx) != nil {
+				return nil
+			}
+			return c.Run(ctx)
+		})
+	}
+	svc.Go(func(ctx context.Context) error {
+		if synced(ctx) != nil {
+			return nil
+		}
+		return triggers.Run(ctx)
+	})
 	return svc.Run(ctx)
+}
+
+// callbackTransport refuses to connect to private, loopback and link-local
+// addresses (checked on the address actually dialled, after DNS), unless
+// the installation allows them.
+func callbackTransport(allowPrivate bool) *http.Transport {
+	d := &net.Dialer{Timeout: 5 * time.Second}
+	if !allowPrivate {
+		d.Control = func(_, address string, _ syscall.RawConn) error {
+			host, _, _ := net.SplitHostPort(address)
+			ip := net.ParseIP(host)
+			if ip == nil || ip.IsLoopback() || ip.IsPrivate() || ip.IsLinkLocalUnicast() || ip.IsUnspecified() || ip.IsMulticast() {
+				return fmt.Errorf("callback address %s is not public", address)
+			}
+			return nil
+		}
+	}
+	return &http.Transport{DialContext: d.DialContext, Proxy: nil, MaxIdleConnsPerHost: 8}
 }

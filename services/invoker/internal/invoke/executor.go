@@ -1,0 +1,239 @@
+// Package invoke executes queued invocations: async calls, cron fires, job
+// runs and queue-trigger messages. It calls the function's endpoint (from a
+// watch cache of Functions), retries through broker-held delay queues,
+// dead-letters what cannot succeed, records every outcome as
+// invocation.completed.v1, delivers callbacks, and writes the history.
+package invoke
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"log/slog"
+	"net/http"
+	"strings"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+	amqp "github.com/rabbitmq/amqp091-go"
+	"go.opentelemetry.io/otel/attribute"
+	"go.opentelemetry.io/otel/codes"
+	"go.opentelemetry.io/otel/propagation"
+	"go.opentelemetry.io/otel/trace"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+
+	slessv1 "github.com/kube5s/sless/pkg/apis/sless/v1alpha1"
+	"github.com/kube5s/sless/pkg/msg"
+	"github.com/kube5s/sless/pkg/rabbit"
+	"github.com/kube5s/sless/pkg/telemetry"
+)
+
+// Publisher sends a message and returns once the broker confirmed it.
+type Publisher interface {
+	PublishMessage(ctx context.Context, m msg.Message) error
+}
+
+// Recorded tells whether an invocation already has a history record.
+type Recorded func(ctx context.Context, id string) (bool, error)
+
+// Executor runs invocation.requested.v1 messages.
+type Executor struct {
+	Functions client.Reader // the watch cache
+	Client    *http.Client
+	Publisher Publisher
+	Recorded  Recorded
+	Tracer    trace.Tracer
+	Log       *slog.Logger
+	Metrics   *Metrics
+	// MaxInline is the largest result kept in the record itself.
+	MaxInline int
+}
+
+// Metrics are the invoker's counters.
+type Metrics struct {
+	invocations *prometheus.CounterVec
+	duration    *prometheus.HistogramVec
+	queueLag    prometheus.Histogram
+	retries     prometheus.Counter
+	deadLetters prometheus.Counter
+}
+
+// NewMetrics registers the invoker metrics on reg.
+func NewMetrics(reg prometheus.Registerer) *Metrics {
+	m := &Metrics{
+		invocations: prometheus.NewCounterVec(prometheus.CounterOpts{Name: "sless_invoker_invocations_total",
+			Help: "Invocations executed, by trigger kind and outcome."}, []string{"trigger", "status"}),
+		duration: prometheus.NewHistogramVec(prometheus.HistogramOpts{Name: "sless_invoker_invocation_duration_seconds",
+			Help: "Function call duration.", Buckets: prometheus.ExponentialBuckets(0.001, 2, 16)}, []string{"trigger"}),
+		queueLag: prometheus.NewHistogram(prometheus.HistogramOpts{Name: "sless_invoker_queue_lag_seconds",
+			Help: "Time from enqueue to the start of the call.", Buckets: prometheus.ExponentialBuckets(0.001, 2, 20)}),
+		retries: prometheus.NewCounter(prometheus.CounterOpts{Name: "sless_invoker_retries_total", Help: "Invocations scheduled for a retry."}),
+		deadLetters: prometheus.NewCounter(prometheus.CounterOpts{Name: "sless_invoker_dead_letters_total",
+			Help: "Invocations dead-lettered after their last attempt."}),
+	}
+	reg.MustRegister(m.invocations, m.duration, m.queueLag, m.retries, m.deadLetters)
+	return m
+}
+
+// errRetry marks an attempt that failed in a way worth retrying.
+var errRetry = errors.New("retryable failure")
+
+// Handle executes one request. It acks (returns nil) once the record of a
+// final outcome is confirmed by the broker; a retryable failure with
+// attempts left returns an error so that the message waits in a delay
+// queue; the last failed attempt is recorded and dead-lettered.
+func (e *Executor) Handle(ctx context.Context, d *amqp.Delivery) error {
+	var req msg.InvocationRequested
+	if err := json.Unmarshal(d.Body, &req); err != nil || req.InvocationID == "" || req.Function == "" {
+		return rabbit.Permanent(fmt.Errorf("undecodable %s: %v", msg.TypeInvocationRequested, err))
+	}
+	if done, err := e.Recorded(ctx, req.InvocationID); err == nil && done {
+		return nil // a redelivery of an invocation that finished and was recorded
+	}
+	attempt := rabbit.Attempt(d)
+	rec, retry := e.Execute(ctx, &req, attempt)
+	if retry && attempt <= int(req.MaxRetries) {
+		e.Metrics.retries.Inc()
+		return fmt.Errorf("%w: %s", errRetry, rec.Error)
+	}
+	if err := e.Publisher.PublishMessage(ctx, rec); err != nil {
+		return err // not recorded: the message comes back
+	}
+	if req.CallbackURL != "" {
+		if err := e.Publisher.PublishMessage(ctx, &msg.CallbackRequested{URL: req.CallbackURL, Record: *rec}); err != nil {
+			e.Log.Warn("callback not queued", "invocationID", req.InvocationID, "err", err)
+		}
+	}
+	if retry {
+		e.Metrics.deadLetters.Inc()
+		return rabbit.Permanent(fmt.Errorf("failed after %d attempts: %s", attempt, rec.Error))
+	}
+	return nil
+}
+
+// Execute calls the function once and returns the record, and whether the
+// failure (if any) is worth a retry.
+func (e *Executor) Execute(ctx context.Context, req *msg.InvocationRequested, attempt int) (*msg.InvocationCompleted, bool) {
+	start := time.Now()
+	rec := &msg.InvocationCompleted{InvocationID: req.InvocationID, Tenant: req.Tenant, Function: req.Function, Trigger: req.Trigger,
+		TriggerName: req.TriggerName, Attempts: int32(attempt), EnqueuedAt: req.EnqueuedAt, StartedAt: start.UTC(),
+		RequestSize: int64(len(req.Request.Body)), Job: req.Job}
+	if !req.EnqueuedAt.IsZero() {
+		rec.QueueWaitMs = max(start.Sub(req.EnqueuedAt).Milliseconds(), 0)
+		e.Metrics.queueLag.Observe(start.Sub(req.EnqueuedAt).Seconds())
+	}
+	ctx, span := e.Tracer.Start(ctx, "invoke "+req.Function, trace.WithSpanKind(trace.SpanKindClient), trace.WithAttributes(
+		attribute.String("faas.invoked_name", req.Function), attribute.String("faas.invocation_id", req.InvocationID),
+		attribute.String("faas.trigger", faasTrigger(req.Trigger)), attribute.String("sless.tenant", req.Tenant), attribute.Int("sless.attempt", attempt)))
+	defer span.End()
+	rec.TraceID = span.SpanContext().TraceID().String()
+	defer func() {
+		rec.FinishedAt = time.Now().UTC()
+		rec.DurationMs = rec.FinishedAt.Sub(start).Milliseconds()
+		e.Metrics.invocations.WithLabelValues(string(req.Trigger), string(rec.Status)).Inc()
+		e.Metrics.duration.WithLabelValues(string(req.Trigger)).Observe(time.Since(start).Seconds())
+		if rec.Status != msg.StatusSucceeded {
+			span.SetStatus(codes.Error, rec.Error)
+		}
+	}()
+
+	var fn slessv1.Function
+	err := e.Functions.Get(ctx, client.ObjectKey{Namespace: slessv1.NamespaceFor(req.Tenant), Name: req.Function}, &fn)
+	switch {
+	case apierrors.IsNotFound(err):
+		rec.Status, rec.Error = msg.StatusFailed, "function "+req.Function+" does not exist"
+		return rec, false
+	case err != nil:
+		rec.Status, rec.Error = msg.StatusFailed, "functions are not loaded yet"
+		return rec, true
+	case !fn.IsReady():
+		rec.Status, rec.Error = msg.StatusFailed, fmt.Sprintf("function %s is not ready (%s)", fn.Name, fn.Status.Phase)
+		return rec, true
+	}
+	timeout := time.Duration(fn.Spec.TimeoutSec) * time.Second
+	if req.TimeoutSec > 0 {
+		timeout = time.Duration(req.TimeoutSec) * time.Second
+	}
+	cctx, cancel := context.WithTimeout(ctx, timeout+time.Second)
+	defer cancel()
+	method, path := req.Request.Method, req.Request.Path
+	if method == "" {
+		method = http.MethodPost
+	}
+	if !strings.HasPrefix(path, "/") {
+		path = "/" + path
+	}
+	url := fn.Status.Endpoint + path
+	if req.Request.Query != "" {
+		url += "?" + req.Request.Query
+	}
+	hreq, err := http.NewRequestWithContext(cctx, method, url, bytes.NewReader(req.Request.Body))
+	if err != nil {
+		rec.Status, rec.Error = msg.StatusFailed, err.Error()
+		return rec, false
+	}
+	for k, v := range req.Request.Headers {
+		hreq.Header[k] = v
+	}
+	hreq.Header.Set("X-Sless-Invocation-Id", req.InvocationID)
+	hreq.Header.Set("X-Sless-Trigger", string(req.Trigger))
+	telemetry.Propagator().Inject(cctx, propagation.HeaderCarrier(hreq.Header))
+
+	resp, err := e.Client.Do(hreq)
+	if err != nil {
+		if errors.Is(cctx.Err(), context.DeadlineExceeded) {
+			rec.Status, rec.HTTPStatus, rec.Error = msg.StatusTimeout, 504, "timed out"
+		} else {
+			rec.Status, rec.Error = msg.StatusFailed, "call failed: "+err.Error()
+		}
+		return rec, true
+	}
+	defer resp.Body.Close()
+	body, _ := io.ReadAll(io.LimitReader(resp.Body, 6<<20))
+	rec.HTTPStatus, rec.ResponseSize = resp.StatusCode, int64(len(body))
+	rec.ResultContentType = resp.Header.Get("Content-Type")
+	if len(body) <= e.MaxInline {
+		rec.Result = body
+	}
+	switch {
+	case resp.StatusCode == http.StatusGatewayTimeout:
+		rec.Status, rec.Error = msg.StatusTimeout, errorOf(body, "timed out")
+		return rec, true
+	case resp.StatusCode == http.StatusTooManyRequests || resp.StatusCode == http.StatusServiceUnavailable:
+		rec.Status, rec.Error = msg.StatusRejected, errorOf(body, resp.Status)
+		return rec, true
+	case resp.StatusCode >= 500:
+		rec.Status, rec.Error = msg.StatusFailed, errorOf(body, resp.Status)
+		return rec, true
+	default:
+		rec.Status = msg.StatusSucceeded
+		return rec, false
+	}
+}
+
+func faasTrigger(k msg.TriggerKind) string {
+	switch k {
+	case msg.TriggerCron:
+		return "timer"
+	case msg.TriggerQueue:
+		return "pubsub"
+	case msg.TriggerHTTP:
+		return "http"
+	default:
+		return "other"
+	}
+}
+
+func errorOf(body []byte, def string) string {
+	var e struct {
+		Error string `json:"error"`
+	}
+	if json.Unmarshal(body, &e) == nil && e.Error != "" {
+		return e.Error
+	}
+	return def
+}

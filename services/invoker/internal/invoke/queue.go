@@ -1,0 +1,214 @@
+package invoke
+
+import (
+	"context"
+	"crypto/sha256"
+	"encoding/hex"
+	"encoding/json"
+	"fmt"
+	"log/slog"
+	"sync"
+	"time"
+
+	"github.com/google/uuid"
+	amqp "github.com/rabbitmq/amqp091-go"
+	corev1 "k8s.io/api/core/v1"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+
+	slessv1 "github.com/kube5s/sless/pkg/apis/sless/v1alpha1"
+	"github.com/kube5s/sless/pkg/msg"
+	"github.com/kube5s/sless/pkg/rabbit"
+)
+
+// QueueTriggers runs one consumer per enabled queue Trigger: on the
+// platform broker, or on an external broker whose URL is in a Secret of the
+// tenant namespace. Disabling or deleting a trigger stops its consumer;
+// editing it (or its Secret) restarts it.
+type QueueTriggers struct {
+	Triggers client.Reader // watch cache
+	Secrets  client.Reader // API reads
+	Platform *rabbit.Client
+	Exec     *Executor
+	Log      *slog.Logger
+	Interval time.Duration
+
+	mu      sync.Mutex
+	running map[string]*queueConsumer
+}
+
+type queueConsumer struct {
+	hash   string
+	cancel context.CancelFunc
+	done   chan struct{}
+}
+
+// Run reconciles the consumers with the triggers until ctx ends.
+func (q *QueueTriggers) Run(ctx context.Context) error {
+	q.running = map[string]*queueConsumer{}
+	if q.Interval <= 0 {
+		q.Interval = 500 * time.Millisecond
+	}
+	t := time.NewTicker(q.Interval)
+	defer t.Stop()
+	for {
+		q.reconcile(ctx)
+		select {
+		case <-ctx.Done():
+			q.mu.Lock()
+			for k, c := range q.running {
+				c.cancel()
+				<-c.done
+				delete(q.running, k)
+			}
+			q.mu.Unlock()
+			return nil
+		case <-t.C:
+		}
+	}
+}
+
+// Running lists the triggers consumed now (namespace/name).
+func (q *QueueTriggers) Running() []string {
+	q.mu.Lock()
+	defer q.mu.Unlock()
+	out := make([]string, 0, len(q.running))
+	for k := range q.running {
+		out = append(out, k)
+	}
+	return out
+}
+
+func (q *QueueTriggers) reconcile(ctx context.Context) {
+	var list slessv1.TriggerList
+	if err := q.Triggers.List(ctx, &list); err != nil {
+		return
+	}
+	want := map[string]*slessv1.Trigger{}
+	hashes := map[string]string{}
+	for i := range list.Items {
+		t := &list.Items[i]
+		if t.Spec.Type != slessv1.TriggerQueue || t.Spec.Queue == nil || !t.IsEnabled() || !t.DeletionTimestamp.IsZero() {
+			continue
+		}
+		key := t.Namespace + "/" + t.Name
+		url, err := q.brokerURL(ctx, t)
+		if err != nil {
+			q.Log.Warn("queue trigger cannot start", "trigger", key, "err", err)
+			continue
+		}
+		spec, _ := json.Marshal(t.Spec)
+		sum := sha256.Sum256(append(spec, url...))
+		want[key], hashes[key] = t, hex.EncodeToString(sum[:8])
+	}
+	q.mu.Lock()
+	defer q.mu.Unlock()
+	for key, c := range q.running {
+		if h, ok := hashes[key]; !ok || h != c.hash {
+			c.cancel()
+			<-c.done
+			delete(q.running, key)
+			q.Log.Info("queue trigger consumer stopped", "trigger", key)
+		}
+	}
+	for key, t := range want {
+		if _, ok := q.running[key]; ok {
+			continue
+		}
+		url, _ := q.brokerURL(ctx, t)
+		q.running[key] = q.start(ctx, t.DeepCopy(), url, hashes[key])
+		q.Log.Info("queue trigger consumer started", "trigger", key, "queue", t.Spec.Queue.Queue)
+	}
+}
+
+// brokerURL is the external broker's URL from the trigger's Secret, or "".
+func (q *QueueTriggers) brokerURL(ctx context.Context, t *slessv1.Trigger) (string, error) {
+	ref := t.Spec.Queue.BrokerSecretRef
+	if ref == nil {
+		return "", nil
+	}
+	var s corev1.Secret
+	if err := q.Secrets.Get(ctx, client.ObjectKey{Namespace: t.Namespace, Name: ref.Name}, &s); err != nil {
+		return "", fmt.Errorf("broker secret %s: %w", ref.Name, err)
+	}
+	v, ok := s.Data[ref.Key]
+	if !ok || len(v) == 0 {
+		return "", fmt.Errorf("broker secret %s has no key %s", ref.Name, ref.Key)
+	}
+	return string(v), nil
+}
+
+func (q *QueueTriggers) start(parent context.Context, t *slessv1.Trigger, url, hash string) *queueConsumer {
+	ctx, cancel := context.WithCancel(parent)
+	c := &queueConsumer{hash: hash, cancel: cancel, done: make(chan struct{})}
+	spec := t.Spec.Queue
+	broker := q.Platform
+	var wg sync.WaitGroup
+	if url != "" {
+		broker = rabbit.New(url, "sless-invoker-trigger-"+t.Name, q.Log)
+		wg.Go(func() { _ = broker.Run(ctx) })
+	}
+	retry := rabbit.RetryPolicy{MaxRetries: int(spec.MaxRetries), Initial: time.Second, Max: 300 * time.Second}
+	if b := spec.Backoff; b != nil {
+		retry.Initial, retry.Max = time.Duration(b.InitialSeconds)*time.Second, time.Duration(b.MaxSeconds)*time.Second
+	}
+	queue := rabbit.Queue{Name: spec.Queue, External: true, DeadLetter: spec.DeadLetterQueue, Retry: retry}
+	if spec.Exchange != "" {
+		queue.Bindings = []rabbit.Binding{{Exchange: spec.Exchange, Key: spec.RoutingKey}}
+	}
+	tenant := t.Namespace[len(slessv1.NamespaceFor("")):]
+	handle := func(ctx context.Context, d *amqp.Delivery) error {
+		req := requestFromDelivery(d, tenant, t)
+		if d.MessageId != "" {
+			if done, err := q.Exec.Recorded(ctx, req.InvocationID); err == nil && done {
+				return nil
+			}
+		}
+		attempt := rabbit.Attempt(d)
+		rec, retryable := q.Exec.Execute(ctx, req, attempt)
+		if retryable && attempt <= int(spec.MaxRetries) {
+			q.Exec.Metrics.retries.Inc()
+			return fmt.Errorf("%w: %s", errRetry, rec.Error)
+		}
+		if err := q.Exec.Publisher.PublishMessage(ctx, rec); err != nil {
+			return err
+		}
+		if retryable {
+			q.Exec.Metrics.deadLetters.Inc()
+			return rabbit.Permanent(fmt.Errorf("failed after %d attempts: %s", attempt, rec.Error))
+		}
+		return nil
+	}
+	cons := &rabbit.Consumer{Client: broker, Queue: queue, Prefetch: int(max(spec.Concurrency, 1)), Handler: handle, Tracer: q.Exec.Tracer, Declare: true}
+	wg.Go(func() { _ = cons.Run(ctx) })
+	go func() { wg.Wait(); close(c.done) }()
+	return c
+}
+
+// requestFromDelivery turns a queue message into an invocation: the body
+// is the event body, the properties are headers.
+func requestFromDelivery(d *amqp.Delivery, tenant string, t *slessv1.Trigger) *msg.InvocationRequested {
+	id := uuid.NewString()
+	if d.MessageId != "" {
+		sum := sha256.Sum256([]byte(t.Namespace + "/" + t.Name + "/" + d.MessageId))
+		id = "q-" + hex.EncodeToString(sum[:12])
+	}
+	h := map[string][]string{"X-Sless-Queue": {t.Spec.Queue.Queue}, "X-Sless-Routing-Key": {d.RoutingKey}}
+	if d.ContentType != "" {
+		h["Content-Type"] = []string{d.ContentType}
+	}
+	if d.MessageId != "" {
+		h["X-Sless-Message-Id"] = []string{d.MessageId}
+	}
+	for k, v := range d.Headers {
+		if s, ok := v.(string); ok && len(k) < 128 && k[0] != 'x' {
+			h["X-Amqp-"+k] = []string{s}
+		}
+	}
+	enq := d.Timestamp
+	if enq.IsZero() {
+		enq = time.Now()
+	}
+	return &msg.InvocationRequested{InvocationID: id, Tenant: tenant, Namespace: t.Namespace, Function: t.Spec.FunctionRef.Name,
+		Trigger: msg.TriggerQueue, TriggerName: t.Name, Request: msg.Request{Method: "POST", Path: "/", Headers: h, Body: d.Body},
+		MaxRetries: t.Spec.Queue.MaxRetries, EnqueuedAt: enq.UTC()}
+}

@@ -1,0 +1,339 @@
+package main
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"net"
+	"net/http"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/jackc/pgx/v5/pgxpool"
+	amqp "github.com/rabbitmq/amqp091-go"
+	corev1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+
+	slessv1 "github.com/kube5s/sless/pkg/apis/sless/v1alpha1"
+	"github.com/kube5s/sless/pkg/msg"
+	"github.com/kube5s/sless/pkg/rabbit"
+	"github.com/kube5s/sless/pkg/testenv"
+)
+
+var runtimesDir, _ = filepath.Abs(filepath.Join("..", "..", "runtimes"))
+
+// world is an invoker started through run() plus what it talks to.
+type world struct {
+	env    map[string]string
+	vhost  string
+	kube   client.Client
+	db     *pgxpool.Pool
+	tenant string
+	ns     string
+	pub    *amqp.Channel
+}
+
+func newWorld(t *testing.T) *world {
+	t.Helper()
+	vhost, cleanup, err := testenv.RabbitVhost()
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(cleanup)
+	kc, err := kube.Kubeconfig(t.TempDir())
+	if err != nil {
+		t.Fatal(err)
+	}
+	env := testenv.ServiceEnv(t, kc)
+	env["SLESS_RABBITMQ_URL"] = vhost
+	env["LOG_LEVEL"] = "warn"
+	c, err := client.New(kube.Config, client.Options{Scheme: testenv.Scheme()})
+	if err != nil {
+		t.Fatal(err)
+	}
+	w := &world{env: env, vhost: vhost, kube: c, tenant: testenv.Name("t")}
+	w.ns = slessv1.NamespaceFor(w.tenant)
+	if err := c.Create(t.Context(), &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: w.ns}}); err != nil {
+		t.Fatal(err)
+	}
+	stop := testenv.StartService(t, run, env)
+	t.Cleanup(func() { _ = stop() })
+	if w.db, err = pgxpool.New(context.Background(), env["SLESS_POSTGRES_URL"]); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(w.db.Close)
+	conn, err := amqp.Dial(vhost)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { conn.Close() })
+	w.pub, _ = conn.Channel()
+	return w
+}
+
+// function runs the Python fixture handlers as function name, Ready.
+func (w *world) function(t *testing.T, name string, timeout int32) {
+	t.Helper()
+	ln, _ := net.Listen("tcp", "127.0.0.1:0")
+	port := ln.Addr().(*net.TCPAddr).Port
+	ln.Close()
+	c := exec.Command("python3", filepath.Join(runtimesDir, "python3.11", "runtime.py"))
+	c.Env = append(os.Environ(), "PORT="+strconv.Itoa(port), "SLESS_HOST=127.0.0.1", "SLESS_CODE_DIR="+filepath.Join(runtimesDir, "fixtures", "handlers"),
+		"SLESS_ENTRYPOINT=main.handler", "SLESS_TIMEOUT_SEC="+strconv.Itoa(int(timeout)), "SLESS_CONCURRENCY=16")
+	if err := c.Start(); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = c.Process.Kill(); _ = c.Wait() })
+	ep := fmt.Sprintf("http://127.0.0.1:%d", port)
+	for deadline := time.Now().Add(20 * time.Second); ; {
+		if r, err := http.Get(ep + "/_/health"); err == nil && r.StatusCode == 200 {
+			r.Body.Close()
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatal("runtime not healthy")
+		}
+		time.Sleep(30 * time.Millisecond)
+	}
+	f := &slessv1.Function{ObjectMeta: metav1.ObjectMeta{Name: name, Namespace: w.ns},
+		Spec: slessv1.FunctionSpec{Runtime: slessv1.RuntimePython311, Entrypoint: "main.handler", TimeoutSec: timeout}}
+	if err := w.kube.Create(t.Context(), f); err != nil {
+		t.Fatal(err)
+	}
+	f.Status.Phase, f.Status.Endpoint = slessv1.FunctionReady, ep
+	if err := w.kube.Status().Update(t.Context(), f); err != nil {
+		t.Fatal(err)
+	}
+	time.Sleep(300 * time.Millisecond) // the invoker's watch cache
+}
+
+func (w *world) request(t *testing.T, id, function, path string, maxRetries int32, body string) {
+	t.Helper()
+	m := &msg.InvocationRequested{InvocationID: id, Tenant: w.tenant, Namespace: w.ns, Function: function, Trigger: msg.TriggerAsync,
+		Request: msg.Request{Method: "POST", Path: path, Body: []byte(body), Headers: map[string][]string{"Content-Type": {"application/json"}}},
+		MaxRetries: maxRetries, EnqueuedAt: time.Now().UTC()}
+	p, err := rabbit.Encode(t.Context(), m)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := w.pub.PublishWithContext(t.Context(), msg.Exchange, msg.RoutingKey(m), false, false, p); err != nil {
+		t.Fatal(err)
+	}
+}
+
+type record struct {
+	status           string
+	httpStatus       *int
+	attempts         int
+	queueWait, dur   int64
+	errText, trigger string
+}
+
+func (w *world) record(t *testing.T, id string, within time.Duration) *record {
+	t.Helper()
+	deadline := time.Now().Add(within)
+	for {
+		var r record
+		err := w.db.QueryRow(t.Context(), `SELECT status, http_status, attempts, queue_wait_ms, duration_ms, coalesce(error, ''), trigger_kind
+			FROM invocations WHERE id = $1`, id).Scan(&r.status, &r.httpStatus, &r.attempts, &r.queueWait, &r.dur, &r.errText, &r.trigger)
+		if err == nil {
+			return &r
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("no record of %s after %s", id, within)
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
+}
+
+func (w *world) count(t *testing.T, cond string, args ...any) int {
+	var n int
+	if err := w.db.QueryRow(t.Context(), `SELECT count(*) FROM invocations WHERE `+cond, args...).Scan(&n); err != nil {
+		t.Fatal(err)
+	}
+	return n
+}
+
+func deadLetters(t *testing.T, url, queue string) []amqp.Delivery {
+	conn, err := amqp.Dial(url)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer conn.Close()
+	ch, _ := conn.Channel()
+	var out []amqp.Delivery
+	for {
+		d, ok, err := ch.Get(queue, true)
+		if err != nil || !ok {
+			return out
+		}
+		out = append(out, d)
+	}
+}
+
+func TestAsyncInvocationIsRecorded(t *testing.T) {
+	w := newWorld(t)
+	w.function(t, "fx", 5)
+	w.request(t, "inv-ok", "fx", "/echo", 2, `{"a":1}`)
+	r := w.record(t, "inv-ok", 20*time.Second)
+	if r.status != "succeeded" || r.httpStatus == nil || *r.httpStatus != 200 || r.attempts != 1 || r.trigger != "async" || r.queueWait < 0 {
+		t.Fatalf("record %+v", r)
+	}
+	var result string
+	_ = w.db.QueryRow(t.Context(), `SELECT convert_from(result, 'UTF8') FROM invocations WHERE id = 'inv-ok'`).Scan(&result)
+	if !strings.Contains(result, `"invocationId": "inv-ok"`) || !strings.Contains(result, `"trigger": "async"`) {
+		t.Errorf("the function did not see the invocation headers: %s", result)
+	}
+	// A redelivery of a recorded invocation does not run it again.
+	w.request(t, "inv-ok", "fx", "/echo", 2, `{"a":1}`)
+	time.Sleep(time.Second)
+	if n := w.count(t, "id = 'inv-ok'"); n != 1 {
+		t.Errorf("%d records of one invocation", n)
+	}
+}
+
+func TestFailuresRetryThenDeadLetter(t *testing.T) {
+	w := newWorld(t)
+	w.function(t, "fx", 5)
+	start := time.Now()
+	w.request(t, "inv-fail", "fx", "/fail", 2, "{}")
+	r := w.record(t, "inv-fail", 30*time.Second)
+	took := time.Since(start)
+	if r.status != "failed" || r.attempts != 3 || !strings.Contains(r.errText, "bad input") {
+		t.Fatalf("record %+v", r)
+	}
+	// Retries waited 1s, then 2s, in the broker.
+	if took < 3*time.Second {
+		t.Errorf("three attempts took %s; the backoff is 1s then 2s", took)
+	}
+	var dead []amqp.Delivery
+	for deadline := time.Now().Add(10 * time.Second); len(dead) == 0 && time.Now().Before(deadline); time.Sleep(100 * time.Millisecond) {
+		dead = deadLetters(t, w.vhost, rabbit.DeadLetterQueue(msg.QueueInvocationRequest))
+	}
+	if len(dead) != 1 || dead[0].Headers[rabbit.HeaderReason] != rabbit.ReasonPoison || !strings.Contains(string(dead[0].Body), "inv-fail") {
+		t.Fatalf("dead letters %d: %v", len(dead), dead)
+	}
+}
+
+func TestPoisonIsDeadLetteredWhileOthersFlow(t *testing.T) {
+	w := newWorld(t)
+	w.function(t, "fx", 5)
+	if err := w.pub.PublishWithContext(t.Context(), msg.Exchange, msg.TypeInvocationRequested+".async", false, false,
+		amqp.Publishing{Type: msg.TypeInvocationRequested, Body: []byte("{not json")}); err != nil {
+		t.Fatal(err)
+	}
+	for i := range 20 {
+		w.request(t, fmt.Sprintf("inv-%02d", i), "fx", "/text", 0, "")
+	}
+	for deadline := time.Now().Add(20 * time.Second); w.count(t, "id LIKE 'inv-%'") < 20; time.Sleep(100 * time.Millisecond) {
+		if time.Now().After(deadline) {
+			t.Fatalf("only %d of 20 recorded", w.count(t, "id LIKE 'inv-%'"))
+		}
+	}
+	dead := deadLetters(t, w.vhost, rabbit.DeadLetterQueue(msg.QueueInvocationRequest))
+	if len(dead) != 1 || string(dead[0].Body) != "{not json" || dead[0].Headers[rabbit.HeaderReason] != rabbit.ReasonPoison {
+		t.Fatalf("dead letters: %d %v", len(dead), dead)
+	}
+}
+
+func TestQueueTriggers(t *testing.T) {
+	w := newWorld(t)
+	w.function(t, "fx", 5)
+
+	// An external broker: a vhost of its own, with its own user, whose URL
+	// is in a Secret of the tenant namespace.
+	ext, cleanup, err := testenv.RabbitVhost()
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer cleanup()
+	user, pass := testenv.Name("u"), testenv.Name("p")
+	vhostName := ext[strings.LastIndex(ext, "/")+1:]
+	for _, args := range [][]string{{"add_user", user, pass}, {"set_permissions", "-p", vhostName, user, ".*", ".*", ".*"}} {
+		if out, err := exec.Command("rabbitmqctl", args...).CombinedOutput(); err != nil {
+			t.Fatalf("rabbitmqctl %v: %v %s", args, err, out)
+		}
+	}
+	defer exec.Command("rabbitmqctl", "delete_user", user).Run()
+	extURL := fmt.Sprintf("amqp://%s:%s@127.0.0.1:5672/%s", user, pass, vhostName)
+	if err := w.kube.Create(t.Context(), &corev1.Secret{ObjectMeta: metav1.ObjectMeta{Name: "broker", Namespace: w.ns},
+		StringData: map[string]string{"url": extURL}}); err != nil {
+		t.Fatal(err)
+	}
+	for _, tr := range []*slessv1.Trigger{
+		{ObjectMeta: metav1.ObjectMeta{Name: "orders", Namespace: w.ns}, Spec: slessv1.TriggerSpec{FunctionRef: slessv1.LocalRef{Name: "fx"},
+			Type: slessv1.TriggerQueue, Queue: &slessv1.QueueTrigger{Queue: "orders", Concurrency: 4}}},
+		{ObjectMeta: metav1.ObjectMeta{Name: "external", Namespace: w.ns}, Spec: slessv1.TriggerSpec{FunctionRef: slessv1.LocalRef{Name: "fx"},
+			Type: slessv1.TriggerQueue, Queue: &slessv1.QueueTrigger{Queue: "ext-orders", Concurrency: 2,
+				BrokerSecretRef: &slessv1.SecretKeySelector{Name: "broker", Key: "url"}}}},
+	} {
+		if err := w.kube.Create(t.Context(), tr); err != nil {
+			t.Fatal(err)
+		}
+	}
+	publishN := func(url, queue string, n int) {
+		conn, err := amqp.Dial(url)
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer conn.Close()
+		ch, _ := conn.Channel()
+		// The consumer declares the queue; wait for it.
+		for deadline := time.Now().Add(20 * time.Second); ; {
+			probe, _ := conn.Channel()
+			if _, err := probe.QueueDeclarePassive(queue, true, false, false, false, nil); err == nil {
+				probe.Close()
+				break
+			}
+			if time.Now().After(deadline) {
+				t.Fatalf("queue %s never declared", queue)
+			}
+			time.Sleep(100 * time.Millisecond)
+		}
+		for i := range n {
+			if err := ch.PublishWithContext(t.Context(), "", queue, false, false, amqp.Publishing{MessageId: fmt.Sprintf("%s-%d", queue, i),
+				ContentType: "application/json", Body: []byte(`{"order":` + strconv.Itoa(i) + `}`), DeliveryMode: amqp.Persistent}); err != nil {
+				t.Fatal(err)
+			}
+		}
+	}
+	var wg sync.WaitGroup
+	wg.Go(func() { publishN(w.vhost, "orders", 50) })
+	wg.Go(func() { publishN(extURL, "ext-orders", 20) })
+	wg.Wait()
+	for deadline := time.Now().Add(60 * time.Second); ; time.Sleep(100 * time.Millisecond) {
+		a := w.count(t, "trigger_kind = 'queue' AND trigger_name = 'orders'")
+		b := w.count(t, "trigger_kind = 'queue' AND trigger_name = 'external'")
+		if a == 50 && b == 20 {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("records: orders %d/50, external %d/20", a, b)
+		}
+	}
+	if n := w.count(t, "trigger_kind = 'queue' AND status <> 'succeeded'"); n != 0 {
+		t.Errorf("%d queue invocations did not succeed", n)
+	}
+	// Disabling the trigger stops its consumer.
+	var tr slessv1.Trigger
+	_ = w.kube.Get(t.Context(), client.ObjectKey{Namespace: w.ns, Name: "orders"}, &tr)
+	off := false
+	tr.Spec.Enabled = &off
+	if err := w.kube.Update(t.Context(), &tr); err != nil {
+		t.Fatal(err)
+	}
+	time.Sleep(2 * time.Second)
+	publishN(w.vhost, "orders", 1)
+	time.Sleep(2 * time.Second)
+	if n := w.count(t, "trigger_name = 'orders'"); n != 50 {
+		t.Errorf("a disabled trigger still consumed: %d records", n)
+	}
+	_ = json.Valid
+}
