@@ -1,0 +1,313 @@
+// Package schedule fires cron Triggers on time, once: each fire is a row
+// unique on (tenant, trigger, scheduled time) inserted before the
+// invocation is published, so several scheduler replicas never fire twice
+// (leader election is only an optimisation). Missed fires are caught up or
+// recorded as missed by startingDeadlineSeconds, and concurrencyPolicy
+// Forbid skips a fire while the previous one runs.
+package schedule
+
+import (
+	"context"
+	"crypto/sha256"
+	"encoding/hex"
+	"errors"
+	"fmt"
+	"log/slog"
+	"sync"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgxpool"
+	"github.com/prometheus/client_golang/prometheus"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+
+	slessv1 "github.com/kube5s/sless/pkg/apis/sless/v1alpha1"
+	"github.com/kube5s/sless/pkg/cronsched"
+	"github.com/kube5s/sless/pkg/msg"
+)
+
+// Publisher sends a message and returns once the broker confirmed it.
+type Publisher interface {
+	PublishMessage(ctx context.Context, m msg.Message) error
+}
+
+// Due decides, for a trigger last fired at (or created at) since, what to
+// do at now: the fire to run now (the latest due one, when it is within
+// the starting deadline) and the fires recorded as missed. Without a
+// deadline the latest missed fire is caught up, like a Kubernetes CronJob.
+func Due(s *cronsched.Schedule, since, now time.Time, deadline *int64) (fire *time.Time, missed []time.Time) {
+	var due []time.Time
+	for t := s.Next(since); !t.After(now) && len(due) < 1000; t = s.Next(t) {
+		due = append(due, t)
+	}
+	if len(due) == 0 {
+		return nil, nil
+	}
+	latest := due[len(due)-1]
+	missed = due[:len(due)-1]
+	if deadline != nil && now.Sub(latest) > time.Duration(*deadline)*time.Second {
+		return nil, due
+	}
+	return &latest, missed
+}
+
+// FireID is the invocation id of one fire: the same for every replica.
+func FireID(triggerUID string, at time.Time) string {
+	sum := sha256.Sum256([]byte(triggerUID + "|" + at.UTC().Format(time.RFC3339Nano)))
+	return "cron-" + hex.EncodeToString(sum[:12])
+}
+
+// Scheduler fires the cron triggers it finds in Triggers.
+type Scheduler struct {
+	Triggers  client.Reader // watch cache
+	Status    client.Client // status updates
+	DB        *pgxpool.Pool
+	Publisher Publisher
+	Log       *slog.Logger
+	Now       func() time.Time
+	Metrics   *Metrics
+
+	mu    sync.Mutex
+	state map[string]*tracked // by namespace/name
+}
+
+type tracked struct {
+	uid   string
+	spec  string // schedule|zone, to notice edits
+	sched *cronsched.Schedule
+	next  time.Time
+}
+
+// Metrics are the scheduler's.
+type Metrics struct {
+	fires    *prometheus.CounterVec
+	lateness prometheus.Histogram
+}
+
+// NewMetrics registers the scheduler metrics on reg.
+func NewMetrics(reg prometheus.Registerer) *Metrics {
+	m := &Metrics{
+		fires: prometheus.NewCounterVec(prometheus.CounterOpts{Name: "sless_scheduler_fires_total",
+			Help: "Cron fires by outcome (fired, missed, skipped, lost to another replica)."}, []string{"outcome"}),
+		lateness: prometheus.NewHistogram(prometheus.HistogramOpts{Name: "sless_scheduler_fire_lateness_seconds",
+			Help: "Time from the scheduled instant to the confirmed publish.", Buckets: prometheus.ExponentialBuckets(0.001, 2, 16)}),
+	}
+	reg.MustRegister(m.fires, m.lateness)
+	return m
+}
+
+// Run fires until ctx ends. It first republishes fires a dead replica
+// left pending.
+func (s *Scheduler) Run(ctx context.Context) error {
+	if s.Now == nil {
+		s.Now = time.Now
+	}
+	s.state = map[string]*tracked{}
+	if err := s.resumePending(ctx); err != nil {
+		s.Log.Warn("resume pending fires", "err", err)
+	}
+	for {
+		wait := s.tick(ctx)
+		select {
+		case <-ctx.Done():
+			return nil
+		case <-time.After(wait):
+		}
+	}
+}
+
+// tick fires what is due and returns how long to sleep.
+func (s *Scheduler) tick(ctx context.Context) time.Duration {
+	var list slessv1.TriggerList
+	if err := s.Triggers.List(ctx, &list); err != nil {
+		return time.Second
+	}
+	now := s.Now()
+	wait := 500 * time.Millisecond
+	seen := map[string]bool{}
+	for i := range list.Items {
+		t := &list.Items[i]
+		if t.Spec.Type != slessv1.TriggerCron || t.Spec.Cron == nil || !t.IsEnabled() || !t.DeletionTimestamp.IsZero() {
+			continue
+		}
+		key := t.Namespace + "/" + t.Name
+		seen[key] = true
+		st, err := s.track(ctx, t, now)
+		if err != nil {
+			continue
+		}
+		if !st.next.After(now) {
+			s.fire(ctx, t, st.next)
+			st.next = st.sched.Next(st.next)
+			if st.next.Before(now) { // far behind (a long pause): skip ahead
+				st.next = st.sched.Next(now)
+			}
+			s.setStatus(ctx, t, st.next)
+		}
+		wait = min(wait, max(st.next.Sub(s.Now()), time.Millisecond))
+	}
+	s.mu.Lock()
+	for k := range s.state {
+		if !seen[k] {
+			delete(s.state, k)
+		}
+	}
+	s.mu.Unlock()
+	return wait
+}
+
+// track returns the trigger's state, catching up missed fires when it is
+// first seen or its schedule changed.
+func (s *Scheduler) track(ctx context.Context, t *slessv1.Trigger, now time.Time) (*tracked, error) {
+	key := t.Namespace + "/" + t.Name
+	spec := t.Spec.Cron.Schedule + "|" + t.Spec.Cron.TimeZone
+	s.mu.Lock()
+	st := s.state[key]
+	s.mu.Unlock()
+	if st != nil && st.uid == string(t.UID) && st.spec == spec {
+		return st, nil
+	}
+	sched, err := cronsched.Parse(t.Spec.Cron.Schedule, t.Spec.Cron.TimeZone)
+	if err != nil {
+		return nil, err
+	}
+	tenant := t.Namespace[len(slessv1.NamespaceFor("")):]
+	since := t.CreationTimestamp.Time
+	var last *time.Time
+	if err := s.DB.QueryRow(ctx, `SELECT max(scheduled_at) FROM cron_fires WHERE tenant = $1 AND trigger_name = $2`, tenant, t.Name).Scan(&last); err != nil {
+		return nil, err
+	}
+	if last != nil && last.After(since) {
+		since = *last
+	}
+	fire, missed := Due(sched, since, now, t.Spec.Cron.StartingDeadlineSeconds)
+	for _, m := range missed {
+		s.record(ctx, tenant, t.Name, m, "missed", "")
+	}
+	if fire != nil {
+		s.fire(ctx, t, *fire)
+	}
+	st = &tracked{uid: string(t.UID), spec: spec, sched: sched, next: sched.Next(now)}
+	s.mu.Lock()
+	s.state[key] = st
+	s.mu.Unlock()
+	s.setStatus(ctx, t, st.next)
+	return st, nil
+}
+
+func (s *Scheduler) record(ctx context.Context, tenant, trigger string, at time.Time, outcome, invocation string) bool {
+	tag, err := s.DB.Exec(ctx, `INSERT INTO cron_fires (tenant, trigger_name, scheduled_at, outcome, invocation_id) VALUES ($1, $2, $3, $4, $5)
+		ON CONFLICT DO NOTHING`, tenant, trigger, at, outcome, nullable(invocation))
+	if err != nil {
+		s.Log.Warn("record cron fire", "tenant", tenant, "trigger", trigger, "err", err)
+		return false
+	}
+	if tag.RowsAffected() == 1 {
+		s.Metrics.fires.WithLabelValues(outcome).Inc()
+	}
+	return tag.RowsAffected() == 1
+}
+
+// fire runs one scheduled instant: pending row (the replica that inserts it
+// owns the fire), publish, fired.
+func (s *Scheduler) fire(ctx context.Context, t *slessv1.Trigger, at time.Time) {
+	tenant := t.Namespace[len(slessv1.NamespaceFor("")):]
+	if t.Spec.Cron.ConcurrencyPolicy == slessv1.ConcurrencyForbid && s.running(ctx, tenant, t.Name) {
+		s.record(ctx, tenant, t.Name, at, "skipped", "")
+		return
+	}
+	id := FireID(string(t.UID), at)
+	if !s.record(ctx, tenant, t.Name, at, "pending", id) {
+		s.Metrics.fires.WithLabelValues("lost").Inc()
+		return // another replica owns this fire
+	}
+	if err := s.publish(ctx, t, tenant, id, at); err != nil {
+		s.Log.Warn("cron fire not published; it stays pending and is retried", "trigger", t.Name, "err", err)
+		return
+	}
+}
+
+func (s *Scheduler) publish(ctx context.Context, t *slessv1.Trigger, tenant, id string, at time.Time) error {
+	var body []byte
+	if t.Spec.Cron.Payload != nil {
+		body = t.Spec.Cron.Payload.Raw
+	}
+	m := &msg.InvocationRequested{InvocationID: id, Tenant: tenant, Namespace: t.Namespace, Function: t.Spec.FunctionRef.Name,
+		Trigger: msg.TriggerCron, TriggerName: t.Name, ScheduledAt: at.UTC(), EnqueuedAt: s.Now().UTC(),
+		Request: msg.Request{Method: "POST", Path: "/", Body: body, Headers: map[string][]string{"Content-Type": {"application/json"}}}}
+	if err := s.Publisher.PublishMessage(ctx, m); err != nil {
+		return err
+	}
+	s.Metrics.lateness.Observe(s.Now().Sub(at).Seconds())
+	_, err := s.DB.Exec(ctx, `UPDATE cron_fires SET outcome = 'fired', fired_at = now() WHERE tenant = $1 AND trigger_name = $2 AND scheduled_at = $3`,
+		tenant, t.Name, at)
+	return err
+}
+
+// running reports whether the trigger's last fire has no history record yet.
+func (s *Scheduler) running(ctx context.Context, tenant, trigger string) bool {
+	var id string
+	err := s.DB.QueryRow(ctx, `SELECT invocation_id FROM cron_fires WHERE tenant = $1 AND trigger_name = $2 AND outcome IN ('fired', 'pending')
+		ORDER BY scheduled_at DESC LIMIT 1`, tenant, trigger).Scan(&id)
+	if errors.Is(err, pgx.ErrNoRows) || err != nil {
+		return false
+	}
+	var one int
+	return s.DB.QueryRow(ctx, `SELECT 1 FROM invocations WHERE id = $1`, id).Scan(&one) != nil
+}
+
+// resumePending republishes fires that were recorded but not confirmed.
+func (s *Scheduler) resumePending(ctx context.Context) error {
+	rows, err := s.DB.Query(ctx, `SELECT tenant, trigger_name, scheduled_at FROM cron_fires WHERE outcome = 'pending' AND fired_at < now() - interval '10 seconds'`)
+	if err != nil {
+		return err
+	}
+	type p struct {
+		tenant, trigger string
+		at              time.Time
+	}
+	var pending []p
+	for rows.Next() {
+		var x p
+		if err := rows.Scan(&x.tenant, &x.trigger, &x.at); err == nil {
+			pending = append(pending, x)
+		}
+	}
+	rows.Close()
+	for _, x := range pending {
+		var t slessv1.Trigger
+		if err := s.Triggers.Get(ctx, client.ObjectKey{Namespace: slessv1.NamespaceFor(x.tenant), Name: x.trigger}, &t); err != nil {
+			continue
+		}
+		if err := s.publish(ctx, &t, x.tenant, FireID(string(t.UID), x.at), x.at); err != nil {
+			return fmt.Errorf("republish pending fire: %w", err)
+		}
+	}
+	return nil
+}
+
+func (s *Scheduler) setStatus(ctx context.Context, t *slessv1.Trigger, next time.Time) {
+	if s.Status == nil {
+		return
+	}
+	patch := client.MergeFrom(t.DeepCopy())
+	u := t.DeepCopy()
+	u.Status.NextFireTime = &metav1.Time{Time: next.UTC()}
+	var last *time.Time
+	tenant := t.Namespace[len(slessv1.NamespaceFor("")):]
+	_ = s.DB.QueryRow(ctx, `SELECT max(scheduled_at) FROM cron_fires WHERE tenant = $1 AND trigger_name = $2 AND outcome = 'fired'`, tenant, t.Name).Scan(&last)
+	if last != nil {
+		u.Status.LastFireTime = &metav1.Time{Time: last.UTC()}
+	}
+	if err := s.Status.Status().Patch(ctx, u, patch); err != nil {
+		s.Log.Debug("trigger status not updated", "trigger", t.Name, "err", err)
+	}
+}
+
+func nullable(s string) any {
+	if s == "" {
+		return nil
+	}
+	return s
+}
