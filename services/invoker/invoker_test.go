@@ -117,7 +117,7 @@ func (w *world) function(t *testing.T, name string, timeout int32) {
 func (w *world) request(t *testing.T, id, function, path string, maxRetries int32, body string) {
 	t.Helper()
 	m := &msg.InvocationRequested{InvocationID: id, Tenant: w.tenant, Namespace: w.ns, Function: function, Trigger: msg.TriggerAsync,
-		Request: msg.Request{Method: "POST", Path: path, Body: []byte(body), Headers: map[string][]string{"Content-Type": {"application/json"}}},
+		Request:    msg.Request{Method: "POST", Path: path, Body: []byte(body), Headers: map[string][]string{"Content-Type": {"application/json"}}},
 		MaxRetries: maxRetries, EnqueuedAt: time.Now().UTC()}
 	p, err := rabbit.Encode(t.Context(), m)
 	if err != nil {
