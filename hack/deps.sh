@@ -7,6 +7,7 @@
 #   hack/deps.sh build   only build the cached binaries
 #   hack/deps.sh down    stop the servers this script started (MinIO, and
 #                        PostgreSQL/RabbitMQ only if it started them)
+#   hack/deps.sh postgres stop|start   for the database outage tests
 #
 # Servers already listening on their ports are used as they are. Every step is
 # idempotent and quiet when there is nothing to do.
@@ -161,7 +162,23 @@ export SLESS_TEST_RABBITMQ_URL='amqp://guest:guest@127.0.0.1:$RABBIT_PORT/'
 export SLESS_TEST_S3_ENDPOINT='127.0.0.1:$MINIO_PORT'
 export SLESS_TEST_S3_ACCESS_KEY='$MINIO_ROOT_USER'
 export SLESS_TEST_S3_SECRET_KEY='$MINIO_ROOT_PASSWORD'
+export SLESS_DEPS_SCRIPT='$ROOT/hack/deps.sh'
 EOT
+}
+
+# postgres_ctl stop|start: stop or start the PostgreSQL the tests use, for
+# the outage tests (the Debian cluster on 5432, or the private one).
+postgres_ctl() {
+	local bindir
+	bindir=$(ls -d /usr/lib/postgresql/*/bin 2>/dev/null | sort -V | tail -1)
+	if [ -f "$STATE/postgres.ours" ]; then
+		as_postgres "$bindir/pg_ctl" -D "$STATE/postgres" -l "$STATE/postgres/server.log" -w \
+			-o "-c listen_addresses=127.0.0.1 -p $PG_PORT -k /tmp" "$1" -m fast >/dev/null
+	elif command -v pg_ctlcluster >/dev/null && [ -n "$(ls /etc/postgresql 2>/dev/null)" ]; then
+		pg_ctlcluster --skip-systemctl-redirect "$(ls /etc/postgresql | sort -V | tail -1)" main "$1" >/dev/null
+	else
+		die "cannot $1 PostgreSQL: it was not started by this script or by Debian's pg_ctlcluster"
+	fi
 }
 
 down() {
@@ -184,6 +201,7 @@ up)
 	;;
 build) build_all ;;
 env) print_env ;;
+postgres) postgres_ctl "${2:?usage: hack/deps.sh postgres stop|start}" ;;
 down) down ;;
 *) die "usage: hack/deps.sh [up|env|build|down]" ;;
 esac

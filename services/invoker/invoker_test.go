@@ -69,13 +69,27 @@ func newWorld(t *testing.T) *world {
 		t.Fatal(err)
 	}
 	t.Cleanup(w.db.Close)
-	conn, err := amqp.Dial(vhost)
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { conn.Close() })
-	w.pub, _ = conn.Channel()
+	w.reconnect(t)
 	return w
+}
+
+// reconnect opens the test's publishing channel (again, after a broker restart).
+func (w *world) reconnect(t *testing.T) {
+	t.Helper()
+	deadline := time.Now().Add(60 * time.Second)
+	for {
+		conn, err := amqp.Dial(w.vhost)
+		if err == nil {
+			t.Cleanup(func() { conn.Close() })
+			w.pub, _ = conn.Channel()
+			_ = w.pub.Confirm(false)
+			return
+		}
+		if time.Now().After(deadline) {
+			t.Fatal(err)
+		}
+		time.Sleep(200 * time.Millisecond)
+	}
 }
 
 // function runs the Python fixture handlers as function name, Ready.
@@ -123,8 +137,12 @@ func (w *world) request(t *testing.T, id, function, path string, maxRetries int3
 	if err != nil {
 		t.Fatal(err)
 	}
-	if err := w.pub.PublishWithContext(t.Context(), msg.Exchange, msg.RoutingKey(m), false, false, p); err != nil {
+	dc, err := w.pub.PublishWithDeferredConfirmWithContext(t.Context(), msg.Exchange, msg.RoutingKey(m), false, false, p)
+	if err != nil {
 		t.Fatal(err)
+	}
+	if ok, err := dc.WaitContext(t.Context()); err != nil || !ok {
+		t.Fatalf("publish %s not confirmed: %v", id, err)
 	}
 }
 
@@ -225,7 +243,7 @@ func TestFailuresRetryThenDeadLetter(t *testing.T) {
 func TestPoisonIsDeadLetteredWhileOthersFlow(t *testing.T) {
 	w := newWorld(t)
 	w.function(t, "fx", 5)
-	if err := w.pub.PublishWithContext(t.Context(), msg.Exchange, msg.TypeInvocationRequested+".async", false, false,
+	if _, err := w.pub.PublishWithDeferredConfirmWithContext(t.Context(), msg.Exchange, msg.TypeInvocationRequested+".async", false, false,
 		amqp.Publishing{Type: msg.TypeInvocationRequested, Body: []byte("{not json")}); err != nil {
 		t.Fatal(err)
 	}
