@@ -13,10 +13,8 @@ help: ## list the targets
 	@awk 'BEGIN {FS = ":.*## "} /^[a-z-]+:.*## / {printf "  %-10s %s\n", $$1, $$2}' $(MAKEFILE_LIST)
 
 .PHONY: dev
-dev: ## run the whole platform locally (local profile)
-	@echo "make dev: not yet. The local stack (all five services on one machine) lands with the 'make dev' issue;"
-	@echo "until then 'make deps' starts PostgreSQL, RabbitMQ, MinIO and builds etcd and kube-apiserver."
-	@exit 1
+dev: ## run the whole platform locally (local profile); Ctrl-C stops it
+	@hack/dev.sh
 
 .PHONY: deps
 deps: ## build the cached servers and start PostgreSQL, RabbitMQ and MinIO

@@ -1,0 +1,161 @@
+#!/usr/bin/env bash
+# make dev: the whole platform on this machine (the local profile).
+#
+# Builds what is missing, starts PostgreSQL, RabbitMQ, MinIO, etcd and
+# kube-apiserver (with the CRDs), runs the five services with the local
+# build and execution drivers, creates the demo tenant, deploys the
+# examples, and prints how to call them. Logs go to the terminal with a
+# prefix per service and to files under $STATE/dev/logs. Ctrl-C stops
+# everything it started. Data (etcd, PostgreSQL, MinIO, artifacts) is kept,
+# so a second run finds the deployed functions again.
+set -euo pipefail
+
+ROOT=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
+cd "$ROOT"
+say() { printf '\033[1mdev:\033[0m %s\n' "$*" >&2; }
+die() { printf 'dev: ERROR: %s\n' "$*" >&2; exit 1; }
+
+for tool in go python3 node npm curl; do
+	command -v $tool >/dev/null || die "$tool is not installed (prerequisites: Go, Python 3.11, Node.js 20 with npm, curl)"
+done
+python3 -c 'import sys; sys.exit(0 if sys.version_info[:2] >= (3, 11) else 1)' || die "python3 is $(python3 --version); sless needs 3.11"
+[ "$(node -p 'process.versions.node.split(".")[0]')" -ge 20 ] || die "node is $(node --version); sless needs 20"
+
+hack/deps.sh up
+eval "$(hack/deps.sh env)"
+STATE=${SLESS_STATE_DIR:-$SLESS_CACHE_DIR/state}/dev
+mkdir -p "$STATE/logs" "$STATE/functions"
+GATEWAY_PORT=${SLESS_DEV_PORT:-8080}
+OPS=${SLESS_DEV_OPS_BASE:-9190} # the services' ops ports are OPS..OPS+4
+GATEWAY="http://127.0.0.1:$GATEWAY_PORT"
+(exec 3<>"/dev/tcp/127.0.0.1/$GATEWAY_PORT") 2>/dev/null && die "port $GATEWAY_PORT is taken (another make dev?); set SLESS_DEV_PORT"
+
+say "building the services"
+mkdir -p bin
+for s in gateway builder operator invoker scheduler; do
+	(cd "services/$s" && go build -o "$ROOT/bin/$s" .) || die "building $s failed"
+done
+go build -o bin/devcluster ./hack/devcluster || die "building devcluster failed"
+
+# Everything below runs in this process group; Ctrl-C stops it all.
+PIDS=()
+cleanup() {
+	trap - INT TERM EXIT
+	say "stopping"
+	for ((i = ${#PIDS[@]} - 1; i >= 0; i--)); do kill -TERM "${PIDS[i]}" 2>/dev/null || true; done
+	for p in "${PIDS[@]}"; do wait "$p" 2>/dev/null || true; done
+	say "stopped; data is kept in $STATE (and the dependency cache)"
+}
+trap cleanup INT TERM EXIT
+
+# start NAME CMD...: run a process with prefixed output, also logged to a file.
+start() {
+	local name=$1
+	shift
+	# The prefixer ignores Ctrl-C and ends when the service closes its
+	# output, so a stopping service can still log (and is not killed by
+	# SIGPIPE halfway through its shutdown).
+	"$@" > >(trap '' INT TERM; while IFS= read -r line; do printf '[%-9s] %s\n' "$name" "$line"; done | tee -a "$STATE/logs/$name.log") 2>&1 &
+	PIDS+=($!)
+}
+
+rm -f "$STATE/kubeconfig"
+start cluster bin/devcluster -data "$STATE/etcd" -write-kubeconfig "$STATE/kubeconfig"
+for ((i = 0; i < 300; i++)); do [ -f "$STATE/kubeconfig" ] && break; sleep 0.1; done
+[ -f "$STATE/kubeconfig" ] || die "the control plane did not start; see $STATE/logs/cluster.log"
+
+[ -f "$STATE/admin-token" ] || (umask 077; od -An -N24 -tx1 /dev/urandom | tr -d ' \n' >"$STATE/admin-token")
+ADMIN=$(cat "$STATE/admin-token")
+psql -h 127.0.0.1 -U postgres -tc "SELECT 1 FROM pg_database WHERE datname = 'sless'" 2>/dev/null | grep -q 1 ||
+	psql -h 127.0.0.1 -U postgres -c "CREATE DATABASE sless" >/dev/null 2>&1 || true
+
+export KUBECONFIG="$STATE/kubeconfig"
+export SLESS_RABBITMQ_URL="$SLESS_TEST_RABBITMQ_URL"
+export SLESS_POSTGRES_URL="postgres://postgres@127.0.0.1:5432/sless?sslmode=disable"
+export SLESS_S3_ENDPOINT="$SLESS_TEST_S3_ENDPOINT" SLESS_S3_ACCESS_KEY="$SLESS_TEST_S3_ACCESS_KEY" SLESS_S3_SECRET_KEY="$SLESS_TEST_S3_SECRET_KEY"
+export SLESS_S3_BUCKET=sless SLESS_PUBLIC_URL="$GATEWAY" SLESS_ARTIFACT_DIR="$STATE/artifacts"
+export SLESS_EXECUTION_DRIVER=local SLESS_BUILD_DRIVER=local SLESS_RUNTIMES_DIR="$ROOT/runtimes" SLESS_FUNCTION_LOG_DIR="$STATE/functions"
+export SLESS_ADMIN_TOKEN="$ADMIN" SLESS_HTTP_ADDR="127.0.0.1:$GATEWAY_PORT" SLESS_DRAIN_DELAY=0s
+export SLESS_ALLOW_PRIVATE_CALLBACKS=true
+
+SLESS_OPS_ADDR=127.0.0.1:$((OPS + 0)) start gateway bin/gateway
+SLESS_OPS_ADDR=127.0.0.1:$((OPS + 1)) start builder bin/builder
+SLESS_OPS_ADDR=127.0.0.1:$((OPS + 2)) start operator bin/operator
+SLESS_OPS_ADDR=127.0.0.1:$((OPS + 3)) start invoker bin/invoker
+SLESS_OPS_ADDR=127.0.0.1:$((OPS + 4)) start scheduler bin/scheduler
+
+for port in $OPS $((OPS + 1)) $((OPS + 2)) $((OPS + 3)) $((OPS + 4)); do
+	for ((i = 0; i < 600; i++)); do
+		curl -fsS "http://127.0.0.1:$port/readyz" >/dev/null 2>&1 && break
+		sleep 0.1
+	done
+	curl -fsS "http://127.0.0.1:$port/readyz" >/dev/null 2>&1 || die "the service on ops port $port is not ready; see $STATE/logs"
+done
+say "all five services are ready"
+
+api() { # METHOD PATH TOKEN [BODY] [CONTENT-TYPE] -> body; fails on a 5xx
+	curl -sS -X "$1" "$GATEWAY$2" -H "Authorization: Bearer $3" ${4:+--data-binary "$4"} -H "Content-Type: ${5:-application/json}"
+}
+
+# The demo tenant and its token (kept between runs).
+api POST /v1/tenants "$ADMIN" '{"name":"demo","display_name":"Demo tenant"}' >/dev/null
+if [ ! -f "$STATE/demo-token" ] || [ "$(curl -s -o /dev/null -w '%{http_code}' "$GATEWAY/v1/tenants/demo" -H "Authorization: Bearer $(cat "$STATE/demo-token")")" != 200 ]; then
+	api POST /v1/tenants/demo/tokens "$ADMIN" '{"name":"make-dev"}' | python3 -c 'import json,sys; print(json.load(sys.stdin)["token"])' >"$STATE/demo-token"
+fi
+TOKEN=$(cat "$STATE/demo-token")
+for ((i = 0; i < 100; i++)); do
+	[ "$(api GET /v1/tenants/demo "$ADMIN" | python3 -c 'import json,sys; print(json.load(sys.stdin).get("status",{}).get("phase",""))')" = Ready ] && break
+	sleep 0.1
+done
+
+# The examples: a function each, with their source, and triggers.
+deploy() { # NAME DIR RUNTIME ENTRYPOINT
+	local zip="$STATE/$1.zip"
+	(cd "$2" && python3 -m zipfile -c "$zip" $(ls | grep -v -e README.md -e example.json))
+	api PUT "/v1/tenants/demo/functions/$1" "$TOKEN" "{\"runtime\":\"$3\",\"entrypoint\":\"$4\",\"memory_mb\":128,\"cpu_millis\":100,\"timeout_sec\":10,\"concurrency\":4,\"min_replicas\":1,\"max_replicas\":1,\"env_vars\":{\"NOTES_DB\":\"$STATE/notes.db\"}}" >/dev/null
+	api PUT "/v1/tenants/demo/functions/$1/source" "$TOKEN" "@$zip" application/zip >/dev/null
+}
+deploy hello-node examples/hello-node nodejs20 index.handler
+deploy simple-node examples/simple-node nodejs20 index.handler
+deploy simple-python examples/simple-python python3.11 main.handler
+deploy notes-python examples/notes-python python3.11 notes.handler
+api PUT /v1/tenants/demo/triggers/hello "$TOKEN" '{"function":"hello-node","type":"http","http":{"path":"/hello","auth":"none"}}' >/dev/null
+api PUT /v1/tenants/demo/triggers/notes "$TOKEN" '{"function":"notes-python","type":"http","http":{"path":"/api","auth":"token"}}' >/dev/null
+api PUT /v1/tenants/demo/triggers/every-minute "$TOKEN" '{"function":"simple-python","type":"cron","cron":{"schedule":"@every 1m","payload":{"from":"cron"}}}' >/dev/null
+api PUT /v1/tenants/demo/triggers/numbers "$TOKEN" '{"function":"simple-node","type":"queue","queue":{"queue":"demo-numbers","concurrency":2,"max_retries":2}}' >/dev/null
+
+say "waiting for the examples to build and start"
+for f in hello-node simple-node simple-python notes-python; do
+	for ((i = 0; i < 1200; i++)); do
+		phase=$(api GET "/v1/tenants/demo/functions/$f" "$TOKEN" | python3 -c 'import json,sys; d=json.load(sys.stdin); print(d.get("status",{}).get("phase",""))')
+		[ "$phase" = Ready ] || [ "$phase" = Failed ] && break
+		sleep 0.25
+	done
+	say "  $f: $phase"
+done
+
+cat <<EOT
+
+  sless is running (local profile).
+
+  gateway      $GATEWAY        (OpenAPI: $GATEWAY/openapi.json)
+  admin token  $ADMIN
+  demo token   $TOKEN
+  logs         $STATE/logs/*.log, function logs in $STATE/functions/
+  kubectl      KUBECONFIG=$STATE/kubeconfig
+
+  Try:
+    export SLESS_TOKEN=$TOKEN
+    curl -s $GATEWAY/fn/demo/hello?name=you
+    curl -s -X POST $GATEWAY/v1/tenants/demo/functions/simple-node/invoke -H "Authorization: Bearer \$SLESS_TOKEN" -H 'Content-Type: application/json' -d '{"numbers":[1,2,3]}'
+    curl -s -X POST $GATEWAY/fn/demo/api/notes -H "Authorization: Bearer \$SLESS_TOKEN" -H 'Content-Type: application/json' -d '{"text":"buy milk"}'
+    curl -s -X POST $GATEWAY/v1/tenants/demo/functions/simple-python/invoke?text=async -H "Authorization: Bearer \$SLESS_TOKEN" -H 'Prefer: respond-async'
+    curl -s "$GATEWAY/v1/tenants/demo/invocations?limit=5" -H "Authorization: Bearer \$SLESS_TOKEN"
+    curl -s $GATEWAY/v1/tenants/demo/functions/hello-node/builds -H "Authorization: Bearer \$SLESS_TOKEN"
+
+  The queue trigger "numbers" consumes demo-numbers on the platform broker;
+  the cron trigger "every-minute" calls simple-python every minute.
+  Ctrl-C stops everything.
+
+EOT
+wait
