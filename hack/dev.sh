@@ -15,15 +15,18 @@ cd "$ROOT"
 say() { printf '\033[1mdev:\033[0m %s\n' "$*" >&2; }
 die() { printf 'dev: ERROR: %s\n' "$*" >&2; exit 1; }
 
-for tool in go python3 node npm curl; do
-	command -v $tool >/dev/null || die "$tool is not installed (prerequisites: Go, Python 3.11, Node.js 20 with npm, curl)"
+for tool in go python3 node npm curl psql; do
+	command -v $tool >/dev/null || die "$tool is not installed (prerequisites: Go, Python 3.11, Node.js 20 with npm, curl; psql comes with PostgreSQL)"
 done
 python3 -c 'import sys; sys.exit(0 if sys.version_info[:2] >= (3, 11) else 1)' || die "python3 is $(python3 --version); sless needs 3.11"
 [ "$(node -p 'process.versions.node.split(".")[0]')" -ge 20 ] || die "node is $(node --version); sless needs 20"
 
 hack/deps.sh up
 eval "$(hack/deps.sh env)"
-STATE=${SLESS_STATE_DIR:-$SLESS_CACHE_DIR/state}/dev
+# SLESS_DEV_STATE, _DATABASE, _BUCKET and _RABBITMQ_URL let a second
+# platform (the end-to-end tests) run beside a developer's make dev.
+STATE=${SLESS_DEV_STATE:-${SLESS_STATE_DIR:-$SLESS_CACHE_DIR/state}/dev}
+DATABASE=${SLESS_DEV_DATABASE:-sless}
 mkdir -p "$STATE/logs" "$STATE/functions"
 GATEWAY_PORT=${SLESS_DEV_PORT:-8080}
 OPS=${SLESS_DEV_OPS_BASE:-9190} # the services' ops ports are OPS..OPS+4
@@ -66,14 +69,14 @@ for ((i = 0; i < 300; i++)); do [ -f "$STATE/kubeconfig" ] && break; sleep 0.1; 
 
 [ -f "$STATE/admin-token" ] || (umask 077; od -An -N24 -tx1 /dev/urandom | tr -d ' \n' >"$STATE/admin-token")
 ADMIN=$(cat "$STATE/admin-token")
-psql -h 127.0.0.1 -U postgres -tc "SELECT 1 FROM pg_database WHERE datname = 'sless'" 2>/dev/null | grep -q 1 ||
-	psql -h 127.0.0.1 -U postgres -c "CREATE DATABASE sless" >/dev/null 2>&1 || true
+psql -h 127.0.0.1 -U postgres -tc "SELECT 1 FROM pg_database WHERE datname = '$DATABASE'" 2>/dev/null | grep -q 1 ||
+	psql -h 127.0.0.1 -U postgres -c "CREATE DATABASE \"$DATABASE\"" >/dev/null 2>&1 || die "cannot create the database $DATABASE"
 
 export KUBECONFIG="$STATE/kubeconfig"
-export SLESS_RABBITMQ_URL="$SLESS_TEST_RABBITMQ_URL"
-export SLESS_POSTGRES_URL="postgres://postgres@127.0.0.1:5432/sless?sslmode=disable"
+export SLESS_RABBITMQ_URL="${SLESS_DEV_RABBITMQ_URL:-$SLESS_TEST_RABBITMQ_URL}"
+export SLESS_POSTGRES_URL="postgres://postgres@127.0.0.1:5432/$DATABASE?sslmode=disable"
 export SLESS_S3_ENDPOINT="$SLESS_TEST_S3_ENDPOINT" SLESS_S3_ACCESS_KEY="$SLESS_TEST_S3_ACCESS_KEY" SLESS_S3_SECRET_KEY="$SLESS_TEST_S3_SECRET_KEY"
-export SLESS_S3_BUCKET=sless SLESS_PUBLIC_URL="$GATEWAY" SLESS_ARTIFACT_DIR="$STATE/artifacts"
+export SLESS_S3_BUCKET=${SLESS_DEV_BUCKET:-sless} SLESS_PUBLIC_URL="$GATEWAY" SLESS_ARTIFACT_DIR="$STATE/artifacts"
 export SLESS_EXECUTION_DRIVER=local SLESS_BUILD_DRIVER=local SLESS_RUNTIMES_DIR="$ROOT/runtimes" SLESS_FUNCTION_LOG_DIR="$STATE/functions"
 export SLESS_ADMIN_TOKEN="$ADMIN" SLESS_HTTP_ADDR="127.0.0.1:$GATEWAY_PORT" SLESS_DRAIN_DELAY=0s
 export SLESS_ALLOW_PRIVATE_CALLBACKS=true

@@ -175,3 +175,18 @@ func TenantPrefixes(tenant string) []string {
 func FunctionPrefixes(tenant, function string) []string {
 	return []string{SourcePrefix(tenant, function), "builds/" + tenant + "/" + function + "/"}
 }
+
+// Count returns how many objects are under prefix.
+func (s *Store) Count(ctx context.Context, prefix string) (int, error) {
+	n := 0
+	for o := range s.mc.ListObjects(ctx, s.bucket, minio.ListObjectsOptions{Prefix: prefix, Recursive: true}) {
+		if o.Err != nil {
+			if minio.ToErrorResponse(o.Err).Code == "NoSuchBucket" {
+				return 0, nil
+			}
+			return n, o.Err
+		}
+		n++
+	}
+	return n, nil
+}

@@ -1,0 +1,409 @@
+// Package e2e drives a whole platform started by hack/dev.sh (make dev)
+// through its public API and the broker only, as a user would.
+package e2e
+
+import (
+	"archive/zip"
+	"bufio"
+	"bytes"
+	"context"
+	"encoding/json"
+	"fmt"
+	"io"
+	"net/http"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"syscall"
+	"testing"
+	"time"
+
+	amqp "github.com/rabbitmq/amqp091-go"
+
+	"github.com/kube5s/sless/pkg/objstore"
+	"github.com/kube5s/sless/pkg/testenv"
+)
+
+type platform struct {
+	base  string
+	admin string
+	state string
+	amqp  string
+	store *objstore.Store
+}
+
+// startPlatform runs hack/dev.sh with a state, database, bucket, vhost and
+// ports of its own, and stops it (Ctrl-C) when the test ends.
+func startPlatform(t *testing.T) *platform {
+	t.Helper()
+	vhost, cleanup, err := testenv.RabbitVhost()
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(cleanup)
+	state := t.TempDir()
+	gw := testenv.FreeAddr(t)
+	port := gw[strings.LastIndex(gw, ":")+1:]
+	opsBase := 30000 + os.Getpid()%5000
+	db := testenv.Name("sless_e2e_")
+	bucket := testenv.Name("sless-e2e-")
+	cmd := exec.Command("bash", filepath.Join("..", "hack", "dev.sh"))
+	cmd.Env = append(os.Environ(), "SLESS_DEV_PORT="+port, fmt.Sprintf("SLESS_DEV_OPS_BASE=%d", opsBase), "SLESS_DEV_STATE="+state,
+		"SLESS_DEV_DATABASE="+db, "SLESS_DEV_BUCKET="+bucket, "SLESS_DEV_RABBITMQ_URL="+vhost)
+	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true}
+	out, _ := cmd.StdoutPipe()
+	cmd.Stderr = cmd.Stdout
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	var logs bytes.Buffer
+	var mu sync.Mutex
+	ready := make(chan struct{})
+	go func() {
+		sc := bufio.NewScanner(out)
+		sc.Buffer(make([]byte, 1<<20), 1<<20)
+		once := sync.Once{}
+		for sc.Scan() {
+			mu.Lock()
+			logs.WriteString(sc.Text() + "\n")
+			mu.Unlock()
+			if strings.Contains(sc.Text(), "sless is running") {
+				once.Do(func() { close(ready) })
+			}
+		}
+	}()
+	stopped := false
+	stop := func() {
+		if stopped {
+			return
+		}
+		stopped = true
+		_ = syscall.Kill(-cmd.Process.Pid, syscall.SIGINT)
+		done := make(chan error, 1)
+		go func() { done <- cmd.Wait() }()
+		select {
+		case <-done:
+		case <-time.After(60 * time.Second):
+			_ = syscall.Kill(-cmd.Process.Pid, syscall.SIGKILL)
+			t.Error("make dev did not stop within 60s of Ctrl-C")
+		}
+	}
+	t.Cleanup(func() {
+		stop()
+		if t.Failed() {
+			mu.Lock()
+			t.Logf("make dev output (tail):\n%s", tail(logs.String(), 80))
+			mu.Unlock()
+		}
+	})
+	select {
+	case <-ready:
+	case <-time.After(10 * time.Minute):
+		t.Fatal("make dev did not come up within 10 minutes")
+	}
+	adm, err := os.ReadFile(filepath.Join(state, "admin-token"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	store, err := objstore.New(objstore.Config{Endpoint: os.Getenv("SLESS_TEST_S3_ENDPOINT"), AccessKey: os.Getenv("SLESS_TEST_S3_ACCESS_KEY"),
+		SecretKey: os.Getenv("SLESS_TEST_S3_SECRET_KEY"), Bucket: bucket})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return &platform{base: "http://127.0.0.1:" + port, admin: strings.TrimSpace(string(adm)), state: state, amqp: vhost, store: store}
+}
+
+func tail(s string, n int) string {
+	lines := strings.Split(s, "\n")
+	if len(lines) > n {
+		lines = lines[len(lines)-n:]
+	}
+	return strings.Join(lines, "\n")
+}
+
+type res struct {
+	status int
+	header http.Header
+	body   []byte
+}
+
+func (r res) obj(t *testing.T) map[string]any {
+	var m map[string]any
+	if err := json.Unmarshal(r.body, &m); err != nil {
+		t.Fatalf("not JSON: %s", r.body)
+	}
+	return m
+}
+
+func (p *platform) do(t *testing.T, method, path, token, ctype string, body []byte, hdr ...string) res {
+	t.Helper()
+	req, _ := http.NewRequest(method, p.base+path, bytes.NewReader(body))
+	if token != "" {
+		req.Header.Set("Authorization", "Bearer "+token)
+	}
+	if ctype != "" {
+		req.Header.Set("Content-Type", ctype)
+	}
+	for i := 0; i+1 < len(hdr); i += 2 {
+		req.Header.Set(hdr[i], hdr[i+1])
+	}
+	resp, err := http.DefaultClient.Do(req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer resp.Body.Close()
+	b, _ := io.ReadAll(resp.Body)
+	return res{resp.StatusCode, resp.Header, b}
+}
+
+func (p *platform) json(t *testing.T, method, path, token string, v any, want int) map[string]any {
+	t.Helper()
+	var body []byte
+	if v != nil {
+		body, _ = json.Marshal(v)
+	}
+	r := p.do(t, method, path, token, "application/json", body)
+	if r.status != want {
+		t.Fatalf("%s %s: %d, want %d: %s", method, path, r.status, want, r.body)
+	}
+	if len(r.body) == 0 {
+		return nil
+	}
+	return r.obj(t)
+}
+
+func zipOf(files map[string]string) []byte {
+	var buf bytes.Buffer
+	zw := zip.NewWriter(&buf)
+	for n, c := range files {
+		w, _ := zw.Create(n)
+		_, _ = w.Write([]byte(c))
+	}
+	_ = zw.Close()
+	return buf.Bytes()
+}
+
+func eventually(t *testing.T, within time.Duration, what string, cond func() bool) {
+	t.Helper()
+	deadline := time.Now().Add(within)
+	for !cond() {
+		if time.Now().After(deadline) {
+			t.Fatalf("timed out after %s waiting for %s", within, what)
+		}
+		time.Sleep(200 * time.Millisecond)
+	}
+}
+
+const app = `import time
+
+def handler(event, context):
+    if event["path"] == "/spin":
+        while True:
+            pass
+    return {"version": "%s", "trigger": context.trigger, "body": event.get("json")}
+`
+
+func TestUserJourney(t *testing.T) {
+	p := startPlatform(t)
+	ctx := context.Background()
+
+	// A tenant and its token.
+	p.json(t, "POST", "/v1/tenants", p.admin, map[string]any{"name": "acme"}, 201)
+	tok := p.json(t, "POST", "/v1/tenants/acme/tokens", p.admin, map[string]any{"name": "e2e"}, 201)["token"].(string)
+	eventually(t, 30*time.Second, "tenant Ready", func() bool {
+		st, _ := p.json(t, "GET", "/v1/tenants/acme", tok, nil, 200)["status"].(map[string]any)
+		return st["phase"] == "Ready"
+	})
+
+	// A function from a zip; the build log is followed to its end.
+	fn := "/v1/tenants/acme/functions/app"
+	p.json(t, "POST", "/v1/tenants/acme/functions", tok, map[string]any{"name": "app", "runtime": "python3.11", "entrypoint": "main.handler", "timeout_sec": 2}, 201)
+	up := p.do(t, "PUT", fn+"/source", tok, "application/zip", zipOf(map[string]string{"main.py": fmt.Sprintf(app, "v1")}))
+	if up.status != 200 {
+		t.Fatalf("upload: %d %s", up.status, up.body)
+	}
+	var buildID string
+	eventually(t, 30*time.Second, "a build", func() bool {
+		items := p.json(t, "GET", fn+"/builds", tok, nil, 200)["items"].([]any)
+		if len(items) > 0 {
+			buildID = items[0].(map[string]any)["id"].(string)
+		}
+		return buildID != ""
+	})
+	log := p.do(t, "GET", fn+"/builds/"+buildID+"/log?follow=true", tok, "", nil)
+	if log.status != 200 || !strings.Contains(string(log.body), "build succeeded") {
+		t.Fatalf("followed build log: %d\n%s", log.status, log.body)
+	}
+	eventually(t, 60*time.Second, "function Ready", func() bool {
+		return p.json(t, "GET", fn, tok, nil, 200)["status"].(map[string]any)["phase"] == "Ready"
+	})
+
+	// Sync invoke.
+	r := p.do(t, "POST", fn+"/invoke", tok, "application/json", []byte(`{"x":1}`))
+	if r.status != 200 || r.obj(t)["version"] != "v1" || r.obj(t)["trigger"] != "http" {
+		t.Fatalf("sync invoke: %d %s", r.status, r.body)
+	}
+
+	// Async invoke, polled until recorded.
+	r = p.do(t, "POST", fn+"/invoke", tok, "application/json", []byte(`{"async":true}`), "Prefer", "respond-async")
+	if r.status != 202 {
+		t.Fatalf("async: %d %s", r.status, r.body)
+	}
+	loc := r.header.Get("Location")
+	eventually(t, 30*time.Second, "the async invocation's record", func() bool {
+		rr := p.do(t, "GET", loc, tok, "", nil)
+		return rr.status == 200 && rr.obj(t)["status"] == "succeeded" && rr.obj(t)["trigger"] == "async"
+	})
+
+	// A cron trigger fires.
+	p.json(t, "POST", "/v1/tenants/acme/triggers", tok, map[string]any{"name": "tick", "function": "app", "type": "cron", "cron": map[string]any{"schedule": "@every 2s"}}, 201)
+	eventually(t, 30*time.Second, "a cron invocation", func() bool {
+		return len(p.json(t, "GET", "/v1/tenants/acme/invocations?trigger=cron", tok, nil, 200)["items"].([]any)) > 0
+	})
+	p.json(t, "PATCH", "/v1/tenants/acme/triggers/tick", tok, map[string]any{"enabled": false}, 200)
+
+	// A message published to a queue trigger's queue becomes an invocation.
+	p.json(t, "POST", "/v1/tenants/acme/triggers", tok, map[string]any{"name": "orders", "function": "app", "type": "queue",
+		"queue": map[string]any{"queue": "acme-orders"}}, 201)
+	conn, err := amqp.Dial(p.amqp)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer conn.Close()
+	ch, _ := conn.Channel()
+	eventually(t, 30*time.Second, "the trigger's queue", func() bool {
+		probe, _ := conn.Channel()
+		_, err := probe.QueueDeclarePassive("acme-orders", true, false, false, false, nil)
+		if err == nil {
+			probe.Close()
+		}
+		return err == nil
+	})
+	if err := ch.PublishWithContext(ctx, "", "acme-orders", false, false, amqp.Publishing{MessageId: "order-1", ContentType: "application/json",
+		Body: []byte(`{"order":1}`), DeliveryMode: amqp.Persistent}); err != nil {
+		t.Fatal(err)
+	}
+	eventually(t, 30*time.Second, "the queue invocation", func() bool {
+		return len(p.json(t, "GET", "/v1/tenants/acme/invocations?trigger=queue", tok, nil, 200)["items"].([]any)) == 1
+	})
+
+	// A job run (a new run_id) succeeds, once.
+	p.json(t, "POST", "/v1/tenants/acme/jobs", tok, map[string]any{"name": "report", "function": "app", "payload": map[string]any{"r": 1}}, 201)
+	p.json(t, "POST", "/v1/tenants/acme/jobs/report/run", tok, nil, 202)
+	eventually(t, 60*time.Second, "the job run", func() bool {
+		st := p.json(t, "GET", "/v1/tenants/acme/jobs/report", tok, nil, 200)["status"].(map[string]any)
+		return st["phase"] == "Succeeded"
+	})
+	time.Sleep(2 * time.Second)
+	if n := len(p.json(t, "GET", "/v1/tenants/acme/invocations?trigger=job", tok, nil, 200)["items"].([]any)); n != 1 {
+		t.Errorf("%d job invocations, want 1", n)
+	}
+
+	// A new source version is served without failed requests during the switch.
+	var failed, served atomic.Int64
+	var sawV2 atomic.Bool
+	stop := make(chan struct{})
+	var wg sync.WaitGroup
+	for range 3 {
+		wg.Go(func() {
+			for {
+				select {
+				case <-stop:
+					return
+				default:
+				}
+				req, _ := http.NewRequest("POST", p.base+fn+"/invoke", strings.NewReader("{}"))
+				req.Header.Set("Authorization", "Bearer "+tok)
+				resp, err := http.DefaultClient.Do(req)
+				if err != nil {
+					failed.Add(1)
+					continue
+				}
+				b, _ := io.ReadAll(resp.Body)
+				resp.Body.Close()
+				if resp.StatusCode != 200 {
+					failed.Add(1)
+					continue
+				}
+				served.Add(1)
+				if strings.Contains(string(b), `"v2"`) {
+					sawV2.Store(true)
+				}
+			}
+		})
+	}
+	up = p.do(t, "PUT", fn+"/source", tok, "application/zip", zipOf(map[string]string{"main.py": fmt.Sprintf(app, "v2")}))
+	if up.status != 200 {
+		t.Fatalf("second upload: %d %s", up.status, up.body)
+	}
+	eventually(t, 90*time.Second, "v2 served", sawV2.Load)
+	time.Sleep(4 * time.Second) // past the old process's drain
+	close(stop)
+	wg.Wait()
+	t.Logf("source switch under load: %d served, %d failed", served.Load(), failed.Load())
+	if failed.Load() != 0 {
+		t.Errorf("%d requests failed during the switch", failed.Load())
+	}
+
+	// A timeout answers 504, and the next call works.
+	r = p.do(t, "POST", "/v1/tenants/acme/triggers", tok, "application/json",
+		[]byte(`{"name":"web","function":"app","type":"http","http":{"path":"/app","auth":"none"}}`))
+	if r.status != 201 {
+		t.Fatalf("http trigger: %d %s", r.status, r.body)
+	}
+	eventually(t, 10*time.Second, "the http trigger", func() bool { return p.do(t, "GET", "/fn/acme/app/hello", "", "", nil).status == 200 })
+	if r := p.do(t, "GET", "/fn/acme/app/spin", "", "", nil); r.status != 504 {
+		t.Fatalf("a runaway handler answered %d %s, want 504", r.status, r.body)
+	}
+	if r := p.do(t, "GET", "/fn/acme/app/hello", "", "", nil); r.status != 200 {
+		t.Fatalf("after a timeout: %d %s", r.status, r.body)
+	}
+
+	// Deleting the function removes its process, its stored objects and its endpoint.
+	endpointCheck := p.do(t, "POST", fn+"/invoke", tok, "application/json", []byte("{}"))
+	if endpointCheck.status != 200 {
+		t.Fatal("function not serving before delete")
+	}
+	objects := func() int {
+		n := 0
+		for _, prefix := range objstore.FunctionPrefixes("acme", "app") {
+			n += p.count(t, prefix)
+		}
+		return n
+	}
+	if objects() == 0 {
+		t.Fatal("no stored objects of the function before delete")
+	}
+	p.json(t, "DELETE", fn, tok, nil, 202)
+	eventually(t, 30*time.Second, "the function gone", func() bool { return p.do(t, "GET", fn, tok, "", nil).status == 404 })
+	eventually(t, 30*time.Second, "its endpoint gone", func() bool { return p.do(t, "POST", fn+"/invoke", tok, "application/json", []byte("{}")).status == 404 })
+	if n := objects(); n != 0 {
+		t.Errorf("%d stored objects of the deleted function remain", n)
+	}
+
+	// Deleting the tenant removes everything it had.
+	p.json(t, "POST", "/v1/tenants/acme/functions", tok, map[string]any{"name": "other", "runtime": "nodejs20", "entrypoint": "index.handler"}, 201)
+	if r := p.do(t, "PUT", "/v1/tenants/acme/functions/other/source", tok, "application/zip",
+		zipOf(map[string]string{"index.js": "exports.handler = async () => 'other';\n"})); r.status != 200 {
+		t.Fatalf("upload: %d %s", r.status, r.body)
+	}
+	p.json(t, "DELETE", "/v1/tenants/acme", p.admin, nil, 202)
+	eventually(t, 60*time.Second, "the tenant gone", func() bool { return p.do(t, "GET", "/v1/tenants/acme", p.admin, "", nil).status == 404 })
+	if r := p.do(t, "GET", "/v1/tenants/acme/functions", tok, "", nil); r.status != 401 {
+		t.Errorf("the deleted tenant's token answered %d", r.status)
+	}
+	eventually(t, 30*time.Second, "the tenant's objects gone", func() bool { return p.count(t, "sources/acme/") == 0 })
+}
+
+// count counts stored objects under prefix.
+func (p *platform) count(t *testing.T, prefix string) int {
+	t.Helper()
+	n, err := p.store.Count(context.Background(), prefix)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return n
+}
