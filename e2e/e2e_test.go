@@ -211,7 +211,7 @@ func TestUserJourney(t *testing.T) {
 	ctx := context.Background()
 
 	// A tenant and its token.
-	p.json(t, "POST", "/v1/tenants", p.admin, map[string]any{"name": "acme"}, 201)
+	p.json(t, "POST", "/v1/tenants", p.admin, map[string]any{"name": "acme", "quotas": map[string]any{"invocations_per_second": 100000}}, 201)
 	tok := p.json(t, "POST", "/v1/tenants/acme/tokens", p.admin, map[string]any{"name": "e2e"}, 201)["token"].(string)
 	eventually(t, 30*time.Second, "tenant Ready", func() bool {
 		st, _ := p.json(t, "GET", "/v1/tenants/acme", tok, nil, 200)["status"].(map[string]any)
