@@ -40,7 +40,7 @@ type world struct {
 	pub    *amqp.Channel
 }
 
-func newWorld(t *testing.T) *world {
+func newWorld(t testing.TB) *world {
 	t.Helper()
 	vhost, cleanup, err := testenv.RabbitVhost()
 	if err != nil {
@@ -74,7 +74,7 @@ func newWorld(t *testing.T) *world {
 }
 
 // reconnect opens the test's publishing channel (again, after a broker restart).
-func (w *world) reconnect(t *testing.T) {
+func (w *world) reconnect(t testing.TB) {
 	t.Helper()
 	deadline := time.Now().Add(60 * time.Second)
 	for {

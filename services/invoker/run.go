@@ -77,6 +77,7 @@ func run(ctx context.Context, getenv func(string) string, stdout io.Writer) erro
 		Functions: watch,
 		Client:    &http.Client{Transport: &http.Transport{MaxIdleConnsPerHost: 256, IdleConnTimeout: 90 * time.Second, DisableCompression: true}},
 		Publisher: pub, Recorded: invoke.RecordedIn(pool), Tracer: svc.Tracer, Log: svc.Log,
+		Records: &invoke.Records{Publisher: pub, MaxBatch: 256},
 		Metrics: invoke.NewMetrics(svc.Registry), MaxInline: 4096,
 	}
 	history := invoke.NewHistory(pool, svc.Log, svc.Registry)

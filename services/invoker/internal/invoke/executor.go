@@ -46,6 +46,7 @@ type Executor struct {
 	Client    *http.Client
 	Publisher Publisher
 	Recorded  Recorded
+	Records   *Records
 	Tracer    trace.Tracer
 	Log       *slog.Logger
 	Metrics   *Metrics
@@ -91,16 +92,18 @@ func (e *Executor) Handle(ctx context.Context, d *amqp.Delivery) error {
 	if err := json.Unmarshal(d.Body, &req); err != nil || req.InvocationID == "" || req.Function == "" {
 		return rabbit.Permanent(fmt.Errorf("undecodable %s: %v", msg.TypeInvocationRequested, err))
 	}
-	if done, err := e.Recorded(ctx, req.InvocationID); err == nil && done {
-		return nil // a redelivery of an invocation that finished and was recorded
-	}
 	attempt := rabbit.Attempt(d)
+	if d.Redelivered || attempt > 1 {
+		if done, err := e.Recorded(ctx, req.InvocationID); err == nil && done {
+			return nil // a redelivery of an invocation that finished and was recorded
+		}
+	}
 	rec, retry := e.Execute(ctx, &req, attempt)
 	if retry && attempt <= int(req.MaxRetries) {
 		e.Metrics.retries.Inc()
 		return fmt.Errorf("%w: %s", errRetry, rec.Error)
 	}
-	if err := e.Publisher.PublishMessage(ctx, rec); err != nil {
+	if err := e.Records.Publish(ctx, rec); err != nil {
 		return err // not recorded: the message comes back
 	}
 	if req.CallbackURL != "" {
@@ -142,7 +145,7 @@ func (e *Executor) Execute(ctx context.Context, req *msg.InvocationRequested, at
 	}()
 
 	var fn slessv1.Function
-	err := e.Functions.Get(ctx, client.ObjectKey{Namespace: slessv1.NamespaceFor(req.Tenant), Name: req.Function}, &fn)
+	err := e.Functions.Get(ctx, client.ObjectKey{Namespace: slessv1.NamespaceFor(req.Tenant), Name: req.Function}, &fn, client.UnsafeDisableDeepCopy)
 	switch {
 	case apierrors.IsNotFound(err):
 		rec.Status, rec.Error = msg.StatusFailed, "function "+req.Function+" does not exist"

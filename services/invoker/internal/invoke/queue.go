@@ -158,18 +158,18 @@ func (q *QueueTriggers) start(parent context.Context, t *slessv1.Trigger, url, h
 	tenant := t.Namespace[len(slessv1.NamespaceFor("")):]
 	handle := func(ctx context.Context, d *amqp.Delivery) error {
 		req := requestFromDelivery(d, tenant, t)
-		if d.MessageId != "" {
+		attempt := rabbit.Attempt(d)
+		if d.MessageId != "" && (d.Redelivered || attempt > 1) {
 			if done, err := q.Exec.Recorded(ctx, req.InvocationID); err == nil && done {
 				return nil
 			}
 		}
-		attempt := rabbit.Attempt(d)
 		rec, retryable := q.Exec.Execute(ctx, req, attempt)
 		if retryable && attempt <= int(spec.MaxRetries) {
 			q.Exec.Metrics.retries.Inc()
 			return fmt.Errorf("%w: %s", errRetry, rec.Error)
 		}
-		if err := q.Exec.Publisher.PublishMessage(ctx, rec); err != nil {
+		if err := q.Exec.Records.Publish(ctx, rec); err != nil {
 			return err
 		}
 		if retryable {
