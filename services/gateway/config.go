@@ -17,6 +17,7 @@ type config struct {
 	RabbitURL         string // SLESS_RABBITMQ_URL
 	PostgresURL       string // SLESS_POSTGRES_URL
 	Migrate           bool   // SLESS_MIGRATE: apply migrations at start
+	MigrateOnly       bool   // SLESS_MIGRATE_ONLY: apply migrations and exit (the Helm hook Job)
 	S3                objstore.Config
 	MaxSourceBytes    int  // SLESS_MAX_SOURCE_BYTES
 	MaxResponseBytes  int  // SLESS_MAX_RESPONSE_BYTES
@@ -35,11 +36,15 @@ func loadConfig(getenv func(string) string) (config, error) {
 		RabbitURL:         r.URL("SLESS_RABBITMQ_URL", "amqp://guest:guest@127.0.0.1:5672/", "amqp", "amqps"),
 		PostgresURL:       r.URL("SLESS_POSTGRES_URL", "postgres://postgres@127.0.0.1:5432/sless?sslmode=disable", "postgres", "postgresql"),
 		Migrate:           r.Bool("SLESS_MIGRATE", true),
+		MigrateOnly:       r.Bool("SLESS_MIGRATE_ONLY", false),
 		S3:                objstore.ReadConfig(r),
 		MaxSourceBytes:    r.Int("SLESS_MAX_SOURCE_BYTES", 50<<20, 1024, 1<<30),
 		MaxResponseBytes:  r.Int("SLESS_MAX_RESPONSE_BYTES", 6<<20, 1024, 1<<30),
 		AllowPrivateHooks: r.Bool("SLESS_ALLOW_PRIVATE_CALLBACKS", false),
 		RecordBuffer:      r.Int("SLESS_RECORD_BUFFER", 10000, 1, 1000000),
+	}
+	if c.MigrateOnly {
+		return c, nil // only the database is needed
 	}
 	if c.AdminToken != "" && len(c.AdminToken) < 32 {
 		r.Failf("SLESS_ADMIN_TOKEN must be at least 32 characters")

@@ -30,6 +30,16 @@ func run(ctx context.Context, getenv func(string) string, stdout io.Writer) erro
 		return err
 	}
 
+	if cfg.MigrateOnly { // the Helm chart's pre-install/pre-upgrade hook Job
+		pool, err := migrations.Open(ctx, cfg.PostgresURL, true)
+		if err != nil {
+			return err
+		}
+		pool.Close()
+		svc.Log.Info("migrations applied")
+		return nil
+	}
+
 	kcfg, err := kubeclient.Config(cfg.Kubeconfig, 50, 100)
 	if err != nil {
 		return err
