@@ -3,9 +3,9 @@ SHELL := /usr/bin/env bash
 .SHELLFLAGS := -euo pipefail -c
 .DEFAULT_GOAL := help
 
-MODULES := pkg migrations services/gateway services/builder services/operator services/invoker services/scheduler hack/devcluster e2e
+MODULES := pkg migrations services/gateway services/builder services/operator services/invoker services/scheduler hack/devcluster deploy/helm e2e
 SERVICES := gateway builder operator invoker scheduler
-GENERATED := pkg/apis/sless/v1alpha1/zz_generated.deepcopy.go pkg/apis/sless/crds/*.yaml
+GENERATED := pkg/apis/sless/v1alpha1/zz_generated.deepcopy.go pkg/apis/sless/crds/*.yaml deploy/helm/sless/files/crds/*.yaml
 DEPS_ENV = eval "$$(hack/deps.sh env)"
 
 .PHONY: help
@@ -47,9 +47,10 @@ bench: deps ## run the benchmarks (platform vs bare baseline, printed as ratios)
 	done
 
 .PHONY: generate
-generate: ## regenerate deepcopy code and CRD manifests
+generate: ## regenerate deepcopy code and CRD manifests (also into the Helm chart)
 	@cd pkg && go tool controller-gen object paths=./apis/sless/v1alpha1/... \
 		crd:crdVersions=v1 output:crd:artifacts:config=apis/sless/crds
+	@cp pkg/apis/sless/crds/*.yaml deploy/helm/sless/files/crds/
 
 .PHONY: verify
 verify: fmt-check vet ## fail when generated code is stale, code is unformatted or go vet complains

@@ -1,0 +1,170 @@
+package helm
+
+import (
+	"context"
+	"testing"
+	"time"
+
+	appsv1 "k8s.io/api/apps/v1"
+	batchv1 "k8s.io/api/batch/v1"
+	corev1 "k8s.io/api/core/v1"
+	networkingv1 "k8s.io/api/networking/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/client-go/kubernetes"
+	"k8s.io/client-go/rest"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+
+	slessv1 "github.com/kube5s/sless/pkg/apis/sless/v1alpha1"
+	"github.com/kube5s/sless/pkg/testenv"
+)
+
+func waitABit() { time.Sleep(50 * time.Millisecond) }
+
+// as returns clients that act as the chart's ServiceAccount of component.
+func as(t *testing.T, component string) (client.Client, kubernetes.Interface) {
+	t.Helper()
+	cfg := rest.CopyConfig(kube.Config)
+	cfg.Impersonate = rest.ImpersonationConfig{UserName: "system:serviceaccount:" + releaseNS + ":sless-" + component}
+	c, err := client.New(cfg, client.Options{Scheme: testenv.Scheme()})
+	if err != nil {
+		t.Fatal(err)
+	}
+	cs, err := kubernetes.NewForConfig(cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return c, cs
+}
+
+// allowed fails when err is a refusal; other errors (not found) mean the
+// call was authorized.
+func allowed(t *testing.T, what string, err error) {
+	t.Helper()
+	if apierrors.IsForbidden(err) {
+		t.Errorf("%s: refused: %v", what, err)
+	}
+}
+
+func refused(t *testing.T, what string, err error) {
+	t.Helper()
+	if !apierrors.IsForbidden(err) {
+		t.Errorf("%s: not refused (err %v); the role is wider than needed", what, err)
+	}
+}
+
+// TestRBACIsSufficientAndMinimal applies the chart's ServiceAccounts and
+// roles to the real API server, then makes each component's API calls as
+// its ServiceAccount, and one call outside its role each.
+func TestRBACIsSufficientAndMinimal(t *testing.T) {
+	admin, err := client.New(kube.Config, client.Options{Scheme: testenv.Scheme()})
+	if err != nil {
+		t.Fatal(err)
+	}
+	ensureNS(t, admin, releaseNS)
+	manifest, err := render(load(t), map[string]any{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, o := range objects(t, manifest) {
+		switch o.GetKind() {
+		case "Namespace", "ServiceAccount", "ClusterRole", "ClusterRoleBinding", "Role", "RoleBinding":
+			if o.GetKind() == "Namespace" {
+				ensureNS(t, admin, o.GetName())
+				continue
+			}
+			if err := admin.Create(t.Context(), o); err != nil && !apierrors.IsAlreadyExists(err) {
+				t.Fatalf("apply %s %s: %v", o.GetKind(), o.GetName(), err)
+			}
+		}
+	}
+	// Objects the calls below work on.
+	tenant := testenv.Name("rbac")
+	ns := slessv1.NamespaceFor(tenant)
+	ensureNS(t, admin, ns)
+	ctx := t.Context()
+	fn := &slessv1.Function{ObjectMeta: metav1.ObjectMeta{Name: "f", Namespace: ns}, Spec: slessv1.FunctionSpec{Runtime: "python3.11", Entrypoint: "main.handler"}}
+	if err := admin.Create(ctx, fn); err != nil {
+		t.Fatal(err)
+	}
+	tr := &slessv1.Trigger{ObjectMeta: metav1.ObjectMeta{Name: "tick", Namespace: ns}, Spec: slessv1.TriggerSpec{FunctionRef: slessv1.LocalRef{Name: "f"},
+		Type: slessv1.TriggerCron, Cron: &slessv1.CronTrigger{Schedule: "@hourly"}}}
+	if err := admin.Create(ctx, tr); err != nil {
+		t.Fatal(err)
+	}
+	eventuallyAllowed := func(t *testing.T, what string, call func() error) {
+		// RBAC objects just created take a moment to reach the authorizer.
+		var err error
+		for i := 0; i < 60; i++ {
+			if err = call(); !apierrors.IsForbidden(err) {
+				break
+			}
+			waitABit()
+		}
+		allowed(t, what, err)
+	}
+
+	t.Run("operator", func(t *testing.T) {
+		c, _ := as(t, "operator")
+		eventuallyAllowed(t, "list tenants", func() error { return c.List(ctx, &slessv1.TenantList{}) })
+		allowed(t, "watch functions", c.List(ctx, &slessv1.FunctionList{}))
+		allowed(t, "create a tenant namespace", c.Create(ctx, &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: testenv.Name("sless-fn-op")}}, client.DryRunAll))
+		allowed(t, "create a quota", c.Create(ctx, &corev1.ResourceQuota{ObjectMeta: metav1.ObjectMeta{Name: "q", Namespace: ns}}, client.DryRunAll))
+		allowed(t, "create a network policy", c.Create(ctx, &networkingv1.NetworkPolicy{ObjectMeta: metav1.ObjectMeta{Name: "p", Namespace: ns}}, client.DryRunAll))
+		dep := &appsv1.Deployment{ObjectMeta: metav1.ObjectMeta{Name: "fn-f", Namespace: ns}, Spec: appsv1.DeploymentSpec{
+			Selector: &metav1.LabelSelector{MatchLabels: map[string]string{"a": "b"}},
+			Template: corev1.PodTemplateSpec{ObjectMeta: metav1.ObjectMeta{Labels: map[string]string{"a": "b"}},
+				Spec: corev1.PodSpec{Containers: []corev1.Container{{Name: "c", Image: "i@sha256:" + zeros}}}}}}
+		allowed(t, "create a deployment", c.Create(ctx, dep, client.DryRunAll))
+		var f slessv1.Function
+		allowed(t, "get a function", c.Get(ctx, client.ObjectKeyFromObject(fn), &f))
+		f.Status.Phase = slessv1.FunctionPending
+		allowed(t, "update function status", c.Status().Update(ctx, &f, client.DryRunAll))
+		allowed(t, "create an event", c.Create(ctx, &corev1.Event{ObjectMeta: metav1.ObjectMeta{GenerateName: "e", Namespace: ns},
+			InvolvedObject: corev1.ObjectReference{Kind: "Function", Name: "f", Namespace: ns}}, client.DryRunAll))
+		refused(t, "read secrets", c.List(ctx, &corev1.SecretList{}, client.InNamespace(ns)))
+	})
+	t.Run("gateway", func(t *testing.T) {
+		c, _ := as(t, "gateway")
+		eventuallyAllowed(t, "create a tenant", func() error {
+			return c.Create(ctx, &slessv1.Tenant{ObjectMeta: metav1.ObjectMeta{Name: testenv.Name("gw")}}, client.DryRunAll)
+		})
+		allowed(t, "create a function", c.Create(ctx, &slessv1.Function{ObjectMeta: metav1.ObjectMeta{Name: "g", Namespace: ns},
+			Spec: slessv1.FunctionSpec{Runtime: "python3.11", Entrypoint: "main.handler"}}, client.DryRunAll))
+		allowed(t, "patch a function", c.Patch(ctx, fn.DeepCopy(), client.RawPatch("application/merge-patch+json", []byte(`{"metadata":{"labels":{"x":"y"}}}`)), client.DryRunAll))
+		allowed(t, "list triggers", c.List(ctx, &slessv1.TriggerList{}))
+		allowed(t, "delete a job", client.IgnoreNotFound(c.Delete(ctx, &slessv1.FunctionJob{ObjectMeta: metav1.ObjectMeta{Name: "none", Namespace: ns}})))
+		refused(t, "create a namespace", c.Create(ctx, &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: testenv.Name("gw-ns")}}, client.DryRunAll))
+		refused(t, "update function status", c.Status().Update(ctx, fn.DeepCopy(), client.DryRunAll))
+	})
+	t.Run("builder", func(t *testing.T) {
+		c, cs := as(t, "builder")
+		eventuallyAllowed(t, "get a tenant", func() error { return client.IgnoreNotFound(c.Get(ctx, client.ObjectKey{Name: tenant}, &slessv1.Tenant{})) })
+		job := &batchv1.Job{ObjectMeta: metav1.ObjectMeta{Name: "b", Namespace: "sless-builds"}, Spec: batchv1.JobSpec{Template: corev1.PodTemplateSpec{
+			Spec: corev1.PodSpec{RestartPolicy: corev1.RestartPolicyNever, Containers: []corev1.Container{{Name: "c", Image: "i@sha256:" + zeros}}}}}}
+		allowed(t, "create a build job", c.Create(ctx, job, client.DryRunAll))
+		allowed(t, "list build pods", c.List(ctx, &corev1.PodList{}, client.InNamespace("sless-builds")))
+		_, err := cs.CoreV1().Pods("sless-builds").GetLogs("none", &corev1.PodLogOptions{}).DoRaw(context.Background())
+		allowed(t, "read build logs", err)
+		job.Namespace = "default"
+		refused(t, "create a job elsewhere", c.Create(ctx, job, client.DryRunAll))
+	})
+	t.Run("invoker", func(t *testing.T) {
+		c, _ := as(t, "invoker")
+		eventuallyAllowed(t, "list functions", func() error { return c.List(ctx, &slessv1.FunctionList{}) })
+		allowed(t, "list triggers", c.List(ctx, &slessv1.TriggerList{}))
+		allowed(t, "read a broker secret", client.IgnoreNotFound(c.Get(ctx, client.ObjectKey{Namespace: ns, Name: "broker"}, &corev1.Secret{})))
+		refused(t, "create a function", c.Create(ctx, &slessv1.Function{ObjectMeta: metav1.ObjectMeta{Name: "x", Namespace: ns},
+			Spec: slessv1.FunctionSpec{Runtime: "python3.11", Entrypoint: "main.handler"}}, client.DryRunAll))
+	})
+	t.Run("scheduler", func(t *testing.T) {
+		c, _ := as(t, "scheduler")
+		eventuallyAllowed(t, "list triggers", func() error { return c.List(ctx, &slessv1.TriggerList{}) })
+		allowed(t, "patch trigger status", c.Status().Patch(ctx, tr.DeepCopy(), client.RawPatch("application/merge-patch+json",
+			[]byte(`{"status":{"phase":"Active"}}`)), client.DryRunAll))
+		refused(t, "update a trigger's spec", c.Update(ctx, tr.DeepCopy(), client.DryRunAll))
+		refused(t, "list functions", c.List(ctx, &slessv1.FunctionList{}))
+	})
+}
+
+const zeros = "0000000000000000000000000000000000000000000000000000000000000000"

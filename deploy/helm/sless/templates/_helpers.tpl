@@ -1,0 +1,82 @@
+{{/* The components and their ops ports. */}}
+{{- define "sless.components" -}}
+gateway: 9090
+builder: 9091
+operator: 9092
+invoker: 9093
+scheduler: 9094
+{{- end -}}
+
+{{- define "sless.fullname" -}}
+{{- printf "%s-%s" .root.Release.Name .name | trunc 63 | trimSuffix "-" -}}
+{{- end -}}
+
+{{- define "sless.labels" -}}
+app.kubernetes.io/name: sless
+app.kubernetes.io/part-of: sless
+app.kubernetes.io/instance: {{ .root.Release.Name }}
+app.kubernetes.io/component: {{ .name }}
+app.kubernetes.io/version: {{ .root.Chart.AppVersion | quote }}
+app.kubernetes.io/managed-by: {{ .root.Release.Service }}
+helm.sh/chart: {{ printf "%s-%s" .root.Chart.Name .root.Chart.Version }}
+{{- end -}}
+
+{{- define "sless.selector" -}}
+app.kubernetes.io/part-of: sless
+app.kubernetes.io/instance: {{ .root.Release.Name }}
+app.kubernetes.io/component: {{ .name }}
+{{- end -}}
+
+{{- define "sless.image" -}}
+{{- printf "%s/%s@%s" .root.Values.image.repository .name (index .root.Values.image.digests .name) -}}
+{{- end -}}
+
+{{/* The hardened security context of every sless container. */}}
+{{- define "sless.podSecurity" -}}
+runAsNonRoot: true
+runAsUser: 65532
+runAsGroup: 65532
+seccompProfile:
+  type: RuntimeDefault
+{{- end -}}
+{{- define "sless.containerSecurity" -}}
+allowPrivilegeEscalation: false
+readOnlyRootFilesystem: true
+runAsNonRoot: true
+capabilities:
+  drop: ["ALL"]
+seccompProfile:
+  type: RuntimeDefault
+{{- end -}}
+
+{{/* Environment every component shares. */}}
+{{- define "sless.env" -}}
+- name: LOG_LEVEL
+  value: {{ .root.Values.logLevel | quote }}
+- name: SLESS_OPS_ADDR
+  value: ":{{ .port }}"
+- name: SLESS_DRAIN_DELAY
+  value: "5s"
+- name: SLESS_NAMESPACE
+  valueFrom: {fieldRef: {fieldPath: metadata.namespace}}
+- name: SLESS_MIGRATE
+  value: "false"
+- name: SLESS_RABBITMQ_URL
+  valueFrom: {secretKeyRef: {name: {{ .root.Values.rabbitmq.existingSecret }}, key: {{ .root.Values.rabbitmq.urlKey }}}}
+{{- if has .name (list "gateway" "builder" "invoker" "scheduler") }}
+- name: SLESS_POSTGRES_URL
+  valueFrom: {secretKeyRef: {name: {{ .root.Values.postgres.existingSecret }}, key: {{ .root.Values.postgres.urlKey }}}}
+{{- end }}
+{{- if has .name (list "gateway" "builder" "operator") }}
+- name: SLESS_S3_ENDPOINT
+  value: {{ .root.Values.s3.endpoint | quote }}
+- name: SLESS_S3_BUCKET
+  value: {{ .root.Values.s3.bucket | quote }}
+- name: SLESS_S3_SECURE
+  value: {{ .root.Values.s3.secure | quote }}
+- name: SLESS_S3_ACCESS_KEY
+  valueFrom: {secretKeyRef: {name: {{ .root.Values.s3.existingSecret }}, key: SLESS_S3_ACCESS_KEY}}
+- name: SLESS_S3_SECRET_KEY
+  valueFrom: {secretKeyRef: {name: {{ .root.Values.s3.existingSecret }}, key: SLESS_S3_SECRET_KEY}}
+{{- end }}
+{{- end -}}
