@@ -285,4 +285,3 @@ func installServiceMonitorCRD(t *testing.T, c client.Client) {
 }
 
 func ptrTo[T any](v T) *T { return &v }
-

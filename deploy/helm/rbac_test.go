@@ -139,7 +139,9 @@ func TestRBACIsSufficientAndMinimal(t *testing.T) {
 	})
 	t.Run("builder", func(t *testing.T) {
 		c, cs := as(t, "builder")
-		eventuallyAllowed(t, "get a tenant", func() error { return client.IgnoreNotFound(c.Get(ctx, client.ObjectKey{Name: tenant}, &slessv1.Tenant{})) })
+		eventuallyAllowed(t, "get a tenant", func() error {
+			return client.IgnoreNotFound(c.Get(ctx, client.ObjectKey{Name: tenant}, &slessv1.Tenant{}))
+		})
 		job := &batchv1.Job{ObjectMeta: metav1.ObjectMeta{Name: "b", Namespace: "sless-builds"}, Spec: batchv1.JobSpec{Template: corev1.PodTemplateSpec{
 			Spec: corev1.PodSpec{RestartPolicy: corev1.RestartPolicyNever, Containers: []corev1.Container{{Name: "c", Image: "i@sha256:" + zeros}}}}}}
 		allowed(t, "create a build job", c.Create(ctx, job, client.DryRunAll))

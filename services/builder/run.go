@@ -64,18 +64,11 @@ func run(ctx context.Context, getenv func(string) string, stdout io.Writer) erro
 	defer pool.Close()
 	svc.Health.AddCheck(health.Check{Name: "postgres", Fn: pool.Ping})
 
-	store, err := objstore.New(cfg.S3)
+	store, err := svc.ObjectStore(ctx, cfg.S3)
 	if err != nil {
 		return err
 	}
-	if err := store.EnsureBucket(ctx); err != nil {
-		return err
-	}
-	svc.Health.AddCheck(health.Check{Name: "s3", Fn: store.Check})
-
-	mq := rabbit.New(cfg.RabbitURL, "sless-builder", svc.Log, rabbit.PlatformTopology()...)
-	svc.Go(mq.Run)
-	svc.Health.AddCheck(health.Check{Name: "rabbitmq", Fn: mq.Check})
+	mq := svc.Rabbit(cfg.RabbitURL)
 
 	var drv build.Driver
 	validators := []build.Validator{build.EntrypointExists{}, build.Syntax{Python: cfg.Python, Node: cfg.Node}}

@@ -2,18 +2,13 @@ package main
 
 import (
 	"context"
-	"errors"
 	"fmt"
 	"io"
-
-	"sigs.k8s.io/controller-runtime/pkg/cache"
-	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	"github.com/kube5s/sless/migrations"
 	slessv1 "github.com/kube5s/sless/pkg/apis/sless/v1alpha1"
 	"github.com/kube5s/sless/pkg/health"
 	"github.com/kube5s/sless/pkg/kubeclient"
-	"github.com/kube5s/sless/pkg/objstore"
 	"github.com/kube5s/sless/pkg/rabbit"
 	"github.com/kube5s/sless/pkg/service"
 	"github.com/kube5s/sless/services/gateway/internal/api"
@@ -44,31 +39,12 @@ func run(ctx context.Context, getenv func(string) string, stdout io.Writer) erro
 	if err != nil {
 		return err
 	}
-	scheme := kubeclient.Scheme()
-	kube, err := client.New(kcfg, client.Options{Scheme: scheme})
+	// The data plane reads Functions, Triggers and Tenants from a watch
+	// cache, never from the API server per request.
+	kube, watch, _, err := svc.Kube(ctx, kcfg, &slessv1.Function{}, &slessv1.Trigger{}, &slessv1.Tenant{})
 	if err != nil {
 		return err
 	}
-	// The data plane reads Functions, Triggers and Tenants from a watch
-	// cache, never from the API server per request.
-	watch, err := cache.New(kcfg, cache.Options{Scheme: scheme, ByObject: map[client.Object]cache.ByObject{
-		&slessv1.Function{}: {}, &slessv1.Trigger{}: {}, &slessv1.Tenant{}: {},
-	}})
-	if err != nil {
-		return fmt.Errorf("watch cache: %w", err)
-	}
-	for _, obj := range []client.Object{&slessv1.Function{}, &slessv1.Trigger{}, &slessv1.Tenant{}} {
-		if _, err := watch.GetInformer(ctx, obj); err != nil {
-			return fmt.Errorf("watch %T: %w", obj, err)
-		}
-	}
-	svc.Go(watch.Start)
-	svc.Health.AddCheck(health.Check{Name: "kubernetes", Fn: func(ctx context.Context) error {
-		if !watch.WaitForCacheSync(ctx) {
-			return errors.New("watch cache not synced")
-		}
-		return nil
-	}})
 
 	pool, err := migrations.Open(ctx, cfg.PostgresURL, cfg.Migrate)
 	if err != nil {
@@ -77,19 +53,11 @@ func run(ctx context.Context, getenv func(string) string, stdout io.Writer) erro
 	defer pool.Close()
 	svc.Health.AddCheck(health.Check{Name: "postgres", Fn: pool.Ping})
 
-	store, err := objstore.New(cfg.S3)
+	store, err := svc.ObjectStore(ctx, cfg.S3)
 	if err != nil {
 		return err
 	}
-	if err := store.EnsureBucket(ctx); err != nil {
-		return err
-	}
-	svc.Health.AddCheck(health.Check{Name: "s3", Fn: store.Check})
-
-	mq := rabbit.New(cfg.RabbitURL, "sless-gateway", svc.Log, rabbit.PlatformTopology()...)
-	svc.Go(mq.Run)
-	svc.Health.AddCheck(health.Check{Name: "rabbitmq", Fn: mq.Check})
-	pub := rabbit.NewPublisher(mq)
+	pub := rabbit.NewPublisher(svc.Rabbit(cfg.RabbitURL))
 	recorder := api.NewRecorder(pub, svc.Log, svc.Registry, cfg.RecordBuffer, 8)
 	svc.Go(recorder.Run)
 

@@ -2,16 +2,12 @@ package main
 
 import (
 	"context"
-	"errors"
 	"fmt"
 	"io"
 	"net"
 	"net/http"
 	"syscall"
 	"time"
-
-	"sigs.k8s.io/controller-runtime/pkg/cache"
-	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	"github.com/kube5s/sless/migrations"
 	slessv1 "github.com/kube5s/sless/pkg/apis/sless/v1alpha1"
@@ -38,28 +34,10 @@ func run(ctx context.Context, getenv func(string) string, stdout io.Writer) erro
 	if err != nil {
 		return err
 	}
-	scheme := kubeclient.Scheme()
-	kube, err := client.New(kcfg, client.Options{Scheme: scheme})
+	kube, watch, synced, err := svc.Kube(ctx, kcfg, &slessv1.Function{}, &slessv1.Trigger{})
 	if err != nil {
 		return err
 	}
-	watch, err := cache.New(kcfg, cache.Options{Scheme: scheme, ByObject: map[client.Object]cache.ByObject{&slessv1.Function{}: {}, &slessv1.Trigger{}: {}}})
-	if err != nil {
-		return fmt.Errorf("watch cache: %w", err)
-	}
-	for _, obj := range []client.Object{&slessv1.Function{}, &slessv1.Trigger{}} {
-		if _, err := watch.GetInformer(ctx, obj); err != nil {
-			return err
-		}
-	}
-	svc.Go(watch.Start)
-	synced := func(ctx context.Context) error {
-		if !watch.WaitForCacheSync(ctx) {
-			return errors.New("watch cache not synced")
-		}
-		return nil
-	}
-	svc.Health.AddCheck(health.Check{Name: "kubernetes", Fn: synced})
 
 	pool, err := migrations.Open(ctx, cfg.PostgresURL, cfg.Migrate)
 	if err != nil {
@@ -68,9 +46,7 @@ func run(ctx context.Context, getenv func(string) string, stdout io.Writer) erro
 	defer pool.Close()
 	svc.Health.AddCheck(health.Check{Name: "postgres", Fn: pool.Ping})
 
-	mq := rabbit.New(cfg.RabbitURL, "sless-invoker", svc.Log, rabbit.PlatformTopology()...)
-	svc.Go(mq.Run)
-	svc.Health.AddCheck(health.Check{Name: "rabbitmq", Fn: mq.Check})
+	mq := svc.Rabbit(cfg.RabbitURL)
 	pub := rabbit.NewPublisher(mq)
 
 	exec := &invoke.Executor{
@@ -95,19 +71,9 @@ func run(ctx context.Context, getenv func(string) string, stdout io.Writer) erro
 	}
 	svc.Go(history.Run)
 	for _, c := range consumers {
-		svc.Go(func(ctx context.Context) error {
-			if synced(ctx) != nil {
-				return nil
-			}
-			return c.Run(ctx)
-		})
+		svc.GoWhenSynced(synced, c.Run)
 	}
-	svc.Go(func(ctx context.Context) error {
-		if synced(ctx) != nil {
-			return nil
-		}
-		return triggers.Run(ctx)
-	})
+	svc.GoWhenSynced(synced, triggers.Run)
 	return svc.Run(ctx)
 }
 

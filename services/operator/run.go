@@ -18,7 +18,6 @@ import (
 	"github.com/kube5s/sless/pkg/health"
 	"github.com/kube5s/sless/pkg/kubeclient"
 	"github.com/kube5s/sless/pkg/msg"
-	"github.com/kube5s/sless/pkg/objstore"
 	"github.com/kube5s/sless/pkg/rabbit"
 	"github.com/kube5s/sless/pkg/service"
 	"github.com/kube5s/sless/services/operator/internal/controller"
@@ -62,18 +61,11 @@ func run(ctx context.Context, getenv func(string) string, stdout io.Writer) erro
 	}
 	svc.Health.AddCheck(health.Check{Name: "kubernetes", Fn: cacheSynced})
 
-	store, err := objstore.New(cfg.S3)
+	store, err := svc.ObjectStore(ctx, cfg.S3)
 	if err != nil {
 		return err
 	}
-	if err := store.EnsureBucket(ctx); err != nil {
-		return err
-	}
-	svc.Health.AddCheck(health.Check{Name: "s3", Fn: store.Check})
-
-	mq := rabbit.New(cfg.RabbitURL, "sless-operator", svc.Log, rabbit.PlatformTopology()...)
-	svc.Go(mq.Run)
-	svc.Health.AddCheck(health.Check{Name: "rabbitmq", Fn: mq.Check})
+	mq := svc.Rabbit(cfg.RabbitURL)
 	pub := rabbit.NewPublisher(mq)
 
 	var drv driver.Driver

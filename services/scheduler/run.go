@@ -2,12 +2,8 @@ package main
 
 import (
 	"context"
-	"errors"
 	"fmt"
 	"io"
-
-	"sigs.k8s.io/controller-runtime/pkg/cache"
-	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	"github.com/kube5s/sless/migrations"
 	slessv1 "github.com/kube5s/sless/pkg/apis/sless/v1alpha1"
@@ -33,26 +29,10 @@ func run(ctx context.Context, getenv func(string) string, stdout io.Writer) erro
 	if err != nil {
 		return err
 	}
-	scheme := kubeclient.Scheme()
-	kube, err := client.New(kcfg, client.Options{Scheme: scheme})
+	kube, watch, synced, err := svc.Kube(ctx, kcfg, &slessv1.Trigger{})
 	if err != nil {
 		return err
 	}
-	watch, err := cache.New(kcfg, cache.Options{Scheme: scheme, ByObject: map[client.Object]cache.ByObject{&slessv1.Trigger{}: {}}})
-	if err != nil {
-		return fmt.Errorf("watch cache: %w", err)
-	}
-	if _, err := watch.GetInformer(ctx, &slessv1.Trigger{}); err != nil {
-		return err
-	}
-	svc.Go(watch.Start)
-	synced := func(ctx context.Context) error {
-		if !watch.WaitForCacheSync(ctx) {
-			return errors.New("watch cache not synced")
-		}
-		return nil
-	}
-	svc.Health.AddCheck(health.Check{Name: "kubernetes", Fn: synced})
 
 	pool, err := migrations.Open(ctx, cfg.PostgresURL, cfg.Migrate)
 	if err != nil {
@@ -61,17 +41,10 @@ func run(ctx context.Context, getenv func(string) string, stdout io.Writer) erro
 	defer pool.Close()
 	svc.Health.AddCheck(health.Check{Name: "postgres", Fn: pool.Ping})
 
-	mq := rabbit.New(cfg.RabbitURL, "sless-scheduler", svc.Log, rabbit.PlatformTopology()...)
-	svc.Go(mq.Run)
-	svc.Health.AddCheck(health.Check{Name: "rabbitmq", Fn: mq.Check})
+	mq := svc.Rabbit(cfg.RabbitURL)
 
 	sched := &schedule.Scheduler{Triggers: watch, Status: kube, DB: pool, Publisher: rabbit.NewPublisher(mq), Log: svc.Log,
 		Metrics: schedule.NewMetrics(svc.Registry)}
-	svc.Go(func(ctx context.Context) error {
-		if synced(ctx) != nil {
-			return nil
-		}
-		return sched.Run(ctx)
-	})
+	svc.GoWhenSynced(synced, sched.Run)
 	return svc.Run(ctx)
 }

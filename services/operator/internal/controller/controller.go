@@ -6,9 +6,15 @@ package controller
 
 import (
 	"context"
+
 	"errors"
 	"fmt"
 	"time"
+
+	"k8s.io/apimachinery/pkg/api/meta"
+	"k8s.io/apimachinery/pkg/types"
+	"sigs.k8s.io/controller-runtime/pkg/handler"
+	"sigs.k8s.io/controller-runtime/pkg/reconcile"
 
 	"github.com/prometheus/client_golang/prometheus"
 	"go.opentelemetry.io/otel/trace"
@@ -135,4 +141,26 @@ func requeueIfStale(err error) (ctrl.Result, error) {
 		return ctrl.Result{RequeueAfter: 50 * time.Millisecond}, nil
 	}
 	return ctrl.Result{}, err
+}
+
+// dependents maps a Function to reconcile requests for the objects of
+// newList's kind in its namespace that reference it through index.
+func dependents(c client.Client, newList func() client.ObjectList, index string) handler.MapFunc {
+	return func(ctx context.Context, fn client.Object) []reconcile.Request {
+		list := newList()
+		if err := c.List(ctx, list, client.InNamespace(fn.GetNamespace()), client.MatchingFields{index: fn.GetName()}); err != nil {
+			return nil
+		}
+		items, err := meta.ExtractList(list)
+		if err != nil {
+			return nil
+		}
+		out := make([]reconcile.Request, 0, len(items))
+		for _, it := range items {
+			if o, ok := it.(client.Object); ok {
+				out = append(out, reconcile.Request{NamespacedName: types.NamespacedName{Namespace: o.GetNamespace(), Name: o.GetName()}})
+			}
+		}
+		return out
+	}
 }

@@ -13,7 +13,6 @@ import (
 	ctrl "sigs.k8s.io/controller-runtime"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	"sigs.k8s.io/controller-runtime/pkg/handler"
-	"sigs.k8s.io/controller-runtime/pkg/reconcile"
 	"sigs.k8s.io/controller-runtime/pkg/recorder"
 
 	slessv1 "github.com/kube5s/sless/pkg/apis/sless/v1alpha1"
@@ -39,20 +38,9 @@ type FunctionJobReconciler struct {
 func (r *FunctionJobReconciler) SetupWithManager(mgr ctrl.Manager) error {
 	return ctrl.NewControllerManagedBy(mgr).
 		For(&slessv1.FunctionJob{}).
-		Watches(&slessv1.Function{}, handler.EnqueueRequestsFromMapFunc(r.jobsOf)).
+		Watches(&slessv1.Function{}, handler.EnqueueRequestsFromMapFunc(
+			dependents(r.Client, func() client.ObjectList { return &slessv1.FunctionJobList{} }, indexJobFunction))).
 		Complete(r)
-}
-
-func (r *FunctionJobReconciler) jobsOf(ctx context.Context, fn client.Object) []reconcile.Request {
-	var list slessv1.FunctionJobList
-	if err := r.Client.List(ctx, &list, client.InNamespace(fn.GetNamespace()), client.MatchingFields{indexJobFunction: fn.GetName()}); err != nil {
-		return nil
-	}
-	out := make([]reconcile.Request, 0, len(list.Items))
-	for _, j := range list.Items {
-		out = append(out, reconcile.Request{NamespacedName: types.NamespacedName{Namespace: j.Namespace, Name: j.Name}})
-	}
-	return out
 }
 
 // Reconcile implements reconcile.Reconciler. A run goes through two status

@@ -10,7 +10,6 @@ import (
 	ctrl "sigs.k8s.io/controller-runtime"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	"sigs.k8s.io/controller-runtime/pkg/handler"
-	"sigs.k8s.io/controller-runtime/pkg/reconcile"
 
 	slessv1 "github.com/kube5s/sless/pkg/apis/sless/v1alpha1"
 	"github.com/kube5s/sless/pkg/cronsched"
@@ -44,20 +43,9 @@ func (r *TriggerReconciler) SetupWithManager(mgr ctrl.Manager) error {
 	}
 	return ctrl.NewControllerManagedBy(mgr).
 		For(&slessv1.Trigger{}).
-		Watches(&slessv1.Function{}, handler.EnqueueRequestsFromMapFunc(r.triggersOf)).
+		Watches(&slessv1.Function{}, handler.EnqueueRequestsFromMapFunc(
+			dependents(r.Client, func() client.ObjectList { return &slessv1.TriggerList{} }, indexTriggerFunction))).
 		Complete(r)
-}
-
-func (r *TriggerReconciler) triggersOf(ctx context.Context, fn client.Object) []reconcile.Request {
-	var list slessv1.TriggerList
-	if err := r.Client.List(ctx, &list, client.InNamespace(fn.GetNamespace()), client.MatchingFields{indexTriggerFunction: fn.GetName()}); err != nil {
-		return nil
-	}
-	out := make([]reconcile.Request, 0, len(list.Items))
-	for _, t := range list.Items {
-		out = append(out, reconcile.Request{NamespacedName: types.NamespacedName{Namespace: t.Namespace, Name: t.Name}})
-	}
-	return out
 }
 
 // Reconcile implements reconcile.Reconciler.
