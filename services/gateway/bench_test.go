@@ -14,6 +14,7 @@ import (
 	"github.com/kube5s/sless/pkg/loadgen"
 	"github.com/kube5s/sless/pkg/msg"
 	"github.com/kube5s/sless/pkg/rabbit"
+	"github.com/kube5s/sless/pkg/testenv"
 	"github.com/kube5s/sless/services/gateway/internal/api"
 )
 
@@ -109,4 +110,43 @@ func BenchmarkAsyncAccept(b *testing.B) {
 	}
 	// The benchmark filled the invocation queue of its vhost; empty it.
 	purge(b, g.vhost, msg.QueueInvocationRequest)
+}
+
+// BenchmarkHistoryCost compares sync invoke throughput of a gateway that
+// records every invocation (published in batches for the history) with one
+// that records nothing, same function, same run. Budget: recording costs at
+// most 5%. The history's database writes happen in the invoker and are not
+// part of this measure.
+func BenchmarkHistoryCost(b *testing.B) {
+	g := gateway(b)
+	ten, tok := g.tenant(b, map[string]any{"invocations_per_second": 1000000})
+	fn := fastFunction(b)
+	if r := g.call(b, "POST", "/v1/tenants/"+ten+"/functions", tok, fnBody); r.status != 201 {
+		b.Fatalf("create: %d %s", r.status, r.body)
+	}
+	g.ready(b, ten, "hello", fn)
+	env := map[string]string{}
+	for k, v := range g.env {
+		env[k] = v
+	}
+	env["SLESS_RECORD_SYNC_INVOCATIONS"] = "false"
+	env["SLESS_HTTP_ADDR"] = testenv.FreeAddr(b)
+	env["SLESS_OPS_ADDR"] = testenv.FreeAddr(b)
+	stop := testenv.StartService(b, run, env)
+	defer stop()
+	time.Sleep(500 * time.Millisecond) // its watch cache
+	post := func(base string) loadgen.Target {
+		return func(ctx context.Context, c *http.Client) error {
+			req, _ := http.NewRequestWithContext(ctx, http.MethodPost, base+"/v1/tenants/"+ten+"/functions/hello/invoke", strings.NewReader(`{"n":1}`))
+			req.Header.Set("Authorization", "Bearer "+tok)
+			return loadgen.Do(c, req)
+		}
+	}
+	for range b.N {
+		without, with := loadgen.Compare(context.Background(), post("http://"+env["SLESS_HTTP_ADDR"]), post(g.base), 8, 2*time.Second, 2)
+		cost := 1 - with.Throughput()/without.Throughput()
+		b.ReportMetric(cost*100, "%-cost")
+		fmt.Printf("history      without records %s\nhistory      with records    %s\nhistory      recording costs %.1f%% of sync invoke throughput (budget <= 5%%)\n", without, with, cost*100)
+	}
+	purge(b, g.vhost, msg.QueueInvocationHistory)
 }

@@ -23,6 +23,7 @@ type config struct {
 	MaxResponseBytes  int  // SLESS_MAX_RESPONSE_BYTES
 	AllowPrivateHooks bool // SLESS_ALLOW_PRIVATE_CALLBACKS
 	RecordBuffer      int  // SLESS_RECORD_BUFFER: invocation records waiting to be published
+	RecordSync        bool // SLESS_RECORD_SYNC_INVOCATIONS: record synchronous invocations in the history
 }
 
 func loadConfig(getenv func(string) string) (config, error) {
@@ -42,6 +43,7 @@ func loadConfig(getenv func(string) string) (config, error) {
 		MaxResponseBytes:  r.Int("SLESS_MAX_RESPONSE_BYTES", 6<<20, 1024, 1<<30),
 		AllowPrivateHooks: r.Bool("SLESS_ALLOW_PRIVATE_CALLBACKS", false),
 		RecordBuffer:      r.Int("SLESS_RECORD_BUFFER", 10000, 1, 1000000),
+		RecordSync:        r.Bool("SLESS_RECORD_SYNC_INVOCATIONS", true),
 	}
 	if c.MigrateOnly {
 		return c, nil // only the database is needed

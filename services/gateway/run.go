@@ -59,6 +59,7 @@ func run(ctx context.Context, getenv func(string) string, stdout io.Writer) erro
 	}
 	pub := rabbit.NewPublisher(svc.Rabbit(cfg.RabbitURL))
 	recorder := api.NewRecorder(pub, svc.Log, svc.Registry, cfg.RecordBuffer, 8)
+	recorder.Disabled = !cfg.RecordSync
 	svc.Go(recorder.Run)
 
 	srv := api.New(api.Deps{

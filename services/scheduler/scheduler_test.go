@@ -81,7 +81,7 @@ func TestTwoSchedulersFireOnceAndOnTime(t *testing.T) {
 	if err := c.Create(t.Context(), tr); err != nil {
 		t.Fatal(err)
 	}
-	const window = 20 * time.Second
+	const window = 60 * time.Second
 	time.Sleep(window)
 	if err := c.Delete(t.Context(), tr); err != nil {
 		t.Fatal(err)

@@ -16,6 +16,11 @@ import (
 // batches (invocation.completed.batch.v1) with confirms. A full buffer
 // drops the record and counts it.
 type Recorder struct {
+	// Disabled drops every record (SLESS_RECORD_SYNC_INVOCATIONS=false):
+	// for installations that do not want sync history, and to measure
+	// what recording costs.
+	Disabled bool
+
 	pub     Publisher
 	log     *slog.Logger
 	ch      chan *msg.InvocationCompleted
@@ -39,6 +44,9 @@ func NewRecorder(pub Publisher, log *slog.Logger, reg prometheus.Registerer, siz
 
 // Record queues m for publishing without blocking.
 func (r *Recorder) Record(m *msg.InvocationCompleted) {
+	if r.Disabled {
+		return
+	}
 	select {
 	case r.ch <- m:
 	default:

@@ -150,7 +150,9 @@ func (h *harness) tenant(t *testing.T) (*slessv1.Tenant, string) {
 
 func (h *harness) eventually(t *testing.T, what string, cond func() bool) {
 	t.Helper()
-	deadline := time.Now().Add(20 * time.Second)
+	// Generous: the machine is shared, and a local process start can take
+	// seconds when it is busy. Nothing here waits for a timer to expire.
+	deadline := time.Now().Add(60 * time.Second)
 	for !cond() {
 		if time.Now().After(deadline) {
 			t.Fatalf("timed out waiting for %s", what)
