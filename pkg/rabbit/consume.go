@@ -76,6 +76,10 @@ type Consumer struct {
 	// OnError, when set, is told why a session ended (a missing queue, a
 	// lost connection), for status reporting.
 	OnError func(error)
+	// Grace bounds how long in-flight handlers may run after Run's context
+	// ended (default 30s); then their context is cancelled, and what they
+	// did not finish is left unacked for redelivery.
+	Grace time.Duration
 }
 
 // Run consumes until ctx ends, then stops taking deliveries, lets in-flight
@@ -90,8 +94,31 @@ func (c *Consumer) Run(ctx context.Context) error {
 	}
 	pub := NewPublisher(c.Client)
 	defer pub.Close()
+	grace := c.Grace
+	if grace <= 0 {
+		grace = 30 * time.Second
+	}
+	// Handlers outlive ctx by up to grace, so that in-flight work finishes.
+	work, stopWork := context.WithCancel(context.WithoutCancel(ctx))
+	defer stopWork()
+	done := make(chan struct{})
+	defer close(done)
+	go func() {
+		select {
+		case <-done:
+			return
+		case <-ctx.Done():
+		}
+		t := time.NewTimer(grace)
+		defer t.Stop()
+		select {
+		case <-t.C:
+			stopWork()
+		case <-done:
+		}
+	}()
 	for ctx.Err() == nil {
-		err := c.session(ctx, pub)
+		err := c.session(ctx, work, pub)
 		if err != nil && ctx.Err() == nil {
 			c.Client.log.Warn("consumer interrupted", "queue", c.Queue.Name, "err", err)
 			if c.OnError != nil {
@@ -103,7 +130,7 @@ func (c *Consumer) Run(ctx context.Context) error {
 	return nil
 }
 
-func (c *Consumer) session(ctx context.Context, pub *Publisher) error {
+func (c *Consumer) session(ctx, work context.Context, pub *Publisher) error {
 	ch, err := c.Client.Channel(ctx)
 	if err != nil {
 		return err
@@ -141,7 +168,7 @@ func (c *Consumer) session(ctx context.Context, pub *Publisher) error {
 			go func() {
 				defer wg.Done()
 				defer func() { <-sem }()
-				c.handle(context.WithoutCancel(ctx), pub, &d)
+				c.handle(work, pub, &d)
 			}()
 		}
 	}
