@@ -116,8 +116,13 @@ rabbitmq_up() {
 	command -v rabbitmq-server >/dev/null || apt_install rabbitmq-server
 	say "starting RabbitMQ on 127.0.0.1:$RABBIT_PORT"
 	RABBITMQ_NODE_IP_ADDRESS=127.0.0.1 rabbitmq-server -detached >&2 || die "rabbitmq-server did not start"
-	timeout 120 rabbitmqctl await_startup >/dev/null 2>&1 || die "RabbitMQ did not finish starting within 120s"
-	wait_port $RABBIT_PORT 30 RabbitMQ
+	# await_startup fails at once while the node is not reachable yet: retry.
+	local i
+	for ((i = 0; i < 60; i++)); do
+		timeout 30 rabbitmqctl -q await_startup >/dev/null 2>&1 && break
+		sleep 2
+	done
+	wait_port $RABBIT_PORT 120 RabbitMQ
 	touch "$STATE/rabbitmq.ours"
 }
 
