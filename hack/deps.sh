@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # Builds (once, cached by version) and starts the real servers that the tests
-# and `make dev` use: PostgreSQL, RabbitMQ, MinIO, etcd and kube-apiserver.
+# and `make dev` use: PostgreSQL, RabbitMQ, MinIO, etcd and kube-apiserver,
+# and builds Jaeger, which make dev starts.
 #
 #   hack/deps.sh up      build what is missing and start what is not running
 #   hack/deps.sh env     print the export lines that point tests at them
@@ -20,6 +21,7 @@ STATE=${SLESS_STATE_DIR:-$CACHE/state}
 KUBE_VERSION=$(awk '/^require k8s.io\/kubernetes/ {print $3}' "$ROOT/hack/tools/kube/go.mod")
 ETCD_VERSION=$(awk '/^require go.etcd.io\/etcd\/server\/v3/ {print $3}' "$ROOT/hack/tools/etcd/go.mod")
 MINIO_VERSION=v0.0.0-20260212201848-7aac2a2c5b7c # MinIO has no semver tags; a pinned pseudo-version.
+JAEGER_VERSION=$(awk '$1 == "github.com/jaegertracing/jaeger" {print $2}' "$ROOT/hack/tools/jaeger/go.mod")
 
 PG_PORT=5432
 RABBIT_PORT=5672
@@ -29,6 +31,7 @@ KUBE_DIR=$CACHE/kube-apiserver-$KUBE_VERSION
 ETCD_DIR=$CACHE/etcd-$ETCD_VERSION
 MINIO_DIR=$CACHE/minio-$MINIO_VERSION
 ASSETS=$CACHE/envtest-$KUBE_VERSION-etcd-$ETCD_VERSION
+JAEGER_DIR=$CACHE/jaeger-$JAEGER_VERSION
 
 say() { printf 'deps: %s\n' "$*" >&2; }
 die() { printf 'deps: ERROR: %s\n' "$*" >&2; exit 1; }
@@ -74,6 +77,7 @@ build_all() {
 	flock 9
 	build kube-apiserver "$KUBE_DIR" k8s.io/kubernetes/cmd/kube-apiserver "$ROOT/hack/tools/kube"
 	build etcd "$ETCD_DIR" ./cmd/etcd "$ROOT/hack/tools/etcd"
+	build jaeger "$JAEGER_DIR" github.com/jaegertracing/jaeger/cmd/jaeger "$ROOT/hack/tools/jaeger"
 	if [ ! -x "$MINIO_DIR/minio" ]; then
 		say "building minio $MINIO_VERSION into $MINIO_DIR (first time only)"
 		local start=$SECONDS
@@ -168,6 +172,7 @@ export SLESS_TEST_S3_ENDPOINT='127.0.0.1:$MINIO_PORT'
 export SLESS_TEST_S3_ACCESS_KEY='$MINIO_ROOT_USER'
 export SLESS_TEST_S3_SECRET_KEY='$MINIO_ROOT_PASSWORD'
 export SLESS_DEPS_SCRIPT='$ROOT/hack/deps.sh'
+export SLESS_JAEGER_BIN='$JAEGER_DIR/jaeger'
 EOT
 }
 

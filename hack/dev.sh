@@ -81,6 +81,14 @@ export SLESS_EXECUTION_DRIVER=local SLESS_BUILD_DRIVER=local SLESS_RUNTIMES_DIR=
 export SLESS_ADMIN_TOKEN="$ADMIN" SLESS_HTTP_ADDR="127.0.0.1:$GATEWAY_PORT" SLESS_DRAIN_DELAY=0s
 export SLESS_ALLOW_PRIVATE_CALLBACKS=true
 
+# Traces: a Jaeger all-in-one receives OTLP from every service. One that is
+# already running (another make dev) is shared.
+if ! (exec 3<>/dev/tcp/127.0.0.1/4318) 2>/dev/null; then
+	start jaeger "$SLESS_JAEGER_BIN"
+	for ((i = 0; i < 300; i++)); do (exec 3<>/dev/tcp/127.0.0.1/16686) 2>/dev/null && break; sleep 0.1; done
+fi
+export OTEL_EXPORTER_OTLP_ENDPOINT=http://127.0.0.1:4318 OTEL_BSP_SCHEDULE_DELAY=500
+
 SLESS_OPS_ADDR=127.0.0.1:$((OPS + 0)) start gateway bin/gateway
 SLESS_OPS_ADDR=127.0.0.1:$((OPS + 1)) start builder bin/builder
 SLESS_OPS_ADDR=127.0.0.1:$((OPS + 2)) start operator bin/operator
@@ -144,6 +152,7 @@ cat <<EOT
   gateway      $GATEWAY        (OpenAPI: $GATEWAY/openapi.json)
   admin token  $ADMIN
   demo token   $TOKEN
+  traces       http://127.0.0.1:16686 (Jaeger; every service reports there)
   logs         $STATE/logs/*.log, function logs in $STATE/functions/
   kubectl      KUBECONFIG=$STATE/kubeconfig
 

@@ -54,6 +54,8 @@ func Middleware(tracer trace.Tracer, prop propagation.TextMapPropagator, m *HTTP
 					semconv.URLPath(r.URL.Path),
 				))
 			defer span.End()
+			// The caller can look its request up in the traces backend.
+			w.Header().Set("X-Trace-Id", span.SpanContext().TraceID().String())
 			sw := &statusWriter{ResponseWriter: w, code: http.StatusOK}
 			r = r.WithContext(ctx)
 			next.ServeHTTP(sw, r)
