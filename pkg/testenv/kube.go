@@ -4,6 +4,7 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
+	"testing"
 
 	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/client-go/rest"
@@ -65,6 +66,17 @@ func (k *Kube) Kubeconfig(dir string) (string, error) {
 	}
 	p := filepath.Join(dir, "kubeconfig")
 	return p, os.WriteFile(p, b, 0o600)
+}
+
+// KubeconfigFile is Kubeconfig into the test's temporary directory; it
+// fails the test when the file cannot be written.
+func (k *Kube) KubeconfigFile(t testing.TB) string {
+	t.Helper()
+	p, err := k.Kubeconfig(t.TempDir())
+	if err != nil {
+		t.Fatal(err)
+	}
+	return p
 }
 
 // MainWithKube runs the tests of a package against one control plane that

@@ -290,6 +290,23 @@ func CheckOps(t *testing.T, run RunFunc, env map[string]string) {
 	}
 }
 
+// CheckConfigErrors runs a service with a broken logging level, broker URL
+// and drain delay and checks that it refuses to start and that its error
+// names every one of them, not only the first.
+func CheckConfigErrors(t *testing.T, run RunFunc) {
+	t.Helper()
+	env := map[string]string{"LOG_LEVEL": "loud", "SLESS_RABBITMQ_URL": "http://broker", "SLESS_DRAIN_DELAY": "soon"}
+	err := run(context.Background(), func(k string) string { return env[k] }, os.Stdout)
+	if err == nil {
+		t.Fatal("run started with a broken configuration")
+	}
+	for _, want := range []string{"LOG_LEVEL", "SLESS_RABBITMQ_URL", "SLESS_DRAIN_DELAY"} {
+		if !strings.Contains(err.Error(), want) {
+			t.Errorf("error does not name %s: %v", want, err)
+		}
+	}
+}
+
 // RabbitVhost creates a virtual host of its own for the caller (a test
 // package or a test), so that platform queues it declares and fills do not
 // reach other tests, and returns its URL and a function that deletes it.
