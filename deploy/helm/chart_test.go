@@ -7,6 +7,7 @@ import (
 	"io"
 	"os"
 	"path/filepath"
+	"regexp"
 	"sort"
 	"strings"
 	"testing"
@@ -147,10 +148,42 @@ func TestRenderMatchesGolden(t *testing.T) {
 			if again != got {
 				t.Error("two renders of the same values differ (a value that changes on every render)")
 			}
-			if strings.Contains(got, ":latest") {
-				t.Error("a floating :latest tag is rendered")
+			if !imageRef.MatchString(got) {
+				t.Error("no image reference found in the rendered manifests")
+			}
+			for _, ref := range unpinnedImages(got) {
+				t.Errorf("image %q is not pinned by digest (a tag can move)", ref)
 			}
 		})
+	}
+}
+
+// imageRef finds the image references in rendered manifests: container
+// images and the images the services are told to run (*_IMAGE variables).
+var imageRef = regexp.MustCompile(`(?m)(?:^[ \t]*image:[ \t]*|_IMAGE, value:[ \t]*)"?([^"\s}]+)`)
+
+var pinned = regexp.MustCompile(`@sha256:[0-9a-f]{64}$`)
+
+// unpinnedImages returns the image references in manifests that are not
+// pinned by digest.
+func unpinnedImages(manifests string) []string {
+	var out []string
+	for _, m := range imageRef.FindAllStringSubmatch(manifests, -1) {
+		if !pinned.MatchString(m[1]) {
+			out = append(out, m[1])
+		}
+	}
+	return out
+}
+
+func TestUnpinnedImagesFindsTags(t *testing.T) {
+	manifests := "      image: registry.example.com/sless/gateway:v1.0\n" +
+		"      image: registry.example.com/sless/gateway@sha256:" + strings.Repeat("a", 64) + "\n" +
+		"        - {name: SLESS_BUILD_EXECUTOR_IMAGE, value: \"gcr.io/kaniko-project/executor\"}\n"
+	got := unpinnedImages(manifests)
+	want := []string{"registry.example.com/sless/gateway:v1.0", "gcr.io/kaniko-project/executor"}
+	if diff := cmp.Diff(want, got); diff != "" {
+		t.Errorf("unpinned images (-want +got):\n%s", diff)
 	}
 }
 
@@ -160,7 +193,8 @@ func TestSchemaRejectsBadValues(t *testing.T) {
 		"unknown key":         {"gatewy": map[string]any{"replicas": 1}},
 		"unknown nested key":  {"gateway": map[string]any{"replica": 1}},
 		"wrong type":          {"gateway": map[string]any{"replicas": "two"}},
-		"floating executor":   {"build": map[string]any{"executorImage": "gcr.io/kaniko-project/executor:latest"}},
+		"executor by tag":     {"build": map[string]any{"executorImage": "gcr.io/kaniko-project/executor:v1.23.2"}},
+		"executor untagged":   {"build": map[string]any{"executorImage": "gcr.io/kaniko-project/executor"}},
 		"short admin token":   {"adminToken": map[string]any{"value": "short"}},
 		"digest not a digest": {"image": map[string]any{"digests": map[string]any{"gateway": "v1.0"}}},
 	} {
