@@ -92,7 +92,7 @@ func TestFunctionCRUDAndBadInput(t *testing.T) {
 		{"invalid name", `{"name":"X_1","runtime":"python3.11","entrypoint":"main.handler"}`, "body.name", 422},
 		{"memory out of range", `{"name":"x","runtime":"python3.11","entrypoint":"main.handler","memory_mb":999999}`, "body.memory_mb", 422},
 		{"bad entrypoint", `{"name":"x","runtime":"python3.11","entrypoint":"nodot"}`, "body.entrypoint", 422},
-		{"floating image", `{"name":"x","runtime":"python3.11","entrypoint":"main.handler","image":"repo/fn:latest"}`, "body.image", 422},
+		{"image by tag, not digest", `{"name":"x","runtime":"python3.11","entrypoint":"main.handler","image":"repo/fn:v1.2.0"}`, "body.image", 422},
 		{"min above max", `{"name":"x","runtime":"python3.11","entrypoint":"main.handler","min_replicas":5,"max_replicas":2}`, "scaling", 422},
 		{"oversize body", `{"name":"x","runtime":"python3.11","entrypoint":"main.handler","env_vars":{"A":"` + strings.Repeat("a", 300<<10) + `"}}`, "", 413},
 	}

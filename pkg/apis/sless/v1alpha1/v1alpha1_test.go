@@ -142,7 +142,7 @@ func TestAPIServerRejectsInvalidObjects(t *testing.T) {
 		{"tenant name too long", &v1.Tenant{ObjectMeta: metav1.ObjectMeta{Name: strings.Repeat("a", 55)}}, "at most 54 characters"},
 		{"memory too large", fn("mem", func(f *v1.Function) { f.Spec.MemoryMB = 100000 }), "spec.memoryMB"},
 		{"timeout zero after defaulting is impossible, negative is refused", fn("tmo", func(f *v1.Function) { f.Spec.TimeoutSec = -1 }), "spec.timeoutSec"},
-		{"floating image tag", fn("img", func(f *v1.Function) { f.Spec.Image = "registry.example/fn:latest" }), "spec.image"},
+		{"image by tag, not digest", fn("img", func(f *v1.Function) { f.Spec.Image = "registry.example/fn:v1.2.0" }), "spec.image"},
 		{"source and image", fn("both", func(f *v1.Function) {
 			f.Spec.Image = "registry.example/fn@sha256:" + strings.Repeat("a", 64)
 			f.Spec.Source = &v1.FunctionSource{S3Key: "k", SHA256: strings.Repeat("b", 64)}
