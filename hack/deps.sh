@@ -116,18 +116,55 @@ as_postgres() {
 }
 
 rabbitmq_up() {
+	local i
 	listening $RABBIT_PORT && return 0
 	command -v rabbitmq-server >/dev/null || apt_install rabbitmq-server
-	say "starting RabbitMQ on 127.0.0.1:$RABBIT_PORT"
-	RABBITMQ_NODE_IP_ADDRESS=127.0.0.1 rabbitmq-server -detached >&2 || die "rabbitmq-server did not start"
-	# await_startup fails at once while the node is not reachable yet: retry.
-	local i
-	for ((i = 0; i < 60; i++)); do
-		timeout 30 rabbitmqctl -q await_startup >/dev/null 2>&1 && break
-		sleep 2
+	if timeout 30 rabbitmqctl -q ping >/dev/null 2>&1; then
+		# The node runs but does not listen: its application was stopped
+		# (a broker-restart test interrupted between stop_app and start_app).
+		say "RabbitMQ's node is up with its application stopped: starting the application"
+		timeout 120 rabbitmqctl -q start_app >&2 || rabbitmq_die "rabbitmqctl start_app failed"
+	else
+		say "starting RabbitMQ on 127.0.0.1:$RABBIT_PORT"
+		RABBITMQ_NODE_IP_ADDRESS=127.0.0.1 rabbitmq-server -detached >&2 || rabbitmq_die "rabbitmq-server did not start"
+		# await_startup fails at once while the node is not reachable yet: retry.
+		for ((i = 0; i < 60; i++)); do
+			timeout 30 rabbitmqctl -q await_startup >/dev/null 2>&1 && break
+			sleep 2
+		done
+		touch "$STATE/rabbitmq.ours"
+	fi
+	for ((i = 0; i < 1200; i++)); do
+		listening $RABBIT_PORT && return 0
+		sleep 0.1
 	done
-	wait_port $RABBIT_PORT 120 RabbitMQ
-	touch "$STATE/rabbitmq.ours"
+	rabbitmq_die "RabbitMQ did not start listening on 127.0.0.1:$RABBIT_PORT within 120s"
+}
+
+# rabbitmq_gc: delete the vhosts of test binaries that died before their
+# cleanup ran (named sless-test-<unix time>-<hex>, older than 3 hours; and
+# the older sless-test-<hex> names). Each holds the platform's quorum queues,
+# and a broker that piles them up is slow to serve and to start.
+rabbitmq_gc() {
+	local now v n=0
+	now=$(date +%s)
+	while read -r v; do
+		if [[ $v =~ ^sless-test-([0-9]{10})-[0-9a-f]{10}$ ]]; then
+			((now - BASH_REMATCH[1] > 10800)) || continue
+		elif [[ ! $v =~ ^sless-test-[0-9a-f]{10}$ ]]; then
+			continue
+		fi
+		timeout 60 rabbitmqctl -q delete_vhost "$v" >/dev/null 2>&1 && n=$((n + 1))
+	done < <(timeout 60 rabbitmqctl -q list_vhosts --no-table-headers name 2>/dev/null)
+	[ "$n" -eq 0 ] || say "deleted $n RabbitMQ vhosts left behind by killed test runs"
+}
+
+# rabbitmq_die MESSAGE: fail with what the broker said about itself.
+rabbitmq_die() {
+	say "$1; rabbitmqctl status and the end of the RabbitMQ log follow"
+	timeout 30 rabbitmqctl status >&2 2>&1 || true
+	tail -n 40 /var/log/rabbitmq/rabbit@*.log >&2 2>/dev/null || true
+	die "$1"
 }
 
 minio_creds() {
@@ -207,6 +244,7 @@ up)
 	build_all
 	postgres_up
 	rabbitmq_up
+	rabbitmq_gc
 	minio_up
 	;;
 build) build_all ;;

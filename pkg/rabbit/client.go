@@ -49,7 +49,9 @@ func (c *Client) Run(ctx context.Context) error {
 		c.mu.Lock()
 		c.stopped = true
 		if c.conn != nil {
-			_ = c.conn.Close()
+			// A broker under a resource alarm stops reading from its
+			// connections, and a plain Close would wait for it forever.
+			_ = c.conn.CloseDeadline(time.Now().Add(5 * time.Second))
 		}
 		c.mu.Unlock()
 	}()
@@ -66,6 +68,7 @@ func (c *Client) Run(ctx context.Context) error {
 		}
 		backoff = 100 * time.Millisecond
 		closed := conn.NotifyClose(make(chan *amqp.Error, 1))
+		go c.logBlocked(conn.NotifyBlocked(make(chan amqp.Blocking, 1)))
 		c.mu.Lock()
 		c.conn = conn
 		close(c.up)
@@ -81,6 +84,18 @@ func (c *Client) Run(ctx context.Context) error {
 			c.up = make(chan struct{})
 			c.mu.Unlock()
 			c.log.Warn("rabbitmq connection lost", "err", err)
+		}
+	}
+}
+
+// logBlocked reports the broker's flow control: while a memory or disk
+// alarm is raised, RabbitMQ blocks every publisher, and publishes wait.
+func (c *Client) logBlocked(blocked <-chan amqp.Blocking) {
+	for b := range blocked {
+		if b.Active {
+			c.log.Error("rabbitmq blocks publishing (a broker resource alarm is raised)", "reason", b.Reason)
+		} else {
+			c.log.Info("rabbitmq publishing unblocked")
 		}
 	}
 }

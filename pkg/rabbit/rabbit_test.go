@@ -275,11 +275,15 @@ func TestBrokerRestartLosesNothing(t *testing.T) {
 	const total = 3000
 	var confirmed []string
 	restarted := make(chan error, 1)
+	// However the test ends, the broker's application runs again afterwards:
+	// wait for the restart goroutine, then make sure with start_app.
+	var restart sync.WaitGroup
+	defer func() { restart.Wait(); _ = exec.Command(ctl, "start_app").Run() }()
 	ctx, cancel := context.WithTimeout(t.Context(), 3*time.Minute)
 	defer cancel()
 	for i := range total {
 		if i == total/3 {
-			go func() {
+			restart.Go(func() {
 				out, err := exec.Command(ctl, "stop_app").CombinedOutput()
 				if err != nil {
 					restarted <- fmt.Errorf("stop_app: %v: %s", err, out)
@@ -292,7 +296,7 @@ func TestBrokerRestartLosesNothing(t *testing.T) {
 					return
 				}
 				restarted <- nil
-			}()
+			})
 		}
 		id := fmt.Sprintf("m-%05d", i)
 		err := pub.Publish(ctx, "", q.Name, amqp.Publishing{MessageId: id, DeliveryMode: amqp.Persistent, Body: []byte(id)})
@@ -302,8 +306,6 @@ func TestBrokerRestartLosesNothing(t *testing.T) {
 		confirmed = append(confirmed, id)
 	}
 	if err := <-restarted; err != nil {
-		// Make sure the broker is back for the other tests before failing.
-		_ = exec.Command(ctl, "start_app").Run()
 		t.Fatal(err)
 	}
 	waitFor(t, 2*time.Minute, "every confirmed message to be consumed", func() bool {

@@ -317,7 +317,9 @@ func RabbitVhost() (url string, cleanup func(), err error) {
 	if err != nil {
 		return "", nil, err
 	}
-	vhost := Name("sless-test-")
+	// The creation time is in the name, so that hack/deps.sh can delete
+	// the vhosts of test binaries that were killed before their cleanup.
+	vhost := Name(fmt.Sprintf("sless-test-%d-", time.Now().Unix()))
 	user := u.User.Username()
 	for _, args := range [][]string{{"add_vhost", vhost}, {"set_permissions", "-p", vhost, user, ".*", ".*", ".*"}} {
 		if out, err := exec.Command("rabbitmqctl", args...).CombinedOutput(); err != nil {

@@ -3,6 +3,7 @@ package main
 import (
 	"os"
 	"path/filepath"
+	"strconv"
 	"time"
 
 	"github.com/kube5s/sless/pkg/envconf"
@@ -63,6 +64,15 @@ func loadConfig(getenv func(string) string) (config, error) {
 			CPU:            r.String("SLESS_BUILD_CPU", "1"),
 			Memory:         r.String("SLESS_BUILD_MEMORY", "2Gi"),
 		},
+	}
+	c.Kube.HelperEnv = map[string]string{
+		"SLESS_S3_ENDPOINT": c.S3.Endpoint, "SLESS_S3_BUCKET": c.S3.Bucket, "SLESS_S3_SECURE": strconv.FormatBool(c.S3.Secure),
+		"SLESS_BUILD_MAX_ARCHIVE_BYTES":  strconv.FormatInt(c.MaxArchiveBytes, 10),
+		"SLESS_BUILD_MAX_UNPACKED_BYTES": strconv.FormatInt(c.MaxUnpackBytes, 10),
+		"SLESS_BUILD_MAX_ENTRIES":        strconv.Itoa(c.MaxEntries),
+	}
+	if c.S3.Region != "" {
+		c.Kube.HelperEnv["SLESS_S3_REGION"] = c.S3.Region
 	}
 	if c.Lease < 3*time.Second {
 		r.Failf("SLESS_BUILD_LEASE must be at least 3s")

@@ -6,6 +6,7 @@ require (
 	github.com/jackc/pgx/v5 v5.12.0
 	github.com/kube5s/sless/migrations v0.0.0
 	github.com/kube5s/sless/pkg v0.0.0
+	github.com/kube5s/sless/runtimes v0.0.0
 	github.com/prometheus/client_golang v1.25.0
 	github.com/rabbitmq/amqp091-go v1.16.0
 	go.opentelemetry.io/otel v1.47.0
@@ -109,4 +110,5 @@ require (
 replace (
 	github.com/kube5s/sless/migrations => ../../migrations
 	github.com/kube5s/sless/pkg => ../../pkg
+	github.com/kube5s/sless/runtimes => ../../runtimes
 )

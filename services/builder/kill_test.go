@@ -3,6 +3,7 @@ package main
 import (
 	"archive/zip"
 	"bytes"
+	"context"
 	"encoding/json"
 	"fmt"
 	"net/http"
@@ -55,6 +56,7 @@ func TestKilledMidBuildCompletesOnce(t *testing.T) {
 			c.Env = append(c.Env, k+"="+v)
 		}
 		c.SysProcAttr = &syscall.SysProcAttr{Setpgid: true}
+		c.WaitDelay = 10 * time.Second // a leftover child holding the log pipe must not hang Wait
 		if err := c.Start(); err != nil {
 			t.Fatal(err)
 		}
@@ -95,7 +97,7 @@ func TestKilledMidBuildCompletesOnce(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	defer conn.Close()
+	defer func() { _ = conn.CloseDeadline(time.Now().Add(5 * time.Second)) }()
 	ch, _ := conn.Channel()
 	results := observe(t, ch, msg.TypeBuildCompleted)
 	req := &msg.BuildRequested{BuildID: "b-kill" + sha[58:], Tenant: "acme", Namespace: "sless-fn-acme", Function: "k", Runtime: "nodejs20",
@@ -103,7 +105,9 @@ func TestKilledMidBuildCompletesOnce(t *testing.T) {
 	body, _ := json.Marshal(req)
 	// Ready means connected, which means the topology with its bindings is declared.
 	waitReady(t, "http://"+env["SLESS_OPS_ADDR"]+"/readyz")
-	if err := ch.PublishWithContext(t.Context(), msg.Exchange, msg.RoutingKey(req), false, false,
+	pubCtx, cancel := context.WithTimeout(t.Context(), 30*time.Second)
+	defer cancel()
+	if err := ch.PublishWithContext(pubCtx, msg.Exchange, msg.RoutingKey(req), false, false,
 		amqp.Publishing{Type: req.Type(), Body: body, DeliveryMode: amqp.Persistent, ContentType: "application/json"}); err != nil {
 		t.Fatal(err)
 	}

@@ -5,8 +5,10 @@ import (
 	"encoding/json"
 	"fmt"
 	"io"
+	"net"
 	"net/http"
 	"sort"
+	"strconv"
 	"strings"
 	"testing"
 	"time"
@@ -537,5 +539,80 @@ func TestOpenAPIDescribesEveryRoute(t *testing.T) {
 		if !documented[want] {
 			t.Errorf("%s is not documented", want)
 		}
+	}
+}
+
+// TestResponseSizeLimit: a function answering more than
+// SLESS_MAX_RESPONSE_BYTES (6 MiB by default) gets 502 when it says so in
+// Content-Length, and a cut stream when it streams; both are recorded as
+// failed with "response too large". An answer at the limit passes whole.
+func TestResponseSizeLimit(t *testing.T) {
+	g := gateway(t)
+	ten, tok := g.tenant(t, nil)
+	records := g.observe(t, msg.TypeInvocationCompleted+".#")
+	const limit = 6 << 20
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	big := bytes.Repeat([]byte("x"), limit+1)
+	srv := &http.Server{Handler: http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		switch r.URL.Query().Get("case") {
+		case "declared": // Content-Length over the limit
+			w.Header().Set("Content-Length", strconv.Itoa(len(big)))
+			_, _ = w.Write(big)
+		case "streamed": // no Content-Length: chunked, over the limit
+			for i := 0; i < len(big); i += 64 << 10 {
+				_, _ = w.Write(big[i:min(i+64<<10, len(big))])
+				w.(http.Flusher).Flush()
+			}
+		default: // exactly at the limit
+			_, _ = w.Write(big[:limit])
+		}
+	})}
+	go srv.Serve(ln)
+	t.Cleanup(func() { srv.Close() })
+	base := "/v1/tenants/" + ten + "/functions"
+	expect(t, g.call(t, "POST", base, tok, map[string]any{"name": "big", "runtime": "python3.11", "entrypoint": "main.handler"}), 201, "create")
+	g.ready(t, ten, "big", "http://"+ln.Addr().String())
+
+	if r := g.call(t, "POST", base+"/big/invoke?case=fits", tok, "{}"); r.status != 200 || len(r.body) != limit {
+		t.Fatalf("an answer at the limit: %d, %d bytes", r.status, len(r.body))
+	}
+	r := g.call(t, "POST", base+"/big/invoke?case=declared", tok, "{}")
+	if r.status != 502 || !strings.Contains(string(r.body), "response-too-large") {
+		t.Fatalf("declared oversize answer: %d %.200s", r.status, r.body)
+	}
+	// The streamed case: the status line went out before the gateway knew,
+	// so the stream is cut; the client must not see a complete response.
+	req, _ := http.NewRequest("POST", g.base+base+"/big/invoke?case=streamed", strings.NewReader("{}"))
+	req.Header.Set("Authorization", "Bearer "+tok)
+	res, err := http.DefaultClient.Do(req)
+	if err == nil {
+		n, rerr := io.Copy(io.Discard, res.Body)
+		res.Body.Close()
+		if rerr == nil {
+			t.Fatalf("a streamed oversize answer arrived whole (%d bytes)", n)
+		}
+		if n > limit {
+			t.Fatalf("%d bytes passed the %d-byte limit", n, limit)
+		}
+	}
+	tooLarge := 0
+	deadline := time.Now().Add(10 * time.Second)
+	for tooLarge < 2 && time.Now().Before(deadline) {
+		tooLarge = 0
+		for _, d := range records.wait(t, `"function":"big"`, 1, 100*time.Millisecond) {
+			var b msg.InvocationBatch
+			_ = json.Unmarshal(d.Body, &b)
+			for _, m := range b.Records {
+				if m.Function == "big" && m.Status == msg.StatusFailed && m.Error == "response too large" {
+					tooLarge++
+				}
+			}
+		}
+	}
+	if tooLarge != 2 {
+		t.Errorf("%d records say response too large, want 2", tooLarge)
 	}
 }

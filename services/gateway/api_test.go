@@ -45,7 +45,9 @@ type gw struct {
 
 var (
 	sharedOnce sync.Once
-	shared     *gw
+	// sharedVhostCleanup deletes the shared gateway's vhost at the end.
+	sharedVhostCleanup func()
+	shared             *gw
 )
 
 // gateway starts one gateway for the package's tests.
@@ -56,7 +58,7 @@ func gateway(t testing.TB) *gw {
 		if err != nil {
 			t.Fatal(err)
 		}
-		_ = cleanup // the vhost lives as long as the test binary
+		sharedVhostCleanup = cleanup // the vhost lives as long as the test binary; TestMain deletes it
 		dir, err := os.MkdirTemp("", "gw-")
 		if err != nil {
 			t.Fatal(err)

@@ -10,7 +10,13 @@ import (
 
 var kube *testenv.Kube
 
-func TestMain(m *testing.M) { os.Exit(testenv.MainWithKube(m, &kube)) }
+func TestMain(m *testing.M) {
+	code := testenv.MainWithKube(m, &kube)
+	if sharedVhostCleanup != nil {
+		sharedVhostCleanup() // the shared gateway's vhost, with its quorum queues
+	}
+	os.Exit(code)
+}
 
 func TestRunServesOpsAndStops(t *testing.T) {
 	env := testenv.ServiceEnv(t, kube.KubeconfigFile(t))

@@ -44,6 +44,10 @@ func TestFaultsLoseNothing(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
+	// Whatever happens below, the broker's application runs again after the
+	// test: a test that fails between stop_app and start_app must not leave
+	// the next test (or the next CI run) without a broker.
+	defer func() { _ = exec.Command(ctl, "start_app").Run() }()
 	w := newWorld(t) // its in-process invoker runs too: two consumers, as with two replicas
 	w.function(t, "fx", 5)
 	proc := w.startBinary(t, bin)

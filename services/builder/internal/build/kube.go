@@ -3,6 +3,8 @@ package build
 import (
 	"context"
 	"fmt"
+	"maps"
+	"slices"
 	"strings"
 	"time"
 
@@ -29,11 +31,15 @@ type KubeConfig struct {
 	Registry string
 	// RegistrySecret holds a .dockerconfigjson for the push.
 	RegistrySecret string
-	// S3Secret holds the object store settings for the helper (SLESS_S3_* keys).
+	// S3Secret holds the object store credentials for the helper
+	// (SLESS_S3_ACCESS_KEY and SLESS_S3_SECRET_KEY).
 	S3Secret string
-	Deadline time.Duration
-	CPU      string
-	Memory   string
+	// HelperEnv is the rest of the helper's settings: the object store's
+	// endpoint and bucket, the archive limits (SLESS_* names).
+	HelperEnv map[string]string
+	Deadline  time.Duration
+	CPU       string
+	Memory    string
 }
 
 // Kubernetes builds images with a Job per build.
@@ -93,6 +99,7 @@ func BuildJob(cfg KubeConfig, j *Job) *batchv1.Job {
 						Image: cfg.HelperImage,
 						Args: []string{"prepare-context", "--source-key", j.SourceKey, "--sha256", j.SourceSHA256,
 							"--runtime", j.Runtime, "--entrypoint", j.Entrypoint, "--out", "/workspace"},
+						Env:             envVars(cfg.HelperEnv),
 						EnvFrom:         []corev1.EnvFromSource{{SecretRef: &corev1.SecretEnvSource{LocalObjectReference: corev1.LocalObjectReference{Name: cfg.S3Secret}}}},
 						VolumeMounts:    []corev1.VolumeMount{{Name: "workspace", MountPath: "/workspace"}, {Name: "tmp", MountPath: "/tmp"}},
 						Resources:       corev1.ResourceRequirements{Requests: limits, Limits: limits},
@@ -141,9 +148,14 @@ func (k *Kubernetes) Build(ctx context.Context, j *Job) (Artifact, error) {
 			return Artifact{}, fmt.Errorf("read build job: %w", err)
 		}
 		if done, failed, msg := jobOutcome(&cur); done {
-			digest := k.collect(ctx, &cur, j)
+			digest, contextErr := k.collect(ctx, &cur, j)
 			_ = k.Client.Delete(context.WithoutCancel(ctx), &cur, client.PropagationPolicy(metav1.DeletePropagationBackground))
 			if failed {
+				// The context step failed on the archive: its reason is the
+				// user's to act on (MissingEntrypoint, UnsafePath, ...).
+				if contextErr != nil {
+					return Artifact{}, contextErr
+				}
 				reason := ReasonBuildJobFailed
 				if strings.Contains(msg, "DeadlineExceeded") {
 					reason = ReasonBuildDeadline
@@ -180,15 +192,16 @@ func jobOutcome(j *batchv1.Job) (done, failed bool, message string) {
 }
 
 // collect copies the build pod's logs into the build log and returns the
-// pushed digest the executor wrote to its termination message.
-func (k *Kubernetes) collect(ctx context.Context, job *batchv1.Job, j *Job) string {
+// pushed digest the executor wrote to its termination message, and the
+// error prepare-context wrote to its own when it refused the archive.
+func (k *Kubernetes) collect(ctx context.Context, job *batchv1.Job, j *Job) (string, *Error) {
 	if k.Clientset == nil {
-		return ""
+		return "", nil
 	}
 	pods, err := k.Clientset.CoreV1().Pods(job.Namespace).List(ctx, metav1.ListOptions{LabelSelector: "sless.kube5s.ru/build=" + j.ID})
 	if err != nil || len(pods.Items) == 0 {
 		fmt.Fprintf(j.Log, "build pod logs unavailable (%v)\n", err)
-		return ""
+		return "", nil
 	}
 	pod := pods.Items[0]
 	for _, c := range []string{"context", "executor"} {
@@ -197,10 +210,42 @@ func (k *Kubernetes) collect(ctx context.Context, job *batchv1.Job, j *Job) stri
 			fmt.Fprintf(j.Log, "--- %s ---\n%s", c, b)
 		}
 	}
-	for _, cs := range pod.Status.ContainerStatuses {
-		if cs.Name == "executor" && cs.State.Terminated != nil && strings.HasPrefix(cs.State.Terminated.Message, "sha256:") {
-			return strings.TrimSpace(cs.State.Terminated.Message)
+	var contextErr *Error
+	for _, cs := range pod.Status.InitContainerStatuses {
+		if t := cs.State.Terminated; cs.Name == "context" && t != nil && t.ExitCode != 0 {
+			contextErr = contextFailure(t.Message)
 		}
 	}
-	return ""
+	for _, cs := range pod.Status.ContainerStatuses {
+		if cs.Name == "executor" && cs.State.Terminated != nil && strings.HasPrefix(cs.State.Terminated.Message, "sha256:") {
+			return strings.TrimSpace(cs.State.Terminated.Message), contextErr
+		}
+	}
+	return "", contextErr
+}
+
+// contextFailure reads prepare-context's termination message ("Reason:
+// message", as *Error prints); anything else is an internal failure.
+func contextFailure(m string) *Error {
+	m = strings.TrimSpace(m)
+	if m == "" {
+		return nil
+	}
+	reason, message, ok := strings.Cut(m, ": ")
+	if !ok || !knownReason[reason] {
+		return fail(ReasonBuildJobFailed, "preparing the build context failed: %s", m)
+	}
+	return fail(reason, "%s", message)
+}
+
+var knownReason = map[string]bool{ReasonInvalidArchive: true, ReasonUnsafePath: true, ReasonSymlink: true, ReasonTooLarge: true,
+	ReasonMissingEntrypoint: true, ReasonSourceUnavailable: true, ReasonUnsupportedRuntime: true}
+
+// envVars lists m sorted by name, so that the Job spec is stable.
+func envVars(m map[string]string) []corev1.EnvVar {
+	out := make([]corev1.EnvVar, 0, len(m))
+	for _, k := range slices.Sorted(maps.Keys(m)) {
+		out = append(out, corev1.EnvVar{Name: k, Value: m[k]})
+	}
+	return out
 }

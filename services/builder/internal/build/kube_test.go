@@ -9,6 +9,7 @@ import (
 	batchv1 "k8s.io/api/batch/v1"
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/client-go/kubernetes"
 	"k8s.io/pod-security-admission/api"
 	"k8s.io/pod-security-admission/policy"
 	"sigs.k8s.io/controller-runtime/pkg/client"
@@ -32,7 +33,8 @@ func kubeDriver(t *testing.T) (*Kubernetes, client.Client, string) {
 		t.Fatal(err)
 	}
 	return &Kubernetes{Client: c, Poll: 50 * time.Millisecond, Config: KubeConfig{Namespace: ns, ExecutorImage: executor, HelperImage: helper,
-		Registry: "registry.example/fn", RegistrySecret: "push", S3Secret: "s3", Deadline: 10 * time.Minute, CPU: "1", Memory: "2Gi"}}, c, ns
+		Registry: "registry.example/fn", RegistrySecret: "push", S3Secret: "s3", Deadline: 10 * time.Minute, CPU: "1", Memory: "2Gi",
+		HelperEnv: map[string]string{"SLESS_S3_ENDPOINT": "minio.storage:9000", "SLESS_S3_BUCKET": "sless"}}}, c, ns
 }
 
 func TestBuildJobSpec(t *testing.T) {
@@ -64,6 +66,14 @@ func TestBuildJobSpec(t *testing.T) {
 	}
 	if !strings.Contains(strings.Join(pod.InitContainers[0].Args, " "), "--source-key "+j.SourceKey) {
 		t.Errorf("context args %v", pod.InitContainers[0].Args)
+	}
+	// The context step gets the object store's address from the builder's
+	// settings and its credentials from the Secret.
+	if env := pod.InitContainers[0].Env; len(env) != 2 || env[0].Name != "SLESS_S3_BUCKET" || env[1].Value != "minio.storage:9000" {
+		t.Errorf("context env %v", env)
+	}
+	if from := pod.InitContainers[0].EnvFrom; len(from) != 1 || from[0].SecretRef.Name != "s3" {
+		t.Errorf("context envFrom %v", from)
 	}
 	if exec.Resources.Limits.Memory().String() != "2Gi" || exec.Resources.Limits.Cpu().String() != "1" {
 		t.Errorf("limits %v", exec.Resources.Limits)
@@ -136,4 +146,57 @@ func TestJobOutcomeBecomesTheBuildResult(t *testing.T) {
 			}
 		})
 	}
+}
+
+// buildPod plays the Job controller and the kubelet: a pod of the build
+// whose containers ended as given (envtest runs neither).
+func buildPod(t *testing.T, c client.Client, ns, buildID string, initState, execState *corev1.ContainerStateTerminated) {
+	t.Helper()
+	pod := &corev1.Pod{ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: JobName(buildID) + "-pod", Labels: map[string]string{"sless.kube5s.ru/build": buildID}},
+		Spec: corev1.PodSpec{RestartPolicy: corev1.RestartPolicyNever,
+			InitContainers: []corev1.Container{{Name: "context", Image: helper}},
+			Containers:     []corev1.Container{{Name: "executor", Image: executor}}}}
+	if err := c.Create(t.Context(), pod); err != nil {
+		t.Fatal(err)
+	}
+	pod.Status.InitContainerStatuses = []corev1.ContainerStatus{{Name: "context", Image: helper, State: corev1.ContainerState{Terminated: initState}}}
+	if execState != nil {
+		pod.Status.ContainerStatuses = []corev1.ContainerStatus{{Name: "executor", Image: executor, State: corev1.ContainerState{Terminated: execState}}}
+	}
+	if err := c.Status().Update(t.Context(), pod); err != nil {
+		t.Fatal(err)
+	}
+}
+
+// TestPodStatusRefinesTheResult: the executor's termination message (the
+// pushed digest) pins the image; a context step that refused the archive
+// gives the build its own reason instead of "build job failed".
+func TestPodStatusRefinesTheResult(t *testing.T) {
+	clientset, err := kubernetes.NewForConfig(kube.Config)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Run("digest", func(t *testing.T) {
+		d, c, ns := kubeDriver(t)
+		d.Clientset = clientset
+		e := newEnv(t, d)
+		req := e.request(t, "dig", "nodejs20", "index.handler", []byte("zip"))
+		digest := "sha256:" + strings.Repeat("cd", 32)
+		buildPod(t, c, ns, req.BuildID, &corev1.ContainerStateTerminated{ExitCode: 0}, &corev1.ContainerStateTerminated{ExitCode: 0, Message: digest})
+		finishJob(t, c, ns, JobName(req.BuildID), batchv1.JobComplete)
+		if res := e.result(t, req.BuildID); res.Result != "succeeded" || res.Image != "registry.example/fn/acme/dig@"+digest {
+			t.Fatalf("result %+v", res)
+		}
+	})
+	t.Run("context refused", func(t *testing.T) {
+		d, c, ns := kubeDriver(t)
+		d.Clientset = clientset
+		e := newEnv(t, d)
+		req := e.request(t, "refused", "python3.11", "main.handler", []byte("zip"))
+		buildPod(t, c, ns, req.BuildID, &corev1.ContainerStateTerminated{ExitCode: 1, Message: "MissingEntrypoint: main.py is not in the archive"}, nil)
+		finishJob(t, c, ns, JobName(req.BuildID), batchv1.JobFailed)
+		if res := e.result(t, req.BuildID); res.Result != "failed" || res.Reason != ReasonMissingEntrypoint || res.Message != "main.py is not in the archive" {
+			t.Fatalf("result %+v", res)
+		}
+	})
 }

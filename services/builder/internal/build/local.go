@@ -139,6 +139,8 @@ func (l *Local) install(ctx context.Context, j *Job, dir string) error {
 	fmt.Fprintf(j.Log, "$ %s\n", joinArgs(cmd))
 	c := exec.CommandContext(ctx, cmd[0], cmd[1:]...)
 	c.Dir, c.Stdout, c.Stderr = dir, j.Log, j.Log
+	c.SysProcAttr = childAttr()
+	c.WaitDelay = 10 * time.Second // a grandchild holding the log pipe must not stall the build
 	c.Env = append(os.Environ(), "npm_config_update_notifier=false", "HOME="+dir)
 	if err := c.Run(); err != nil {
 		if errors.Is(ctx.Err(), context.DeadlineExceeded) {

@@ -29,8 +29,13 @@ type Publisher interface {
 
 // Objects reads source archives and writes build logs.
 type Objects interface {
-	Get(ctx context.Context, key string) (io.ReadCloser, int64, error)
+	Sources
 	LogStore
+}
+
+// Sources reads source archives.
+type Sources interface {
+	Get(ctx context.Context, key string) (io.ReadCloser, int64, error)
 }
 
 // TenantLimit returns how many builds a tenant may run at once.
@@ -192,18 +197,7 @@ func (s *Service) run(ctx context.Context, req *msg.BuildRequested, blog io.Writ
 }
 
 func (s *Service) fetch(ctx context.Context, key string) ([]byte, error) {
-	rc, size, err := s.Objects.Get(ctx, key)
-	if errors.Is(err, objstore.ErrNotFound) {
-		return nil, fail(ReasonSourceUnavailable, "source archive %s is not in the object store; upload it again", key)
-	}
-	if err != nil {
-		return nil, err
-	}
-	defer rc.Close()
-	if size > s.MaxArchive {
-		return nil, fail(ReasonTooLarge, "the archive is %d bytes, the limit is %d", size, s.MaxArchive)
-	}
-	return io.ReadAll(io.LimitReader(rc, s.MaxArchive+1))
+	return fetchArchive(ctx, s.Objects, key, s.MaxArchive)
 }
 
 // heartbeat renews the lease; when it is lost, the build is cancelled,

@@ -129,8 +129,10 @@ func (e *env) request(t *testing.T, function, runtime, entrypoint string, archiv
 	}
 	r := &msg.BuildRequested{BuildID: "b-" + sha[52:], Tenant: "acme", Namespace: "sless-fn-acme", Function: function, Runtime: runtime,
 		Entrypoint: entrypoint, SourceKey: key, SourceSHA256: sha, RequestedAt: time.Now().UTC()}
-	if err := e.pub.PublishMessage(t.Context(), r); err != nil {
-		t.Fatal(err)
+	ctx, cancel := context.WithTimeout(t.Context(), 30*time.Second)
+	defer cancel()
+	if err := e.pub.PublishMessage(ctx, r); err != nil {
+		t.Fatalf("publish the build request: %v", err)
 	}
 	return r
 }

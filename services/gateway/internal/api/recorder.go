@@ -64,7 +64,9 @@ func (r *Recorder) Run(ctx context.Context) error {
 			for {
 				select {
 				case m := <-r.ch:
-					r.publish(ctx, r.batch(m))
+					// A batch taken from the buffer is published even when
+					// shutdown starts meanwhile (publish has its own timeout).
+					r.publish(context.WithoutCancel(ctx), r.batch(m))
 				case <-ctx.Done():
 					return
 				}

@@ -1,0 +1,104 @@
+package build
+
+import (
+	"context"
+	"crypto/sha256"
+	"encoding/hex"
+	"errors"
+	"fmt"
+	"io"
+	"os"
+	"path/filepath"
+
+	"github.com/kube5s/sless/pkg/objstore"
+	"github.com/kube5s/sless/runtimes"
+)
+
+// ContextRequest is one `builder prepare-context` run: the init container of
+// a build Job turns the source archive into the executor's build context.
+type ContextRequest struct {
+	SourceKey  string // sources/<tenant>/<function>/<sha256>.zip
+	SHA256     string // the digest the archive must have
+	Runtime    string
+	Entrypoint string
+	Out        string // the build context directory (the Job's /workspace)
+}
+
+// PrepareContext fetches the archive, checks that it is the one requested
+// (its SHA-256), unpacks and checks it as the local driver does, and writes
+// the build context into req.Out: code/ (the function), the runtime wrapper
+// and the runtime's Dockerfile, which installs the dependencies. The
+// Dockerfile is written last: on any failure there is none, so the executor
+// cannot build from a half-written context.
+func PrepareContext(ctx context.Context, objs Sources, maxArchive int64, lim Limits, validators []Validator, req ContextRequest, log io.Writer) error {
+	img, err := runtimes.ImageFiles(req.Runtime)
+	if err != nil {
+		return fail(ReasonUnsupportedRuntime, "%v", err)
+	}
+	data, err := fetchArchive(ctx, objs, req.SourceKey, maxArchive)
+	if err != nil {
+		return err
+	}
+	sum := sha256.Sum256(data)
+	if got := hex.EncodeToString(sum[:]); got != req.SHA256 {
+		return fail(ReasonSourceUnavailable, "the archive at %s has SHA-256 %s, not the requested %s; upload it again", req.SourceKey, got, req.SHA256)
+	}
+	fmt.Fprintf(log, "fetched %s (%d bytes, SHA-256 verified)\n", req.SourceKey, len(data))
+	if err := os.MkdirAll(req.Out, 0o755); err != nil {
+		return err
+	}
+	tmp, err := os.MkdirTemp(req.Out, ".code-")
+	if err != nil {
+		return err
+	}
+	defer os.RemoveAll(tmp) // a no-op after the rename
+	files, err := Unpack(data, tmp, lim)
+	if err != nil {
+		return err
+	}
+	src := &Source{Dir: tmp, Runtime: req.Runtime, Entrypoint: req.Entrypoint, Files: files}
+	for _, v := range validators {
+		fmt.Fprintf(log, "check: %s\n", v.Name())
+		if err := v.Validate(ctx, src); err != nil {
+			return err
+		}
+	}
+	code := filepath.Join(req.Out, "code")
+	if err := os.RemoveAll(code); err != nil { // a retried init container starts over
+		return err
+	}
+	if err := os.Rename(tmp, code); err != nil {
+		return err
+	}
+	if err := os.WriteFile(filepath.Join(req.Out, img.WrapperName), img.Wrapper, 0o644); err != nil {
+		return err
+	}
+	if err := os.WriteFile(filepath.Join(req.Out, "Dockerfile"), img.Dockerfile, 0o644); err != nil {
+		return err
+	}
+	fmt.Fprintf(log, "build context ready in %s: %d files, %s, Dockerfile of %s\n", req.Out, len(files), img.WrapperName, req.Runtime)
+	return nil
+}
+
+// fetchArchive reads a source archive of at most max bytes.
+func fetchArchive(ctx context.Context, objs Sources, key string, max int64) ([]byte, error) {
+	rc, size, err := objs.Get(ctx, key)
+	if errors.Is(err, objstore.ErrNotFound) {
+		return nil, fail(ReasonSourceUnavailable, "source archive %s is not in the object store; upload it again", key)
+	}
+	if err != nil {
+		return nil, err
+	}
+	defer rc.Close()
+	if size > max {
+		return nil, fail(ReasonTooLarge, "the archive is %d bytes, the limit is %d", size, max)
+	}
+	data, err := io.ReadAll(io.LimitReader(rc, max+1))
+	if err != nil {
+		return nil, err
+	}
+	if int64(len(data)) > max {
+		return nil, fail(ReasonTooLarge, "the archive is over the limit of %d bytes", max)
+	}
+	return data, nil
+}

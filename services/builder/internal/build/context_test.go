@@ -1,0 +1,136 @@
+package build
+
+import (
+	"bytes"
+	"crypto/sha256"
+	"encoding/hex"
+	"errors"
+	"io"
+	"os"
+	"path/filepath"
+	"testing"
+
+	"github.com/kube5s/sless/pkg/objstore"
+	"github.com/kube5s/sless/pkg/testenv"
+)
+
+// TestPrepareContext runs the build Job's context step against real MinIO:
+// a good archive becomes code/, the runtime wrapper and the runtime's own
+// Dockerfile; each bad request fails with its reason and leaves no
+// Dockerfile for the executor to build from.
+func TestPrepareContext(t *testing.T) {
+	s3 := testenv.S3(t)
+	store, err := objstore.New(objstore.Config{Endpoint: s3.Endpoint, AccessKey: s3.AccessKey, SecretKey: s3.SecretKey, Bucket: s3.Bucket})
+	if err != nil {
+		t.Fatal(err)
+	}
+	put := func(data []byte) (key, sum string) {
+		h := sha256.Sum256(data)
+		sum = hex.EncodeToString(h[:])
+		key = objstore.SourceKey("acme", "fx", sum)
+		if err := store.Put(t.Context(), key, bytes.NewReader(data), int64(len(data)), "application/zip"); err != nil {
+			t.Fatal(err)
+		}
+		return key, sum
+	}
+	prepare := func(req ContextRequest) error {
+		return PrepareContext(t.Context(), store, 1<<20, DefaultLimits, []Validator{EntrypointExists{}}, req, io.Discard)
+	}
+	runtimesDir := filepath.Join("..", "..", "..", "..", "runtimes")
+
+	t.Run("node", func(t *testing.T) {
+		key, sum := put(zipOf(t, entry{name: "index.js", body: "exports.handler = async () => 'hi';\n"},
+			entry{name: "package.json", body: `{"name":"fx","version":"1.0.0","dependencies":{"is-number":"7.0.0"}}`},
+			entry{name: "lib/util.js", body: "module.exports = 1;\n"}))
+		out := t.TempDir()
+		if err := prepare(ContextRequest{SourceKey: key, SHA256: sum, Runtime: "nodejs20", Entrypoint: "index.handler", Out: out}); err != nil {
+			t.Fatal(err)
+		}
+		for ctxFile, repoFile := range map[string]string{"Dockerfile": "nodejs20/Dockerfile", "runtime.js": "nodejs20/runtime.js"} {
+			got, _ := os.ReadFile(filepath.Join(out, ctxFile))
+			want, err := os.ReadFile(filepath.Join(runtimesDir, repoFile))
+			if err != nil || !bytes.Equal(got, want) {
+				t.Errorf("%s is not runtimes/%s (%v)", ctxFile, repoFile, err)
+			}
+		}
+		for _, f := range []string{"code/index.js", "code/package.json", "code/lib/util.js"} {
+			if _, err := os.Stat(filepath.Join(out, f)); err != nil {
+				t.Error(err)
+			}
+		}
+		entries, _ := os.ReadDir(out)
+		if len(entries) != 3 {
+			t.Errorf("the context holds %d entries, want Dockerfile, runtime.js and code/", len(entries))
+		}
+		// A retried init container starts over in the same directory.
+		if err := prepare(ContextRequest{SourceKey: key, SHA256: sum, Runtime: "nodejs20", Entrypoint: "index.handler", Out: out}); err != nil {
+			t.Fatalf("second run in the same directory: %v", err)
+		}
+	})
+
+	t.Run("python", func(t *testing.T) {
+		key, sum := put(zipOf(t, entry{name: "main.py", body: "def handler(event, context):\n    return 'hi'\n"}))
+		out := t.TempDir()
+		if err := prepare(ContextRequest{SourceKey: key, SHA256: sum, Runtime: "python3.11", Entrypoint: "main.handler", Out: out}); err != nil {
+			t.Fatal(err)
+		}
+		got, _ := os.ReadFile(filepath.Join(out, "runtime.py"))
+		want, _ := os.ReadFile(filepath.Join(runtimesDir, "python3.11", "runtime.py"))
+		if !bytes.Equal(got, want) {
+			t.Error("runtime.py is not the Python wrapper")
+		}
+	})
+
+	goodKey, goodSum := put(zipOf(t, entry{name: "main.py", body: "def handler(e, c):\n    return 1\n"}))
+	slipKey, slipSum := put(zipOf(t, entry{name: "main.py", body: "x = 1\n"}, entry{name: "../escape.py", body: "x = 1\n"}))
+	noEntryKey, noEntrySum := put(zipOf(t, entry{name: "other.py", body: "x = 1\n"}))
+	bigKey, bigSum := put(bytes.Repeat([]byte("z"), 2<<20))
+	for _, tc := range []struct {
+		name   string
+		req    ContextRequest
+		reason string
+	}{
+		{"digest mismatch", ContextRequest{SourceKey: goodKey, SHA256: slipSum, Runtime: "python3.11", Entrypoint: "main.handler"}, ReasonSourceUnavailable},
+		{"missing archive", ContextRequest{SourceKey: "sources/acme/fx/nothing.zip", SHA256: goodSum, Runtime: "python3.11", Entrypoint: "main.handler"}, ReasonSourceUnavailable},
+		{"zip slip", ContextRequest{SourceKey: slipKey, SHA256: slipSum, Runtime: "python3.11", Entrypoint: "main.handler"}, ReasonUnsafePath},
+		{"no entrypoint", ContextRequest{SourceKey: noEntryKey, SHA256: noEntrySum, Runtime: "python3.11", Entrypoint: "main.handler"}, ReasonMissingEntrypoint},
+		{"unknown runtime", ContextRequest{SourceKey: goodKey, SHA256: goodSum, Runtime: "ruby3", Entrypoint: "main.handler"}, ReasonUnsupportedRuntime},
+		{"archive over the limit", ContextRequest{SourceKey: bigKey, SHA256: bigSum, Runtime: "python3.11", Entrypoint: "main.handler"}, ReasonTooLarge},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			parent := t.TempDir()
+			tc.req.Out = filepath.Join(parent, "workspace")
+			err := prepare(tc.req)
+			var be *Error
+			if !errors.As(err, &be) || be.Reason != tc.reason {
+				t.Fatalf("error %v, want reason %s", err, tc.reason)
+			}
+			if _, err := os.Stat(filepath.Join(tc.req.Out, "Dockerfile")); err == nil {
+				t.Error("a Dockerfile was written for a refused archive")
+			}
+			// Nothing outside the workspace, nothing left inside it.
+			entries, _ := os.ReadDir(parent)
+			for _, e := range entries {
+				if e.Name() != "workspace" {
+					t.Errorf("%s written outside the build context", e.Name())
+				}
+			}
+			inside, _ := os.ReadDir(tc.req.Out)
+			if len(inside) != 0 {
+				t.Errorf("the refused context holds %d entries", len(inside))
+			}
+		})
+	}
+}
+
+func TestContextFailureReadsTheTerminationMessage(t *testing.T) {
+	if e := contextFailure("MissingEntrypoint: main.py not found\n"); e == nil || e.Reason != ReasonMissingEntrypoint || e.Message != "main.py not found" {
+		t.Errorf("got %+v", e)
+	}
+	if e := contextFailure("dial tcp: connection refused"); e == nil || e.Reason != ReasonBuildJobFailed {
+		t.Errorf("an unknown message must be an internal job failure, got %+v", e)
+	}
+	if e := contextFailure("  "); e != nil {
+		t.Errorf("no message, no error: got %+v", e)
+	}
+}

@@ -1,0 +1,75 @@
+package api
+
+import (
+	"context"
+	"io"
+	"log/slog"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/prometheus/client_golang/prometheus/testutil"
+
+	"github.com/kube5s/sless/pkg/msg"
+)
+
+// stuckPublisher holds every publish until released, like a broker that
+// stopped confirming.
+type stuckPublisher struct {
+	entered chan struct{} // receives once per publish call
+	release chan struct{}
+	mu      sync.Mutex
+	records int
+}
+
+func (p *stuckPublisher) PublishMessage(ctx context.Context, m msg.Message) error {
+	select {
+	case p.entered <- struct{}{}:
+	default:
+	}
+	select {
+	case <-p.release:
+	case <-ctx.Done():
+		return ctx.Err()
+	}
+	p.mu.Lock()
+	p.records += len(m.(*msg.InvocationBatch).Records)
+	p.mu.Unlock()
+	return nil
+}
+
+// TestRecorderDropsWhenFullAndCounts: Record never blocks; with the buffer
+// full it drops the record and counts it, and what was buffered is
+// published once the broker confirms again.
+func TestRecorderDropsWhenFullAndCounts(t *testing.T) {
+	pub := &stuckPublisher{entered: make(chan struct{}, 1), release: make(chan struct{})}
+	reg := prometheus.NewRegistry()
+	r := NewRecorder(pub, slog.New(slog.NewTextHandler(io.Discard, nil)), reg, 4, 1)
+	ctx, cancel := context.WithCancel(t.Context())
+	done := make(chan error)
+	go func() { done <- r.Run(ctx) }()
+
+	// The worker takes the first record, batches for 20ms, then blocks in
+	// publish; everything after that fills the buffer.
+	r.Record(&msg.InvocationCompleted{InvocationID: "first"})
+	select {
+	case <-pub.entered:
+	case <-time.After(time.Minute):
+		t.Fatal("the recorder never published")
+	}
+	for i := range 10 {
+		r.Record(&msg.InvocationCompleted{InvocationID: string(rune('a' + i))})
+	}
+	if got := testutil.ToFloat64(r.dropped); got != 6 {
+		t.Fatalf("dropped %v records, want 6 (10 offered to a buffer of 4)", got)
+	}
+	close(pub.release)
+	cancel()
+	if err := <-done; err != nil {
+		t.Fatal(err)
+	}
+	if pub.records != 5 {
+		t.Fatalf("published %d records, want 5 (the first and the 4 buffered)", pub.records)
+	}
+}
