@@ -54,7 +54,8 @@ func fill(b *testing.B, url, queue string, n int) {
 
 // BenchmarkQueueTrigger compares a queue trigger (consume, call, record,
 // ack) with a bare amqp091-go consume-and-call loop on the same function
-// and prefetch, in one run. Budget: at least 0.9x the bare rate.
+// with the same concurrency (16 calls at once), in one run. Budget: at
+// least 0.9x the bare rate.
 func BenchmarkQueueTrigger(b *testing.B) {
 	w := newWorld(b)
 	ep, calls := countingFunction(b)

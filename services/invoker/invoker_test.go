@@ -12,6 +12,7 @@ import (
 	"strconv"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -354,4 +355,71 @@ func TestQueueTriggers(t *testing.T) {
 		t.Errorf("a disabled trigger still consumed: %d records", n)
 	}
 	_ = json.Valid
+}
+
+// TestQueueTriggerKeepsToItsConcurrency: a queue trigger holds more
+// messages than its concurrency (so that record confirms overlap calls),
+// but the function never sees more than Concurrency calls at once.
+func TestQueueTriggerKeepsToItsConcurrency(t *testing.T) {
+	w := newWorld(t)
+	var inFlight, peak atomic.Int64
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	srv := &http.Server{Handler: http.HandlerFunc(func(rw http.ResponseWriter, r *http.Request) {
+		n := inFlight.Add(1)
+		for p := peak.Load(); n > p && !peak.CompareAndSwap(p, n); p = peak.Load() {
+		}
+		time.Sleep(20 * time.Millisecond)
+		inFlight.Add(-1)
+		_, _ = rw.Write([]byte("ok"))
+	})}
+	go srv.Serve(ln)
+	t.Cleanup(func() { srv.Close() })
+	f := &slessv1.Function{ObjectMeta: metav1.ObjectMeta{Name: "slowish", Namespace: w.ns},
+		Spec: slessv1.FunctionSpec{Runtime: slessv1.RuntimePython311, Entrypoint: "main.handler", TimeoutSec: 5}}
+	if err := w.kube.Create(t.Context(), f); err != nil {
+		t.Fatal(err)
+	}
+	f.Status.Phase, f.Status.Endpoint = slessv1.FunctionReady, "http://"+ln.Addr().String()
+	if err := w.kube.Status().Update(t.Context(), f); err != nil {
+		t.Fatal(err)
+	}
+	tr := &slessv1.Trigger{ObjectMeta: metav1.ObjectMeta{Name: "bounded", Namespace: w.ns}, Spec: slessv1.TriggerSpec{FunctionRef: slessv1.LocalRef{Name: "slowish"},
+		Type: slessv1.TriggerQueue, Queue: &slessv1.QueueTrigger{Queue: "bounded", Concurrency: 3}}}
+	if err := w.kube.Create(t.Context(), tr); err != nil {
+		t.Fatal(err)
+	}
+	conn, err := amqp.Dial(w.vhost)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer func() { _ = conn.CloseDeadline(time.Now().Add(5 * time.Second)) }()
+	ch, _ := conn.Channel()
+	for deadline := time.Now().Add(20 * time.Second); ; time.Sleep(100 * time.Millisecond) {
+		probe, _ := conn.Channel()
+		if _, err := probe.QueueDeclarePassive("bounded", true, false, false, false, nil); err == nil {
+			probe.Close()
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatal("the trigger's queue was never declared")
+		}
+	}
+	const n = 60
+	for i := range n {
+		if err := ch.PublishWithContext(t.Context(), "", "bounded", false, false, amqp.Publishing{MessageId: fmt.Sprintf("b-%d", i), Body: []byte("{}"), DeliveryMode: amqp.Persistent}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	for deadline := time.Now().Add(60 * time.Second); w.count(t, "trigger_name = 'bounded'") < n; time.Sleep(100 * time.Millisecond) {
+		if time.Now().After(deadline) {
+			t.Fatalf("%d of %d recorded", w.count(t, "trigger_name = 'bounded'"), n)
+		}
+	}
+	t.Logf("peak concurrent calls: %d (concurrency 3)", peak.Load())
+	if p := peak.Load(); p > 3 || p < 2 {
+		t.Fatalf("the function saw %d calls at once; the trigger's concurrency is 3", p)
+	}
 }

@@ -156,6 +156,14 @@ func (q *QueueTriggers) start(parent context.Context, t *slessv1.Trigger, url, h
 		queue.Bindings = []rabbit.Binding{{Exchange: spec.Exchange, Key: spec.RoutingKey}}
 	}
 	tenant := t.Namespace[len(slessv1.NamespaceFor("")):]
+	// The function sees at most Concurrency calls at once. Four times as
+	// many messages are in hand, so that while some wait for their record's
+	// confirm before the ack (group commit), others are being called.
+	// Measured (make bench, 16 calls at once): 1x 0.32-0.34 of the bare
+	// loop, 2x 0.43-0.47, 4x 0.49-0.73, 8x 0.62-0.71; 4x keeps one replica
+	// from hoarding a queue that other replicas could share.
+	concurrency := int(max(spec.Concurrency, 1))
+	calls := make(chan struct{}, concurrency)
 	handle := func(ctx context.Context, d *amqp.Delivery) error {
 		req := requestFromDelivery(d, tenant, t)
 		attempt := rabbit.Attempt(d)
@@ -164,7 +172,13 @@ func (q *QueueTriggers) start(parent context.Context, t *slessv1.Trigger, url, h
 				return nil
 			}
 		}
+		select {
+		case calls <- struct{}{}:
+		case <-ctx.Done():
+			return ctx.Err()
+		}
 		rec, retryable := q.Exec.Execute(ctx, req, attempt)
+		<-calls
 		if retryable && attempt <= int(spec.MaxRetries) {
 			q.Exec.Metrics.retries.Inc()
 			return fmt.Errorf("%w: %s", errRetry, rec.Error)
@@ -178,7 +192,7 @@ func (q *QueueTriggers) start(parent context.Context, t *slessv1.Trigger, url, h
 		}
 		return nil
 	}
-	cons := &rabbit.Consumer{Client: broker, Queue: queue, Prefetch: int(max(spec.Concurrency, 1)), Handler: handle, Tracer: q.Exec.Tracer, Declare: true}
+	cons := &rabbit.Consumer{Client: broker, Queue: queue, Prefetch: 4 * concurrency, Handler: handle, Tracer: q.Exec.Tracer, Declare: true}
 	wg.Go(func() { _ = cons.Run(ctx) })
 	go func() { wg.Wait(); close(c.done) }()
 	return c
