@@ -12,11 +12,14 @@ import (
 	"net/http"
 	"time"
 
+	"github.com/go-logr/logr"
 	"github.com/prometheus/client_golang/prometheus"
 	dto "github.com/prometheus/client_model/go"
 	sdktrace "go.opentelemetry.io/otel/sdk/trace"
 	"go.opentelemetry.io/otel/trace"
 	"golang.org/x/sync/errgroup"
+	"k8s.io/klog/v2"
+	ctrllog "sigs.k8s.io/controller-runtime/pkg/log"
 
 	"github.com/kube5s/sless/pkg/envconf"
 	"github.com/kube5s/sless/pkg/health"
@@ -56,6 +59,13 @@ type Service struct {
 // New builds the shared parts of a service.
 func New(ctx context.Context, name string, cfg Common, getenv func(string) string, stdout io.Writer) (*Service, error) {
 	log := telemetry.NewLogger(stdout, name, cfg.LogLevel)
+	// The Kubernetes libraries log through logr (controller-runtime: reconcile
+	// errors, leader election) and klog (client-go: watch errors). Both go
+	// to the service's JSON log; otherwise controller-runtime drops its logs
+	// and prints a stack trace about it after 30 s.
+	kl := logr.FromSlogHandler(log.Handler())
+	ctrllog.SetLogger(kl)
+	klog.SetLogger(kl)
 	tp, err := telemetry.NewTracerProvider(ctx, name, getenv)
 	if err != nil {
 		return nil, err
