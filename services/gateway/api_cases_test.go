@@ -19,6 +19,7 @@ import (
 	slessv1 "github.com/kube5s/sless/pkg/apis/sless/v1alpha1"
 	"github.com/kube5s/sless/pkg/msg"
 	"github.com/kube5s/sless/pkg/objstore"
+	"github.com/kube5s/sless/pkg/testenv"
 )
 
 var fnBody = map[string]any{"name": "hello", "runtime": "python3.11", "entrypoint": "main.handler"}
@@ -615,4 +616,50 @@ func TestResponseSizeLimit(t *testing.T) {
 	if tooLarge != 2 {
 		t.Errorf("%d records say response too large, want 2", tooLarge)
 	}
+}
+
+// TestRevocationReachesEveryReplica: a token that a second gateway replica
+// has cached is refused there as soon as the first replica revokes it (a
+// PostgreSQL notification), well before the cache's 30 s TTL; so is every
+// token of a deleted tenant.
+func TestRevocationReachesEveryReplica(t *testing.T) {
+	g := gateway(t)
+	env := map[string]string{}
+	for k, v := range g.env {
+		env[k] = v
+	}
+	env["SLESS_HTTP_ADDR"] = testenv.FreeAddr(t)
+	env["SLESS_OPS_ADDR"] = testenv.FreeAddr(t)
+	stop := testenv.StartService(t, run, env)
+	defer stop()
+	second := &gw{base: "http://" + env["SLESS_HTTP_ADDR"], env: env, kube: g.kube, db: g.db, store: g.store, vhost: g.vhost}
+
+	refusedSoon := func(tok, path, what string) {
+		t.Helper()
+		deadline := time.Now().Add(10 * time.Second) // a third of the TTL
+		for {
+			r := second.call(t, "GET", path, tok, nil)
+			if r.status == 401 {
+				return
+			}
+			if time.Now().After(deadline) {
+				t.Fatalf("%s: the second replica still answers %d", what, r.status)
+			}
+			time.Sleep(20 * time.Millisecond)
+		}
+	}
+	a, _ := g.tenant(t, nil)
+	r := g.call(t, "POST", "/v1/tenants/"+a+"/tokens", admin, map[string]any{"name": "replica"})
+	expect(t, r, 201, "issue")
+	tok, id := r.json(t)["token"].(string), r.json(t)["id"].(string)
+	expect(t, second.call(t, "GET", "/v1/tenants/"+a, tok, nil), 200, "the second replica caches the token")
+	expect(t, g.call(t, "DELETE", "/v1/tenants/"+a+"/tokens/"+id, admin, nil), 204, "revoke on the first")
+	start := time.Now()
+	refusedSoon(tok, "/v1/tenants/"+a, "revoked token")
+	t.Logf("the second replica refused the revoked token %s after the revoke", time.Since(start).Round(time.Millisecond))
+
+	b, tokB := g.tenant(t, nil)
+	expect(t, second.call(t, "GET", "/v1/tenants/"+b, tokB, nil), 200, "the second replica caches the tenant's token")
+	expect(t, g.call(t, "DELETE", "/v1/tenants/"+b, admin, nil), 202, "delete the tenant on the first")
+	refusedSoon(tokB, "/v1/tenants/"+b, "token of a deleted tenant")
 }

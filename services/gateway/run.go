@@ -68,6 +68,7 @@ func run(ctx context.Context, getenv func(string) string, stdout io.Writer) erro
 		Kube: kube, Cache: watch, DB: pool, Store: store, Publisher: pub, Recorder: recorder,
 		Health: svc.Health, Registry: svc.Registry, Gatherer: svc.Registry, Tracer: svc.Tracer, Log: svc.Log,
 	})
+	svc.Go(srv.WatchRevocations)
 	if _, err := svc.Serve(cfg.HTTPAddr, srv); err != nil {
 		return err
 	}

@@ -7,6 +7,7 @@ import (
 	"crypto/subtle"
 	"encoding/base64"
 	"errors"
+	"log/slog"
 	"math"
 	"net/http"
 	"strconv"
@@ -115,14 +116,21 @@ func newToken() (token, id string) {
 	return TokenPrefix + base64.RawURLEncoding.EncodeToString(raw), "tok-" + newID(6)
 }
 
-// tokenCache remembers token lookups for a short while; revocation through
-// this gateway drops the entry at once.
+// tokenCache remembers token lookups for a short while. A revocation
+// through any gateway drops the entries at once on every gateway: the
+// revoking statement sends a PostgreSQL notification (channel sless_tokens,
+// payload "<tenant>/<token id>", the id empty for all of a tenant's tokens)
+// that Listen receives. The TTL bounds staleness while Listen is down.
 type tokenCache struct {
 	db  *pgxpool.Pool
 	ttl time.Duration
+	log *slog.Logger
 	mu  sync.RWMutex
 	m   map[string]tokenEntry
 }
+
+// tokenChannel is the PostgreSQL notification channel of revocations.
+const tokenChannel = "sless_tokens"
 
 type tokenEntry struct {
 	tenant  string
@@ -130,8 +138,55 @@ type tokenEntry struct {
 	expires time.Time
 }
 
-func newTokenCache(db *pgxpool.Pool, ttl time.Duration) *tokenCache {
-	return &tokenCache{db: db, ttl: ttl, m: map[string]tokenEntry{}}
+func newTokenCache(db *pgxpool.Pool, ttl time.Duration, log *slog.Logger) *tokenCache {
+	return &tokenCache{db: db, ttl: ttl, log: log, m: map[string]tokenEntry{}}
+}
+
+// Listen applies revocations made by any gateway until ctx ends. It
+// redials with backoff, and empties the cache whenever it (re)starts
+// listening, since notifications sent meanwhile are lost.
+func (c *tokenCache) Listen(ctx context.Context) error {
+	backoff := 100 * time.Millisecond
+	for {
+		err := c.listen(ctx)
+		if ctx.Err() != nil {
+			return nil
+		}
+		c.log.Warn("token revocation listener interrupted", "err", err, "retryIn", backoff.String())
+		select {
+		case <-ctx.Done():
+			return nil
+		case <-time.After(backoff):
+		}
+		backoff = min(backoff*2, 5*time.Second)
+	}
+}
+
+func (c *tokenCache) listen(ctx context.Context) error {
+	pc, err := c.db.Acquire(ctx)
+	if err != nil {
+		return err
+	}
+	conn := pc.Hijack() // a listening session is not returned to the pool
+	defer conn.Close(context.WithoutCancel(ctx))
+	if _, err := conn.Exec(ctx, "LISTEN "+tokenChannel); err != nil {
+		return err
+	}
+	c.clear()
+	for {
+		n, err := conn.WaitForNotification(ctx)
+		if err != nil {
+			return err
+		}
+		tenant, id, _ := strings.Cut(n.Payload, "/")
+		c.forget(tenant, id)
+	}
+}
+
+func (c *tokenCache) clear() {
+	c.mu.Lock()
+	c.m = map[string]tokenEntry{}
+	c.mu.Unlock()
 }
 
 var errBadToken = errors.New("the token is unknown or revoked")

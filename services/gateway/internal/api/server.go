@@ -76,7 +76,7 @@ type Server struct {
 func New(d Deps) *Server {
 	installErrors()
 	s := &Server{Deps: d, prop: telemetry.Propagator(), metrics: newMetrics(d.Registry)}
-	s.tokens = newTokenCache(d.DB, 30*time.Second)
+	s.tokens = newTokenCache(d.DB, 30*time.Second, d.Log)
 	s.limits = newLimiter(d.Cache)
 	if s.Transport == nil {
 		s.Transport = DefaultTransport()
@@ -167,3 +167,7 @@ func newID(n int) string {
 	_, _ = rand.Read(b)
 	return hex.EncodeToString(b)
 }
+
+// WatchRevocations applies token revocations made through other gateway
+// replicas at once (PostgreSQL LISTEN); run it beside the server.
+func (s *Server) WatchRevocations(ctx context.Context) error { return s.tokens.Listen(ctx) }

@@ -86,7 +86,9 @@ func (s *Server) registerTenants() {
 			if err := s.Kube.Delete(ctx, t); err != nil {
 				return nil, fromKube(ctx, "tenant "+in.Tenant, err)
 			}
-			if _, err := s.DB.Exec(ctx, `UPDATE api_tokens SET revoked_at = now() WHERE tenant = $1 AND revoked_at IS NULL`, in.Tenant); err != nil {
+			// The notification goes out with the commit, to every gateway.
+			if _, err := s.DB.Exec(ctx, `WITH r AS (UPDATE api_tokens SET revoked_at = now() WHERE tenant = $1 AND revoked_at IS NULL)
+				SELECT pg_notify('`+tokenChannel+`', $1::text || '/')`, in.Tenant); err != nil {
 				return nil, withID(ctx, problem(500, "", "revoke the tenant's tokens: %v", err))
 			}
 			s.tokens.forget(in.Tenant, "")
@@ -131,8 +133,8 @@ func (s *Server) registerTenants() {
 				return nil, err
 			}
 			var id string
-			err := s.DB.QueryRow(ctx, `UPDATE api_tokens SET revoked_at = now() WHERE id = $1 AND tenant = $2 AND revoked_at IS NULL RETURNING id`,
-				in.ID, in.Tenant).Scan(&id)
+			err := s.DB.QueryRow(ctx, `WITH r AS (UPDATE api_tokens SET revoked_at = now() WHERE id = $1 AND tenant = $2 AND revoked_at IS NULL RETURNING id)
+				SELECT r.id FROM r, LATERAL (SELECT pg_notify('`+tokenChannel+`', $2::text || '/' || r.id)) AS n`, in.ID, in.Tenant).Scan(&id)
 			if errors.Is(err, pgx.ErrNoRows) {
 				return nil, withID(ctx, problem(404, "", "token %s of tenant %s not found or already revoked", in.ID, in.Tenant))
 			}
