@@ -49,6 +49,10 @@ func run(ctx context.Context, getenv func(string) string, stdout io.Writer) erro
 		LeaderElection:          cfg.LeaderElect,
 		LeaderElectionID:        "sless-operator",
 		LeaderElectionNamespace: cfg.Namespace,
+		// A replica that stops (a rolling update) hands the lease over at
+		// once instead of after its 15 s duration; run returns, and the
+		// process ends, right after the manager stops.
+		LeaderElectionReleaseOnCancel: true,
 	})
 	if err != nil {
 		return fmt.Errorf("controller manager: %w", err)
