@@ -58,7 +58,10 @@ func run(ctx context.Context, getenv func(string) string, stdout io.Writer) erro
 		return err
 	}
 	pub := rabbit.NewPublisher(svc.Rabbit(cfg.RabbitURL))
-	recorder := api.NewRecorder(pub, svc.Log, svc.Registry, cfg.RecordBuffer, 8)
+	// One publisher: fewer, fuller batches. With 8, each batch held ~30
+	// records and recording cost 8.6%-17.2% of sync invoke throughput;
+	// with 1, -8.6%-7.4% (BenchmarkHistoryCost, five runs each).
+	recorder := api.NewRecorder(pub, svc.Log, svc.Registry, cfg.RecordBuffer, 1)
 	recorder.Disabled = !cfg.RecordSync
 	svc.Go(recorder.Run)
 

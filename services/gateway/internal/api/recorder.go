@@ -12,9 +12,10 @@ import (
 )
 
 // Recorder publishes invocation records off the request path: Record puts
-// the record in a bounded buffer and never blocks; a few workers publish
-// batches (invocation.completed.batch.v1) with confirms. A full buffer
-// drops the record and counts it.
+// the record in a bounded buffer and never blocks; workers (the gateway
+// runs one: the fewer the publishers, the fuller and cheaper the batches)
+// publish batches (invocation.completed.batch.v1) with confirms. A full
+// buffer drops the record and counts it.
 type Recorder struct {
 	// Disabled drops every record (SLESS_RECORD_SYNC_INVOCATIONS=false):
 	// for installations that do not want sync history, and to measure
