@@ -120,8 +120,15 @@ function spawnWorker(cfg) {
     w.once('exit', onExit);
     w.once('message', (m) => {
       w.off('exit', onExit);
-      if (m.kind === 'ready') resolve(w);
-      else { w.terminate(); reject(new LoadError(m.error)); }
+      if (m.kind !== 'ready') { w.terminate(); reject(new LoadError(m.error)); return; }
+      // One set of listeners for the worker's life; each call sets
+      // w.settle (adding and removing listeners per call cost throughput).
+      w.settle = null;
+      const settle = (kind, value) => { const f = w.settle; w.settle = null; if (f) f(kind, value); };
+      w.on('message', (r) => settle('reply', r));
+      w.on('exit', () => settle('crash'));
+      w.on('error', (e) => settle('crash', e));
+      resolve(w);
     });
   });
 }
@@ -143,23 +150,8 @@ function problem(status, type, message, info, extra) {
 
 function call(worker, event, info, timeoutMs) {
   return new Promise((resolve) => {
-    let done = false;
-    const finish = (kind, value) => {
-      if (done) return;
-      done = true;
-      clearTimeout(timer);
-      worker.off('message', onMessage);
-      worker.off('exit', onExit);
-      worker.off('error', onError);
-      resolve({ kind, value });
-    };
-    const onMessage = (m) => finish('reply', m);
-    const onExit = () => finish('crash');
-    const onError = (e) => finish('crash', e);
-    const timer = setTimeout(() => finish('timeout'), timeoutMs);
-    worker.on('message', onMessage);
-    worker.once('exit', onExit);
-    worker.once('error', onError);
+    const timer = setTimeout(() => { worker.settle = null; resolve({ kind: 'timeout' }); }, timeoutMs);
+    worker.settle = (kind, value) => { clearTimeout(timer); resolve({ kind, value }); };
     worker.postMessage({ event, info });
   });
 }
@@ -225,12 +217,7 @@ function main() {
     const chunks = [];
     let size = 0;
     let tooLarge = false;
-    req.on('data', (c) => {
-      size += c.length;
-      if (size > cfg.maxBody) tooLarge = true;
-      else chunks.push(c);
-    });
-    req.on('end', async () => {
+    const handle = async () => {
       try {
         if (tooLarge) return send(res, problem(413, 'PayloadTooLarge', `request body over ${cfg.maxBody} bytes`, info), info.invocationId);
         if (!state.ready) return send(res, problem(503, 'NotReady', state.loadError || 'the handler is loading', info, { 'Retry-After': '1' }), info.invocationId);
@@ -269,7 +256,19 @@ function main() {
         state.inflight--;
         if (state.draining && state.inflight === 0) stop();
       }
+    };
+    // A request without a body (most GETs) is handled at once, not after
+    // its stream has ended on a later turn of the event loop.
+    if (req.complete || (req.headers['content-length'] === undefined && req.headers['transfer-encoding'] === undefined)) {
+      handle();
+      return;
+    }
+    req.on('data', (c) => {
+      size += c.length;
+      if (size > cfg.maxBody) tooLarge = true;
+      else chunks.push(c);
     });
+    req.on('end', handle);
   });
 
   let stopped = false;
