@@ -119,6 +119,18 @@ func TestLocalDriverRunsRestartsRollsAndStops(t *testing.T) {
 	var sawV2 atomic.Bool
 	stop := make(chan struct{})
 	var wg sync.WaitGroup
+	var whyMu sync.Mutex
+	why := map[string]int{}
+	fail := func(reason string) {
+		failures.Add(1)
+		whyMu.Lock()
+		why[reason]++
+		whyMu.Unlock()
+	}
+	// The key is taken once: the test goroutine reads fn again meanwhile
+	// (h.get decodes into it), and reading its name from the loops raced
+	// with that (seen as "resource name may not be empty").
+	key := client.ObjectKeyFromObject(fn)
 	for range 4 {
 		wg.Go(func() {
 			hc := &http.Client{Timeout: 5 * time.Second}
@@ -131,20 +143,19 @@ func TestLocalDriverRunsRestartsRollsAndStops(t *testing.T) {
 				// Read the endpoint as the data plane does: from the
 				// Function's status, on every request.
 				cur := &slessv1.Function{}
-				cur.Namespace, cur.Name = fn.Namespace, fn.Name
-				if err := h.c.Get(t.Context(), client.ObjectKeyFromObject(cur), cur); err != nil {
-					failures.Add(1)
+				if err := h.c.Get(t.Context(), key, cur); err != nil {
+					fail("read the function: " + err.Error())
 					continue
 				}
 				resp, err := hc.Get(cur.Status.Endpoint + "/")
 				if err != nil {
-					failures.Add(1)
+					fail(err.Error())
 					continue
 				}
 				b, _ := io.ReadAll(resp.Body)
 				resp.Body.Close()
 				if resp.StatusCode != 200 {
-					failures.Add(1)
+					fail(fmt.Sprintf("%d %s", resp.StatusCode, b))
 					continue
 				}
 				served.Add(1)
@@ -166,7 +177,7 @@ func TestLocalDriverRunsRestartsRollsAndStops(t *testing.T) {
 	wg.Wait()
 	t.Logf("rollout under load: %d requests served, %d failed", served.Load(), failures.Load())
 	if failures.Load() != 0 {
-		t.Errorf("%d requests failed during the rollout", failures.Load())
+		t.Errorf("%d requests failed during the rollout: %v", failures.Load(), why)
 	}
 	if _, err := http.Get(endpoint + "/"); err == nil {
 		t.Error("the old version still answers after its drain")
