@@ -38,13 +38,13 @@ die() { printf 'deps: ERROR: %s\n' "$*" >&2; exit 1; }
 
 listening() { (exec 3<>"/dev/tcp/127.0.0.1/$1") 2>/dev/null; }
 
-wait_port() { # port seconds what
+wait_port() { # port seconds what [how-to-fail, default die]
 	local i
 	for ((i = 0; i < $2 * 10; i++)); do
 		listening "$1" && return 0
 		sleep 0.1
 	done
-	die "$3 did not start listening on 127.0.0.1:$1 within $2s"
+	"${4:-die}" "$3 did not start listening on 127.0.0.1:$1 within $2s"
 }
 
 apt_install() {
@@ -134,11 +134,7 @@ rabbitmq_up() {
 		done
 		touch "$STATE/rabbitmq.ours"
 	fi
-	for ((i = 0; i < 1200; i++)); do
-		listening $RABBIT_PORT && return 0
-		sleep 0.1
-	done
-	rabbitmq_die "RabbitMQ did not start listening on 127.0.0.1:$RABBIT_PORT within 120s"
+	wait_port $RABBIT_PORT 120 RabbitMQ rabbitmq_die
 }
 
 # rabbitmq_gc: delete the vhosts of test binaries that died before their

@@ -61,23 +61,7 @@ func TestRBACIsSufficientAndMinimal(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	ensureNS(t, admin, releaseNS)
-	manifest, err := render(load(t), map[string]any{})
-	if err != nil {
-		t.Fatal(err)
-	}
-	for _, o := range objects(t, manifest) {
-		switch o.GetKind() {
-		case "Namespace", "ServiceAccount", "ClusterRole", "ClusterRoleBinding", "Role", "RoleBinding":
-			if o.GetKind() == "Namespace" {
-				ensureNS(t, admin, o.GetName())
-				continue
-			}
-			if err := admin.Create(t.Context(), o); err != nil && !apierrors.IsAlreadyExists(err) {
-				t.Fatalf("apply %s %s: %v", o.GetKind(), o.GetName(), err)
-			}
-		}
-	}
+	applyChartRBAC(t, admin)
 	// Objects the calls below work on.
 	tenant := testenv.Name("rbac")
 	ns := slessv1.NamespaceFor(tenant)

@@ -21,6 +21,7 @@ import (
 	appsv1 "k8s.io/api/apps/v1"
 	batchv1 "k8s.io/api/batch/v1"
 	corev1 "k8s.io/api/core/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/client-go/tools/clientcmd"
 	"sigs.k8s.io/controller-runtime/pkg/client"
@@ -107,21 +108,20 @@ func TestServicesRunAsTheirServiceAccounts(t *testing.T) {
 		for k, v := range e {
 			cmd.Env = append(cmd.Env, k+"="+v)
 		}
-		var buf bytes.Buffer
-		logs.Store(name, &buf)
-		lw := &lockedWriter{w: &buf}
-		cmd.Stdout, cmd.Stderr = lw, lw
+		buf := &testenv.SyncBuffer{}
+		logs.Store(name, buf)
+		cmd.Stdout, cmd.Stderr = buf, buf
 		cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true}
 		if err := cmd.Start(); err != nil {
 			t.Fatal(err)
 		}
 		t.Cleanup(func() { _ = syscall.Kill(-cmd.Process.Pid, syscall.SIGTERM); _ = cmd.Wait() })
-		waitReady(t, name, "http://"+e["SLESS_OPS_ADDR"]+"/readyz", &buf)
+		waitReady(t, name, "http://"+e["SLESS_OPS_ADDR"]+"/readyz", buf)
 	}
 	t.Cleanup(func() {
 		if t.Failed() {
 			logs.Range(func(k, v any) bool {
-				t.Logf("--- %s log (tail):\n%s", k, tailOf(v.(*bytes.Buffer).String(), 15))
+				t.Logf("--- %s log (tail):\n%s", k, tailOf(v.(*testenv.SyncBuffer).String(), 15))
 				return true
 			})
 		}
@@ -221,6 +221,7 @@ func TestServicesRunAsTheirServiceAccounts(t *testing.T) {
 	})
 }
 
+// applyChartRBAC applies the chart's namespaces, ServiceAccounts and roles.
 func applyChartRBAC(t *testing.T, admin client.Client) {
 	t.Helper()
 	ensureNS(t, admin, releaseNS)
@@ -233,14 +234,14 @@ func applyChartRBAC(t *testing.T, admin client.Client) {
 		case "Namespace":
 			ensureNS(t, admin, o.GetName())
 		case "ServiceAccount", "ClusterRole", "ClusterRoleBinding", "Role", "RoleBinding":
-			if err := admin.Create(t.Context(), o); err != nil && !strings.Contains(err.Error(), "already exists") {
+			if err := admin.Create(t.Context(), o); err != nil && !apierrors.IsAlreadyExists(err) {
 				t.Fatalf("apply %s %s: %v", o.GetKind(), o.GetName(), err)
 			}
 		}
 	}
 }
 
-func waitReady(t *testing.T, name, url string, logs *bytes.Buffer) {
+func waitReady(t *testing.T, name, url string, logs *testenv.SyncBuffer) {
 	t.Helper()
 	deadline := time.Now().Add(90 * time.Second)
 	for time.Now().Before(deadline) {
@@ -272,17 +273,6 @@ func tailOf(s string, n int) string {
 		lines = lines[len(lines)-n:]
 	}
 	return strings.Join(lines, "\n")
-}
-
-type lockedWriter struct {
-	mu sync.Mutex
-	w  io.Writer
-}
-
-func (l *lockedWriter) Write(p []byte) (int, error) {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	return l.w.Write(p)
 }
 
 // zipFile is a zip holding main.py.

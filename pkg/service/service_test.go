@@ -1,40 +1,27 @@
 package service
 
 import (
-	"bytes"
 	"encoding/json"
 	"strings"
-	"sync"
 	"testing"
 
 	"k8s.io/klog/v2"
 	ctrllog "sigs.k8s.io/controller-runtime/pkg/log"
+
+	"github.com/kube5s/sless/pkg/testenv"
 )
-
-type lockedBuffer struct {
-	mu sync.Mutex
-	b  bytes.Buffer
-}
-
-func (l *lockedBuffer) Write(p []byte) (int, error) {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	return l.b.Write(p)
-}
 
 // TestKubernetesLibrariesLogAsJSON: what controller-runtime and client-go
 // (klog) log lands in the service's JSON log, with the service's name.
 func TestKubernetesLibrariesLogAsJSON(t *testing.T) {
-	out := &lockedBuffer{}
+	out := &testenv.SyncBuffer{}
 	if _, err := New(t.Context(), "probe", Common{LogLevel: "info"}, func(string) string { return "" }, out); err != nil {
 		t.Fatal(err)
 	}
 	ctrllog.Log.WithName("reconciler").Error(nil, "reconcile failed", "object", "acme/hello")
 	klog.InfoS("watch restarted", "resource", "functions")
 	klog.Flush()
-	out.mu.Lock()
-	lines := strings.Split(strings.TrimSpace(out.b.String()), "\n")
-	out.mu.Unlock()
+	lines := strings.Split(strings.TrimSpace(out.String()), "\n")
 	found := map[string]bool{}
 	for _, l := range lines {
 		var rec map[string]any

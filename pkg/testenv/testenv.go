@@ -203,7 +203,7 @@ type RunFunc func(ctx context.Context, getenv func(string) string, stdout io.Wri
 // returns what run returned. The service's log is printed when the test fails.
 func StartService(t testing.TB, run RunFunc, env map[string]string) (stop func() error) {
 	t.Helper()
-	var logs syncBuffer
+	var logs SyncBuffer
 	ctx, cancel := context.WithCancel(context.Background())
 	done := make(chan error, 1)
 	go func() { done <- run(ctx, func(k string) string { return env[k] }, &logs) }()
@@ -248,18 +248,20 @@ func StartService(t testing.TB, run RunFunc, env map[string]string) (stop func()
 	}
 }
 
-type syncBuffer struct {
+// SyncBuffer is a bytes.Buffer that several goroutines may write (a
+// process's stdout and stderr) while a test reads it.
+type SyncBuffer struct {
 	mu sync.Mutex
 	b  bytes.Buffer
 }
 
-func (s *syncBuffer) Write(p []byte) (int, error) {
+func (s *SyncBuffer) Write(p []byte) (int, error) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	return s.b.Write(p)
 }
 
-func (s *syncBuffer) String() string {
+func (s *SyncBuffer) String() string {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	return s.b.String()

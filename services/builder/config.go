@@ -24,8 +24,7 @@ type config struct {
 	DefaultTenantMax  int           // SLESS_BUILD_TENANT_DEFAULT: per-tenant limit when no Tenant quota is readable
 	Lease             time.Duration // SLESS_BUILD_LEASE: how long a dead replica holds a build
 	MaxArchiveBytes   int64         // SLESS_BUILD_MAX_ARCHIVE_BYTES
-	MaxUnpackBytes    int64         // SLESS_BUILD_MAX_UNPACKED_BYTES
-	MaxEntries        int           // SLESS_BUILD_MAX_ENTRIES
+	Limits            build.Limits  // SLESS_BUILD_MAX_UNPACKED_BYTES, SLESS_BUILD_MAX_ENTRIES
 	ArtifactDir       string        // SLESS_ARTIFACT_DIR: local driver output
 	InstallTimeout    time.Duration // SLESS_BUILD_INSTALL_TIMEOUT
 	Python, Node, Npm string        // SLESS_PYTHON, SLESS_NODE, SLESS_NPM
@@ -45,9 +44,6 @@ func loadConfig(getenv func(string) string) (config, error) {
 		Concurrency:      r.Int("SLESS_BUILD_CONCURRENCY", 2, 1, 64),
 		DefaultTenantMax: r.Int("SLESS_BUILD_TENANT_DEFAULT", 2, 1, 64),
 		Lease:            r.Duration("SLESS_BUILD_LEASE", 30*time.Second),
-		MaxArchiveBytes:  int64(r.Int("SLESS_BUILD_MAX_ARCHIVE_BYTES", 50<<20, 1, 1<<31-1)),
-		MaxUnpackBytes:   int64(r.Int("SLESS_BUILD_MAX_UNPACKED_BYTES", 256<<20, 1, 1<<31-1)),
-		MaxEntries:       r.Int("SLESS_BUILD_MAX_ENTRIES", 10000, 1, 1000000),
 		ArtifactDir:      r.String("SLESS_ARTIFACT_DIR", filepath.Join(os.TempDir(), "sless-artifacts")),
 		InstallTimeout:   r.Duration("SLESS_BUILD_INSTALL_TIMEOUT", 5*time.Minute),
 		Python:           r.String("SLESS_PYTHON", "python3"),
@@ -65,11 +61,12 @@ func loadConfig(getenv func(string) string) (config, error) {
 			Memory:         r.String("SLESS_BUILD_MEMORY", "2Gi"),
 		},
 	}
+	c.MaxArchiveBytes, c.Limits = archiveLimits(r)
 	c.Kube.HelperEnv = map[string]string{
 		"SLESS_S3_ENDPOINT": c.S3.Endpoint, "SLESS_S3_BUCKET": c.S3.Bucket, "SLESS_S3_SECURE": strconv.FormatBool(c.S3.Secure),
 		"SLESS_BUILD_MAX_ARCHIVE_BYTES":  strconv.FormatInt(c.MaxArchiveBytes, 10),
-		"SLESS_BUILD_MAX_UNPACKED_BYTES": strconv.FormatInt(c.MaxUnpackBytes, 10),
-		"SLESS_BUILD_MAX_ENTRIES":        strconv.Itoa(c.MaxEntries),
+		"SLESS_BUILD_MAX_UNPACKED_BYTES": strconv.FormatInt(c.Limits.MaxBytes, 10),
+		"SLESS_BUILD_MAX_ENTRIES":        strconv.Itoa(c.Limits.MaxEntries),
 	}
 	if c.S3.Region != "" {
 		c.Kube.HelperEnv["SLESS_S3_REGION"] = c.S3.Region
@@ -90,4 +87,13 @@ func loadConfig(getenv func(string) string) (config, error) {
 		}
 	}
 	return c, r.Err()
+}
+
+// archiveLimits reads the archive limits, which the service and the build
+// Job's prepare-context step share (the Job gets them through HelperEnv).
+func archiveLimits(r *envconf.Reader) (maxArchive int64, lim build.Limits) {
+	maxArchive = int64(r.Int("SLESS_BUILD_MAX_ARCHIVE_BYTES", 50<<20, 1, 1<<31-1))
+	lim.MaxBytes = int64(r.Int("SLESS_BUILD_MAX_UNPACKED_BYTES", 256<<20, 1, 1<<31-1))
+	lim.MaxEntries = r.Int("SLESS_BUILD_MAX_ENTRIES", 10000, 1, 1000000)
+	return maxArchive, lim
 }

@@ -43,7 +43,7 @@ func TestKilledMidBuildCompletesOnce(t *testing.T) {
 	env["PATH"] = os.Getenv("PATH")
 	env["HOME"] = os.Getenv("HOME")
 
-	logs := &syncBuf{}
+	logs := &testenv.SyncBuffer{}
 	t.Cleanup(func() {
 		if t.Failed() {
 			t.Logf("builder log:\n%s", logs.String())
@@ -212,21 +212,4 @@ func waitReady(t *testing.T, url string) {
 		}
 		time.Sleep(50 * time.Millisecond)
 	}
-}
-
-type syncBuf struct {
-	mu sync.Mutex
-	b  bytes.Buffer
-}
-
-func (s *syncBuf) Write(p []byte) (int, error) {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.Write(p)
-}
-
-func (s *syncBuf) String() string {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.String()
 }

@@ -39,8 +39,7 @@ func prepareContext(ctx context.Context, args []string, getenv func(string) stri
 	}
 	r := envconf.New(getenv)
 	s3 := objstore.ReadConfig(r)
-	maxArchive := int64(r.Int("SLESS_BUILD_MAX_ARCHIVE_BYTES", 50<<20, 1, 1<<31-1))
-	lim := build.Limits{MaxBytes: int64(r.Int("SLESS_BUILD_MAX_UNPACKED_BYTES", 256<<20, 1, 1<<31-1)), MaxEntries: r.Int("SLESS_BUILD_MAX_ENTRIES", 10000, 1, 1000000)}
+	maxArchive, lim := archiveLimits(r)
 	if err := errors.Join(append(missing, r.Err())...); err != nil {
 		return fmt.Errorf("prepare-context: %w", err)
 	}

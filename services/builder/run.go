@@ -75,7 +75,7 @@ func run(ctx context.Context, getenv func(string) string, stdout io.Writer) erro
 	switch cfg.Driver {
 	case "local":
 		drv = &build.Local{Root: cfg.ArtifactDir, Python: cfg.Python, Node: cfg.Node, Npm: cfg.Npm, InstallTimeout: cfg.InstallTimeout,
-			Limits: build.Limits{MaxEntries: cfg.MaxEntries, MaxBytes: cfg.MaxUnpackBytes}, Validators: validators}
+			Limits: cfg.Limits, Validators: validators}
 	case "kubernetes":
 		drv = &build.Kubernetes{Client: kube, Clientset: clientset, Config: cfg.Kube}
 	}

@@ -19,7 +19,6 @@ import (
 	slessv1 "github.com/kube5s/sless/pkg/apis/sless/v1alpha1"
 	"github.com/kube5s/sless/pkg/msg"
 	"github.com/kube5s/sless/pkg/objstore"
-	"github.com/kube5s/sless/pkg/testenv"
 )
 
 var fnBody = map[string]any{"name": "hello", "runtime": "python3.11", "entrypoint": "main.handler"}
@@ -624,15 +623,7 @@ func TestResponseSizeLimit(t *testing.T) {
 // token of a deleted tenant.
 func TestRevocationReachesEveryReplica(t *testing.T) {
 	g := gateway(t)
-	env := map[string]string{}
-	for k, v := range g.env {
-		env[k] = v
-	}
-	env["SLESS_HTTP_ADDR"] = testenv.FreeAddr(t)
-	env["SLESS_OPS_ADDR"] = testenv.FreeAddr(t)
-	stop := testenv.StartService(t, run, env)
-	defer stop()
-	second := &gw{base: "http://" + env["SLESS_HTTP_ADDR"], env: env, kube: g.kube, db: g.db, store: g.store, vhost: g.vhost}
+	second := g.replica(t, nil)
 
 	refusedSoon := func(tok, path, what string) {
 		t.Helper()

@@ -245,6 +245,23 @@ func runtime(t testing.TB, timeout, concurrency string) string {
 	}
 }
 
+// replica starts another gateway on the shared one's servers, with extra
+// settings; it stops with the test.
+func (g *gw) replica(t testing.TB, extra map[string]string) *gw {
+	t.Helper()
+	env := map[string]string{}
+	for k, v := range g.env {
+		env[k] = v
+	}
+	for k, v := range extra {
+		env[k] = v
+	}
+	env["SLESS_HTTP_ADDR"] = testenv.FreeAddr(t)
+	env["SLESS_OPS_ADDR"] = testenv.FreeAddr(t)
+	testenv.StartService(t, run, env) // stopped by its cleanup
+	return &gw{base: "http://" + env["SLESS_HTTP_ADDR"], env: env, kube: g.kube, db: g.db, store: g.store, vhost: g.vhost}
+}
+
 // ready plays the operator: it marks the function Ready at endpoint.
 func (g *gw) ready(t testing.TB, tenant, name, endpoint string) {
 	t.Helper()

@@ -14,7 +14,6 @@ import (
 	"github.com/kube5s/sless/pkg/loadgen"
 	"github.com/kube5s/sless/pkg/msg"
 	"github.com/kube5s/sless/pkg/rabbit"
-	"github.com/kube5s/sless/pkg/testenv"
 	"github.com/kube5s/sless/services/gateway/internal/api"
 )
 
@@ -125,15 +124,7 @@ func BenchmarkHistoryCost(b *testing.B) {
 		b.Fatalf("create: %d %s", r.status, r.body)
 	}
 	g.ready(b, ten, "hello", fn)
-	env := map[string]string{}
-	for k, v := range g.env {
-		env[k] = v
-	}
-	env["SLESS_RECORD_SYNC_INVOCATIONS"] = "false"
-	env["SLESS_HTTP_ADDR"] = testenv.FreeAddr(b)
-	env["SLESS_OPS_ADDR"] = testenv.FreeAddr(b)
-	stop := testenv.StartService(b, run, env)
-	defer stop()
+	plain := g.replica(b, map[string]string{"SLESS_RECORD_SYNC_INVOCATIONS": "false"})
 	time.Sleep(500 * time.Millisecond) // its watch cache
 	post := func(base string) loadgen.Target {
 		return func(ctx context.Context, c *http.Client) error {
@@ -143,7 +134,7 @@ func BenchmarkHistoryCost(b *testing.B) {
 		}
 	}
 	for range b.N {
-		without, with := loadgen.Compare(context.Background(), post("http://"+env["SLESS_HTTP_ADDR"]), post(g.base), 8, 2*time.Second, 2)
+		without, with := loadgen.Compare(context.Background(), post(plain.base), post(g.base), 8, 2*time.Second, 2)
 		cost := 1 - with.Throughput()/without.Throughput()
 		b.ReportMetric(cost*100, "%-cost")
 		fmt.Printf("history      without records %s\nhistory      with records    %s\nhistory      recording costs %.1f%% of sync invoke throughput (budget <= 5%%)\n", without, with, cost*100)

@@ -59,15 +59,7 @@ func fill(b *testing.B, url, queue string, n int) {
 func BenchmarkQueueTrigger(b *testing.B) {
 	w := newWorld(b)
 	ep, calls := countingFunction(b)
-	f := &slessv1.Function{ObjectMeta: metav1.ObjectMeta{Name: "fast", Namespace: w.ns},
-		Spec: slessv1.FunctionSpec{Runtime: slessv1.RuntimePython311, Entrypoint: "main.handler", TimeoutSec: 5}}
-	if err := w.kube.Create(context.Background(), f); err != nil {
-		b.Fatal(err)
-	}
-	f.Status.Phase, f.Status.Endpoint = slessv1.FunctionReady, ep
-	if err := w.kube.Status().Update(context.Background(), f); err != nil {
-		b.Fatal(err)
-	}
+	w.readyFunction(b, "fast", ep, 5)
 	const n, prefetch = 3000, 16
 	for range b.N {
 		// Bare: consume, POST, ack.

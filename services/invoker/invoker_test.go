@@ -117,16 +117,41 @@ func (w *world) function(t *testing.T, name string, timeout int32) {
 		}
 		time.Sleep(30 * time.Millisecond)
 	}
+	w.readyFunction(t, name, ep, timeout)
+	time.Sleep(300 * time.Millisecond) // the invoker's watch cache
+}
+
+// readyFunction plays the operator: a Function, Ready at endpoint.
+func (w *world) readyFunction(t testing.TB, name, endpoint string, timeout int32) {
+	t.Helper()
 	f := &slessv1.Function{ObjectMeta: metav1.ObjectMeta{Name: name, Namespace: w.ns},
 		Spec: slessv1.FunctionSpec{Runtime: slessv1.RuntimePython311, Entrypoint: "main.handler", TimeoutSec: timeout}}
-	if err := w.kube.Create(t.Context(), f); err != nil {
+	if err := w.kube.Create(context.Background(), f); err != nil {
 		t.Fatal(err)
 	}
-	f.Status.Phase, f.Status.Endpoint = slessv1.FunctionReady, ep
-	if err := w.kube.Status().Update(t.Context(), f); err != nil {
+	f.Status.Phase, f.Status.Endpoint = slessv1.FunctionReady, endpoint
+	if err := w.kube.Status().Update(context.Background(), f); err != nil {
 		t.Fatal(err)
 	}
-	time.Sleep(300 * time.Millisecond) // the invoker's watch cache
+}
+
+// waitQueue waits until a queue trigger's consumer has declared queue.
+func waitQueue(t *testing.T, conn *amqp.Connection, queue string) {
+	t.Helper()
+	for deadline := time.Now().Add(20 * time.Second); ; time.Sleep(100 * time.Millisecond) {
+		probe, err := conn.Channel()
+		if err != nil {
+			t.Fatal(err)
+		}
+		_, err = probe.QueueDeclarePassive(queue, true, false, false, false, nil)
+		if err == nil {
+			probe.Close()
+			return
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("queue %s never declared", queue)
+		}
+	}
 }
 
 func (w *world) request(t *testing.T, id, function, path string, maxRetries int32, body string) {
@@ -304,18 +329,7 @@ func TestQueueTriggers(t *testing.T) {
 		}
 		defer conn.Close()
 		ch, _ := conn.Channel()
-		// The consumer declares the queue; wait for it.
-		for deadline := time.Now().Add(20 * time.Second); ; {
-			probe, _ := conn.Channel()
-			if _, err := probe.QueueDeclarePassive(queue, true, false, false, false, nil); err == nil {
-				probe.Close()
-				break
-			}
-			if time.Now().After(deadline) {
-				t.Fatalf("queue %s never declared", queue)
-			}
-			time.Sleep(100 * time.Millisecond)
-		}
+		waitQueue(t, conn, queue) // the consumer declares it
 		for i := range n {
 			if err := ch.PublishWithContext(t.Context(), "", queue, false, false, amqp.Publishing{MessageId: fmt.Sprintf("%s-%d", queue, i),
 				ContentType: "application/json", Body: []byte(`{"order":` + strconv.Itoa(i) + `}`), DeliveryMode: amqp.Persistent}); err != nil {
@@ -377,15 +391,7 @@ func TestQueueTriggerKeepsToItsConcurrency(t *testing.T) {
 	})}
 	go srv.Serve(ln)
 	t.Cleanup(func() { srv.Close() })
-	f := &slessv1.Function{ObjectMeta: metav1.ObjectMeta{Name: "slowish", Namespace: w.ns},
-		Spec: slessv1.FunctionSpec{Runtime: slessv1.RuntimePython311, Entrypoint: "main.handler", TimeoutSec: 5}}
-	if err := w.kube.Create(t.Context(), f); err != nil {
-		t.Fatal(err)
-	}
-	f.Status.Phase, f.Status.Endpoint = slessv1.FunctionReady, "http://"+ln.Addr().String()
-	if err := w.kube.Status().Update(t.Context(), f); err != nil {
-		t.Fatal(err)
-	}
+	w.readyFunction(t, "slowish", "http://"+ln.Addr().String(), 5)
 	tr := &slessv1.Trigger{ObjectMeta: metav1.ObjectMeta{Name: "bounded", Namespace: w.ns}, Spec: slessv1.TriggerSpec{FunctionRef: slessv1.LocalRef{Name: "slowish"},
 		Type: slessv1.TriggerQueue, Queue: &slessv1.QueueTrigger{Queue: "bounded", Concurrency: 3}}}
 	if err := w.kube.Create(t.Context(), tr); err != nil {
@@ -397,16 +403,7 @@ func TestQueueTriggerKeepsToItsConcurrency(t *testing.T) {
 	}
 	defer func() { _ = conn.CloseDeadline(time.Now().Add(5 * time.Second)) }()
 	ch, _ := conn.Channel()
-	for deadline := time.Now().Add(20 * time.Second); ; time.Sleep(100 * time.Millisecond) {
-		probe, _ := conn.Channel()
-		if _, err := probe.QueueDeclarePassive("bounded", true, false, false, false, nil); err == nil {
-			probe.Close()
-			break
-		}
-		if time.Now().After(deadline) {
-			t.Fatal("the trigger's queue was never declared")
-		}
-	}
+	waitQueue(t, conn, "bounded")
 	const n = 60
 	for i := range n {
 		if err := ch.PublishWithContext(t.Context(), "", "bounded", false, false, amqp.Publishing{MessageId: fmt.Sprintf("b-%d", i), Body: []byte("{}"), DeliveryMode: amqp.Persistent}); err != nil {
