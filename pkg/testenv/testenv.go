@@ -27,6 +27,8 @@ import (
 	"github.com/minio/minio-go/v7"
 	"github.com/minio/minio-go/v7/pkg/credentials"
 	amqp "github.com/rabbitmq/amqp091-go"
+
+	slessv1 "github.com/kube5s/sless/pkg/apis/sless/v1alpha1"
 )
 
 const hint = `start the test servers with "make deps" (or run the tests through "make test")`
@@ -330,4 +332,36 @@ func RabbitVhost() (url string, cleanup func(), err error) {
 	}
 	u.Path = "/" + vhost
 	return u.String(), func() { _ = exec.Command("rabbitmqctl", "delete_vhost", vhost).Run() }, nil
+}
+
+// RabbitManagement returns the test broker's management API endpoint and
+// the broker user's credentials, after checking that the API answers.
+// hack/deps.sh enables the management plugin on 127.0.0.1:15672.
+func RabbitManagement(t testing.TB) (endpoint, user, password string) {
+	t.Helper()
+	endpoint = env("SLESS_TEST_RABBITMQ_MANAGEMENT_URL", "http://127.0.0.1:15672")
+	u, err := url.Parse(env("SLESS_TEST_RABBITMQ_URL", "amqp://guest:guest@127.0.0.1:5672/"))
+	if err != nil || u.User == nil {
+		t.Fatalf("SLESS_TEST_RABBITMQ_URL names no user")
+	}
+	user = u.User.Username()
+	password, _ = u.User.Password()
+	req, _ := http.NewRequest(http.MethodGet, endpoint+"/api/whoami", nil)
+	req.SetBasicAuth(user, password)
+	resp, err := http.DefaultClient.Do(req)
+	if err != nil {
+		t.Fatalf("the RabbitMQ management API is not reachable at %s: %v; %s", endpoint, err, hint)
+	}
+	resp.Body.Close()
+	if resp.StatusCode != http.StatusOK {
+		t.Fatalf("the RabbitMQ management API at %s answers %s to %s", endpoint, resp.Status, user)
+	}
+	return endpoint, user, password
+}
+
+// DeleteTenantBroker deletes the vhost and user an operator creates on the
+// broker for tenant, for tests whose tenants outlive them.
+func DeleteTenantBroker(tenant string) {
+	_ = exec.Command("rabbitmqctl", "-q", "delete_user", slessv1.BrokerUserFor(tenant)).Run()
+	_ = exec.Command("rabbitmqctl", "-q", "delete_vhost", slessv1.BrokerVhostFor(tenant)).Run()
 }

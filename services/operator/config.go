@@ -2,6 +2,7 @@ package main
 
 import (
 	"net/netip"
+	"net/url"
 	"os"
 	"path/filepath"
 	"strings"
@@ -21,6 +22,12 @@ type config struct {
 	PublicURL       string   // SLESS_PUBLIC_URL: the gateway's public base URL
 	ClusterCIDRs    []string // SLESS_CLUSTER_CIDRS: ranges functions may not reach
 	S3              objstore.Config
+	// The RabbitMQ management API, where the operator keeps each tenant's
+	// vhost and user; its user needs the administrator tag.
+	ManagementURL      string   // SLESS_RABBITMQ_MANAGEMENT_URL
+	ManagementUser     string   // SLESS_RABBITMQ_MANAGEMENT_USER: default the user of SLESS_RABBITMQ_URL
+	ManagementPassword string   // SLESS_RABBITMQ_MANAGEMENT_PASSWORD: default its password
+	TenantBrokerURL    *url.URL // SLESS_TENANT_BROKER_URL: the broker address tenants use; default that of SLESS_RABBITMQ_URL
 	// local driver
 	RuntimesDir    string // SLESS_RUNTIMES_DIR: holds python3.11/runtime.py and nodejs20/runtime.js
 	Python         string // SLESS_PYTHON: the Python 3.11 interpreter
@@ -44,6 +51,23 @@ func loadConfig(getenv func(string) string) (config, error) {
 		Node:            r.String("SLESS_NODE", "node"),
 		FunctionLogDir:  r.String("SLESS_FUNCTION_LOG_DIR", os.TempDir()),
 	}
+	c.ManagementURL = strings.TrimSuffix(r.URL("SLESS_RABBITMQ_MANAGEMENT_URL", "http://127.0.0.1:15672", "http", "https"), "/")
+	platform, _ := url.Parse(c.RabbitURL) // r.URL reported a bad one
+	var user, password string
+	if platform != nil && platform.User != nil {
+		user = platform.User.Username()
+		password, _ = platform.User.Password()
+	}
+	c.ManagementUser = r.String("SLESS_RABBITMQ_MANAGEMENT_USER", user)
+	c.ManagementPassword = r.String("SLESS_RABBITMQ_MANAGEMENT_PASSWORD", password)
+	if c.ManagementUser == "" {
+		r.Failf("SLESS_RABBITMQ_MANAGEMENT_USER is required when SLESS_RABBITMQ_URL names no user")
+	}
+	tenantDefault := ""
+	if platform != nil {
+		tenantDefault = (&url.URL{Scheme: platform.Scheme, Host: platform.Host}).String()
+	}
+	c.TenantBrokerURL, _ = url.Parse(r.URL("SLESS_TENANT_BROKER_URL", tenantDefault, "amqp", "amqps"))
 	if c.ExecutionDriver == "local" {
 		for _, f := range []string{"python3.11/runtime.py", "nodejs20/runtime.js"} {
 			if _, err := os.Stat(filepath.Join(c.RuntimesDir, f)); err != nil {

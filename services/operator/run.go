@@ -7,6 +7,7 @@ import (
 	"io"
 	"os"
 	"strings"
+	"time"
 
 	"github.com/go-logr/logr"
 	"github.com/prometheus/client_golang/prometheus"
@@ -20,6 +21,7 @@ import (
 	"github.com/kube5s/sless/pkg/msg"
 	"github.com/kube5s/sless/pkg/rabbit"
 	"github.com/kube5s/sless/pkg/service"
+	"github.com/kube5s/sless/services/operator/internal/brokeradmin"
 	"github.com/kube5s/sless/services/operator/internal/controller"
 	"github.com/kube5s/sless/services/operator/internal/driver"
 	"github.com/kube5s/sless/services/operator/internal/resources"
@@ -84,7 +86,13 @@ func run(ctx context.Context, getenv func(string) string, stdout io.Writer) erro
 		defer local.Shutdown()
 		drv = local
 	}
+	broker, err := brokeradmin.New(cfg.ManagementURL, cfg.ManagementUser, cfg.ManagementPassword, 30*time.Second)
+	if err != nil {
+		return err
+	}
 	err = controller.Setup(ctx, mgr, controller.Deps{
+		Broker:    broker,
+		BrokerURL: cfg.TenantBrokerURL,
 		Publisher: pub,
 		Store:     store,
 		Driver:    drv,

@@ -115,6 +115,7 @@ func TestLeaderElectionHandsOver(t *testing.T) {
 		if err := c.Create(t.Context(), &slessv1.Tenant{ObjectMeta: metav1.ObjectMeta{Name: name}}); err != nil {
 			t.Fatal(err)
 		}
+		t.Cleanup(func() { testenv.DeleteTenantBroker(name) })
 		return name
 	}
 

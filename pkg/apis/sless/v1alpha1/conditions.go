@@ -12,6 +12,9 @@ const (
 	ConditionSourceReady = "SourceReady"
 	ConditionBuilt       = "Built"
 	ConditionDeployed    = "Deployed"
+	// ConditionConsuming says whether a queue Trigger's queue is being
+	// consumed, and why not (the broker refused a declaration, say).
+	ConditionConsuming = "Consuming"
 )
 
 // SetCondition sets one condition, stamping the generation it was observed at.

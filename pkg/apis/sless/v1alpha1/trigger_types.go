@@ -111,6 +111,10 @@ type CronTrigger struct {
 }
 
 // QueueTrigger consumes a RabbitMQ queue, one invocation per message.
+//
+// +kubebuilder:validation:XValidation:rule="!self.queue.startsWith('amq.')",message="queue names starting with amq. are reserved by the broker"
+// +kubebuilder:validation:XValidation:rule="!has(self.exchange) || !self.exchange.startsWith('amq.')",message="exchange names starting with amq. are reserved by the broker"
+// +kubebuilder:validation:XValidation:rule="!has(self.deadLetterQueue) || !self.deadLetterQueue.startsWith('amq.')",message="queue names starting with amq. are reserved by the broker"
 type QueueTrigger struct {
 	// Queue to consume.
 	// +kubebuilder:validation:MinLength=1
@@ -124,7 +128,8 @@ type QueueTrigger struct {
 	// +kubebuilder:validation:MaxLength=255
 	RoutingKey string `json:"routingKey,omitempty"`
 	// BrokerSecretRef names a Secret key holding an amqp:// URL of an external
-	// broker; unset uses the platform broker.
+	// broker; unset consumes from the tenant's own vhost on the platform
+	// broker, never from the platform's.
 	// +optional
 	BrokerSecretRef *SecretKeySelector `json:"brokerSecretRef,omitempty"`
 	// Concurrency is the number of messages handled at once (the prefetch).

@@ -9,6 +9,7 @@ import (
 
 	"errors"
 	"fmt"
+	"net/url"
 	"time"
 
 	"k8s.io/apimachinery/pkg/api/meta"
@@ -45,6 +46,10 @@ type Deps struct {
 	Store     ObjectStore
 	Driver    driver.Driver
 	Platform  resources.Platform
+	// Broker keeps tenants' vhosts and users; BrokerURL is the broker
+	// address tenants use.
+	Broker    BrokerAdmin
+	BrokerURL *url.URL
 	// PublicURL is the gateway's public base URL, for status.url.
 	PublicURL string
 	Tracer    trace.Tracer
@@ -109,7 +114,8 @@ func Setup(ctx context.Context, mgr ctrl.Manager, d Deps) error {
 	}
 	rec := mgr.GetEventRecorder("sless-operator")
 	c := mgr.GetClient()
-	if err := (&TenantReconciler{Client: c, Store: d.Store, Platform: d.Platform, Events: rec, Metrics: d.Metrics}).SetupWithManager(mgr); err != nil {
+	if err := (&TenantReconciler{Client: c, Store: d.Store, Platform: d.Platform, Events: rec, Metrics: d.Metrics,
+		Broker: d.Broker, BrokerURL: d.BrokerURL, APIReader: d.APIReader}).SetupWithManager(mgr); err != nil {
 		return err
 	}
 	if err := (&FunctionReconciler{Client: c, Deps: d, Events: rec}).SetupWithManager(mgr); err != nil {

@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"io"
 	"log/slog"
+	"net/url"
 	"os"
 	"sync"
 	"testing"
@@ -28,6 +29,7 @@ import (
 	"github.com/kube5s/sless/pkg/objstore"
 	"github.com/kube5s/sless/pkg/rabbit"
 	"github.com/kube5s/sless/pkg/testenv"
+	"github.com/kube5s/sless/services/operator/internal/brokeradmin"
 	"github.com/kube5s/sless/services/operator/internal/driver"
 	"github.com/kube5s/sless/services/operator/internal/resources"
 )
@@ -51,16 +53,23 @@ func TestMain(m *testing.M) {
 
 const publicURL = "https://sless.example"
 
+// tenantBrokerURL is the broker address written into tenants' broker Secrets.
+var tenantBrokerURL = &url.URL{Scheme: "amqp", Host: "127.0.0.1:5672"}
+
 var platform = resources.Platform{SystemNamespace: "sless-system", ClusterCIDRs: []string{"10.0.0.0/8", "172.16.0.0/12"}}
 
 // harness is a running operator (manager, reconcilers, message handlers)
 // against the envtest API server, the test vhost and a test bucket.
 type harness struct {
-	c     client.Client // direct, uncached
-	mq    *rabbit.Client
-	pub   *rabbit.Publisher
-	store *objstore.Store
-	stop  func()
+	c      client.Client // direct, uncached
+	mq     *rabbit.Client
+	pub    *rabbit.Publisher
+	store  *objstore.Store
+	broker *brokeradmin.Admin
+	stop   func()
+
+	mu      sync.Mutex
+	tenants []string // whose broker accounts to delete after the test
 }
 
 func quietLog() *slog.Logger { return slog.New(slog.NewTextHandler(io.Discard, nil)) }
@@ -83,12 +92,25 @@ func newHarnessWith(t *testing.T, mkDriver func(ctrl.Manager) driver.Driver) *ha
 		t.Fatal(err)
 	}
 	mq := rabbit.New(rabbitURL, t.Name(), quietLog(), rabbit.PlatformTopology()...)
-	h := &harness{c: c, mq: mq, pub: rabbit.NewPublisher(mq), store: store}
+	endpoint, user, password := testenv.RabbitManagement(t)
+	broker, err := brokeradmin.New(endpoint, user, password, 30*time.Second)
+	if err != nil {
+		t.Fatal(err)
+	}
+	h := &harness{c: c, mq: mq, pub: rabbit.NewPublisher(mq), store: store, broker: broker}
 	ctx, cancel := context.WithCancel(context.Background())
 	var wg sync.WaitGroup
 	wg.Go(func() { _ = mq.Run(ctx) })
 	h.startManager(t, ctx, &wg, mkDriver)
-	h.stop = sync.OnceFunc(func() { cancel(); wg.Wait() })
+	h.stop = sync.OnceFunc(func() {
+		cancel()
+		wg.Wait()
+		h.mu.Lock()
+		defer h.mu.Unlock()
+		for _, tn := range h.tenants {
+			testenv.DeleteTenantBroker(tn)
+		}
+	})
 	t.Cleanup(h.stop)
 	return h
 }
@@ -111,7 +133,7 @@ func (h *harness) startManager(t *testing.T, ctx context.Context, wg *sync.WaitG
 	}
 	deps := Deps{
 		Publisher: h.pub, Store: h.store, Driver: mkDriver(mgr),
-		Platform: platform, PublicURL: publicURL, Tracer: noop.NewTracerProvider().Tracer("t"),
+		Platform: platform, PublicURL: publicURL, Broker: h.broker, BrokerURL: tenantBrokerURL, Tracer: noop.NewTracerProvider().Tracer("t"),
 		Metrics: NewMetrics(prometheus.NewRegistry()), APIReader: mgr.GetAPIReader(),
 	}
 	if err := Setup(ctx, mgr, deps); err != nil {
@@ -133,10 +155,19 @@ func (h *harness) startManager(t *testing.T, ctx context.Context, wg *sync.WaitG
 	}
 }
 
+// ownTenant notes a tenant whose broker account the harness deletes when
+// the test ends.
+func (h *harness) ownTenant(name string) {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	h.tenants = append(h.tenants, name)
+}
+
 // tenant creates a Tenant and waits for its namespace.
 func (h *harness) tenant(t *testing.T) (*slessv1.Tenant, string) {
 	t.Helper()
 	tn := &slessv1.Tenant{ObjectMeta: metav1.ObjectMeta{Name: testenv.Name("t")}}
+	h.ownTenant(tn.Name)
 	if err := h.c.Create(t.Context(), tn); err != nil {
 		t.Fatal(err)
 	}

@@ -3,6 +3,7 @@ package controller
 import (
 	"context"
 	"fmt"
+	"net/url"
 
 	corev1 "k8s.io/api/core/v1"
 	networkingv1 "k8s.io/api/networking/v1"
@@ -19,14 +20,27 @@ import (
 	"github.com/kube5s/sless/services/operator/internal/resources"
 )
 
-// TenantReconciler keeps a tenant's namespace, quota, limits and network
-// policies, and removes what the tenant owns when it is deleted.
+// TenantReconciler keeps a tenant's namespace, quota, limits, network
+// policies and broker account, and removes what the tenant owns when it is
+// deleted.
 type TenantReconciler struct {
 	Client   client.Client
 	Store    ObjectStore
 	Platform resources.Platform
 	Events   recorder.EventRecorder
 	Metrics  *Metrics
+	Broker   BrokerAdmin
+	// BrokerURL is the broker address tenants use, written into their
+	// broker Secret.
+	BrokerURL *url.URL
+	// APIReader reads the broker Secret, which the manager does not cache.
+	APIReader client.Reader
+}
+
+// BrokerAdmin keeps tenants' vhosts and users on the platform broker.
+type BrokerAdmin interface {
+	EnsureTenant(ctx context.Context, a resources.BrokerAccount) error
+	RemoveTenant(ctx context.Context, a resources.BrokerAccount) error
 }
 
 // SetupWithManager watches Tenants and the children they own.
@@ -68,6 +82,9 @@ func (r *TenantReconciler) Reconcile(ctx context.Context, req ctrl.Request) (res
 			break
 		}
 	}
+	if applyErr == nil {
+		applyErr = r.ensureBroker(ctx, &t)
+	}
 	t.Status.Namespace = ns.Name
 	t.Status.ObservedGeneration = t.Generation
 	if applyErr != nil {
@@ -77,7 +94,7 @@ func (r *TenantReconciler) Reconcile(ctx context.Context, req ctrl.Request) (res
 	} else {
 		t.Status.Phase, t.Status.Message = slessv1.TenantReady, ""
 		slessv1.SetCondition(&t.Status.Conditions, t.Generation, slessv1.ConditionReady, metav1.ConditionTrue, "Provisioned",
-			"namespace, quota, limits and network policies are in place")
+			"namespace, quota, limits, network policies and broker vhost are in place")
 	}
 	if err := patchStatus(ctx, r.Client, &t, before, before.Status, t.Status); err != nil {
 		return ctrl.Result{}, err
@@ -107,6 +124,29 @@ func (r *TenantReconciler) finalize(ctx context.Context, t *slessv1.Tenant) erro
 			return fmt.Errorf("delete stored objects of tenant %s: %w", t.Name, err)
 		}
 	}
+	if err := r.Broker.RemoveTenant(ctx, resources.TenantBroker(t.Name, "")); err != nil {
+		return fmt.Errorf("remove broker account of tenant %s: %w", t.Name, err)
+	}
 	controllerutil.RemoveFinalizer(t, resources.TenantFinalizer)
 	return client.IgnoreNotFound(r.Client.Update(ctx, t))
+}
+
+// ensureBroker stores the tenant's broker credentials in its namespace,
+// keeping a password already there, and then makes the broker match them:
+// the Secret is written first, so a password the broker knows is never lost.
+func (r *TenantReconciler) ensureBroker(ctx context.Context, t *slessv1.Tenant) error {
+	var existing corev1.Secret
+	err := r.APIReader.Get(ctx, client.ObjectKey{Namespace: slessv1.NamespaceFor(t.Name), Name: resources.BrokerSecretName}, &existing)
+	if client.IgnoreNotFound(err) != nil {
+		return fmt.Errorf("read broker secret: %w", err)
+	}
+	var cur *corev1.Secret
+	if err == nil {
+		cur = &existing
+	}
+	acc := resources.TenantBroker(t.Name, resources.BrokerPassword(cur, resources.NewBrokerPassword))
+	if err := apply.Object(ctx, r.Client, t, resources.BrokerSecret(t, acc, r.BrokerURL)); err != nil {
+		return err
+	}
+	return r.Broker.EnsureTenant(ctx, acc)
 }

@@ -25,6 +25,7 @@ func TestTenantBundle(t *testing.T) {
 		Quotas:  slessv1.TenantQuotas{MaxFunctions: 7, MaxPods: 12, CPUMillis: 3000, MemoryMB: 4096, InvocationsPerSecond: 5, ConcurrentBuilds: 1},
 		Network: slessv1.TenantNetwork{DeniedEgressCIDRs: []string{"203.0.113.0/24"}},
 	}}
+	h.ownTenant(tn.Name)
 	if err := h.c.Create(ctx, tn); err != nil {
 		t.Fatal(err)
 	}

@@ -19,6 +19,7 @@ const (
 	PolicyDenyIngress      = "sless-default-deny-ingress"
 	PolicyAllowPlatform    = "sless-allow-from-platform"
 	PolicyEgress           = "sless-egress"
+	BrokerSecretName       = slessv1.BrokerSecretName
 	TenantFinalizer        = "sless.kube5s.ru/tenant-cleanup"
 	FunctionFinalizer      = "sless.kube5s.ru/function-cleanup"
 	TraceparentAnnotation  = "sless.kube5s.ru/traceparent"

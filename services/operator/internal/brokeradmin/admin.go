@@ -1,0 +1,90 @@
+// Package brokeradmin keeps tenants' vhosts and users on the platform
+// RabbitMQ through its HTTP management API.
+package brokeradmin
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"net/http"
+	"time"
+
+	rabbithole "github.com/michaelklishin/rabbit-hole/v2"
+
+	"github.com/kube5s/sless/services/operator/internal/resources"
+)
+
+// Admin is a management API client with a user allowed to manage vhosts,
+// users and permissions (the administrator tag).
+type Admin struct {
+	rmq *rabbithole.Client
+}
+
+// New returns an Admin for the management API at endpoint
+// (http://host:15672); every call is bounded by timeout.
+func New(endpoint, user, password string, timeout time.Duration) (*Admin, error) {
+	c, err := rabbithole.NewClient(endpoint, user, password)
+	if err != nil {
+		return nil, fmt.Errorf("rabbitmq management client: %w", err)
+	}
+	c.SetTimeout(timeout)
+	return &Admin{rmq: c}, nil
+}
+
+// EnsureTenant creates or updates the account's vhost and user and gives
+// the user every permission on that vhost and none elsewhere. Each call is
+// a PUT, so repeating it changes nothing but the stored password hash.
+func (a *Admin) EnsureTenant(ctx context.Context, acc resources.BrokerAccount) error {
+	steps := []struct {
+		what string
+		do   func() (*http.Response, error)
+	}{
+		{"vhost " + acc.Vhost, func() (*http.Response, error) {
+			return a.rmq.PutVhost(acc.Vhost, rabbithole.VhostSettings{Description: "sless tenant vhost"})
+		}},
+		// No tags: the tenant's user may use AMQP but not the management API.
+		{"user " + acc.User, func() (*http.Response, error) {
+			return a.rmq.PutUser(acc.User, rabbithole.UserSettings{Password: acc.Password, Tags: rabbithole.UserTags{}})
+		}},
+		{"permissions of " + acc.User + " on " + acc.Vhost, func() (*http.Response, error) {
+			return a.rmq.UpdatePermissionsIn(acc.Vhost, acc.User, rabbithole.Permissions{Configure: ".*", Write: ".*", Read: ".*"})
+		}},
+	}
+	for _, s := range steps {
+		if err := ctx.Err(); err != nil {
+			return err
+		}
+		if err := done(s.do()); err != nil {
+			return fmt.Errorf("rabbitmq management: put %s: %w", s.what, err)
+		}
+	}
+	return nil
+}
+
+// RemoveTenant deletes the account's user and vhost (and with it every
+// queue and exchange the tenant had there). Missing ones are no error.
+func (a *Admin) RemoveTenant(ctx context.Context, acc resources.BrokerAccount) error {
+	if err := done(a.rmq.DeleteUser(acc.User)); err != nil {
+		return fmt.Errorf("rabbitmq management: delete user %s: %w", acc.User, err)
+	}
+	if err := ctx.Err(); err != nil {
+		return err
+	}
+	if err := done(a.rmq.DeleteVhost(acc.Vhost)); err != nil {
+		return fmt.Errorf("rabbitmq management: delete vhost %s: %w", acc.Vhost, err)
+	}
+	return nil
+}
+
+func done(res *http.Response, err error) error {
+	if res != nil && res.Body != nil {
+		_, _ = io.Copy(io.Discard, res.Body)
+		_ = res.Body.Close()
+	}
+	var er rabbithole.ErrorResponse
+	if errors.As(err, &er) {
+		return fmt.Errorf("%d %s: %s", er.StatusCode, er.Message, er.Reason)
+	}
+	return err
+}
