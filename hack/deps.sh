@@ -25,6 +25,9 @@ JAEGER_VERSION=$(awk '$1 == "github.com/jaegertracing/jaeger" {print $2}' "$ROOT
 
 PG_PORT=5432
 RABBIT_PORT=5672
+RABBIT_MGMT_PORT=15672
+# The management API listens on loopback only, whoever enables the plugin.
+RABBIT_MGMT_LISTENER="[{ip,\"127.0.0.1\"},{port,$RABBIT_MGMT_PORT}]"
 MINIO_PORT=${SLESS_MINIO_PORT:-9100}
 
 KUBE_DIR=$CACHE/kube-apiserver-$KUBE_VERSION
@@ -126,7 +129,8 @@ rabbitmq_up() {
 		timeout 120 rabbitmqctl -q start_app >&2 || rabbitmq_die "rabbitmqctl start_app failed"
 	else
 		say "starting RabbitMQ on 127.0.0.1:$RABBIT_PORT"
-		RABBITMQ_NODE_IP_ADDRESS=127.0.0.1 rabbitmq-server -detached >&2 || rabbitmq_die "rabbitmq-server did not start"
+		RABBITMQ_NODE_IP_ADDRESS=127.0.0.1 RABBITMQ_SERVER_ADDITIONAL_ERL_ARGS="-rabbitmq_management tcp_config $RABBIT_MGMT_LISTENER" \
+			rabbitmq-server -detached >&2 || rabbitmq_die "rabbitmq-server did not start"
 		# await_startup fails at once while the node is not reachable yet: retry.
 		for ((i = 0; i < 60; i++)); do
 			timeout 30 rabbitmqctl -q await_startup >/dev/null 2>&1 && break
@@ -135,6 +139,19 @@ rabbitmq_up() {
 		touch "$STATE/rabbitmq.ours"
 	fi
 	wait_port $RABBIT_PORT 120 RabbitMQ rabbitmq_die
+}
+
+# rabbitmq_management: enable the management plugin (the operator keeps
+# each tenant's vhost and user through its HTTP API) on 127.0.0.1:15672
+# when the broker runs without it. The listener is set in the running node
+# first, as the broker's own configuration may not be ours to edit.
+rabbitmq_management() {
+	listening $RABBIT_MGMT_PORT && return 0
+	say "enabling RabbitMQ's management plugin on 127.0.0.1:$RABBIT_MGMT_PORT"
+	timeout 60 rabbitmqctl -q eval "application:set_env(rabbitmq_management, tcp_config, $RABBIT_MGMT_LISTENER)." >/dev/null ||
+		rabbitmq_die "could not configure the management listener"
+	timeout 120 rabbitmq-plugins -q enable rabbitmq_management >&2 || rabbitmq_die "rabbitmq-plugins enable rabbitmq_management failed"
+	wait_port $RABBIT_MGMT_PORT 60 "RabbitMQ management" rabbitmq_die
 }
 
 # rabbitmq_gc: delete the vhosts of test binaries that died before their
@@ -201,6 +218,7 @@ export SLESS_CACHE_DIR='$CACHE'
 export KUBEBUILDER_ASSETS='$ASSETS'
 export SLESS_TEST_POSTGRES_URL='postgres://postgres@127.0.0.1:$PG_PORT/postgres?sslmode=disable'
 export SLESS_TEST_RABBITMQ_URL='amqp://guest:guest@127.0.0.1:$RABBIT_PORT/'
+export SLESS_TEST_RABBITMQ_MANAGEMENT_URL='http://127.0.0.1:$RABBIT_MGMT_PORT'
 export SLESS_TEST_S3_ENDPOINT='127.0.0.1:$MINIO_PORT'
 export SLESS_TEST_S3_ACCESS_KEY='$MINIO_ROOT_USER'
 export SLESS_TEST_S3_SECRET_KEY='$MINIO_ROOT_PASSWORD'
@@ -240,6 +258,7 @@ up)
 	build_all
 	postgres_up
 	rabbitmq_up
+	rabbitmq_management
 	rabbitmq_gc
 	minio_up
 	;;

@@ -74,6 +74,9 @@ psql -h 127.0.0.1 -U postgres -tc "SELECT 1 FROM pg_database WHERE datname = '$D
 
 export KUBECONFIG="$STATE/kubeconfig"
 export SLESS_RABBITMQ_URL="${SLESS_DEV_RABBITMQ_URL:-$SLESS_TEST_RABBITMQ_URL}"
+# The operator keeps each tenant's vhost and user through the management
+# API, as the user of SLESS_RABBITMQ_URL; tenants reach the same broker.
+export SLESS_RABBITMQ_MANAGEMENT_URL="${SLESS_TEST_RABBITMQ_MANAGEMENT_URL:-http://127.0.0.1:15672}"
 export SLESS_POSTGRES_URL="postgres://postgres@127.0.0.1:5432/$DATABASE?sslmode=disable"
 export SLESS_S3_ENDPOINT="$SLESS_TEST_S3_ENDPOINT" SLESS_S3_ACCESS_KEY="$SLESS_TEST_S3_ACCESS_KEY" SLESS_S3_SECRET_KEY="$SLESS_TEST_S3_SECRET_KEY"
 export SLESS_S3_BUCKET=${SLESS_DEV_BUCKET:-sless} SLESS_PUBLIC_URL="$GATEWAY" SLESS_ARTIFACT_DIR="$STATE/artifacts"

@@ -106,7 +106,11 @@ func TestRBACIsSufficientAndMinimal(t *testing.T) {
 		allowed(t, "update function status", c.Status().Update(ctx, &f, client.DryRunAll))
 		allowed(t, "create an event", c.Create(ctx, &corev1.Event{ObjectMeta: metav1.ObjectMeta{GenerateName: "e", Namespace: ns},
 			InvolvedObject: corev1.ObjectReference{Kind: "Function", Name: "f", Namespace: ns}}, client.DryRunAll))
+		broker := &corev1.Secret{TypeMeta: metav1.TypeMeta{APIVersion: "v1", Kind: "Secret"}, ObjectMeta: metav1.ObjectMeta{Name: slessv1.BrokerSecretName, Namespace: ns}}
+		allowed(t, "apply a tenant's broker secret", c.Patch(ctx, broker, client.Apply, client.FieldOwner("sless-operator"), client.DryRunAll))
+		allowed(t, "read a tenant's broker secret", client.IgnoreNotFound(c.Get(ctx, client.ObjectKeyFromObject(broker), &corev1.Secret{})))
 		refused(t, "read secrets", c.List(ctx, &corev1.SecretList{}, client.InNamespace(ns)))
+		refused(t, "read another secret", c.Get(ctx, client.ObjectKey{Namespace: ns, Name: "other"}, &corev1.Secret{}))
 	})
 	t.Run("gateway", func(t *testing.T) {
 		c, _ := as(t, "gateway")
@@ -120,6 +124,8 @@ func TestRBACIsSufficientAndMinimal(t *testing.T) {
 		allowed(t, "delete a job", client.IgnoreNotFound(c.Delete(ctx, &slessv1.FunctionJob{ObjectMeta: metav1.ObjectMeta{Name: "none", Namespace: ns}})))
 		refused(t, "create a namespace", c.Create(ctx, &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: testenv.Name("gw-ns")}}, client.DryRunAll))
 		refused(t, "update function status", c.Status().Update(ctx, fn.DeepCopy(), client.DryRunAll))
+		allowed(t, "read a tenant's broker secret", client.IgnoreNotFound(c.Get(ctx, client.ObjectKey{Namespace: ns, Name: slessv1.BrokerSecretName}, &corev1.Secret{})))
+		refused(t, "read another secret", c.Get(ctx, client.ObjectKey{Namespace: ns, Name: "other"}, &corev1.Secret{}))
 	})
 	t.Run("builder", func(t *testing.T) {
 		c, cs := as(t, "builder")
@@ -140,6 +146,8 @@ func TestRBACIsSufficientAndMinimal(t *testing.T) {
 		eventuallyAllowed(t, "list functions", func() error { return c.List(ctx, &slessv1.FunctionList{}) })
 		allowed(t, "list triggers", c.List(ctx, &slessv1.TriggerList{}))
 		allowed(t, "read a broker secret", client.IgnoreNotFound(c.Get(ctx, client.ObjectKey{Namespace: ns, Name: "broker"}, &corev1.Secret{})))
+		allowed(t, "patch trigger status", c.Status().Patch(ctx, tr.DeepCopy(), client.RawPatch("application/merge-patch+json",
+			[]byte(`{"status":{"conditions":[]}}`)), client.DryRunAll))
 		refused(t, "create a function", c.Create(ctx, &slessv1.Function{ObjectMeta: metav1.ObjectMeta{Name: "x", Namespace: ns},
 			Spec: slessv1.FunctionSpec{Runtime: "python3.11", Entrypoint: "main.handler"}}, client.DryRunAll))
 	})

@@ -76,6 +76,8 @@ type Consumer struct {
 	// OnError, when set, is told why a session ended (a missing queue, a
 	// lost connection), for status reporting.
 	OnError func(error)
+	// OnConsume, when set, is called each time a session starts consuming.
+	OnConsume func()
 	// Grace bounds how long in-flight handlers may run after Run's context
 	// ended (default 30s); then their context is cancelled, and what they
 	// did not finish is left unacked for redelivery.
@@ -117,37 +119,79 @@ func (c *Consumer) Run(ctx context.Context) error {
 		case <-done:
 		}
 	}()
+	failures := 0
 	for ctx.Err() == nil {
-		err := c.session(ctx, work, pub)
+		consumed, err := c.session(ctx, work, pub)
+		if consumed {
+			failures = 0
+		}
 		if err != nil && ctx.Err() == nil {
+			failures++
 			c.Client.log.Warn("consumer interrupted", "queue", c.Queue.Name, "err", err)
 			if c.OnError != nil {
 				c.OnError(err)
 			}
-			sleep(ctx, time.Second)
+			sleep(ctx, sessionDelay(err, failures))
 		}
 	}
 	return nil
 }
 
-func (c *Consumer) session(ctx, work context.Context, pub *Publisher) error {
+// Refusal returns the broker's refusal in err: a channel exception that
+// stays until someone changes the queue, exchange or permissions
+// (PRECONDITION_FAILED for a queue declared with other arguments,
+// NOT_FOUND, ACCESS_REFUSED, RESOURCE_LOCKED for another connection's
+// exclusive queue, NOT_ALLOWED).
+func Refusal(err error) (*amqp.Error, bool) {
+	var ae *amqp.Error
+	if !errors.As(err, &ae) {
+		return nil, false
+	}
+	switch ae.Code {
+	case amqp.PreconditionFailed, amqp.NotFound, amqp.AccessRefused, amqp.ResourceLocked, amqp.NotAllowed:
+		return ae, true
+	}
+	return nil, false
+}
+
+// sessionDelay is the wait before a new session after failures failed ones
+// in a row: a second, or, when the broker refused, twice as long each
+// time up to a minute, since retrying sooner cannot help and OnError has
+// reported why.
+func sessionDelay(err error, failures int) time.Duration {
+	if _, ok := Refusal(err); !ok {
+		return time.Second
+	}
+	d := time.Second
+	for i := 1; i < failures && d < time.Minute; i++ {
+		d *= 2
+	}
+	return min(d, time.Minute)
+}
+
+// session consumes on one channel until ctx ends or the channel fails;
+// consumed says whether it got as far as consuming.
+func (c *Consumer) session(ctx, work context.Context, pub *Publisher) (consumed bool, err error) {
 	ch, err := c.Client.Channel(ctx)
 	if err != nil {
-		return err
+		return false, err
 	}
 	defer ch.Close()
 	if c.Declare {
-		if err := Declare(ch, c.Queue); err != nil {
-			return err
+		if err := c.declare(ctx, ch); err != nil {
+			return false, err
 		}
 	}
 	if err := ch.Qos(c.Prefetch, 0, false); err != nil {
-		return fmt.Errorf("set prefetch: %w", err)
+		return false, fmt.Errorf("set prefetch: %w", err)
 	}
 	tag := "sless-" + c.Queue.Name
 	deliveries, err := ch.ConsumeWithContext(context.WithoutCancel(ctx), c.Queue.Name, tag, false, false, false, false, nil)
 	if err != nil {
-		return fmt.Errorf("consume %s: %w", c.Queue.Name, err)
+		return false, fmt.Errorf("consume %s: %w", c.Queue.Name, err)
+	}
+	if c.OnConsume != nil {
+		c.OnConsume()
 	}
 	var wg sync.WaitGroup
 	defer wg.Wait()
@@ -158,10 +202,10 @@ func (c *Consumer) session(ctx, work context.Context, pub *Publisher) error {
 			// Stop deliveries; unstarted prefetched messages are requeued
 			// when the channel closes after in-flight work is acked.
 			_ = ch.Cancel(tag, false)
-			return nil
+			return true, nil
 		case d, ok := <-deliveries:
 			if !ok {
-				return errors.New("delivery channel closed")
+				return true, errors.New("delivery channel closed")
 			}
 			sem <- struct{}{}
 			wg.Add(1)
@@ -171,6 +215,32 @@ func (c *Consumer) session(ctx, work context.Context, pub *Publisher) error {
 				c.handle(work, pub, &d)
 			}()
 		}
+	}
+}
+
+// declare declares the consumer's queue. An External queue is first looked
+// up passively, on a channel of its own since a missing queue closes it:
+// one that exists is consumed as it is, whatever arguments its owner gave
+// it, and only a missing one is created.
+func (c *Consumer) declare(ctx context.Context, ch *amqp.Channel) error {
+	if !c.Queue.External {
+		return Declare(ch, c.Queue)
+	}
+	probe, err := c.Client.Channel(ctx)
+	if err != nil {
+		return err
+	}
+	_, err = probe.QueueDeclarePassive(c.Queue.Name, true, false, false, false, nil)
+	var ae *amqp.Error
+	switch {
+	case err == nil:
+		_ = probe.Close()
+		return c.Queue.declareExternal(ch, true)
+	case errors.As(err, &ae) && ae.Code == amqp.NotFound:
+		return c.Queue.declareExternal(ch, false)
+	default:
+		_ = probe.Close()
+		return fmt.Errorf("look up queue %s: %w", c.Queue.Name, err)
 	}
 }
 

@@ -29,8 +29,9 @@ type Queue struct {
 	DeliveryLimit int
 	Retry         RetryPolicy
 	// External marks a queue the platform does not own (a queue trigger's
-	// user queue): it is declared plainly when missing and never with
-	// platform arguments; its retry and dead-letter queues are still ours.
+	// user queue): a Consumer looks it up passively and consumes it as it
+	// is; it is declared plainly when missing and never with platform
+	// arguments; its retry and dead-letter queues are still ours.
 	External bool
 	// DeadLetter overrides the dead-letter queue name (<name>.dlq).
 	DeadLetter string
@@ -100,19 +101,12 @@ func (q Queue) DLQ() string {
 }
 
 func (q Queue) declare(ch *amqp.Channel) error {
+	if q.External {
+		return q.declareExternal(ch, false)
+	}
 	dlq := q.DLQ()
-	dlqArgs := amqp.Table{"x-queue-type": "quorum"}
-	if q.External {
-		dlqArgs = nil
-	}
-	if _, err := ch.QueueDeclare(dlq, true, false, false, false, dlqArgs); err != nil {
+	if _, err := ch.QueueDeclare(dlq, true, false, false, false, amqp.Table{"x-queue-type": "quorum"}); err != nil {
 		return fmt.Errorf("declare queue %s: %w", dlq, err)
-	}
-	if q.External {
-		if _, err := ch.QueueDeclare(q.Name, true, false, false, false, nil); err != nil {
-			return fmt.Errorf("declare queue %s (it may exist with other arguments; the trigger consumes it as it is): %w", q.Name, err)
-		}
-		return q.declareRetries(ch)
 	}
 	limit := q.DeliveryLimit
 	if limit <= 0 {
@@ -126,6 +120,20 @@ func (q Queue) declare(ch *amqp.Channel) error {
 	}
 	if _, err := ch.QueueDeclare(q.Name, true, false, false, false, args); err != nil {
 		return fmt.Errorf("declare queue %s: %w", q.Name, err)
+	}
+	return q.declareRetries(ch)
+}
+
+// declareExternal declares the dead-letter queue, the user queue unless it
+// exists, and the retry queues of an External queue.
+func (q Queue) declareExternal(ch *amqp.Channel, exists bool) error {
+	if _, err := ch.QueueDeclare(q.DLQ(), true, false, false, false, nil); err != nil {
+		return fmt.Errorf("declare queue %s: %w", q.DLQ(), err)
+	}
+	if !exists {
+		if _, err := ch.QueueDeclare(q.Name, true, false, false, false, nil); err != nil {
+			return fmt.Errorf("declare queue %s: %w", q.Name, err)
+		}
 	}
 	return q.declareRetries(ch)
 }
