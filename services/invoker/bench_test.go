@@ -58,15 +58,16 @@ func fill(b *testing.B, url, queue string, n int) {
 // least 0.9x the bare rate.
 func BenchmarkQueueTrigger(b *testing.B) {
 	w := newWorld(b)
+	tenantURL := w.tenantBroker(b)
 	ep, calls := countingFunction(b)
 	w.readyFunction(b, "fast", ep, 5)
 	const n, prefetch = 3000, 16
 	for range b.N {
 		// Bare: consume, POST, ack.
-		fill(b, w.vhost, "bare-q", n)
+		fill(b, tenantURL, "bare-q", n)
 		calls.Store(0)
 		start := time.Now()
-		conn, _ := amqp.Dial(w.vhost)
+		conn, _ := amqp.Dial(tenantURL)
 		ch, _ := conn.Channel()
 		_ = ch.Qos(prefetch, 0, false)
 		ds, _ := ch.Consume("bare-q", "", false, false, false, false, nil)
@@ -95,7 +96,7 @@ func BenchmarkQueueTrigger(b *testing.B) {
 		wg.Wait()
 
 		// Platform: a queue trigger with the same concurrency.
-		fill(b, w.vhost, "plat-q", n)
+		fill(b, tenantURL, "plat-q", n)
 		calls.Store(0)
 		start = time.Now()
 		tr := &slessv1.Trigger{ObjectMeta: metav1.ObjectMeta{Name: "plat", Namespace: w.ns}, Spec: slessv1.TriggerSpec{

@@ -289,6 +289,7 @@ func TestPoisonIsDeadLetteredWhileOthersFlow(t *testing.T) {
 
 func TestQueueTriggers(t *testing.T) {
 	w := newWorld(t)
+	tenantURL := w.tenantBroker(t)
 	w.function(t, "fx", 5)
 
 	// An external broker: a vhost of its own, with its own user, whose URL
@@ -338,7 +339,7 @@ func TestQueueTriggers(t *testing.T) {
 		}
 	}
 	var wg sync.WaitGroup
-	wg.Go(func() { publishN(w.vhost, "orders", 50) })
+	wg.Go(func() { publishN(tenantURL, "orders", 50) })
 	wg.Go(func() { publishN(extURL, "ext-orders", 20) })
 	wg.Wait()
 	for deadline := time.Now().Add(60 * time.Second); ; time.Sleep(100 * time.Millisecond) {
@@ -363,7 +364,7 @@ func TestQueueTriggers(t *testing.T) {
 		t.Fatal(err)
 	}
 	time.Sleep(2 * time.Second)
-	publishN(w.vhost, "orders", 1)
+	publishN(tenantURL, "orders", 1)
 	time.Sleep(2 * time.Second)
 	if n := w.count(t, "trigger_name = 'orders'"); n != 50 {
 		t.Errorf("a disabled trigger still consumed: %d records", n)
@@ -376,6 +377,7 @@ func TestQueueTriggers(t *testing.T) {
 // but the function never sees more than Concurrency calls at once.
 func TestQueueTriggerKeepsToItsConcurrency(t *testing.T) {
 	w := newWorld(t)
+	tenantURL := w.tenantBroker(t)
 	var inFlight, peak atomic.Int64
 	ln, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
@@ -397,7 +399,7 @@ func TestQueueTriggerKeepsToItsConcurrency(t *testing.T) {
 	if err := w.kube.Create(t.Context(), tr); err != nil {
 		t.Fatal(err)
 	}
-	conn, err := amqp.Dial(w.vhost)
+	conn, err := amqp.Dial(tenantURL)
 	if err != nil {
 		t.Fatal(err)
 	}

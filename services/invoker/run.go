@@ -58,7 +58,7 @@ func run(ctx context.Context, getenv func(string) string, stdout io.Writer) erro
 	}
 	history := invoke.NewHistory(pool, svc.Log, svc.Registry)
 	callbacks := &invoke.Callbacks{Client: &http.Client{Transport: callbackTransport(cfg.AllowPrivateHooks)}}
-	triggers := &invoke.QueueTriggers{Triggers: watch, Secrets: kube, Platform: mq, Exec: exec, Log: svc.Log}
+	triggers := &invoke.QueueTriggers{Triggers: watch, Secrets: kube, Status: kube, BrokerURL: cfg.RabbitURL, Exec: exec, Log: svc.Log}
 
 	// Invocations get up to 20 retries (a message's own max_retries decides);
 	// the delay queues are the platform's.

@@ -109,6 +109,7 @@ func New(d Deps) *Server {
 	s.router = r
 	s.api = humachi.New(r, cfg)
 	s.registerTenants()
+	s.registerBroker()
 	s.registerFunctions()
 	s.registerSource()
 	s.registerTriggers()

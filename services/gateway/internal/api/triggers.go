@@ -26,11 +26,22 @@ var triggerKind = kind[Trigger, *slessv1.Trigger, *slessv1.TriggerList]{
 }
 
 // checkTrigger validates what the schema cannot: the cron expression and
-// time zone, so a bad schedule is refused here rather than failing later.
+// time zone, so a bad schedule is refused here rather than failing later,
+// and queue and exchange names that the broker reserves (amq.*).
 func checkTrigger(ctx context.Context, spec *TriggerSpec) error {
 	if spec.Type == "cron" && spec.Cron != nil {
 		if _, err := cronsched.Parse(spec.Cron.Schedule, spec.Cron.TimeZone); err != nil {
 			return withID(ctx, problem(422, "", "%v", err).field("body.cron.schedule", err.Error()))
+		}
+	}
+	if q := spec.Queue; q != nil {
+		for _, f := range []struct{ field, name string }{
+			{"body.queue.queue", q.Queue}, {"body.queue.exchange", q.Exchange}, {"body.queue.dead_letter_queue", q.DeadLetterQueue},
+		} {
+			if slessv1.IsReservedBrokerName(f.name) {
+				msg := "names starting with amq. are reserved by the broker"
+				return withID(ctx, problem(422, "", "%s %q: %s", f.field, f.name, msg).field(f.field, msg))
+			}
 		}
 	}
 	return nil

@@ -13,6 +13,7 @@ import (
 	"github.com/google/uuid"
 	amqp "github.com/rabbitmq/amqp091-go"
 	corev1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	slessv1 "github.com/kube5s/sless/pkg/apis/sless/v1alpha1"
@@ -20,17 +21,24 @@ import (
 	"github.com/kube5s/sless/pkg/rabbit"
 )
 
-// QueueTriggers runs one consumer per enabled queue Trigger: on the
-// platform broker, or on an external broker whose URL is in a Secret of the
-// tenant namespace. Disabling or deleting a trigger stops its consumer;
-// editing it (or its Secret) restarts it.
+// QueueTriggers runs one consumer per enabled queue Trigger: in the
+// tenant's own vhost on the platform broker, with the tenant's
+// credentials, or on an external broker whose URL is in a Secret of the
+// tenant namespace; never in the platform's vhost. Disabling or deleting a
+// trigger stops its consumer; editing it (or its Secret) restarts it.
+// Whether the queue is consumed, and why not, is the trigger's Consuming
+// condition.
 type QueueTriggers struct {
 	Triggers client.Reader // watch cache
 	Secrets  client.Reader // API reads
-	Platform *rabbit.Client
-	Exec     *Executor
-	Log      *slog.Logger
-	Interval time.Duration
+	// Status writes the Consuming condition of triggers.
+	Status client.Client
+	// BrokerURL is the platform broker; its scheme and address are used
+	// with a tenant's credentials and vhost.
+	BrokerURL string
+	Exec      *Executor
+	Log       *slog.Logger
+	Interval  time.Duration
 
 	mu      sync.Mutex
 	running map[string]*queueConsumer
@@ -84,7 +92,7 @@ func (q *QueueTriggers) reconcile(ctx context.Context) {
 		return
 	}
 	want := map[string]*slessv1.Trigger{}
-	hashes := map[string]string{}
+	hashes, urls := map[string]string{}, map[string]string{}
 	for i := range list.Items {
 		t := &list.Items[i]
 		if t.Spec.Type != slessv1.TriggerQueue || t.Spec.Queue == nil || !t.IsEnabled() || !t.DeletionTimestamp.IsZero() {
@@ -94,11 +102,12 @@ func (q *QueueTriggers) reconcile(ctx context.Context) {
 		url, err := q.brokerURL(ctx, t)
 		if err != nil {
 			q.Log.Warn("queue trigger cannot start", "trigger", key, "err", err)
+			q.report(ctx, t, t.Status.Conditions, metav1.ConditionFalse, "BrokerUnavailable", err.Error())
 			continue
 		}
 		spec, _ := json.Marshal(t.Spec)
 		sum := sha256.Sum256(append(spec, url...))
-		want[key], hashes[key] = t, hex.EncodeToString(sum[:8])
+		want[key], hashes[key], urls[key] = t, hex.EncodeToString(sum[:8]), url
 	}
 	q.mu.Lock()
 	defer q.mu.Unlock()
@@ -114,17 +123,21 @@ func (q *QueueTriggers) reconcile(ctx context.Context) {
 		if _, ok := q.running[key]; ok {
 			continue
 		}
-		url, _ := q.brokerURL(ctx, t)
-		q.running[key] = q.start(ctx, t.DeepCopy(), url, hashes[key])
+		q.running[key] = q.start(ctx, t.DeepCopy(), urls[key], hashes[key])
 		q.Log.Info("queue trigger consumer started", "trigger", key, "queue", t.Spec.Queue.Queue)
 	}
 }
 
-// brokerURL is the external broker's URL from the trigger's Secret, or "".
+// brokerURL is the external broker's URL from the trigger's Secret, or
+// the URL of the tenant's vhost on the platform broker.
 func (q *QueueTriggers) brokerURL(ctx context.Context, t *slessv1.Trigger) (string, error) {
 	ref := t.Spec.Queue.BrokerSecretRef
 	if ref == nil {
-		return "", nil
+		var s corev1.Secret
+		if err := q.Secrets.Get(ctx, client.ObjectKey{Namespace: t.Namespace, Name: slessv1.BrokerSecretName}, &s); err != nil {
+			return "", fmt.Errorf("the tenant's broker secret %s: %w", slessv1.BrokerSecretName, err)
+		}
+		return tenantVhostURL(q.BrokerURL, s.Data)
 	}
 	var s corev1.Secret
 	if err := q.Secrets.Get(ctx, client.ObjectKey{Namespace: t.Namespace, Name: ref.Name}, &s); err != nil {
@@ -141,12 +154,9 @@ func (q *QueueTriggers) start(parent context.Context, t *slessv1.Trigger, url, h
 	ctx, cancel := context.WithCancel(parent)
 	c := &queueConsumer{hash: hash, cancel: cancel, done: make(chan struct{})}
 	spec := t.Spec.Queue
-	broker := q.Platform
 	var wg sync.WaitGroup
-	if url != "" {
-		broker = rabbit.New(url, "sless-invoker-trigger-"+t.Name, q.Log)
-		wg.Go(func() { _ = broker.Run(ctx) })
-	}
+	broker := rabbit.New(url, "sless-invoker-trigger-"+t.Name, q.Log)
+	wg.Go(func() { _ = broker.Run(ctx) })
 	retry := rabbit.RetryPolicy{MaxRetries: int(spec.MaxRetries), Initial: time.Second, Max: 300 * time.Second}
 	if b := spec.Backoff; b != nil {
 		retry.Initial, retry.Max = time.Duration(b.InitialSeconds)*time.Second, time.Duration(b.MaxSeconds)*time.Second
@@ -192,7 +202,13 @@ func (q *QueueTriggers) start(parent context.Context, t *slessv1.Trigger, url, h
 		}
 		return nil
 	}
-	cons := &rabbit.Consumer{Client: broker, Queue: queue, Prefetch: 4 * concurrency, Handler: handle, Tracer: q.Exec.Tracer, Declare: true}
+	cons := &rabbit.Consumer{Client: broker, Queue: queue, Prefetch: 4 * concurrency, Handler: handle, Tracer: q.Exec.Tracer, Declare: true,
+		OnConsume: func() { q.report(ctx, t, nil, metav1.ConditionTrue, "Consuming", "consuming queue "+spec.Queue) },
+		OnError: func(err error) {
+			if reason, ok := refusalReason(err); ok {
+				q.report(ctx, t, nil, metav1.ConditionFalse, reason, err.Error())
+			}
+		}}
 	wg.Go(func() { _ = cons.Run(ctx) })
 	go func() { wg.Wait(); close(c.done) }()
 	return c
