@@ -275,10 +275,21 @@ func TestUserJourney(t *testing.T) {
 	})
 	p.json(t, "PATCH", "/v1/tenants/acme/triggers/tick", tok, map[string]any{"enabled": false}, 200)
 
-	// A message published to a queue trigger's queue becomes an invocation.
+	// A message published to a queue trigger's queue, in the tenant's own
+	// vhost with the credentials GET /broker answers, becomes an invocation.
+	t.Cleanup(func() { testenv.DeleteTenantBroker("acme") })
 	p.json(t, "POST", "/v1/tenants/acme/triggers", tok, map[string]any{"name": "orders", "function": "app", "type": "queue",
 		"queue": map[string]any{"queue": "acme-orders"}}, 201)
-	conn, err := amqp.Dial(p.amqp)
+	var brokerURL string
+	eventually(t, 30*time.Second, "the tenant's broker account", func() bool {
+		r := p.do(t, "GET", "/v1/tenants/acme/broker", tok, "", nil)
+		if r.status != 200 {
+			return false
+		}
+		brokerURL, _ = r.obj(t)["url"].(string)
+		return brokerURL != ""
+	})
+	conn, err := amqp.Dial(brokerURL)
 	if err != nil {
 		t.Fatal(err)
 	}
