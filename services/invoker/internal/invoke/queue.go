@@ -16,6 +16,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	slessv1 "github.com/kube5s/sless/pkg/apis/sless/v1alpha1"
+	"github.com/kube5s/sless/pkg/egress"
 	"github.com/kube5s/sless/pkg/msg"
 	"github.com/kube5s/sless/pkg/rabbit"
 )
@@ -31,6 +32,7 @@ type QueueTriggers struct {
 	Exec     *Executor
 	Log      *slog.Logger
 	Interval time.Duration
+	Egress   *egress.Policy // applies to external brokers
 
 	mu      sync.Mutex
 	running map[string]*queueConsumer
@@ -144,7 +146,7 @@ func (q *QueueTriggers) start(parent context.Context, t *slessv1.Trigger, url, h
 	broker := q.Platform
 	var wg sync.WaitGroup
 	if url != "" {
-		broker = rabbit.New(url, "sless-invoker-trigger-"+t.Name, q.Log)
+		broker = externalBroker(url, "sless-invoker-trigger-"+t.Name, q.Log, q.Egress)
 		wg.Go(func() { _ = broker.Run(ctx) })
 	}
 	retry := rabbit.RetryPolicy{MaxRetries: int(spec.MaxRetries), Initial: time.Second, Max: 300 * time.Second}
