@@ -89,7 +89,7 @@ func (s *Server) registerTenants() {
 			// The notification goes out with the commit, to every gateway.
 			if _, err := s.DB.Exec(ctx, `WITH r AS (UPDATE api_tokens SET revoked_at = now() WHERE tenant = $1 AND revoked_at IS NULL)
 				SELECT pg_notify('`+tokenChannel+`', $1::text || '/')`, in.Tenant); err != nil {
-				return nil, withID(ctx, problem(500, "", "revoke the tenant's tokens: %v", err))
+				return nil, s.internal(ctx, 500, err, "the tenant's tokens could not be revoked")
 			}
 			s.tokens.forget(in.Tenant, "")
 			out := &Accepted{}
@@ -117,7 +117,7 @@ func (s *Server) registerTenants() {
 			err := s.DB.QueryRow(ctx, `INSERT INTO api_tokens (id, tenant, name, token_hash) VALUES ($1, $2, $3, $4) RETURNING created_at`,
 				id, in.Tenant, in.Body.Name, hashToken(tok)).Scan(&out.Body.CreatedAt)
 			if err != nil {
-				return nil, withID(ctx, problem(500, "", "store the token: %v", err))
+				return nil, s.internal(ctx, 500, err, "the token could not be stored")
 			}
 			out.Body.ID, out.Body.Tenant, out.Body.Name, out.Body.Token = id, in.Tenant, in.Body.Name, tok
 			return out, nil
@@ -139,7 +139,7 @@ func (s *Server) registerTenants() {
 				return nil, withID(ctx, problem(404, "", "token %s of tenant %s not found or already revoked", in.ID, in.Tenant))
 			}
 			if err != nil {
-				return nil, withID(ctx, problem(500, "", "revoke the token: %v", err))
+				return nil, s.internal(ctx, 500, err, "the token could not be revoked")
 			}
 			s.tokens.forget(in.Tenant, in.ID)
 			return &struct{}{}, nil
