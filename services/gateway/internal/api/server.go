@@ -126,6 +126,7 @@ func New(d Deps) *Server {
 	s.registerJobs()
 	s.registerHistory()
 	s.registerInvoke()
+	s.registerCallbackSecret()
 	return s
 }
 
