@@ -103,8 +103,10 @@ func (s *Server) authenticateFirst(next http.Handler) http.Handler {
 		}
 		p := s.authenticate(r)
 		ctx := context.WithValue(r.Context(), keyPrincipal, p)
-		tenant := ""                                                                           // POST /v1/tenants is the admin's
-		if parts := strings.Split(r.URL.Path, "/"); len(parts) >= 4 && parts[2] == "tenants" { // "", "v1", "tenants", t, ...
+		// The tenant the path names ("", "v1", "tenants", t, ...); POST
+		// /v1/tenants names none and is the admin's.
+		tenant := ""
+		if parts := strings.Split(r.URL.Path, "/"); len(parts) >= 4 && parts[2] == "tenants" {
 			tenant = parts[3]
 		}
 		if err := s.authorize(ctx, p, tenant); err != nil {
