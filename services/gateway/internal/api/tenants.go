@@ -12,6 +12,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	slessv1 "github.com/kube5s/sless/pkg/apis/sless/v1alpha1"
+	"github.com/kube5s/sless/pkg/callback"
 )
 
 var tenantKind = kind[Tenant, *slessv1.Tenant, *slessv1.TenantList]{
@@ -92,6 +93,10 @@ func (s *Server) registerTenants() {
 				return nil, s.internal(ctx, 500, err, "the tenant's tokens could not be revoked")
 			}
 			s.tokens.forget(in.Tenant, "")
+			// A tenant made again under this name must not verify with the old secret.
+			if err := callback.Forget(ctx, s.DB, in.Tenant); err != nil {
+				return nil, s.internal(ctx, 500, err, "the tenant's callback secret could not be deleted")
+			}
 			out := &Accepted{}
 			out.Body.Status = "deleting"
 			return out, nil
