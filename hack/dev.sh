@@ -82,7 +82,8 @@ export SLESS_S3_ENDPOINT="$SLESS_TEST_S3_ENDPOINT" SLESS_S3_ACCESS_KEY="$SLESS_T
 export SLESS_S3_BUCKET=${SLESS_DEV_BUCKET:-sless} SLESS_PUBLIC_URL="$GATEWAY" SLESS_ARTIFACT_DIR="$STATE/artifacts"
 export SLESS_EXECUTION_DRIVER=local SLESS_BUILD_DRIVER=local SLESS_RUNTIMES_DIR="$ROOT/runtimes" SLESS_FUNCTION_LOG_DIR="$STATE/functions"
 export SLESS_ADMIN_TOKEN="$ADMIN" SLESS_HTTP_ADDR="127.0.0.1:$GATEWAY_PORT" SLESS_DRAIN_DELAY=0s
-export SLESS_ALLOW_PRIVATE_CALLBACKS=true
+# The local profile: callback receivers and external brokers on this machine.
+export SLESS_EGRESS_ALLOW_CIDRS=127.0.0.0/8,::1/128
 
 # Traces: a Jaeger all-in-one receives OTLP from every service. One that is
 # already running (another make dev) is shared.

@@ -12,6 +12,7 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"net"
 	"sync"
 	"time"
 
@@ -28,6 +29,7 @@ type Client struct {
 	name     string
 	log      *slog.Logger
 	topology []Queue
+	dialer   *net.Dialer
 
 	mu      sync.Mutex
 	conn    *amqp.Connection
@@ -40,6 +42,14 @@ type Client struct {
 // connection list.
 func New(url, name string, log *slog.Logger, topology ...Queue) *Client {
 	return &Client{url: url, name: name, log: log, topology: topology, up: make(chan struct{})}
+}
+
+// WithDialer makes Run open its connections through d; call it before Run.
+// The invoker passes a dialer that applies the egress policy to the
+// external brokers tenants name.
+func (c *Client) WithDialer(d *net.Dialer) *Client {
+	c.dialer = d
+	return c
 }
 
 // Run dials, declares the topology and keeps the connection alive until ctx
@@ -103,11 +113,23 @@ func (c *Client) logBlocked(blocked <-chan amqp.Blocking) {
 func (c *Client) dial() (*amqp.Connection, error) {
 	props := amqp.NewConnectionProperties()
 	props.SetClientConnectionName(c.name)
-	conn, err := amqp.DialConfig(c.url, amqp.Config{
-		Heartbeat:  10 * time.Second,
-		Properties: props,
-		Dial:       amqp.DefaultDial(5 * time.Second),
-	})
+	dial := amqp.DefaultDial(5 * time.Second)
+	if c.dialer != nil {
+		dial = func(network, addr string) (net.Conn, error) {
+			conn, err := c.dialer.Dial(network, addr)
+			if err != nil {
+				return nil, err
+			}
+			// As DefaultDial: a deadline for the handshake, which the
+			// library clears once the connection is open.
+			if err := conn.SetDeadline(time.Now().Add(5 * time.Second)); err != nil {
+				conn.Close()
+				return nil, err
+			}
+			return conn, nil
+		}
+	}
+	conn, err := amqp.DialConfig(c.url, amqp.Config{Heartbeat: 10 * time.Second, Properties: props, Dial: dial})
 	if err != nil {
 		return nil, fmt.Errorf("dial: %w", err)
 	}

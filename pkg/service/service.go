@@ -31,6 +31,12 @@ type Common struct {
 	LogLevel   string        // LOG_LEVEL: debug, info, warn, error
 	OpsAddr    string        // SLESS_OPS_ADDR: /healthz, /readyz, /metrics
 	DrainDelay time.Duration // SLESS_DRAIN_DELAY: readiness fails this long before shutdown
+	// SLESS_HTTP_READ_HEADER_TIMEOUT and SLESS_HTTP_READ_TIMEOUT bound how
+	// long a client may take to send a request's header and all of it, so
+	// that slow clients cannot hold connections open forever. The read
+	// deadline ends once the body is read: long calls are not cut.
+	ReadHeaderTimeout time.Duration
+	ReadTimeout       time.Duration
 }
 
 // ReadCommon reads the shared settings.
@@ -39,6 +45,9 @@ func ReadCommon(r *envconf.Reader, defaultOpsAddr string) Common {
 		LogLevel:   r.OneOf("LOG_LEVEL", "info", "debug", "info", "warn", "error"),
 		OpsAddr:    r.String("SLESS_OPS_ADDR", defaultOpsAddr),
 		DrainDelay: r.Duration("SLESS_DRAIN_DELAY", 0),
+		// 5 minutes: a 50 MiB source upload at 170 KiB/s.
+		ReadHeaderTimeout: r.Duration("SLESS_HTTP_READ_HEADER_TIMEOUT", 10*time.Second),
+		ReadTimeout:       r.Duration("SLESS_HTTP_READ_TIMEOUT", 5*time.Minute),
 	}
 }
 
@@ -98,7 +107,7 @@ func (s *Service) Serve(addr string, h http.Handler) (net.Addr, error) {
 	if err != nil {
 		return nil, fmt.Errorf("listen %s: %w", addr, err)
 	}
-	srv := &http.Server{Handler: h, ReadHeaderTimeout: 10 * time.Second, IdleTimeout: 90 * time.Second}
+	srv := &http.Server{Handler: h, ReadHeaderTimeout: s.cfg.ReadHeaderTimeout, ReadTimeout: s.cfg.ReadTimeout, IdleTimeout: 90 * time.Second}
 	s.Go(func(ctx context.Context) error { return health.Serve(ctx, s.Log, srv, ln, s.Health, s.cfg.DrainDelay) })
 	return ln.Addr(), nil
 }

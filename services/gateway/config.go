@@ -1,8 +1,10 @@
 package main
 
 import (
+	"net/netip"
 	"strings"
 
+	"github.com/kube5s/sless/pkg/egress"
 	"github.com/kube5s/sless/pkg/envconf"
 	"github.com/kube5s/sless/pkg/objstore"
 	"github.com/kube5s/sless/pkg/service"
@@ -10,41 +12,47 @@ import (
 
 type config struct {
 	service.Common
-	HTTPAddr          string // SLESS_HTTP_ADDR: the public API
-	AdminToken        string // SLESS_ADMIN_TOKEN: manages tenants
-	PublicURL         string // SLESS_PUBLIC_URL: base of function URLs
-	Kubeconfig        string // KUBECONFIG: empty in a cluster
-	RabbitURL         string // SLESS_RABBITMQ_URL
-	PostgresURL       string // SLESS_POSTGRES_URL
-	Migrate           bool   // SLESS_MIGRATE: apply migrations at start
-	MigrateOnly       bool   // SLESS_MIGRATE_ONLY: apply migrations and exit (the Helm hook Job)
-	S3                objstore.Config
-	MaxSourceBytes    int  // SLESS_MAX_SOURCE_BYTES
-	MaxResponseBytes  int  // SLESS_MAX_RESPONSE_BYTES
-	AllowPrivateHooks bool // SLESS_ALLOW_PRIVATE_CALLBACKS
-	RecordBuffer      int  // SLESS_RECORD_BUFFER: invocation records waiting to be published
-	RecordSync        bool // SLESS_RECORD_SYNC_INVOCATIONS: record synchronous invocations in the history
+	HTTPAddr         string // SLESS_HTTP_ADDR: the public API
+	AdminToken       string // SLESS_ADMIN_TOKEN: manages tenants
+	PublicURL        string // SLESS_PUBLIC_URL: base of function URLs
+	Kubeconfig       string // KUBECONFIG: empty in a cluster
+	RabbitURL        string // SLESS_RABBITMQ_URL
+	PostgresURL      string // SLESS_POSTGRES_URL
+	Migrate          bool   // SLESS_MIGRATE: apply migrations at start
+	MigrateOnly      bool   // SLESS_MIGRATE_ONLY: apply migrations and exit (the Helm hook Job)
+	S3               objstore.Config
+	MaxSourceBytes   int            // SLESS_MAX_SOURCE_BYTES
+	MaxResponseBytes int            // SLESS_MAX_RESPONSE_BYTES
+	EgressAllow      []netip.Prefix // SLESS_EGRESS_ALLOW_CIDRS: private ranges callback URLs may name
+	FunctionsDomain  string         // SLESS_FUNCTIONS_DOMAIN: serve tenant t's triggers on <t>.<domain>
+	RecordBuffer     int            // SLESS_RECORD_BUFFER: invocation records waiting to be published
+	RecordSync       bool           // SLESS_RECORD_SYNC_INVOCATIONS: record synchronous invocations in the history
 }
 
 func loadConfig(getenv func(string) string) (config, error) {
 	r := envconf.New(getenv)
 	c := config{
-		Common:            service.ReadCommon(r, ":9090"),
-		HTTPAddr:          r.String("SLESS_HTTP_ADDR", ":8080"),
-		AdminToken:        r.Required("SLESS_ADMIN_TOKEN", "the installation's admin token"),
-		PublicURL:         strings.TrimSuffix(r.URL("SLESS_PUBLIC_URL", "http://127.0.0.1:8080", "http", "https"), "/"),
-		Kubeconfig:        r.String("KUBECONFIG", ""),
-		RabbitURL:         r.URL("SLESS_RABBITMQ_URL", "amqp://guest:guest@127.0.0.1:5672/", "amqp", "amqps"),
-		PostgresURL:       r.URL("SLESS_POSTGRES_URL", "postgres://postgres@127.0.0.1:5432/sless?sslmode=disable", "postgres", "postgresql"),
-		Migrate:           r.Bool("SLESS_MIGRATE", true),
-		MigrateOnly:       r.Bool("SLESS_MIGRATE_ONLY", false),
-		S3:                objstore.ReadConfig(r),
-		MaxSourceBytes:    r.Int("SLESS_MAX_SOURCE_BYTES", 50<<20, 1024, 1<<30),
-		MaxResponseBytes:  r.Int("SLESS_MAX_RESPONSE_BYTES", 6<<20, 1024, 1<<30),
-		AllowPrivateHooks: r.Bool("SLESS_ALLOW_PRIVATE_CALLBACKS", false),
-		RecordBuffer:      r.Int("SLESS_RECORD_BUFFER", 10000, 1, 1000000),
-		RecordSync:        r.Bool("SLESS_RECORD_SYNC_INVOCATIONS", true),
+		Common:           service.ReadCommon(r, ":9090"),
+		HTTPAddr:         r.String("SLESS_HTTP_ADDR", ":8080"),
+		AdminToken:       r.Required("SLESS_ADMIN_TOKEN", "the installation's admin token"),
+		PublicURL:        strings.TrimSuffix(r.URL("SLESS_PUBLIC_URL", "http://127.0.0.1:8080", "http", "https"), "/"),
+		Kubeconfig:       r.String("KUBECONFIG", ""),
+		RabbitURL:        r.URL("SLESS_RABBITMQ_URL", "amqp://guest:guest@127.0.0.1:5672/", "amqp", "amqps"),
+		PostgresURL:      r.URL("SLESS_POSTGRES_URL", "postgres://postgres@127.0.0.1:5432/sless?sslmode=disable", "postgres", "postgresql"),
+		Migrate:          r.Bool("SLESS_MIGRATE", true),
+		MigrateOnly:      r.Bool("SLESS_MIGRATE_ONLY", false),
+		S3:               objstore.ReadConfig(r),
+		MaxSourceBytes:   r.Int("SLESS_MAX_SOURCE_BYTES", 50<<20, 1024, 1<<30),
+		MaxResponseBytes: r.Int("SLESS_MAX_RESPONSE_BYTES", 6<<20, 1024, 1<<30),
+		FunctionsDomain:  strings.Trim(strings.ToLower(r.String("SLESS_FUNCTIONS_DOMAIN", "")), "."),
+		RecordBuffer:     r.Int("SLESS_RECORD_BUFFER", 10000, 1, 1000000),
+		RecordSync:       r.Bool("SLESS_RECORD_SYNC_INVOCATIONS", true),
 	}
+	allow, err := egress.ParseCIDRs(r.String("SLESS_EGRESS_ALLOW_CIDRS", ""))
+	if err != nil {
+		r.Failf("SLESS_EGRESS_ALLOW_CIDRS: %v", err)
+	}
+	c.EgressAllow = allow
 	if c.MigrateOnly {
 		return c, nil // only the database is needed
 	}

@@ -16,7 +16,7 @@ import (
 // newTestRouter builds the API router without dependencies, to walk its routes.
 func newTestRouter(t *testing.T) chi.Router {
 	reg := telemetry.NewRegistry()
-	srv := api.New(api.Deps{Health: health.NewHandler(reg), Registry: reg, Gatherer: reg,
+	srv := api.New(api.Deps{Health: health.NewHandler(reg), Registry: reg,
 		Tracer: noop.NewTracerProvider().Tracer("t"), Log: slog.New(slog.NewTextHandler(io.Discard, nil)),
 		Config: api.Config{MaxSourceBytes: 1 << 20}})
 	return srv.Router()

@@ -7,6 +7,7 @@ import (
 
 	"github.com/kube5s/sless/migrations"
 	slessv1 "github.com/kube5s/sless/pkg/apis/sless/v1alpha1"
+	"github.com/kube5s/sless/pkg/egress"
 	"github.com/kube5s/sless/pkg/health"
 	"github.com/kube5s/sless/pkg/kubeclient"
 	"github.com/kube5s/sless/pkg/rabbit"
@@ -67,9 +68,10 @@ func run(ctx context.Context, getenv func(string) string, stdout io.Writer) erro
 
 	srv := api.New(api.Deps{
 		Config: api.Config{AdminToken: cfg.AdminToken, PublicURL: cfg.PublicURL, MaxSourceBytes: int64(cfg.MaxSourceBytes),
-			MaxResponseBytes: int64(cfg.MaxResponseBytes), MaxInlineResult: 4096, AllowPrivateHooks: cfg.AllowPrivateHooks},
+			MaxResponseBytes: int64(cfg.MaxResponseBytes), MaxInlineResult: 4096,
+			Egress: egress.New(cfg.EgressAllow...), FunctionsDomain: cfg.FunctionsDomain},
 		Kube: kube, Cache: watch, DB: pool, Store: store, Publisher: pub, Recorder: recorder,
-		Health: svc.Health, Registry: svc.Registry, Gatherer: svc.Registry, Tracer: svc.Tracer, Log: svc.Log,
+		Health: svc.Health, Registry: svc.Registry, Tracer: svc.Tracer, Log: svc.Log,
 	})
 	svc.Go(srv.WatchRevocations)
 	if _, err := svc.Serve(cfg.HTTPAddr, srv); err != nil {

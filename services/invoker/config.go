@@ -1,32 +1,39 @@
 package main
 
 import (
+	"net/netip"
+
+	"github.com/kube5s/sless/pkg/egress"
 	"github.com/kube5s/sless/pkg/envconf"
 	"github.com/kube5s/sless/pkg/service"
 )
 
 type config struct {
 	service.Common
-	Kubeconfig        string // KUBECONFIG: empty in a cluster
-	RabbitURL         string // SLESS_RABBITMQ_URL
-	PostgresURL       string // SLESS_POSTGRES_URL
-	Migrate           bool   // SLESS_MIGRATE: apply migrations at start
-	Concurrency       int    // SLESS_INVOKER_CONCURRENCY: invocations in flight (the prefetch)
-	HistoryPrefetch   int    // SLESS_HISTORY_PREFETCH: record messages being batched
-	AllowPrivateHooks bool   // SLESS_ALLOW_PRIVATE_CALLBACKS
+	Kubeconfig      string         // KUBECONFIG: empty in a cluster
+	RabbitURL       string         // SLESS_RABBITMQ_URL
+	PostgresURL     string         // SLESS_POSTGRES_URL
+	Migrate         bool           // SLESS_MIGRATE: apply migrations at start
+	Concurrency     int            // SLESS_INVOKER_CONCURRENCY: invocations in flight (the prefetch)
+	HistoryPrefetch int            // SLESS_HISTORY_PREFETCH: record messages being batched
+	EgressAllow     []netip.Prefix // SLESS_EGRESS_ALLOW_CIDRS: private ranges tenant destinations may reach
 }
 
 func loadConfig(getenv func(string) string) (config, error) {
 	r := envconf.New(getenv)
 	c := config{
-		Common:            service.ReadCommon(r, ":9093"),
-		Kubeconfig:        r.String("KUBECONFIG", ""),
-		RabbitURL:         r.URL("SLESS_RABBITMQ_URL", "amqp://guest:guest@127.0.0.1:5672/", "amqp", "amqps"),
-		PostgresURL:       r.URL("SLESS_POSTGRES_URL", "postgres://postgres@127.0.0.1:5432/sless?sslmode=disable", "postgres", "postgresql"),
-		Migrate:           r.Bool("SLESS_MIGRATE", true),
-		Concurrency:       r.Int("SLESS_INVOKER_CONCURRENCY", 64, 1, 4096),
-		HistoryPrefetch:   r.Int("SLESS_HISTORY_PREFETCH", 512, 1, 65535),
-		AllowPrivateHooks: r.Bool("SLESS_ALLOW_PRIVATE_CALLBACKS", false),
+		Common:          service.ReadCommon(r, ":9093"),
+		Kubeconfig:      r.String("KUBECONFIG", ""),
+		RabbitURL:       r.URL("SLESS_RABBITMQ_URL", "amqp://guest:guest@127.0.0.1:5672/", "amqp", "amqps"),
+		PostgresURL:     r.URL("SLESS_POSTGRES_URL", "postgres://postgres@127.0.0.1:5432/sless?sslmode=disable", "postgres", "postgresql"),
+		Migrate:         r.Bool("SLESS_MIGRATE", true),
+		Concurrency:     r.Int("SLESS_INVOKER_CONCURRENCY", 64, 1, 4096),
+		HistoryPrefetch: r.Int("SLESS_HISTORY_PREFETCH", 512, 1, 65535),
 	}
+	allow, err := egress.ParseCIDRs(r.String("SLESS_EGRESS_ALLOW_CIDRS", ""))
+	if err != nil {
+		r.Failf("SLESS_EGRESS_ALLOW_CIDRS: %v", err)
+	}
+	c.EgressAllow = allow
 	return c, r.Err()
 }

@@ -41,7 +41,15 @@ type world struct {
 	pub    *amqp.Channel
 }
 
+// newWorld starts an invoker whose egress policy allows loopback: tests
+// may dial nothing else, and their receivers and brokers are there.
 func newWorld(t testing.TB) *world {
+	t.Helper()
+	return newWorldWith(t, map[string]string{"SLESS_EGRESS_ALLOW_CIDRS": "127.0.0.0/8,::1/128"})
+}
+
+// newWorldWith starts an invoker with extra settings.
+func newWorldWith(t testing.TB, extra map[string]string) *world {
 	t.Helper()
 	vhost, cleanup, err := testenv.RabbitVhost()
 	if err != nil {
@@ -55,6 +63,9 @@ func newWorld(t testing.TB) *world {
 	env := testenv.ServiceEnv(t, kc)
 	env["SLESS_RABBITMQ_URL"] = vhost
 	env["LOG_LEVEL"] = "warn"
+	for k, v := range extra {
+		env[k] = v
+	}
 	c, err := client.New(kube.Config, client.Options{Scheme: testenv.Scheme()})
 	if err != nil {
 		t.Fatal(err)

@@ -4,13 +4,12 @@ import (
 	"context"
 	"fmt"
 	"io"
-	"net"
 	"net/http"
-	"syscall"
 	"time"
 
 	"github.com/kube5s/sless/migrations"
 	slessv1 "github.com/kube5s/sless/pkg/apis/sless/v1alpha1"
+	"github.com/kube5s/sless/pkg/egress"
 	"github.com/kube5s/sless/pkg/health"
 	"github.com/kube5s/sless/pkg/kubeclient"
 	"github.com/kube5s/sless/pkg/msg"
@@ -51,14 +50,16 @@ func run(ctx context.Context, getenv func(string) string, stdout io.Writer) erro
 
 	exec := &invoke.Executor{
 		Functions: watch,
-		Client:    &http.Client{Transport: &http.Transport{MaxIdleConnsPerHost: 256, IdleConnTimeout: 90 * time.Second, DisableCompression: true}},
+		Client: &http.Client{Transport: &http.Transport{MaxIdleConnsPerHost: 256, IdleConnTimeout: 90 * time.Second, DisableCompression: true},
+			CheckRedirect: noRedirects},
 		Publisher: pub, Recorded: invoke.RecordedIn(pool), Tracer: svc.Tracer, Log: svc.Log,
 		Records: &invoke.Records{Publisher: pub, MaxBatch: 256},
 		Metrics: invoke.NewMetrics(svc.Registry), MaxInline: 4096,
 	}
 	history := invoke.NewHistory(pool, svc.Log, svc.Registry)
-	callbacks := &invoke.Callbacks{Client: &http.Client{Transport: callbackTransport(cfg.AllowPrivateHooks)}}
-	triggers := &invoke.QueueTriggers{Triggers: watch, Secrets: kube, Status: kube, BrokerURL: cfg.RabbitURL, Exec: exec, Log: svc.Log}
+	policy := egress.New(cfg.EgressAllow...)
+	callbacks := &invoke.Callbacks{Secrets: pool, Client: &http.Client{Transport: callbackTransport(policy), CheckRedirect: noRedirects}}
+	triggers := &invoke.QueueTriggers{Triggers: watch, Secrets: kube, Status: kube, BrokerURL: cfg.RabbitURL, Exec: exec, Log: svc.Log, Egress: policy}
 
 	// Invocations get up to 20 retries (a message's own max_retries decides);
 	// the delay queues are the platform's.
@@ -77,20 +78,14 @@ func run(ctx context.Context, getenv func(string) string, stdout io.Writer) erro
 	return svc.Run(ctx)
 }
 
-// callbackTransport refuses to connect to private, loopback and link-local
-// addresses (checked on the address actually dialled, after DNS), unless
-// the installation allows them.
-func callbackTransport(allowPrivate bool) *http.Transport {
-	d := &net.Dialer{Timeout: 5 * time.Second}
-	if !allowPrivate {
-		d.Control = func(_, address string, _ syscall.RawConn) error {
-			host, _, _ := net.SplitHostPort(address)
-			ip := net.ParseIP(host)
-			if ip == nil || ip.IsLoopback() || ip.IsPrivate() || ip.IsLinkLocalUnicast() || ip.IsUnspecified() || ip.IsMulticast() {
-				return fmt.Errorf("callback address %s is not public", address)
-			}
-			return nil
-		}
-	}
-	return &http.Transport{DialContext: d.DialContext, Proxy: nil, MaxIdleConnsPerHost: 8}
+// noRedirects hands a redirect back as the answer. A function (or a
+// callback receiver) that answers 307 Location: <another tenant's endpoint,
+// the metadata address> gets its 307 recorded, never what that URL says.
+func noRedirects(*http.Request, []*http.Request) error { return http.ErrUseLastResponse }
+
+// callbackTransport connects only where the egress policy allows, checked
+// on the address actually dialled (after DNS, so rebinding is covered),
+// and never through a proxy from the environment.
+func callbackTransport(policy *egress.Policy) *http.Transport {
+	return &http.Transport{DialContext: policy.Dialer(5 * time.Second).DialContext, Proxy: nil, MaxIdleConnsPerHost: 8}
 }

@@ -80,3 +80,23 @@ seccompProfile:
   valueFrom: {secretKeyRef: {name: {{ .root.Values.s3.existingSecret }}, key: SLESS_S3_SECRET_KEY}}
 {{- end }}
 {{- end -}}
+
+{{/* Egress to the cluster DNS. */}}
+{{- define "sless.dnsEgress" -}}
+- to: [{namespaceSelector: {matchLabels: {kubernetes.io/metadata.name: kube-system}}, podSelector: {matchLabels: {k8s-app: kube-dns}}}]
+  ports: [{port: 53, protocol: UDP}, {port: 53, protocol: TCP}]
+{{- end }}
+
+{{/* Egress rules from a list of {cidrs, except, ports}. */}}
+{{- define "sless.egressRules" -}}
+{{- range . }}
+- to:
+    {{- $except := .except }}
+    {{- range .cidrs }}
+    - ipBlock: {cidr: {{ . | quote }}{{ with $except }}, except: [{{ range $i, $e := . }}{{ if $i }}, {{ end }}{{ $e | quote }}{{ end }}]{{ end }}}
+    {{- end }}
+  {{- with .ports }}
+  ports: [{{ range $i, $p := . }}{{ if $i }}, {{ end }}{port: {{ $p }}, protocol: TCP}{{ end }}]
+  {{- end }}
+{{- end }}
+{{- end }}

@@ -9,6 +9,7 @@ import (
 	"errors"
 	"log/slog"
 	"math"
+	"net"
 	"net/http"
 	"strconv"
 	"strings"
@@ -29,11 +30,20 @@ const TokenPrefix = "slt_"
 
 // principal is who is calling.
 type principal struct {
-	admin  bool
-	tenant string
-	bad    string // why the presented token was refused
-	none   bool
+	admin   bool
+	tenant  string
+	bad     string // why the presented token was refused
+	none    bool
+	guessed bool // too many failed lookups from the caller's address
 }
+
+// Failed token lookups a client address may make: a burst, then one a
+// second. Past that, unknown tokens from the address get 429 without a
+// database lookup; tokens already known pass.
+const (
+	failedLookupsPerSecond = 1
+	failedLookupsBurst     = 20
+)
 
 // authenticate reads the bearer token: the admin token (compared in constant
 // time) or a tenant token (looked up by its SHA-256).
@@ -43,20 +53,111 @@ func (s *Server) authenticate(r *http.Request) principal {
 		return principal{none: true}
 	}
 	tok, ok := strings.CutPrefix(h, "Bearer ")
-	if !ok || tok == "" {
-		return principal{bad: "the Authorization header is not a bearer token"}
-	}
-	if subtle.ConstantTimeCompare([]byte(tok), []byte(s.Config.AdminToken)) == 1 {
+	if ok && tok != "" && subtle.ConstantTimeCompare([]byte(tok), []byte(s.Config.AdminToken)) == 1 {
 		return principal{admin: true}
 	}
-	if !strings.HasPrefix(tok, TokenPrefix) || len(tok) > 128 {
-		return principal{bad: "the token is not a sless token"}
+	if tenant, known := s.tokens.known(tok); known {
+		return principal{tenant: tenant}
 	}
-	tenant, err := s.tokens.lookup(r.Context(), tok)
-	if err != nil {
-		return principal{bad: err.Error()}
+	addr := clientAddr(r)
+	if s.guesses.exhausted(addr) {
+		return principal{guessed: true}
 	}
-	return principal{tenant: tenant}
+	var bad string
+	switch {
+	case !ok || tok == "":
+		bad = "the Authorization header is not a bearer token"
+	case !strings.HasPrefix(tok, TokenPrefix) || len(tok) > 128:
+		bad = "the token is not a sless token"
+	default:
+		tenant, err := s.tokens.lookup(r.Context(), tok)
+		if err == nil {
+			return principal{tenant: tenant}
+		}
+		if !errors.Is(err, errBadToken) {
+			return principal{bad: err.Error()} // the database, not the caller, failed
+		}
+		bad = err.Error()
+	}
+	s.guesses.fail(addr)
+	return principal{bad: bad}
+}
+
+// principalOf is the caller of ctx, authenticated once per request.
+func (s *Server) principalOf(ctx context.Context) principal {
+	if p, ok := ctx.Value(keyPrincipal).(principal); ok {
+		return p
+	}
+	return s.authenticate(requestOf(ctx))
+}
+
+// authenticateFirst authenticates a /v1 request that carries a body before
+// anything reads it: a caller without a valid token, or with a token of
+// another tenant than the path names, is answered before it may upload
+// megabytes. Handlers still authorize as before, from the same principal.
+func (s *Server) authenticateFirst(next http.Handler) http.Handler {
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if r.ContentLength == 0 || !strings.HasPrefix(r.URL.Path, "/v1/") {
+			next.ServeHTTP(w, r)
+			return
+		}
+		p := s.authenticate(r)
+		ctx := context.WithValue(r.Context(), keyPrincipal, p)
+		// The tenant the path names ("", "v1", "tenants", t, ...); POST
+		// /v1/tenants names none and is the admin's.
+		tenant := ""
+		if parts := strings.Split(r.URL.Path, "/"); len(parts) >= 4 && parts[2] == "tenants" {
+			tenant = parts[3]
+		}
+		if err := s.authorize(ctx, p, tenant); err != nil {
+			s.fail(w, r, err)
+			return
+		}
+		r = r.WithContext(ctx)
+		next.ServeHTTP(w, r.WithContext(context.WithValue(ctx, keyRequest, r)))
+	})
+}
+
+// clientAddr is the address failed lookups are counted against: the
+// connection's peer (behind a proxy, the proxy; see docs/decisions.md).
+func clientAddr(r *http.Request) string {
+	if host, _, err := net.SplitHostPort(r.RemoteAddr); err == nil {
+		return host
+	}
+	return r.RemoteAddr
+}
+
+// failures is a token bucket of failed token lookups per client address.
+type failures struct {
+	mu    sync.Mutex
+	m     map[string]*rate.Limiter
+	rate  rate.Limit
+	burst int
+}
+
+func newFailures(perSecond float64, burst int) *failures {
+	return &failures{m: map[string]*rate.Limiter{}, rate: rate.Limit(perSecond), burst: burst}
+}
+
+func (f *failures) exhausted(addr string) bool {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	l, ok := f.m[addr]
+	return ok && l.Tokens() < 1
+}
+
+func (f *failures) fail(addr string) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	l, ok := f.m[addr]
+	if !ok {
+		if len(f.m) > 100000 { // bounded memory; forgetting only forgives
+			f.m = map[string]*rate.Limiter{}
+		}
+		l = rate.NewLimiter(f.rate, f.burst)
+		f.m[addr] = l
+	}
+	l.Allow()
 }
 
 func requestOf(ctx context.Context) *http.Request {
@@ -67,35 +168,38 @@ func requestOf(ctx context.Context) *http.Request {
 	return r
 }
 
-// requireAdmin allows the admin token only.
-func (s *Server) requireAdmin(ctx context.Context) error {
-	p := s.authenticate(requestOf(ctx))
+// authorize allows p to act on tenant ("" = an admin operation).
+func (s *Server) authorize(ctx context.Context, p principal, tenant string) error {
 	switch {
 	case p.none:
 		return withID(ctx, problem(401, "", "an Authorization: Bearer token is required"))
+	case p.guessed:
+		return &rateLimited{Problem: withID(ctx, problem(429, "", "too many failed token lookups from this address")), retryAfter: 1}
 	case p.bad != "":
 		return withID(ctx, problem(401, "", "%s", p.bad))
-	case !p.admin:
+	case p.admin:
+		return nil
+	case tenant == "":
 		return withID(ctx, problem(403, "", "this operation needs the admin token"))
+	case p.tenant != tenant:
+		return withID(ctx, problem(403, "", "this token belongs to another tenant"))
 	}
 	return nil
+}
+
+// requireAdmin allows the admin token only.
+func (s *Server) requireAdmin(ctx context.Context) error {
+	return s.authorize(ctx, s.principalOf(ctx), "")
 }
 
 // requireTenant allows the admin token and tokens of that tenant, and
 // applies the tenant's rate limit to tenant tokens.
 func (s *Server) requireTenant(ctx context.Context, tenant string) error {
-	p := s.authenticate(requestOf(ctx))
-	switch {
-	case p.none:
-		return withID(ctx, problem(401, "", "an Authorization: Bearer token is required"))
-	case p.bad != "":
-		return withID(ctx, problem(401, "", "%s", p.bad))
-	case p.admin:
-		return nil
-	case p.tenant != tenant:
-		return withID(ctx, problem(403, "", "this token belongs to another tenant"))
+	p := s.principalOf(ctx)
+	if err := s.authorize(ctx, p, tenant); err != nil || p.admin {
+		return err
 	}
-	return s.limits.allow(ctx, tenant)
+	return s.limits.allow(ctx, tenant, tenant)
 }
 
 func withID(ctx context.Context, p *Problem) *Problem {
@@ -191,6 +295,21 @@ func (c *tokenCache) clear() {
 
 var errBadToken = errors.New("the token is unknown or revoked")
 
+// known returns the tenant of a token the cache holds as valid.
+func (c *tokenCache) known(tok string) (string, bool) {
+	if !strings.HasPrefix(tok, TokenPrefix) {
+		return "", false
+	}
+	key := string(hashToken(tok))
+	c.mu.RLock()
+	e, ok := c.m[key]
+	c.mu.RUnlock()
+	if !ok || e.tenant == "" || !time.Now().Before(e.expires) {
+		return "", false
+	}
+	return e.tenant, true
+}
+
 func (c *tokenCache) lookup(ctx context.Context, tok string) (string, error) {
 	key := string(hashToken(tok))
 	c.mu.RLock()
@@ -230,8 +349,11 @@ func (c *tokenCache) forget(tenant, id string) {
 	}
 }
 
-// limiter is a token bucket per tenant at the Tenant's invocationsPerSecond,
-// with bursts of twice that.
+// limiter is a token bucket per tenant and bucket at the Tenant's
+// invocationsPerSecond, with bursts of twice that. A tenant's token calls
+// draw from the bucket named for the tenant; anonymous calls of its
+// `auth: none` triggers from one of their own, so that strangers cannot
+// starve the tenant's own use of its API.
 type limiter struct {
 	cache cache.Cache
 	mu    sync.Mutex
@@ -240,7 +362,7 @@ type limiter struct {
 
 func newLimiter(c cache.Cache) *limiter { return &limiter{cache: c, m: map[string]*rate.Limiter{}} }
 
-func (l *limiter) allow(ctx context.Context, tenant string) error {
+func (l *limiter) allow(ctx context.Context, tenant, bucket string) error {
 	perSec := 100
 	if l.cache != nil {
 		var t slessv1.Tenant
@@ -249,10 +371,10 @@ func (l *limiter) allow(ctx context.Context, tenant string) error {
 		}
 	}
 	l.mu.Lock()
-	lim, ok := l.m[tenant]
+	lim, ok := l.m[bucket]
 	if !ok || lim.Limit() != rate.Limit(perSec) {
 		lim = rate.NewLimiter(rate.Limit(perSec), 2*perSec)
-		l.m[tenant] = lim
+		l.m[bucket] = lim
 	}
 	l.mu.Unlock()
 	res := lim.Reserve()

@@ -80,6 +80,15 @@ func installErrors() {
 	}
 }
 
+// internal logs err with the request id and returns a problem whose detail
+// says only what failed: internal addresses, SQL and broker errors stay in
+// the log, where the request id finds them.
+func (s *Server) internal(ctx context.Context, status int, err error, format string, args ...any) *Problem {
+	p := withID(ctx, problem(status, "", format, args...))
+	s.Log.ErrorContext(ctx, "request failed", "requestID", p.RequestID, "status", status, "detail", p.Detail, "err", err)
+	return p
+}
+
 // writeProblem writes p for handlers outside huma (invoke, public triggers).
 func writeProblem(w http.ResponseWriter, r *http.Request, p *Problem) {
 	p.RequestID = RequestID(r.Context())

@@ -149,7 +149,7 @@ func (s *Server) registerHistory() {
 			for rows.Next() {
 				v, err := scanInvocation(rows)
 				if err != nil {
-					return nil, withID(ctx, problem(500, "", "read invocations: %v", err))
+					return nil, s.internal(ctx, 500, err, "the invocations could not be read")
 				}
 				out.Body.Items = append(out.Body.Items, v)
 			}
@@ -204,7 +204,7 @@ func (s *Server) registerHistory() {
 			for rows.Next() {
 				b, err := scanBuild(rows)
 				if err != nil {
-					return nil, withID(ctx, problem(500, "", "read builds: %v", err))
+					return nil, s.internal(ctx, 500, err, "the builds could not be read")
 				}
 				out.Body.Items = append(out.Body.Items, b)
 			}

@@ -29,6 +29,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	slessv1 "github.com/kube5s/sless/pkg/apis/sless/v1alpha1"
+	"github.com/kube5s/sless/pkg/egress"
 	"github.com/kube5s/sless/pkg/msg"
 )
 
@@ -52,6 +53,16 @@ func DefaultTransport() *http.Transport {
 var dropRequest = []string{"Connection", "Keep-Alive", "Proxy-Connection", "Transfer-Encoding", "Te", "Trailer", "Upgrade",
 	"Authorization", "Prefer", "Idempotency-Key", "X-Callback-Url", "X-Sless-Invocation-Id", "X-Sless-Trigger", "Traceparent", "Tracestate"}
 var dropResponse = []string{"Connection", "Keep-Alive", "Transfer-Encoding", "Trailer", "Upgrade", "Content-Length"}
+
+// originWide are the response headers that act on the whole origin, not
+// on the one response: on the platform's shared origin a function could
+// set cookies for the API's host, pin it to HTTPS, register a service
+// worker over other tenants' paths, clear their storage or move the
+// origin's traffic elsewhere (Alt-Svc). They pass only on a tenant's own
+// host (FunctionsDomain).
+var originWide = []string{"Set-Cookie", "Set-Cookie2", "Strict-Transport-Security", "Service-Worker-Allowed", "Clear-Site-Data",
+	"Alt-Svc", "Nel", "Report-To", "Reporting-Endpoints", "Accept-Ch", "Critical-Ch", "Origin-Agent-Cluster",
+	"Public-Key-Pins", "Public-Key-Pins-Report-Only", "Expect-Ct"}
 
 const maxInvokeBody = 6 << 20
 
@@ -165,7 +176,7 @@ func (s *Server) publicTrigger(w http.ResponseWriter, r *http.Request) {
 	}
 	var err error
 	if tr.Spec.HTTP.Auth == slessv1.HTTPAuthNone {
-		err = s.limits.allow(r.Context(), tenant)
+		err = s.limits.allow(r.Context(), tenant, "anonymous/"+tenant)
 	} else {
 		err = s.requireTenant(r.Context(), tenant)
 	}
@@ -209,7 +220,7 @@ func (s *Server) fail(w http.ResponseWriter, r *http.Request, err error) {
 		writeProblem(w, r, p)
 		return
 	}
-	writeProblem(w, r, problem(500, "", "%v", err))
+	writeProblem(w, r, s.internal(r.Context(), 500, err, "the request failed"))
 }
 
 // proxy forwards one synchronous invocation to the function's endpoint and
@@ -237,7 +248,7 @@ func (s *Server) proxy(w http.ResponseWriter, r *http.Request, fn *slessv1.Funct
 	}
 	out, err := http.NewRequestWithContext(ctx, r.Method, target, body)
 	if err != nil {
-		writeProblem(w, r, problem(502, "", "bad function endpoint: %v", err))
+		writeProblem(w, r, s.internal(ctx, 502, err, "function %s has an unusable endpoint", fn.Name))
 		return
 	}
 	out.ContentLength = r.ContentLength
@@ -273,8 +284,10 @@ func (s *Server) proxy(w http.ResponseWriter, r *http.Request, fn *slessv1.Funct
 			w.Header().Set("Retry-After", "1")
 			writeProblem(w, r, problem(503, "not-ready", "function %s is restarting; try again shortly", fn.Name))
 		default:
-			rec.Status, rec.HTTPStatus, rec.Error = msg.StatusFailed, 502, err.Error()
-			writeProblem(w, r, problem(502, "", "function %s failed: %v", fn.Name, err))
+			// The error names the function's address inside the cluster:
+			// logged, not returned.
+			rec.Status, rec.HTTPStatus, rec.Error = msg.StatusFailed, 502, "the call to the function failed"
+			writeProblem(w, r, s.internal(ctx, 502, err, "the call to function %s failed", fn.Name))
 		}
 		span.SetStatus(codes.Error, rec.Error)
 		return
@@ -291,6 +304,11 @@ func (s *Server) proxy(w http.ResponseWriter, r *http.Request, fn *slessv1.Funct
 	}
 	for _, k := range dropResponse {
 		h.Del(k)
+	}
+	if own, _ := r.Context().Value(keyOwnHost).(bool); !own {
+		for _, k := range originWide {
+			h.Del(k)
+		}
 	}
 	h.Set("X-Sless-Invocation-Id", id)
 	if resp.ContentLength >= 0 {
@@ -311,7 +329,8 @@ func (s *Server) proxy(w http.ResponseWriter, r *http.Request, fn *slessv1.Funct
 		rec.Status, rec.Error = msg.StatusFailed, "response too large"
 		panic(http.ErrAbortHandler) // cut the stream: the status line is already sent
 	case err != nil:
-		rec.Status, rec.Error = msg.StatusFailed, "response interrupted: "+err.Error()
+		rec.Status, rec.Error = msg.StatusFailed, "response interrupted"
+		s.Log.WarnContext(ctx, "function response interrupted", "requestID", RequestID(ctx), "tenant", tenant, "function", fn.Name, "err", err)
 	case resp.StatusCode == http.StatusGatewayTimeout:
 		rec.Status, rec.Error = msg.StatusTimeout, "function timed out"
 	case resp.StatusCode == http.StatusTooManyRequests:
@@ -385,7 +404,7 @@ func (s *Server) invokeAsync(w http.ResponseWriter, r *http.Request, fn *slessv1
 	}
 	callback := r.Header.Get("X-Callback-Url")
 	if callback != "" {
-		if err := checkCallback(ctx, callback, s.Config.AllowPrivateHooks); err != nil {
+		if err := checkCallback(ctx, callback, s.Config.Egress); err != nil {
 			writeProblem(w, r, problem(422, "bad-callback", "X-Callback-Url: %v", err))
 			return
 		}
@@ -434,7 +453,7 @@ func (s *Server) invokeAsync(w http.ResponseWriter, r *http.Request, fn *slessv1
 			_, _ = s.DB.Exec(context.WithoutCancel(ctx), `DELETE FROM idempotency_keys WHERE tenant = $1 AND key = $2 AND invocation_id = $3`, tenant, key, id)
 		}
 		w.Header().Set("Retry-After", "1")
-		writeProblem(w, r, problem(503, "", "the invocation could not be queued: %v", err))
+		writeProblem(w, r, s.internal(ctx, 503, err, "the invocation could not be queued; retry"))
 		return
 	}
 	s.metrics.asyncAccepted.Inc()
@@ -448,9 +467,10 @@ func (s *Server) accepted(w http.ResponseWriter, tenant, id string) {
 	_ = json.NewEncoder(w).Encode(AsyncAccepted{InvocationID: id, Status: "queued"})
 }
 
-// checkCallback accepts only http(s) URLs whose host resolves to public
-// addresses, unless private targets are allowed.
-func checkCallback(ctx context.Context, raw string, allowPrivate bool) error {
+// checkCallback accepts only http(s) URLs whose host resolves to addresses
+// the egress policy allows; the invoker checks again on the address it
+// dials, since the name may resolve elsewhere by then.
+func checkCallback(ctx context.Context, raw string, policy *egress.Policy) error {
 	u, err := url.Parse(raw)
 	if err != nil || (u.Scheme != "http" && u.Scheme != "https") || u.Host == "" {
 		return errors.New("must be an absolute http or https URL")
@@ -458,31 +478,5 @@ func checkCallback(ctx context.Context, raw string, allowPrivate bool) error {
 	if u.User != nil {
 		return errors.New("must not carry credentials")
 	}
-	if allowPrivate {
-		return nil
-	}
-	rctx, cancel := context.WithTimeout(ctx, 2*time.Second)
-	defer cancel()
-	ips, err := net.DefaultResolver.LookupIPAddr(rctx, u.Hostname())
-	if err != nil || len(ips) == 0 {
-		return fmt.Errorf("host %s does not resolve", u.Hostname())
-	}
-	for _, ip := range ips {
-		if !PublicIP(ip.IP) {
-			return fmt.Errorf("host %s resolves to %s, a private, loopback or link-local address", u.Hostname(), ip.IP)
-		}
-	}
-	return nil
-}
-
-// PublicIP reports whether ip is a routable public address.
-func PublicIP(ip net.IP) bool {
-	if ip.IsLoopback() || ip.IsPrivate() || ip.IsLinkLocalUnicast() || ip.IsLinkLocalMulticast() || ip.IsUnspecified() ||
-		ip.IsMulticast() || ip.IsInterfaceLocalMulticast() {
-		return false
-	}
-	if v4 := ip.To4(); v4 != nil && (v4[0] == 100 && v4[1]&0xc0 == 64 || v4[0] == 0) { // CGNAT, "this network"
-		return false
-	}
-	return true
+	return policy.Check(ctx, u.Hostname())
 }

@@ -9,6 +9,7 @@ import (
 	"crypto/rand"
 	"encoding/hex"
 	"log/slog"
+	"net"
 	"net/http"
 	"strings"
 	"time"
@@ -20,9 +21,11 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 	"go.opentelemetry.io/otel/propagation"
 	"go.opentelemetry.io/otel/trace"
+	"k8s.io/apimachinery/pkg/util/validation"
 	"sigs.k8s.io/controller-runtime/pkg/cache"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
+	"github.com/kube5s/sless/pkg/egress"
 	"github.com/kube5s/sless/pkg/health"
 	"github.com/kube5s/sless/pkg/msg"
 	"github.com/kube5s/sless/pkg/objstore"
@@ -36,12 +39,18 @@ type Publisher interface {
 
 // Config is what the API needs to know about the installation.
 type Config struct {
-	AdminToken        string
-	PublicURL         string
-	MaxSourceBytes    int64
-	MaxResponseBytes  int64
-	MaxInlineResult   int
-	AllowPrivateHooks bool // X-Callback-Url to private, loopback and link-local addresses
+	AdminToken       string
+	PublicURL        string
+	MaxSourceBytes   int64
+	MaxResponseBytes int64
+	MaxInlineResult  int
+	// Egress decides which callback hosts are acceptable (public ones, and
+	// the ranges the platform team allowed); nil allows public ones only.
+	Egress *egress.Policy
+	// FunctionsDomain, when set, serves the public triggers of tenant t on
+	// the host <t>.<FunctionsDomain>, an origin of its own: there the
+	// function's origin-wide headers (cookies, HSTS, ...) pass.
+	FunctionsDomain string
 }
 
 // Deps are the gateway's collaborators.
@@ -55,7 +64,6 @@ type Deps struct {
 	Recorder  *Recorder
 	Health    *health.Handler
 	Registry  *prometheus.Registry
-	Gatherer  prometheus.Gatherer
 	Tracer    trace.Tracer
 	Log       *slog.Logger
 	Transport http.RoundTripper
@@ -66,6 +74,7 @@ type Server struct {
 	Deps
 	tokens  *tokenCache
 	limits  *limiter
+	guesses *failures
 	metrics *metrics
 	prop    propagation.TextMapPropagator
 	router  chi.Router
@@ -78,6 +87,7 @@ func New(d Deps) *Server {
 	s := &Server{Deps: d, prop: telemetry.Propagator(), metrics: newMetrics(d.Registry)}
 	s.tokens = newTokenCache(d.DB, 30*time.Second, d.Log)
 	s.limits = newLimiter(d.Cache)
+	s.guesses = newFailures(failedLookupsPerSecond, failedLookupsBurst)
 	if s.Transport == nil {
 		s.Transport = DefaultTransport()
 	}
@@ -85,9 +95,10 @@ func New(d Deps) *Server {
 	r := chi.NewRouter()
 	r.Use(s.requestID)
 	r.Use(telemetry.Middleware(d.Tracer, s.prop, telemetry.NewHTTPMetrics(d.Registry, "gateway"), routePattern))
+	// Liveness only: /readyz (which names the failing dependency), /metrics
+	// (every tenant's traffic) and any debug handler are on the ops port.
+	r.Use(s.authenticateFirst)
 	r.Method(http.MethodGet, "/healthz", d.Health)
-	r.Method(http.MethodGet, "/readyz", d.Health)
-	r.Method(http.MethodGet, "/metrics", telemetry.MetricsHandler(d.Gatherer))
 
 	cfg := huma.Config{
 		OpenAPI: &huma.OpenAPI{
@@ -116,11 +127,39 @@ func New(d Deps) *Server {
 	s.registerJobs()
 	s.registerHistory()
 	s.registerInvoke()
+	s.registerCallbackSecret()
 	return s
 }
 
-// ServeHTTP implements http.Handler.
-func (s *Server) ServeHTTP(w http.ResponseWriter, r *http.Request) { s.router.ServeHTTP(w, r) }
+// ServeHTTP implements http.Handler. A request to a tenant's own host
+// (<tenant>.<FunctionsDomain>) is a call of that tenant's public triggers,
+// whatever its path: the API is not served there.
+func (s *Server) ServeHTTP(w http.ResponseWriter, r *http.Request) {
+	if tenant, ok := s.tenantHost(r.Host); ok {
+		r2 := new(http.Request)
+		*r2 = *r
+		u := *r.URL
+		u.Path, u.RawPath = "/fn/"+tenant+r.URL.Path, ""
+		r2.URL = &u
+		r = r2.WithContext(context.WithValue(r.Context(), keyOwnHost, true))
+	}
+	s.router.ServeHTTP(w, r)
+}
+
+// tenantHost returns the tenant whose own host h is.
+func (s *Server) tenantHost(h string) (string, bool) {
+	if s.Config.FunctionsDomain == "" {
+		return "", false
+	}
+	if host, _, err := net.SplitHostPort(h); err == nil {
+		h = host
+	}
+	label, ok := strings.CutSuffix(strings.ToLower(h), "."+s.Config.FunctionsDomain)
+	if !ok || len(validation.IsDNS1123Label(label)) > 0 {
+		return "", false
+	}
+	return label, true
+}
 
 // OpenAPI is the generated document.
 func (s *Server) OpenAPI() *huma.OpenAPI { return s.api.OpenAPI() }
@@ -140,6 +179,8 @@ type ctxKey int
 const (
 	keyRequestID ctxKey = iota
 	keyRequest
+	keyPrincipal
+	keyOwnHost
 )
 
 // requestID gives every request an id, in the response and in errors.

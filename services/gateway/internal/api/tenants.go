@@ -12,6 +12,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	slessv1 "github.com/kube5s/sless/pkg/apis/sless/v1alpha1"
+	"github.com/kube5s/sless/pkg/callback"
 )
 
 var tenantKind = kind[Tenant, *slessv1.Tenant, *slessv1.TenantList]{
@@ -89,9 +90,13 @@ func (s *Server) registerTenants() {
 			// The notification goes out with the commit, to every gateway.
 			if _, err := s.DB.Exec(ctx, `WITH r AS (UPDATE api_tokens SET revoked_at = now() WHERE tenant = $1 AND revoked_at IS NULL)
 				SELECT pg_notify('`+tokenChannel+`', $1::text || '/')`, in.Tenant); err != nil {
-				return nil, withID(ctx, problem(500, "", "revoke the tenant's tokens: %v", err))
+				return nil, s.internal(ctx, 500, err, "the tenant's tokens could not be revoked")
 			}
 			s.tokens.forget(in.Tenant, "")
+			// A tenant made again under this name must not verify with the old secret.
+			if err := callback.Forget(ctx, s.DB, in.Tenant); err != nil {
+				return nil, s.internal(ctx, 500, err, "the tenant's callback secret could not be deleted")
+			}
 			out := &Accepted{}
 			out.Body.Status = "deleting"
 			return out, nil
@@ -117,7 +122,7 @@ func (s *Server) registerTenants() {
 			err := s.DB.QueryRow(ctx, `INSERT INTO api_tokens (id, tenant, name, token_hash) VALUES ($1, $2, $3, $4) RETURNING created_at`,
 				id, in.Tenant, in.Body.Name, hashToken(tok)).Scan(&out.Body.CreatedAt)
 			if err != nil {
-				return nil, withID(ctx, problem(500, "", "store the token: %v", err))
+				return nil, s.internal(ctx, 500, err, "the token could not be stored")
 			}
 			out.Body.ID, out.Body.Tenant, out.Body.Name, out.Body.Token = id, in.Tenant, in.Body.Name, tok
 			return out, nil
@@ -139,7 +144,7 @@ func (s *Server) registerTenants() {
 				return nil, withID(ctx, problem(404, "", "token %s of tenant %s not found or already revoked", in.ID, in.Tenant))
 			}
 			if err != nil {
-				return nil, withID(ctx, problem(500, "", "revoke the token: %v", err))
+				return nil, s.internal(ctx, 500, err, "the token could not be revoked")
 			}
 			s.tokens.forget(in.Tenant, in.ID)
 			return &struct{}{}, nil

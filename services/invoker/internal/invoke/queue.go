@@ -17,6 +17,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	slessv1 "github.com/kube5s/sless/pkg/apis/sless/v1alpha1"
+	"github.com/kube5s/sless/pkg/egress"
 	"github.com/kube5s/sless/pkg/msg"
 	"github.com/kube5s/sless/pkg/rabbit"
 )
@@ -39,6 +40,7 @@ type QueueTriggers struct {
 	Exec      *Executor
 	Log       *slog.Logger
 	Interval  time.Duration
+	Egress    *egress.Policy // applies to external brokers, never to the platform's
 
 	mu      sync.Mutex
 	running map[string]*queueConsumer
@@ -156,6 +158,9 @@ func (q *QueueTriggers) start(parent context.Context, t *slessv1.Trigger, url, h
 	spec := t.Spec.Queue
 	var wg sync.WaitGroup
 	broker := rabbit.New(url, "sless-invoker-trigger-"+t.Name, q.Log)
+	if spec.BrokerSecretRef != nil {
+		broker = externalBroker(url, "sless-invoker-trigger-"+t.Name, q.Log, q.Egress)
+	}
 	wg.Go(func() { _ = broker.Run(ctx) })
 	retry := rabbit.RetryPolicy{MaxRetries: int(spec.MaxRetries), Initial: time.Second, Max: 300 * time.Second}
 	if b := spec.Backoff; b != nil {

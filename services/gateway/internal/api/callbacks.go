@@ -1,0 +1,57 @@
+package api
+
+import (
+	"context"
+	"net/http"
+
+	"github.com/danielgtaylor/huma/v2"
+
+	"github.com/kube5s/sless/pkg/callback"
+)
+
+// CallbackSecretOut is the secret the tenant's callbacks are signed with.
+type CallbackSecretOut struct {
+	Body struct {
+		Secret    string `json:"secret" doc:"the HMAC-SHA256 key (its UTF-8 bytes)"`
+		Header    string `json:"header" doc:"the header carrying t=<unix seconds>,v1=<hex HMAC of \"<t>.<body>\">"`
+		Tolerance int    `json:"tolerance_seconds" doc:"how old a signature receivers should accept"`
+	}
+}
+
+func (s *Server) registerCallbackSecret() {
+	out := func(secret string) *CallbackSecretOut {
+		o := &CallbackSecretOut{}
+		o.Body.Secret, o.Body.Header, o.Body.Tolerance = secret, callback.SignatureHeader, int(callback.Tolerance.Seconds())
+		return o
+	}
+	register(s, huma.Operation{OperationID: "get-callback-secret", Method: http.MethodGet, Path: "/v1/tenants/{t}/callback-secret",
+		Tags: []string{"invoke"}, Summary: "The secret the tenant's callbacks are signed with (made on first read)"},
+		func(ctx context.Context, in *TenantPath) (*CallbackSecretOut, error) {
+			if err := s.requireTenant(ctx, in.Tenant); err != nil {
+				return nil, err
+			}
+			if _, err := s.namespace(ctx, in.Tenant); err != nil {
+				return nil, err
+			}
+			secret, err := callback.Secret(ctx, s.DB, in.Tenant)
+			if err != nil {
+				return nil, s.internal(ctx, 503, err, "the callback secret cannot be read right now")
+			}
+			return out(secret), nil
+		})
+	register(s, huma.Operation{OperationID: "rotate-callback-secret", Method: http.MethodPost, Path: "/v1/tenants/{t}/callback-secret/rotate",
+		Tags: []string{"invoke"}, Summary: "Replace the callback secret; callbacks signed from now on use the new one"},
+		func(ctx context.Context, in *TenantPath) (*CallbackSecretOut, error) {
+			if err := s.requireTenant(ctx, in.Tenant); err != nil {
+				return nil, err
+			}
+			if _, err := s.namespace(ctx, in.Tenant); err != nil {
+				return nil, err
+			}
+			secret, err := callback.Rotate(ctx, s.DB, in.Tenant)
+			if err != nil {
+				return nil, s.internal(ctx, 503, err, "the callback secret cannot be rotated right now")
+			}
+			return out(secret), nil
+		})
+}
