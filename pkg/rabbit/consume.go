@@ -4,6 +4,8 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"runtime/debug"
+	"strings"
 	"sync"
 	"time"
 
@@ -11,6 +13,8 @@ import (
 	"go.opentelemetry.io/otel/attribute"
 	"go.opentelemetry.io/otel/trace"
 	"go.opentelemetry.io/otel/trace/noop"
+
+	"github.com/kube5s/sless/pkg/jitter"
 )
 
 // Headers the consumer sets on retried and dead-lettered messages.
@@ -25,6 +29,9 @@ const (
 const (
 	ReasonPoison    = "poison"
 	ReasonExhausted = "retries-exhausted"
+	// ReasonUnstorable: the database refused the record for its data (a
+	// constraint, a value it cannot hold); the other records went in.
+	ReasonUnstorable = "unstorable"
 )
 
 // Handler handles one delivery. nil acks it; an error wrapped with Permanent
@@ -117,15 +124,19 @@ func (c *Consumer) Run(ctx context.Context) error {
 		case <-done:
 		}
 	}()
+	resume := jitter.Backoff(time.Second, 30*time.Second)
 	for ctx.Err() == nil {
 		err := c.session(ctx, work, pub)
 		if err != nil && ctx.Err() == nil {
-			c.Client.log.Warn("consumer interrupted", "queue", c.Queue.Name, "err", err)
+			wait := resume.NextBackOff()
+			c.Client.log.Warn("consumer interrupted", "queue", c.Queue.Name, "err", err, "retryIn", wait.String())
 			if c.OnError != nil {
 				c.OnError(err)
 			}
-			sleep(ctx, time.Second)
+			sleep(ctx, wait)
+			continue
 		}
+		resume.Reset()
 	}
 	return nil
 }
@@ -137,7 +148,10 @@ func (c *Consumer) session(ctx, work context.Context, pub *Publisher) error {
 	}
 	defer ch.Close()
 	if c.Declare {
-		if err := Declare(ch, c.Queue); err != nil {
+		d := &declarer{open: func() (*amqp.Channel, error) { return c.Client.Channel(ctx) }, log: c.Client.log}
+		err := d.declare(c.Queue)
+		d.close()
+		if err != nil {
 			return err
 		}
 	}
@@ -186,7 +200,7 @@ func (c *Consumer) handle(ctx context.Context, pub *Publisher, d *amqp.Delivery)
 		))
 	defer span.End()
 
-	err := c.Handler(ctx, d)
+	err := c.call(ctx, d)
 	if err == nil {
 		c.ack(d)
 		return
@@ -207,6 +221,20 @@ func (c *Consumer) handle(ctx context.Context, pub *Publisher, d *amqp.Delivery)
 	}
 }
 
+// call runs the handler. A panic fails only its own message, for good: the
+// same message would panic again, and a consumer that dies with it would
+// stop every other message of the queue (and, redelivered, crash-loop).
+func (c *Consumer) call(ctx context.Context, d *amqp.Delivery) (err error) {
+	defer func() {
+		if p := recover(); p != nil {
+			c.Client.log.Error("handler panicked", "queue", c.Queue.Name, "messageID", d.MessageId, "panic", fmt.Sprint(p),
+				"stack", string(debug.Stack()))
+			err = Permanent(fmt.Errorf("handler panicked: %v", p))
+		}
+	}()
+	return c.Handler(ctx, d)
+}
+
 func (c *Consumer) ack(d *amqp.Delivery) {
 	if err := d.Ack(false); err != nil {
 		// The channel is gone; the broker redelivers and handlers are idempotent.
@@ -224,9 +252,7 @@ func (c *Consumer) retry(ctx context.Context, pub *Publisher, d *amqp.Delivery, 
 
 func (c *Consumer) deadLetter(ctx context.Context, pub *Publisher, d *amqp.Delivery, reason string, cause error) {
 	m := republish(d)
-	m.Headers[HeaderReason] = reason
-	m.Headers[HeaderError] = truncate(cause.Error(), 1024)
-	m.Headers[HeaderOriginalQueue] = c.Queue.Name
+	MarkDead(&m, c.Queue.Name, reason, cause)
 	c.Client.log.Warn("message dead-lettered", "queue", c.Queue.Name, "reason", reason, "messageID", d.MessageId, "err", cause)
 	c.forward(ctx, pub, d, c.Queue.DLQ(), m)
 }
@@ -239,11 +265,22 @@ func (c *Consumer) forward(ctx context.Context, pub *Publisher, d *amqp.Delivery
 	if err := pub.Publish(pctx, "", queue, m); err != nil {
 		c.Client.log.Warn("forward failed, message stays in its queue", "queue", queue, "err", err)
 		// Requeue after a pause; the delivery limit stops a loop.
-		sleep(ctx, time.Second)
+		sleep(ctx, jitter.Backoff(time.Second, time.Second).NextBackOff())
 		_ = d.Nack(false, true)
 		return
 	}
 	c.ack(d)
+}
+
+// MarkDead sets the headers a dead letter carries: why it died, the error,
+// and the queue it came from. Every dead letter of the platform has them.
+func MarkDead(m *amqp.Publishing, queue, reason string, cause error) {
+	if m.Headers == nil {
+		m.Headers = amqp.Table{}
+	}
+	m.Headers[HeaderReason] = reason
+	m.Headers[HeaderError] = truncate(cause.Error(), 1024)
+	m.Headers[HeaderOriginalQueue] = queue
 }
 
 func republish(d *amqp.Delivery) amqp.Publishing {
@@ -266,9 +303,11 @@ func republish(d *amqp.Delivery) amqp.Publishing {
 	}
 }
 
+// truncate cuts s to at most n bytes of valid UTF-8: header values end up
+// in logs, APIs and databases.
 func truncate(s string, n int) string {
-	if len(s) <= n {
-		return s
+	if len(s) > n {
+		s = s[:n]
 	}
-	return s[:n]
+	return strings.ToValidUTF8(s, "\uFFFD")
 }

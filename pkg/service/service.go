@@ -23,6 +23,7 @@ import (
 
 	"github.com/kube5s/sless/pkg/envconf"
 	"github.com/kube5s/sless/pkg/health"
+	"github.com/kube5s/sless/pkg/rabbit"
 	"github.com/kube5s/sless/pkg/telemetry"
 )
 
@@ -31,6 +32,9 @@ type Common struct {
 	LogLevel   string        // LOG_LEVEL: debug, info, warn, error
 	OpsAddr    string        // SLESS_OPS_ADDR: /healthz, /readyz, /metrics
 	DrainDelay time.Duration // SLESS_DRAIN_DELAY: readiness fails this long before shutdown
+	// QueueLimits bound every platform queue (SLESS_RABBITMQ_QUEUE_MAX_MESSAGES,
+	// SLESS_RABBITMQ_QUEUE_MAX_MB); every service must be given the same.
+	QueueLimits rabbit.Limits
 }
 
 // ReadCommon reads the shared settings.
@@ -39,6 +43,10 @@ func ReadCommon(r *envconf.Reader, defaultOpsAddr string) Common {
 		LogLevel:   r.OneOf("LOG_LEVEL", "info", "debug", "info", "warn", "error"),
 		OpsAddr:    r.String("SLESS_OPS_ADDR", defaultOpsAddr),
 		DrainDelay: r.Duration("SLESS_DRAIN_DELAY", 0),
+		QueueLimits: rabbit.Limits{
+			Messages: r.Int("SLESS_RABBITMQ_QUEUE_MAX_MESSAGES", rabbit.DefaultLimits.Messages, 1, 100_000_000),
+			Bytes:    int64(r.Int("SLESS_RABBITMQ_QUEUE_MAX_MB", int(rabbit.DefaultLimits.Bytes>>20), 1, 1<<20)) << 20,
+		},
 	}
 }
 

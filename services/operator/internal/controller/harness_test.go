@@ -82,7 +82,7 @@ func newHarnessWith(t *testing.T, mkDriver func(ctrl.Manager) driver.Driver) *ha
 	if err != nil {
 		t.Fatal(err)
 	}
-	mq := rabbit.New(rabbitURL, t.Name(), quietLog(), rabbit.PlatformTopology()...)
+	mq := rabbit.New(rabbitURL, t.Name(), quietLog(), rabbit.PlatformTopology(rabbit.Limits{})...)
 	h := &harness{c: c, mq: mq, pub: rabbit.NewPublisher(mq), store: store}
 	ctx, cancel := context.WithCancel(context.Background())
 	var wg sync.WaitGroup
