@@ -56,7 +56,7 @@ func run(ctx context.Context, getenv func(string) string, stdout io.Writer) erro
 		Records: &invoke.Records{Publisher: pub, MaxBatch: 256},
 		Metrics: invoke.NewMetrics(svc.Registry), MaxInline: 4096,
 	}
-	history := invoke.NewHistory(pool, svc.Log, svc.Registry)
+	history := invoke.NewHistory(pool, pub, svc.Log, svc.Registry)
 	callbacks := &invoke.Callbacks{Client: &http.Client{Transport: callbackTransport(cfg.AllowPrivateHooks)}}
 	triggers := &invoke.QueueTriggers{Triggers: watch, Secrets: kube, Platform: mq, Exec: exec, Log: svc.Log}
 
