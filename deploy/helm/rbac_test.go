@@ -139,6 +139,7 @@ func TestRBACIsSufficientAndMinimal(t *testing.T) {
 		c, _ := as(t, "invoker")
 		eventuallyAllowed(t, "list functions", func() error { return c.List(ctx, &slessv1.FunctionList{}) })
 		allowed(t, "list triggers", c.List(ctx, &slessv1.TriggerList{}))
+		allowed(t, "watch tenants (their invocation quota)", c.List(ctx, &slessv1.TenantList{}))
 		allowed(t, "read a broker secret", client.IgnoreNotFound(c.Get(ctx, client.ObjectKey{Namespace: ns, Name: "broker"}, &corev1.Secret{})))
 		refused(t, "create a function", c.Create(ctx, &slessv1.Function{ObjectMeta: metav1.ObjectMeta{Name: "x", Namespace: ns},
 			Spec: slessv1.FunctionSpec{Runtime: "python3.11", Entrypoint: "main.handler"}}, client.DryRunAll))

@@ -34,7 +34,7 @@ func run(ctx context.Context, getenv func(string) string, stdout io.Writer) erro
 	if err != nil {
 		return err
 	}
-	kube, watch, synced, err := svc.Kube(ctx, kcfg, &slessv1.Function{}, &slessv1.Trigger{})
+	kube, watch, synced, err := svc.Kube(ctx, kcfg, &slessv1.Function{}, &slessv1.Trigger{}, &slessv1.Tenant{})
 	if err != nil {
 		return err
 	}
@@ -55,6 +55,7 @@ func run(ctx context.Context, getenv func(string) string, stdout io.Writer) erro
 		Publisher: pub, Recorded: invoke.RecordedIn(pool), Tracer: svc.Tracer, Log: svc.Log,
 		Records: &invoke.Records{Publisher: pub, MaxBatch: 256},
 		Metrics: invoke.NewMetrics(svc.Registry), MaxInline: 4096,
+		Slots: &invoke.TenantSlots{Tenants: watch, Slots: cfg.Concurrency},
 	}
 	history := invoke.NewHistory(pool, pub, svc.Log, svc.Registry)
 	callbacks := &invoke.Callbacks{Client: &http.Client{Transport: callbackTransport(cfg.AllowPrivateHooks)}}
