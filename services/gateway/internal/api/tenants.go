@@ -12,6 +12,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	slessv1 "github.com/kube5s/sless/pkg/apis/sless/v1alpha1"
+	"github.com/kube5s/sless/pkg/pgtext"
 )
 
 var tenantKind = kind[Tenant, *slessv1.Tenant, *slessv1.TenantList]{
@@ -115,7 +116,7 @@ func (s *Server) registerTenants() {
 			tok, id := newToken()
 			out := &TokenOut{}
 			err := s.DB.QueryRow(ctx, `INSERT INTO api_tokens (id, tenant, name, token_hash) VALUES ($1, $2, $3, $4) RETURNING created_at`,
-				id, in.Tenant, in.Body.Name, hashToken(tok)).Scan(&out.Body.CreatedAt)
+				id, in.Tenant, pgtext.Clean(in.Body.Name), hashToken(tok)).Scan(&out.Body.CreatedAt)
 			if err != nil {
 				return nil, withID(ctx, problem(500, "", "store the token: %v", err))
 			}
