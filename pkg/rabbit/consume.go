@@ -126,7 +126,11 @@ func (c *Consumer) Run(ctx context.Context) error {
 	}()
 	resume := jitter.Backoff(time.Second, 30*time.Second)
 	for ctx.Err() == nil {
+		began := time.Now()
 		err := c.session(ctx, work, pub)
+		if time.Since(began) > time.Minute {
+			resume.Reset() // it was consuming: a new interruption, not a loop
+		}
 		if err != nil && ctx.Err() == nil {
 			wait := resume.NextBackOff()
 			c.Client.log.Warn("consumer interrupted", "queue", c.Queue.Name, "err", err, "retryIn", wait.String())
@@ -134,9 +138,7 @@ func (c *Consumer) Run(ctx context.Context) error {
 				c.OnError(err)
 			}
 			sleep(ctx, wait)
-			continue
 		}
-		resume.Reset()
 	}
 	return nil
 }

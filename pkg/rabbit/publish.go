@@ -77,8 +77,13 @@ func (p *Publisher) Publish(ctx context.Context, exchange, key string, m amqp.Pu
 			if err == nil && ok {
 				return nil
 			}
-			if err == nil {
+			if err == nil && !ch.IsClosed() {
 				return fmt.Errorf("publish to %s/%s: %w", exchange, key, ErrRejected)
+			}
+			if err == nil {
+				// A channel that closes settles its pending confirms as
+				// nacks; the broker did not refuse, the connection went.
+				err = errors.New("channel closed before the confirm")
 			}
 		}
 		if ctx.Err() != nil {
