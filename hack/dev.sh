@@ -5,7 +5,8 @@
 # kube-apiserver (with the CRDs), runs the five services with the local
 # build and execution drivers, creates the demo tenant, deploys the
 # examples, and prints how to call them. Logs go to the terminal with a
-# prefix per service and to files under $STATE/dev/logs. Ctrl-C stops
+# prefix per service and to files under $STATE/dev/logs. A process that
+# exits is reported loudly and restarted with backoff. Ctrl-C stops
 # everything it started. Data (etcd, PostgreSQL, MinIO, artifacts) is kept,
 # so a second run finds the deployed functions again.
 set -euo pipefail
@@ -51,14 +52,45 @@ cleanup() {
 }
 trap cleanup INT TERM EXIT
 
-# start NAME CMD...: run a process with prefixed output, also logged to a file.
+# supervise NAME CMD...: run CMD; whenever it exits on its own, say so
+# loudly and start it again after a pause that doubles up to 30 s (back to
+# 1 s once it ran for a minute). The platform never runs on silently with a
+# part missing: a service that crashes on a message is back in seconds, and
+# the terminal shows that it crashed and how often. TERM or INT stops CMD
+# (it gets TERM and time to shut down) and the supervision.
+supervise() {
+	local name=$1
+	shift
+	local delay=1 child=0 stopping=0 began rc
+	trap 'stopping=1; [ "$child" -gt 0 ] && kill -TERM "$child" 2>/dev/null' INT TERM
+	while :; do
+		began=$SECONDS
+		"$@" &
+		child=$!
+		rc=0
+		wait "$child" || rc=$?
+		# A trap interrupts wait; the child may still be shutting down.
+		while kill -0 "$child" 2>/dev/null; do wait "$child" || rc=$?; done
+		[ "$stopping" = 1 ] && exit 0
+		((SECONDS - began >= 60)) && delay=1
+		printf '\033[1;31mdev: !!! %s EXITED (status %d); restarting it in %ds (see %s)\033[0m\n' "$name" "$rc" "$delay" "$STATE/logs/$name.log" >&2
+		sleep "$delay" &
+		child=$!
+		wait "$child" || true
+		[ "$stopping" = 1 ] && exit 0
+		delay=$((delay * 2 > 30 ? 30 : delay * 2))
+	done
+}
+
+# start NAME CMD...: run a supervised process with prefixed output, also
+# logged to a file.
 start() {
 	local name=$1
 	shift
 	# The prefixer ignores Ctrl-C and ends when the service closes its
 	# output, so a stopping service can still log (and is not killed by
 	# SIGPIPE halfway through its shutdown).
-	"$@" > >(trap '' INT TERM; while IFS= read -r line; do printf '[%-9s] %s\n' "$name" "$line"; done | tee -a "$STATE/logs/$name.log") 2>&1 &
+	supervise "$name" "$@" > >(trap '' INT TERM; while IFS= read -r line; do printf '[%-9s] %s\n' "$name" "$line"; done | tee -a "$STATE/logs/$name.log") 2>&1 &
 	PIDS+=($!)
 }
 

@@ -145,6 +145,7 @@ func TestRBACIsSufficientAndMinimal(t *testing.T) {
 		c, _ := as(t, "invoker")
 		eventuallyAllowed(t, "list functions", func() error { return c.List(ctx, &slessv1.FunctionList{}) })
 		allowed(t, "list triggers", c.List(ctx, &slessv1.TriggerList{}))
+		allowed(t, "watch tenants (their invocation quota)", c.List(ctx, &slessv1.TenantList{}))
 		allowed(t, "read a broker secret", client.IgnoreNotFound(c.Get(ctx, client.ObjectKey{Namespace: ns, Name: "broker"}, &corev1.Secret{})))
 		allowed(t, "patch trigger status", c.Status().Patch(ctx, tr.DeepCopy(), client.RawPatch("application/merge-patch+json",
 			[]byte(`{"status":{"conditions":[]}}`)), client.DryRunAll))

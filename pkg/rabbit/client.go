@@ -17,6 +17,8 @@ import (
 	"time"
 
 	amqp "github.com/rabbitmq/amqp091-go"
+
+	"github.com/kube5s/sless/pkg/jitter"
 )
 
 // ErrClosed is returned by calls on a Client whose Run has returned.
@@ -65,18 +67,18 @@ func (c *Client) Run(ctx context.Context) error {
 		}
 		c.mu.Unlock()
 	}()
-	backoff := 100 * time.Millisecond
+	redial := jitter.Backoff(100*time.Millisecond, 5*time.Second)
 	for {
 		conn, err := c.dial()
 		if err != nil {
-			c.log.Warn("rabbitmq connect failed", "err", err, "retryIn", backoff.String())
-			if !sleep(ctx, backoff) {
+			wait := redial.NextBackOff()
+			c.log.Warn("rabbitmq connect failed", "err", err, "retryIn", wait.String())
+			if !sleep(ctx, wait) {
 				return nil
 			}
-			backoff = min(backoff*2, 5*time.Second)
 			continue
 		}
-		backoff = 100 * time.Millisecond
+		redial.Reset()
 		closed := conn.NotifyClose(make(chan *amqp.Error, 1))
 		go c.logBlocked(conn.NotifyBlocked(make(chan amqp.Blocking, 1)))
 		c.mu.Lock()
@@ -133,13 +135,9 @@ func (c *Client) dial() (*amqp.Connection, error) {
 	if err != nil {
 		return nil, fmt.Errorf("dial: %w", err)
 	}
-	ch, err := conn.Channel()
-	if err != nil {
-		_ = conn.Close()
-		return nil, fmt.Errorf("open channel: %w", err)
-	}
-	defer ch.Close()
-	if err := Declare(ch, c.topology...); err != nil {
+	d := &declarer{open: conn.Channel, log: c.log}
+	defer d.close()
+	if err := d.declare(c.topology...); err != nil {
 		_ = conn.Close()
 		return nil, err
 	}
@@ -182,22 +180,81 @@ func (c *Client) Channel(ctx context.Context) (*amqp.Channel, error) {
 	}
 }
 
-// Declare declares the queues idempotently on ch.
-func Declare(ch *amqp.Channel, queues ...Queue) error {
+// declarer declares queues and exchanges on one channel, and opens another
+// when the broker closed it over a refused declaration.
+type declarer struct {
+	open func() (*amqp.Channel, error)
+	log  *slog.Logger
+	ch   *amqp.Channel
+	// strict refuses a queue that exists with other arguments instead of
+	// using it as it is: for the queues a tenant's trigger names, where
+	// the refusal is the trigger's to report and the tenant's to fix.
+	strict bool
+}
+
+func (d *declarer) channel() (*amqp.Channel, error) {
+	if d.ch != nil && !d.ch.IsClosed() {
+		return d.ch, nil
+	}
+	ch, err := d.open()
+	if err != nil {
+		return nil, fmt.Errorf("open channel: %w", err)
+	}
+	d.ch = ch
+	return ch, nil
+}
+
+func (d *declarer) close() {
+	if d.ch != nil {
+		_ = d.ch.Close()
+	}
+}
+
+// declare declares the queues, their exchanges and bindings idempotently.
+func (d *declarer) declare(queues ...Queue) error {
 	declared := map[string]bool{}
 	for _, q := range queues {
 		for _, b := range q.Bindings {
 			if b.Exchange == "" || declared[b.Exchange] || q.External {
 				continue
 			}
+			ch, err := d.channel()
+			if err != nil {
+				return err
+			}
 			if err := ch.ExchangeDeclare(b.Exchange, amqp.ExchangeTopic, true, false, false, false, nil); err != nil {
 				return fmt.Errorf("declare exchange %s: %w", b.Exchange, err)
 			}
 			declared[b.Exchange] = true
 		}
-		if err := q.declare(ch); err != nil {
+		if err := q.declare(d); err != nil {
 			return err
 		}
+	}
+	return nil
+}
+
+// queue declares one durable queue with args. A queue that already exists
+// with other arguments (declared by an earlier release, or by its owner when
+// it is external) is used as it is, with a warning: the broker refuses to
+// change arguments in place, and deleting the queue would lose its messages.
+// The operator applies the new arguments by draining and deleting it.
+func (d *declarer) queue(name string, args amqp.Table) error {
+	ch, err := d.channel()
+	if err != nil {
+		return err
+	}
+	_, err = ch.QueueDeclare(name, true, false, false, false, args)
+	var aerr *amqp.Error
+	if errors.As(err, &aerr) && aerr.Code == amqp.PreconditionFailed && !d.strict {
+		d.log.Warn("queue exists with other arguments and is used as it is", "queue", name, "err", aerr.Reason)
+		if ch, err = d.channel(); err != nil {
+			return err
+		}
+		_, err = ch.QueueDeclarePassive(name, true, false, false, false, nil)
+	}
+	if err != nil {
+		return fmt.Errorf("declare queue %s: %w", name, err)
 	}
 	return nil
 }

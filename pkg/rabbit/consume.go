@@ -4,6 +4,8 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"runtime/debug"
+	"strings"
 	"sync"
 	"time"
 
@@ -11,6 +13,8 @@ import (
 	"go.opentelemetry.io/otel/attribute"
 	"go.opentelemetry.io/otel/trace"
 	"go.opentelemetry.io/otel/trace/noop"
+
+	"github.com/kube5s/sless/pkg/jitter"
 )
 
 // Headers the consumer sets on retried and dead-lettered messages.
@@ -25,6 +29,9 @@ const (
 const (
 	ReasonPoison    = "poison"
 	ReasonExhausted = "retries-exhausted"
+	// ReasonUnstorable: the database refused the record for its data (a
+	// constraint, a value it cannot hold); the other records went in.
+	ReasonUnstorable = "unstorable"
 )
 
 // Handler handles one delivery. nil acks it; an error wrapped with Permanent
@@ -120,18 +127,27 @@ func (c *Consumer) Run(ctx context.Context) error {
 		}
 	}()
 	failures := 0
+	lost := jitter.Backoff(time.Second, 30*time.Second)
 	for ctx.Err() == nil {
+		began := time.Now()
 		consumed, err := c.session(ctx, work, pub)
 		if consumed {
 			failures = 0
 		}
+		if time.Since(began) > time.Minute {
+			lost.Reset() // it was consuming: a new interruption, not a loop
+		}
 		if err != nil && ctx.Err() == nil {
 			failures++
-			c.Client.log.Warn("consumer interrupted", "queue", c.Queue.Name, "err", err)
+			wait := sessionDelay(err, failures)
+			if _, refused := Refusal(err); !refused {
+				wait = lost.NextBackOff() // jittered, so replicas do not redial in lockstep
+			}
+			c.Client.log.Warn("consumer interrupted", "queue", c.Queue.Name, "err", err, "retryIn", wait.String())
 			if c.OnError != nil {
 				c.OnError(err)
 			}
-			sleep(ctx, sessionDelay(err, failures))
+			sleep(ctx, wait)
 		}
 	}
 	return nil
@@ -178,7 +194,7 @@ func (c *Consumer) session(ctx, work context.Context, pub *Publisher) (consumed 
 	}
 	defer ch.Close()
 	if c.Declare {
-		if err := c.declare(ctx, ch); err != nil {
+		if err := c.declare(ctx); err != nil {
 			return false, err
 		}
 	}
@@ -221,10 +237,14 @@ func (c *Consumer) session(ctx, work context.Context, pub *Publisher) (consumed 
 // declare declares the consumer's queue. An External queue is first looked
 // up passively, on a channel of its own since a missing queue closes it:
 // one that exists is consumed as it is, whatever arguments its owner gave
-// it, and only a missing one is created.
-func (c *Consumer) declare(ctx context.Context, ch *amqp.Channel) error {
+// it, and only a missing one is created. The external queue's own
+// dead-letter and retry queues are declared strictly: a refusal is the
+// session's error (and so the trigger's condition), not a warning.
+func (c *Consumer) declare(ctx context.Context) error {
+	d := &declarer{open: func() (*amqp.Channel, error) { return c.Client.Channel(ctx) }, log: c.Client.log, strict: c.Queue.External}
+	defer d.close()
 	if !c.Queue.External {
-		return Declare(ch, c.Queue)
+		return d.declare(c.Queue)
 	}
 	probe, err := c.Client.Channel(ctx)
 	if err != nil {
@@ -235,9 +255,9 @@ func (c *Consumer) declare(ctx context.Context, ch *amqp.Channel) error {
 	switch {
 	case err == nil:
 		_ = probe.Close()
-		return c.Queue.declareExternal(ch, true)
+		return c.Queue.declareExternal(d, true)
 	case errors.As(err, &ae) && ae.Code == amqp.NotFound:
-		return c.Queue.declareExternal(ch, false)
+		return c.Queue.declareExternal(d, false)
 	default:
 		_ = probe.Close()
 		return fmt.Errorf("look up queue %s: %w", c.Queue.Name, err)
@@ -256,7 +276,7 @@ func (c *Consumer) handle(ctx context.Context, pub *Publisher, d *amqp.Delivery)
 		))
 	defer span.End()
 
-	err := c.Handler(ctx, d)
+	err := c.call(ctx, d)
 	if err == nil {
 		c.ack(d)
 		return
@@ -277,6 +297,20 @@ func (c *Consumer) handle(ctx context.Context, pub *Publisher, d *amqp.Delivery)
 	}
 }
 
+// call runs the handler. A panic fails only its own message, for good: the
+// same message would panic again, and a consumer that dies with it would
+// stop every other message of the queue (and, redelivered, crash-loop).
+func (c *Consumer) call(ctx context.Context, d *amqp.Delivery) (err error) {
+	defer func() {
+		if p := recover(); p != nil {
+			c.Client.log.Error("handler panicked", "queue", c.Queue.Name, "messageID", d.MessageId, "panic", fmt.Sprint(p),
+				"stack", string(debug.Stack()))
+			err = Permanent(fmt.Errorf("handler panicked: %v", p))
+		}
+	}()
+	return c.Handler(ctx, d)
+}
+
 func (c *Consumer) ack(d *amqp.Delivery) {
 	if err := d.Ack(false); err != nil {
 		// The channel is gone; the broker redelivers and handlers are idempotent.
@@ -294,9 +328,7 @@ func (c *Consumer) retry(ctx context.Context, pub *Publisher, d *amqp.Delivery, 
 
 func (c *Consumer) deadLetter(ctx context.Context, pub *Publisher, d *amqp.Delivery, reason string, cause error) {
 	m := republish(d)
-	m.Headers[HeaderReason] = reason
-	m.Headers[HeaderError] = truncate(cause.Error(), 1024)
-	m.Headers[HeaderOriginalQueue] = c.Queue.Name
+	MarkDead(&m, c.Queue.Name, reason, cause)
 	c.Client.log.Warn("message dead-lettered", "queue", c.Queue.Name, "reason", reason, "messageID", d.MessageId, "err", cause)
 	c.forward(ctx, pub, d, c.Queue.DLQ(), m)
 }
@@ -309,11 +341,22 @@ func (c *Consumer) forward(ctx context.Context, pub *Publisher, d *amqp.Delivery
 	if err := pub.Publish(pctx, "", queue, m); err != nil {
 		c.Client.log.Warn("forward failed, message stays in its queue", "queue", queue, "err", err)
 		// Requeue after a pause; the delivery limit stops a loop.
-		sleep(ctx, time.Second)
+		sleep(ctx, jitter.Backoff(time.Second, time.Second).NextBackOff())
 		_ = d.Nack(false, true)
 		return
 	}
 	c.ack(d)
+}
+
+// MarkDead sets the headers a dead letter carries: why it died, the error,
+// and the queue it came from. Every dead letter of the platform has them.
+func MarkDead(m *amqp.Publishing, queue, reason string, cause error) {
+	if m.Headers == nil {
+		m.Headers = amqp.Table{}
+	}
+	m.Headers[HeaderReason] = reason
+	m.Headers[HeaderError] = truncate(cause.Error(), 1024)
+	m.Headers[HeaderOriginalQueue] = queue
 }
 
 func republish(d *amqp.Delivery) amqp.Publishing {
@@ -336,9 +379,11 @@ func republish(d *amqp.Delivery) amqp.Publishing {
 	}
 }
 
+// truncate cuts s to at most n bytes of valid UTF-8: header values end up
+// in logs, APIs and databases.
 func truncate(s string, n int) string {
-	if len(s) <= n {
-		return s
+	if len(s) > n {
+		s = s[:n]
 	}
-	return s[:n]
+	return strings.ToValidUTF8(s, "\uFFFD")
 }

@@ -11,6 +11,7 @@ import (
 	"github.com/google/uuid"
 	amqp "github.com/rabbitmq/amqp091-go"
 
+	"github.com/kube5s/sless/pkg/jitter"
 	"github.com/kube5s/sless/pkg/msg"
 )
 
@@ -51,12 +52,19 @@ func (p *Publisher) drop(ch *amqp.Channel) {
 	_ = ch.Close()
 }
 
+// ErrRejected is returned when the broker refused a message (a nack): a
+// queue it routes to is full. Publishing it again at once would only be
+// refused again; the caller sheds the load (a 503 with Retry-After) or
+// leaves its own message in its queue.
+var ErrRejected = errors.New("the broker refused the message (a queue is full)")
+
 // Publish sends one message and returns once the broker confirmed it. When
 // the channel or connection drops before the confirm, it publishes again on
 // the next connection, so a message may arrive twice but is never lost once
-// Publish returned nil; consumers are idempotent on the message id.
+// Publish returned nil; consumers are idempotent on the message id. A nack
+// returns ErrRejected at once.
 func (p *Publisher) Publish(ctx context.Context, exchange, key string, m amqp.Publishing) error {
-	backoff := 50 * time.Millisecond
+	again := jitter.Backoff(50*time.Millisecond, 2*time.Second)
 	for {
 		ch, err := p.channel(ctx)
 		if err != nil {
@@ -69,8 +77,13 @@ func (p *Publisher) Publish(ctx context.Context, exchange, key string, m amqp.Pu
 			if err == nil && ok {
 				return nil
 			}
+			if err == nil && !ch.IsClosed() {
+				return fmt.Errorf("publish to %s/%s: %w", exchange, key, ErrRejected)
+			}
 			if err == nil {
-				err = errors.New("broker nacked the message")
+				// A channel that closes settles its pending confirms as
+				// nacks; the broker did not refuse, the connection went.
+				err = errors.New("channel closed before the confirm")
 			}
 		}
 		if ctx.Err() != nil {
@@ -78,10 +91,9 @@ func (p *Publisher) Publish(ctx context.Context, exchange, key string, m amqp.Pu
 		}
 		p.c.log.Warn("publish not confirmed, retrying", "exchange", exchange, "key", key, "err", err)
 		p.drop(ch)
-		if !sleep(ctx, backoff) {
+		if !jitter.Sleep(ctx, again) {
 			return fmt.Errorf("publish to %s/%s: %w", exchange, key, ctx.Err())
 		}
-		backoff = min(backoff*2, 2*time.Second)
 	}
 }
 

@@ -2,10 +2,12 @@ package rabbit
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"io"
 	"log/slog"
 	"os/exec"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"testing"
@@ -355,4 +357,97 @@ func TestDeferredMessagesComeBackWithoutUsingAttempts(t *testing.T) {
 	if dead := getAll(t, c, DeadLetterQueue(q.Name)); len(dead) != 0 {
 		t.Errorf("a deferred message was dead-lettered")
 	}
+}
+
+// TestPanickingHandlerFailsOnlyItsMessage: a handler that panics on one
+// message dead-letters that message with the panic's text, and the
+// consumer goes on with the others.
+func TestPanickingHandlerFailsOnlyItsMessage(t *testing.T) {
+	q := Queue{Name: testenv.Name("sless-test-")}
+	c := start(t, q)
+	pub := NewPublisher(c)
+	defer pub.Close()
+	var good atomic.Int32
+	consume(t, c, q, 4, func(_ context.Context, d *amqp.Delivery) error {
+		if string(d.Body) == "boom" {
+			var headers []string
+			_ = headers[len(d.Body)] // index out of range, as a careless handler would
+		}
+		good.Add(1)
+		return nil
+	})
+	for i := range 20 {
+		body := fmt.Appendf(nil, `{"n":%d}`, i)
+		if i == 5 {
+			body = []byte("boom")
+		}
+		if err := pub.Publish(t.Context(), "", q.Name, amqp.Publishing{Body: body}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	waitFor(t, 10*time.Second, "19 good messages", func() bool { return good.Load() == 19 })
+	var dead []amqp.Delivery
+	waitFor(t, 10*time.Second, "the dead letter", func() bool {
+		dead = append(dead, getAll(t, c, DeadLetterQueue(q.Name))...)
+		return len(dead) > 0
+	})
+	errText, _ := dead[0].Headers[HeaderError].(string)
+	if len(dead) != 1 || string(dead[0].Body) != "boom" || dead[0].Headers[HeaderReason] != ReasonPoison ||
+		!strings.Contains(errText, "panicked") || !strings.Contains(errText, "index out of range") {
+		t.Fatalf("dead letters: %d, first %q %v", len(dead), dead[0].Body, dead[0].Headers)
+	}
+}
+
+// TestFullQueueRefusesPublishes: a queue at its length limit refuses the
+// next message, and the publisher is told at once instead of retrying.
+func TestFullQueueRefusesPublishes(t *testing.T) {
+	q := Queue{Name: testenv.Name("sless-test-"), Limits: Limits{Messages: 3}}
+	c := start(t, q)
+	pub := NewPublisher(c)
+	defer pub.Close()
+	// A quorum queue notices that it is full after the message that filled
+	// it: it takes one message past its limit, then refuses.
+	var err error
+	accepted := 0
+	for ; accepted < 10; accepted++ {
+		if err = pub.Publish(t.Context(), "", q.Name, amqp.Publishing{Body: fmt.Appendf(nil, "%d", accepted)}); err != nil {
+			break
+		}
+	}
+	if !errors.Is(err, ErrRejected) {
+		t.Fatalf("publishing to a full queue: %v, want ErrRejected", err)
+	}
+	if accepted < 3 || accepted > 4 {
+		t.Errorf("the queue took %d messages before refusing; its limit is 3", accepted)
+	}
+	if got := getAll(t, c, q.Name); len(got) != accepted {
+		t.Errorf("the queue holds %d messages, %d were confirmed", len(got), accepted)
+	}
+	// Room again: the same publisher goes on.
+	if err := pub.Publish(t.Context(), "", q.Name, amqp.Publishing{Body: []byte("after")}); err != nil {
+		t.Errorf("publishing after the queue drained: %v", err)
+	}
+}
+
+// TestQueueDeclaredWithOtherArgumentsIsKept: a queue an earlier release
+// declared without today's arguments is used as it is, with its messages,
+// instead of failing every connection.
+func TestQueueDeclaredWithOtherArgumentsIsKept(t *testing.T) {
+	q := Queue{Name: testenv.Name("sless-test-")}
+	conn, err := amqp.Dial(testenv.RabbitURL(t))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer conn.Close()
+	ch, _ := conn.Channel()
+	if _, err := ch.QueueDeclare(q.Name, true, false, false, false, amqp.Table{"x-queue-type": "quorum"}); err != nil {
+		t.Fatal(err)
+	}
+	if err := ch.PublishWithContext(t.Context(), "", q.Name, false, false, amqp.Publishing{Body: []byte("old")}); err != nil {
+		t.Fatal(err)
+	}
+	c := start(t, q)
+	var got atomic.Value
+	consume(t, c, q, 1, func(_ context.Context, d *amqp.Delivery) error { got.Store(string(d.Body)); return nil })
+	waitFor(t, 10*time.Second, "the old message", func() bool { return got.Load() == "old" })
 }

@@ -2,11 +2,12 @@ package rabbit
 
 import (
 	"fmt"
-	"github.com/kube5s/sless/pkg/msg"
 	"sort"
 	"time"
 
 	amqp "github.com/rabbitmq/amqp091-go"
+
+	"github.com/kube5s/sless/pkg/msg"
 )
 
 // Binding binds a queue to a topic exchange with a routing key pattern.
@@ -21,6 +22,8 @@ type Binding struct {
 //	<name>.retry.<ms>   one per backoff step; messages wait out the TTL there
 //	                    and the broker moves them back to <name>
 //	<name>.dlq          exhausted and poison messages, with the reason in headers
+//
+// Each of them has a length limit with overflow reject-publish (Limits).
 type Queue struct {
 	Name     string
 	Bindings []Binding
@@ -35,6 +38,29 @@ type Queue struct {
 	External bool
 	// DeadLetter overrides the dead-letter queue name (<name>.dlq).
 	DeadLetter string
+	// Limits bound the length of this queue and of its retry and
+	// dead-letter queues (zero fields take DefaultLimits).
+	Limits Limits
+}
+
+// Limits bound a queue's length; a full queue refuses publishes.
+type Limits struct {
+	Messages int
+	Bytes    int64
+}
+
+// DefaultLimits hold a deep backlog while keeping the broker far from its
+// memory alarm: 100,000 messages or 512 MiB per queue.
+var DefaultLimits = Limits{Messages: 100_000, Bytes: 512 << 20}
+
+func (l Limits) orDefault() Limits {
+	if l.Messages <= 0 {
+		l.Messages = DefaultLimits.Messages
+	}
+	if l.Bytes <= 0 {
+		l.Bytes = DefaultLimits.Bytes
+	}
+	return l
 }
 
 // RetryPolicy says how often and how late failed messages are retried.
@@ -100,13 +126,28 @@ func (q Queue) DLQ() string {
 	return DeadLetterQueue(q.Name)
 }
 
-func (q Queue) declare(ch *amqp.Channel) error {
+// limits are the length arguments of every queue the platform declares:
+// when a queue is full the broker refuses further publishes (a nack the
+// publisher sees) instead of growing until its memory alarm blocks every
+// publisher of every tenant.
+func (q Queue) limits(args amqp.Table) amqp.Table {
+	if args == nil {
+		args = amqp.Table{}
+	}
+	l := q.Limits.orDefault()
+	args["x-max-length"] = int64(l.Messages)
+	args["x-max-length-bytes"] = l.Bytes
+	args["x-overflow"] = "reject-publish"
+	return args
+}
+
+func (q Queue) declare(d *declarer) error {
 	if q.External {
-		return q.declareExternal(ch, false)
+		return q.declareExternal(d, false)
 	}
 	dlq := q.DLQ()
-	if _, err := ch.QueueDeclare(dlq, true, false, false, false, amqp.Table{"x-queue-type": "quorum"}); err != nil {
-		return fmt.Errorf("declare queue %s: %w", dlq, err)
+	if err := d.queue(dlq, q.limits(amqp.Table{"x-queue-type": "quorum"})); err != nil {
+		return err
 	}
 	limit := q.DeliveryLimit
 	if limit <= 0 {
@@ -118,38 +159,42 @@ func (q Queue) declare(ch *amqp.Channel) error {
 		"x-dead-letter-exchange":    "",
 		"x-dead-letter-routing-key": dlq,
 	}
-	if _, err := ch.QueueDeclare(q.Name, true, false, false, false, args); err != nil {
-		return fmt.Errorf("declare queue %s: %w", q.Name, err)
+	if err := d.queue(q.Name, q.limits(args)); err != nil {
+		return err
 	}
-	return q.declareRetries(ch)
+	return q.declareRetries(d)
 }
 
 // declareExternal declares the dead-letter queue, the user queue unless it
-// exists, and the retry queues of an External queue.
-func (q Queue) declareExternal(ch *amqp.Channel, exists bool) error {
-	if _, err := ch.QueueDeclare(q.DLQ(), true, false, false, false, nil); err != nil {
-		return fmt.Errorf("declare queue %s: %w", q.DLQ(), err)
+// exists (not ours: declared plainly when missing, consumed as it is), and
+// the retry queues of an External queue.
+func (q Queue) declareExternal(d *declarer, exists bool) error {
+	if err := d.queue(q.DLQ(), q.limits(nil)); err != nil {
+		return err
 	}
 	if !exists {
-		if _, err := ch.QueueDeclare(q.Name, true, false, false, false, nil); err != nil {
-			return fmt.Errorf("declare queue %s: %w", q.Name, err)
+		if err := d.queue(q.Name, nil); err != nil {
+			return err
 		}
 	}
-	return q.declareRetries(ch)
+	return q.declareRetries(d)
 }
 
-func (q Queue) declareRetries(ch *amqp.Channel) error {
-	for _, d := range q.Retry.delays() {
-		name := RetryQueue(q.Name, d)
-		if _, err := ch.QueueDeclare(name, true, false, false, false, amqp.Table{
-			"x-message-ttl":             d.Milliseconds(),
+func (q Queue) declareRetries(d *declarer) error {
+	for _, delay := range q.Retry.delays() {
+		if err := d.queue(RetryQueue(q.Name, delay), q.limits(amqp.Table{
+			"x-message-ttl":             delay.Milliseconds(),
 			"x-dead-letter-exchange":    "",
 			"x-dead-letter-routing-key": q.Name,
-		}); err != nil {
-			return fmt.Errorf("declare queue %s: %w", name, err)
+		})); err != nil {
+			return err
 		}
 	}
 	for _, b := range q.Bindings {
+		ch, err := d.channel()
+		if err != nil {
+			return err
+		}
 		if err := ch.QueueBind(q.Name, b.Key, b.Exchange, false, nil); err != nil {
 			return fmt.Errorf("bind queue %s to %s/%s: %w", q.Name, b.Exchange, b.Key, err)
 		}
@@ -169,8 +214,9 @@ func PlatformQueue(name string, retry RetryPolicy) Queue {
 
 // PlatformTopology is every platform work queue. Each service declares all
 // of them, so that no message is published before its queue exists,
-// whatever order the services start in.
-func PlatformTopology() []Queue {
+// whatever order the services start in; all must pass the same limits (a
+// zero Limits is DefaultLimits).
+func PlatformTopology(limits Limits) []Queue {
 	names := make([]string, 0, len(msg.Bindings))
 	for n := range msg.Bindings {
 		names = append(names, n)
@@ -178,7 +224,9 @@ func PlatformTopology() []Queue {
 	sort.Strings(names)
 	out := make([]Queue, 0, len(names))
 	for _, n := range names {
-		out = append(out, PlatformQueue(n, DefaultRetry))
+		q := PlatformQueue(n, DefaultRetry)
+		q.Limits = limits
+		out = append(out, q)
 	}
 	return out
 }

@@ -21,7 +21,7 @@ import (
 // Rabbit returns a broker client that declares the platform topology,
 // runs with the service and is part of readiness.
 func (s *Service) Rabbit(url string) *rabbit.Client {
-	c := rabbit.New(url, "sless-"+s.Name, s.Log, rabbit.PlatformTopology()...)
+	c := rabbit.New(url, "sless-"+s.Name, s.Log, rabbit.PlatformTopology(s.cfg.QueueLimits)...)
 	s.Go(c.Run)
 	s.Health.AddCheck(health.Check{Name: "rabbitmq", Fn: c.Check})
 	return c

@@ -23,6 +23,7 @@ import (
 
 	"github.com/kube5s/sless/pkg/envconf"
 	"github.com/kube5s/sless/pkg/health"
+	"github.com/kube5s/sless/pkg/rabbit"
 	"github.com/kube5s/sless/pkg/telemetry"
 )
 
@@ -37,6 +38,9 @@ type Common struct {
 	// deadline ends once the body is read: long calls are not cut.
 	ReadHeaderTimeout time.Duration
 	ReadTimeout       time.Duration
+	// QueueLimits bound every platform queue (SLESS_RABBITMQ_QUEUE_MAX_MESSAGES,
+	// SLESS_RABBITMQ_QUEUE_MAX_MB); every service must be given the same.
+	QueueLimits rabbit.Limits
 }
 
 // ReadCommon reads the shared settings.
@@ -48,6 +52,10 @@ func ReadCommon(r *envconf.Reader, defaultOpsAddr string) Common {
 		// 5 minutes: a 50 MiB source upload at 170 KiB/s.
 		ReadHeaderTimeout: r.Duration("SLESS_HTTP_READ_HEADER_TIMEOUT", 10*time.Second),
 		ReadTimeout:       r.Duration("SLESS_HTTP_READ_TIMEOUT", 5*time.Minute),
+		QueueLimits: rabbit.Limits{
+			Messages: r.Int("SLESS_RABBITMQ_QUEUE_MAX_MESSAGES", rabbit.DefaultLimits.Messages, 1, 100_000_000),
+			Bytes:    int64(r.Int("SLESS_RABBITMQ_QUEUE_MAX_MB", int(rabbit.DefaultLimits.Bytes>>20), 1, 1<<20)) << 20,
+		},
 	}
 }
 

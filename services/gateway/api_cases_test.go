@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"fmt"
 	"io"
+	"maps"
 	"net"
 	"net/http"
 	"sort"
@@ -19,6 +20,7 @@ import (
 	slessv1 "github.com/kube5s/sless/pkg/apis/sless/v1alpha1"
 	"github.com/kube5s/sless/pkg/msg"
 	"github.com/kube5s/sless/pkg/objstore"
+	"github.com/kube5s/sless/pkg/testenv"
 )
 
 var fnBody = map[string]any{"name": "hello", "runtime": "python3.11", "entrypoint": "main.handler"}
@@ -653,4 +655,46 @@ func TestRevocationReachesEveryReplica(t *testing.T) {
 	expect(t, second.call(t, "GET", "/v1/tenants/"+b, tokB, nil), 200, "the second replica caches the tenant's token")
 	expect(t, g.call(t, "DELETE", "/v1/tenants/"+b, admin, nil), 202, "delete the tenant on the first")
 	refusedSoon(tokB, "/v1/tenants/"+b, "token of a deleted tenant")
+}
+
+// TestFullQueueAnswers503: when the invocation queue is at its length
+// limit, the broker refuses the message and the caller gets 503 with
+// Retry-After at once, instead of a publish that waits for a broker whose
+// memory alarm would block every tenant.
+func TestFullQueueAnswers503(t *testing.T) {
+	g := gateway(t)
+	ten, tok := g.tenant(t, nil)
+	expect(t, g.call(t, "POST", "/v1/tenants/"+ten+"/functions", tok, fnBody), 201, "create")
+	// A gateway of its own, on a vhost where nobody consumes, with queues of 5.
+	vhost, cleanup, err := testenv.RabbitVhost()
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer cleanup()
+	env := maps.Clone(g.env)
+	env["SLESS_RABBITMQ_URL"] = vhost
+	env["SLESS_RABBITMQ_QUEUE_MAX_MESSAGES"] = "5"
+	env["SLESS_HTTP_ADDR"], env["SLESS_OPS_ADDR"] = testenv.FreeAddr(t), testenv.FreeAddr(t)
+	stop := testenv.StartService(t, run, env)
+	defer func() { _ = stop() }()
+	small := &gw{base: "http://" + env["SLESS_HTTP_ADDR"], env: env, kube: g.kube, db: g.db, store: g.store, vhost: vhost}
+	accepted := 0
+	var r resp
+	for range 20 {
+		r = small.call(t, "POST", "/v1/tenants/"+ten+"/functions/hello/invoke", tok, "{}", "Prefer", "respond-async")
+		if r.status != 202 {
+			break
+		}
+		accepted++
+	}
+	expect(t, r, 503, "async invoke into a full queue")
+	if accepted < 5 || accepted > 6 {
+		t.Errorf("%d invocations accepted before the 503; the queue holds 5", accepted)
+	}
+	if ra := r.header.Get("Retry-After"); ra == "" {
+		t.Error("the 503 has no Retry-After")
+	}
+	if typ, _ := r.json(t)["type"].(string); !strings.HasSuffix(typ, "queue-full") {
+		t.Errorf("problem type %q", typ)
+	}
 }

@@ -86,7 +86,7 @@ func BenchmarkAsyncAccept(b *testing.B) {
 		b.Fatalf("create: %d %s", r.status, r.body)
 	}
 	time.Sleep(300 * time.Millisecond)
-	mq := rabbit.New(g.vhost, "bench", quietLog(), rabbit.PlatformTopology()...)
+	mq := rabbit.New(g.vhost, "bench", quietLog(), rabbit.PlatformTopology(rabbit.Limits{})...)
 	ctx, cancel := context.WithCancel(context.Background())
 	defer cancel()
 	go mq.Run(ctx)

@@ -1,14 +1,24 @@
 package main
 
 import (
+	"encoding/json"
 	"fmt"
+	"net/http"
 	"os"
 	"os/exec"
 	"path/filepath"
+	"strings"
+	"sync"
 	"syscall"
 	"testing"
 	"time"
 
+	amqp "github.com/rabbitmq/amqp091-go"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+
+	slessv1 "github.com/kube5s/sless/pkg/apis/sless/v1alpha1"
+	"github.com/kube5s/sless/pkg/msg"
+	"github.com/kube5s/sless/pkg/rabbit"
 	"github.com/kube5s/sless/pkg/testenv"
 )
 
@@ -126,4 +136,129 @@ func TestDatabaseOutageDelaysHistory(t *testing.T) {
 		}
 		time.Sleep(200 * time.Millisecond)
 	}
+}
+
+// TestHostileTenantCannotStopOthers sends 2,000 async invocations across
+// two tenants while one of them raises errors with NUL bytes and invalid
+// UTF-8 and publishes messages with poison headers to its queue trigger:
+// every good record is written once, every failing invocation is recorded
+// (its error cleaned) and dead-lettered with its reason, and no queue is
+// left with a message in it or unacked.
+func TestHostileTenantCannotStopOthers(t *testing.T) {
+	w := newWorld(t)
+	ok := func(rw http.ResponseWriter, _ *http.Request) { _, _ = rw.Write([]byte("ok")) }
+	w.readyFunction(t, "good", serveFunction(t, ok), 5)
+	hostile, hostileNS := w.newTenant(t)
+	w.readyFunctionIn(t, hostileNS, "evil", serveFunction(t, func(rw http.ResponseWriter, r *http.Request) {
+		if strings.HasPrefix(r.URL.Path, "/bad") {
+			rw.Header().Set("Content-Type", "application/json")
+			rw.WriteHeader(500)
+			_, _ = rw.Write([]byte(`{"error":"bad\u0000byte \xff\xfe","type":"HandlerError"}`))
+			return
+		}
+		ok(rw, r)
+	}), 5)
+	tr := &slessv1.Trigger{ObjectMeta: metav1.ObjectMeta{Name: "evil-queue", Namespace: hostileNS}, Spec: slessv1.TriggerSpec{FunctionRef: slessv1.LocalRef{Name: "evil"},
+		Type: slessv1.TriggerQueue, Queue: &slessv1.QueueTrigger{Queue: "evil-numbers", Concurrency: 4, MaxRetries: 1}}}
+	if err := w.kube.Create(t.Context(), tr); err != nil {
+		t.Fatal(err)
+	}
+	conn, err := amqp.Dial(w.vhost)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer conn.Close()
+	waitQueue(t, conn, "evil-numbers")
+	time.Sleep(300 * time.Millisecond) // the watch cache
+
+	const total, queued = 2000, 300
+	var wg sync.WaitGroup
+	wg.Go(func() { // the hostile tenant's queue messages, some with poison headers
+		ch, err := conn.Channel()
+		if err != nil {
+			t.Error(err)
+			return
+		}
+		for i := range queued {
+			h := amqp.Table{"ok": "yes"}
+			switch i % 10 {
+			case 1:
+				h[""] = "empty key"
+			case 4:
+				h["nul"] = "a\x00b"
+			case 7:
+				h["bad key\n"] = "\xff"
+			}
+			if err := ch.PublishWithContext(t.Context(), "", "evil-numbers", false, false, amqp.Publishing{MessageId: fmt.Sprintf("m-%d", i),
+				Headers: h, Body: []byte(fmt.Sprintf(`{"n":%d}`, i)), DeliveryMode: amqp.Persistent}); err != nil {
+				t.Error(err)
+				return
+			}
+		}
+	})
+	bad := 0
+	for i := range total {
+		switch {
+		case i%2 == 0:
+			w.request(t, fmt.Sprintf("good-%04d", i), "good", "/", 3, "")
+		case i%4 == 1:
+			w.requestFor(t, hostile, fmt.Sprintf("bad-%04d", i), "evil", "/bad", 1, "")
+			bad++
+		default:
+			w.requestFor(t, hostile, fmt.Sprintf("ok-%04d", i), "evil", "/", 3, "")
+		}
+	}
+	wg.Wait()
+	good := total - bad
+	w.waitCount(t, 3*time.Minute, good, "(id LIKE 'good-%' OR id LIKE 'ok-%') AND status = 'succeeded'")
+	w.waitCount(t, 2*time.Minute, bad, "id LIKE 'bad-%' AND status = 'failed' AND error = $1", "bad\uFFFDbyte \uFFFD\uFFFD")
+	w.waitCount(t, 2*time.Minute, queued, "trigger_name = 'evil-queue' AND status = 'succeeded'")
+	if n := w.count(t, "true"); n != good+bad+queued {
+		t.Errorf("%d records in all, want %d", n, good+bad+queued)
+	}
+
+	// Every failing invocation is dead-lettered once, with its reason.
+	var dead []amqp.Delivery
+	for deadline := time.Now().Add(30 * time.Second); len(dead) < bad && time.Now().Before(deadline); time.Sleep(200 * time.Millisecond) {
+		dead = append(dead, deadLetters(t, w.vhost, rabbit.DeadLetterQueue(msg.QueueInvocationRequest))...)
+	}
+	ids := map[string]bool{}
+	for _, d := range dead {
+		var m msg.InvocationRequested
+		_ = json.Unmarshal(d.Body, &m)
+		errText, _ := d.Headers[rabbit.HeaderError].(string)
+		if !strings.HasPrefix(m.InvocationID, "bad-") || d.Headers[rabbit.HeaderReason] != rabbit.ReasonPoison || !strings.Contains(errText, "bad") {
+			t.Errorf("dead letter %s: %v", m.InvocationID, d.Headers)
+		}
+		ids[m.InvocationID] = true
+	}
+	if len(dead) != bad || len(ids) != bad {
+		t.Errorf("%d dead letters (%d distinct), want %d", len(dead), len(ids), bad)
+	}
+	if h := deadLetters(t, w.vhost, rabbit.DeadLetterQueue(msg.QueueInvocationHistory)); len(h) != 0 {
+		t.Errorf("%d history records dead-lettered; none was refused", len(h))
+	}
+	// Nothing stuck: every queue of the vhost is empty and has nothing unacked.
+	vhost := w.vhost[strings.LastIndex(w.vhost, "/")+1:]
+	for deadline := time.Now().Add(30 * time.Second); ; time.Sleep(500 * time.Millisecond) {
+		out, err := exec.Command("rabbitmqctl", "list_queues", "-q", "-p", vhost, "name", "messages_ready", "messages_unacknowledged").CombinedOutput()
+		if err != nil {
+			t.Fatalf("list queues: %v %s", err, out)
+		}
+		var stuck []string
+		for _, line := range strings.Split(strings.TrimSpace(string(out)), "\n") {
+			f := strings.Fields(line)
+			if len(f) == 3 && f[0] != "name" && (f[1] != "0" || f[2] != "0") {
+				stuck = append(stuck, line)
+			}
+		}
+		if len(stuck) == 0 {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("queues with messages left (name ready unacked):\n%s", strings.Join(stuck, "\n"))
+		}
+	}
+	t.Logf("%d good and %d failing async invocations, %d queue messages (%d with poison headers): all recorded once, %d dead-lettered",
+		good, bad, queued, queued*3/10, len(dead))
 }

@@ -41,11 +41,16 @@ type world struct {
 	pub    *amqp.Channel
 }
 
-// newWorld starts an invoker whose egress policy allows loopback: tests
-// may dial nothing else, and their receivers and brokers are there.
-func newWorld(t testing.TB) *world {
+// newWorld starts an invoker whose egress policy allows loopback (tests
+// may dial nothing else, and their receivers and brokers are there); extra
+// holds more settings as key, value, ...
+func newWorld(t testing.TB, extra ...string) *world {
 	t.Helper()
-	return newWorldWith(t, map[string]string{"SLESS_EGRESS_ALLOW_CIDRS": "127.0.0.0/8,::1/128"})
+	env := map[string]string{"SLESS_EGRESS_ALLOW_CIDRS": "127.0.0.0/8,::1/128"}
+	for i := 0; i+1 < len(extra); i += 2 {
+		env[extra[i]] = extra[i+1]
+	}
+	return newWorldWith(t, env)
 }
 
 // newWorldWith starts an invoker with extra settings.
@@ -70,11 +75,8 @@ func newWorldWith(t testing.TB, extra map[string]string) *world {
 	if err != nil {
 		t.Fatal(err)
 	}
-	w := &world{env: env, vhost: vhost, kube: c, tenant: testenv.Name("t")}
-	w.ns = slessv1.NamespaceFor(w.tenant)
-	if err := c.Create(t.Context(), &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: w.ns}}); err != nil {
-		t.Fatal(err)
-	}
+	w := &world{env: env, vhost: vhost, kube: c}
+	w.tenant, w.ns = w.newTenant(t)
 	stop := testenv.StartService(t, run, env)
 	t.Cleanup(func() { _ = stop() })
 	if w.db, err = pgxpool.New(context.Background(), env["SLESS_POSTGRES_URL"]); err != nil {
@@ -83,6 +85,18 @@ func newWorldWith(t testing.TB, extra map[string]string) *world {
 	t.Cleanup(w.db.Close)
 	w.reconnect(t)
 	return w
+}
+
+// newTenant makes a tenant's namespace (the operator's part) and returns
+// the tenant and its namespace.
+func (w *world) newTenant(t testing.TB) (string, string) {
+	t.Helper()
+	tenant := testenv.Name("t")
+	ns := slessv1.NamespaceFor(tenant)
+	if err := w.kube.Create(context.Background(), &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: ns}}); err != nil {
+		t.Fatal(err)
+	}
+	return tenant, ns
 }
 
 // reconnect opens the test's publishing channel (again, after a broker restart).
@@ -107,11 +121,18 @@ func (w *world) reconnect(t testing.TB) {
 // function runs the Python fixture handlers as function name, Ready.
 func (w *world) function(t *testing.T, name string, timeout int32) {
 	t.Helper()
+	w.pythonFunction(t, name, filepath.Join(runtimesDir, "fixtures", "handlers"), timeout)
+}
+
+// pythonFunction runs the Python runtime on the handlers in codeDir as
+// function name, Ready.
+func (w *world) pythonFunction(t *testing.T, name, codeDir string, timeout int32) {
+	t.Helper()
 	ln, _ := net.Listen("tcp", "127.0.0.1:0")
 	port := ln.Addr().(*net.TCPAddr).Port
 	ln.Close()
 	c := exec.Command("python3", filepath.Join(runtimesDir, "python3.11", "runtime.py"))
-	c.Env = append(os.Environ(), "PORT="+strconv.Itoa(port), "SLESS_HOST=127.0.0.1", "SLESS_CODE_DIR="+filepath.Join(runtimesDir, "fixtures", "handlers"),
+	c.Env = append(os.Environ(), "PORT="+strconv.Itoa(port), "SLESS_HOST=127.0.0.1", "SLESS_CODE_DIR="+codeDir,
 		"SLESS_ENTRYPOINT=main.handler", "SLESS_TIMEOUT_SEC="+strconv.Itoa(int(timeout)), "SLESS_CONCURRENCY=16")
 	if err := c.Start(); err != nil {
 		t.Fatal(err)
@@ -135,7 +156,13 @@ func (w *world) function(t *testing.T, name string, timeout int32) {
 // readyFunction plays the operator: a Function, Ready at endpoint.
 func (w *world) readyFunction(t testing.TB, name, endpoint string, timeout int32) {
 	t.Helper()
-	f := &slessv1.Function{ObjectMeta: metav1.ObjectMeta{Name: name, Namespace: w.ns},
+	w.readyFunctionIn(t, w.ns, name, endpoint, timeout)
+}
+
+// readyFunctionIn is readyFunction in namespace ns (another tenant's).
+func (w *world) readyFunctionIn(t testing.TB, ns, name, endpoint string, timeout int32) {
+	t.Helper()
+	f := &slessv1.Function{ObjectMeta: metav1.ObjectMeta{Name: name, Namespace: ns},
 		Spec: slessv1.FunctionSpec{Runtime: slessv1.RuntimePython311, Entrypoint: "main.handler", TimeoutSec: timeout}}
 	if err := w.kube.Create(context.Background(), f); err != nil {
 		t.Fatal(err)
@@ -167,7 +194,13 @@ func waitQueue(t *testing.T, conn *amqp.Connection, queue string) {
 
 func (w *world) request(t *testing.T, id, function, path string, maxRetries int32, body string) {
 	t.Helper()
-	m := &msg.InvocationRequested{InvocationID: id, Tenant: w.tenant, Namespace: w.ns, Function: function, Trigger: msg.TriggerAsync,
+	w.requestFor(t, w.tenant, id, function, path, maxRetries, body)
+}
+
+// requestFor publishes an async invocation of tenant's function.
+func (w *world) requestFor(t *testing.T, tenant, id, function, path string, maxRetries int32, body string) {
+	t.Helper()
+	m := &msg.InvocationRequested{InvocationID: id, Tenant: tenant, Namespace: slessv1.NamespaceFor(tenant), Function: function, Trigger: msg.TriggerAsync,
 		Request:    msg.Request{Method: "POST", Path: path, Body: []byte(body), Headers: map[string][]string{"Content-Type": {"application/json"}}},
 		MaxRetries: maxRetries, EnqueuedAt: time.Now().UTC()}
 	p, err := rabbit.Encode(t.Context(), m)

@@ -33,7 +33,7 @@ func run(ctx context.Context, getenv func(string) string, stdout io.Writer) erro
 	if err != nil {
 		return err
 	}
-	kube, watch, synced, err := svc.Kube(ctx, kcfg, &slessv1.Function{}, &slessv1.Trigger{})
+	kube, watch, synced, err := svc.Kube(ctx, kcfg, &slessv1.Function{}, &slessv1.Trigger{}, &slessv1.Tenant{})
 	if err != nil {
 		return err
 	}
@@ -55,8 +55,9 @@ func run(ctx context.Context, getenv func(string) string, stdout io.Writer) erro
 		Publisher: pub, Recorded: invoke.RecordedIn(pool), Tracer: svc.Tracer, Log: svc.Log,
 		Records: &invoke.Records{Publisher: pub, MaxBatch: 256},
 		Metrics: invoke.NewMetrics(svc.Registry), MaxInline: 4096,
+		Slots: &invoke.TenantSlots{Tenants: watch, Slots: cfg.Concurrency},
 	}
-	history := invoke.NewHistory(pool, svc.Log, svc.Registry)
+	history := invoke.NewHistory(pool, pub, svc.Log, svc.Registry)
 	policy := egress.New(cfg.EgressAllow...)
 	callbacks := &invoke.Callbacks{Secrets: pool, Client: &http.Client{Transport: callbackTransport(policy), CheckRedirect: noRedirects}}
 	triggers := &invoke.QueueTriggers{Triggers: watch, Secrets: kube, Status: kube, BrokerURL: cfg.RabbitURL, Exec: exec, Log: svc.Log, Egress: policy}

@@ -63,6 +63,16 @@ type TenantQuotas struct {
 	// +kubebuilder:validation:Minimum=1
 	// +kubebuilder:validation:Maximum=100
 	ConcurrentBuilds int32 `json:"concurrentBuilds,omitempty"`
+
+	// MaxConcurrentInvocations is the number of the tenant's queued calls
+	// (async, cron, jobs) one invoker replica runs at once; further calls
+	// wait in the broker, so that one tenant's slow calls cannot hold every
+	// slot of a replica. Unset (0) takes the invoker's default, a fraction
+	// of its slots.
+	// +optional
+	// +kubebuilder:validation:Minimum=0
+	// +kubebuilder:validation:Maximum=4096
+	MaxConcurrentInvocations int32 `json:"maxConcurrentInvocations,omitempty"`
 }
 
 // TenantNetwork is the egress policy of a tenant's functions. Ingress is always

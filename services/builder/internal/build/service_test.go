@@ -90,7 +90,7 @@ func newEnv(t *testing.T, drv Driver) *env {
 		t.Fatal(err)
 	}
 	log := slog.New(slog.NewTextHandler(io.Discard, nil))
-	mq := rabbit.New(rabbitURL, t.Name(), log, rabbit.PlatformTopology()...)
+	mq := rabbit.New(rabbitURL, t.Name(), log, rabbit.PlatformTopology(rabbit.Limits{})...)
 	pub := rabbit.NewPublisher(mq)
 	reg := prometheus.NewRegistry()
 	e := &env{store: store, pub: pub, completed: &collector{}, reg: reg}

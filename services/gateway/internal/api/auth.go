@@ -23,6 +23,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	slessv1 "github.com/kube5s/sless/pkg/apis/sless/v1alpha1"
+	"github.com/kube5s/sless/pkg/jitter"
 )
 
 // TokenPrefix starts every tenant token.
@@ -250,19 +251,23 @@ func newTokenCache(db *pgxpool.Pool, ttl time.Duration, log *slog.Logger) *token
 // redials with backoff, and empties the cache whenever it (re)starts
 // listening, since notifications sent meanwhile are lost.
 func (c *tokenCache) Listen(ctx context.Context) error {
-	backoff := 100 * time.Millisecond
+	redial := jitter.Backoff(100*time.Millisecond, 5*time.Second)
 	for {
+		began := time.Now()
 		err := c.listen(ctx)
 		if ctx.Err() != nil {
 			return nil
 		}
-		c.log.Warn("token revocation listener interrupted", "err", err, "retryIn", backoff.String())
+		if time.Since(began) > time.Minute {
+			redial.Reset() // it was listening; this is a new outage
+		}
+		wait := redial.NextBackOff()
+		c.log.Warn("token revocation listener interrupted", "err", err, "retryIn", wait.String())
 		select {
 		case <-ctx.Done():
 			return nil
-		case <-time.After(backoff):
+		case <-time.After(wait):
 		}
-		backoff = min(backoff*2, 5*time.Second)
 	}
 }
 

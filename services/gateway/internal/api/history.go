@@ -16,6 +16,7 @@ import (
 	"github.com/jackc/pgx/v5"
 
 	"github.com/kube5s/sless/pkg/objstore"
+	"github.com/kube5s/sless/pkg/pgtext"
 )
 
 // Invocation is one record of the history.
@@ -118,7 +119,7 @@ func (s *Server) registerHistory() {
 				q += fmt.Sprintf(" AND "+cond, len(args))
 			}
 			if in.Function != "" {
-				add("function = $%d", in.Function)
+				add("function = $%d", pgtext.Clean(in.Function))
 			}
 			if in.Status != "" {
 				add("status = $%d", in.Status)
@@ -134,7 +135,7 @@ func (s *Server) registerHistory() {
 				if err != nil {
 					return nil, withID(ctx, problem(400, "bad-cursor", "the cursor is malformed"))
 				}
-				args = append(args, t, id)
+				args = append(args, t, pgtext.Clean(id))
 				q += fmt.Sprintf(" AND (started_at, id) < ($%d, $%d)", len(args)-1, len(args))
 			}
 			args = append(args, in.Limit+1)
@@ -169,7 +170,7 @@ func (s *Server) registerHistory() {
 			if err := s.requireTenant(ctx, in.Tenant); err != nil {
 				return nil, err
 			}
-			v, err := scanInvocation(s.DB.QueryRow(ctx, `SELECT `+invocationColumns+` FROM invocations WHERE tenant = $1 AND id = $2`, in.Tenant, in.ID))
+			v, err := scanInvocation(s.DB.QueryRow(ctx, `SELECT `+invocationColumns+` FROM invocations WHERE tenant = $1 AND id = $2`, in.Tenant, pgtext.Clean(in.ID)))
 			if errors.Is(err, pgx.ErrNoRows) {
 				return nil, withID(ctx, problem(404, "", "invocation %s is not recorded (yet): an async invocation appears once it has run", in.ID))
 			}
@@ -194,7 +195,7 @@ func (s *Server) registerHistory() {
 			if err := s.requireTenant(ctx, in.Tenant); err != nil {
 				return nil, err
 			}
-			rows, err := s.DB.Query(ctx, `SELECT `+buildColumns+` FROM builds WHERE tenant = $1 AND function = $2 ORDER BY requested_at DESC LIMIT 100`, in.Tenant, in.Name)
+			rows, err := s.DB.Query(ctx, `SELECT `+buildColumns+` FROM builds WHERE tenant = $1 AND function = $2 ORDER BY requested_at DESC LIMIT 100`, in.Tenant, pgtext.Clean(in.Name))
 			if err != nil {
 				return nil, withID(ctx, problem(503, "", "the build history is unavailable"))
 			}
@@ -215,7 +216,7 @@ func (s *Server) registerHistory() {
 		ID string `path:"id" maxLength:"64"`
 	}
 	getBuild := func(ctx context.Context, in *BuildPath) (Build, error) {
-		b, err := scanBuild(s.DB.QueryRow(ctx, `SELECT `+buildColumns+` FROM builds WHERE tenant = $1 AND function = $2 AND id = $3`, in.Tenant, in.Name, in.ID))
+		b, err := scanBuild(s.DB.QueryRow(ctx, `SELECT `+buildColumns+` FROM builds WHERE tenant = $1 AND function = $2 AND id = $3`, in.Tenant, pgtext.Clean(in.Name), pgtext.Clean(in.ID)))
 		if errors.Is(err, pgx.ErrNoRows) {
 			return b, withID(ctx, problem(404, "", "build %s of function %s not found", in.ID, in.Name))
 		}

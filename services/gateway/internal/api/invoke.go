@@ -31,6 +31,8 @@ import (
 	slessv1 "github.com/kube5s/sless/pkg/apis/sless/v1alpha1"
 	"github.com/kube5s/sless/pkg/egress"
 	"github.com/kube5s/sless/pkg/msg"
+	"github.com/kube5s/sless/pkg/pgtext"
+	"github.com/kube5s/sless/pkg/rabbit"
 )
 
 // DefaultTransport is the shared transport to functions: many idle
@@ -410,7 +412,9 @@ func (s *Server) invokeAsync(w http.ResponseWriter, r *http.Request, fn *slessv1
 		}
 	}
 	id := uuid.NewString()
-	key := r.Header.Get("Idempotency-Key")
+	// Cleaned as stored: a key with bytes PostgreSQL refuses would
+	// otherwise fail every lookup.
+	key := pgtext.Clean(r.Header.Get("Idempotency-Key"))
 	if key != "" {
 		if len(key) > 128 {
 			writeProblem(w, r, problem(422, "", "Idempotency-Key is longer than 128 characters"))
@@ -451,6 +455,13 @@ func (s *Server) invokeAsync(w http.ResponseWriter, r *http.Request, fn *slessv1
 	if err := s.Publisher.PublishMessage(ctx, m); err != nil {
 		if key != "" {
 			_, _ = s.DB.Exec(context.WithoutCancel(ctx), `DELETE FROM idempotency_keys WHERE tenant = $1 AND key = $2 AND invocation_id = $3`, tenant, key, id)
+		}
+		if errors.Is(err, rabbit.ErrRejected) {
+			// The queue is at its length limit: shed the load until the
+			// invokers have caught up.
+			w.Header().Set("Retry-After", "5")
+			writeProblem(w, r, problem(503, "queue-full", "the invocation queue is full; retry later"))
+			return
 		}
 		w.Header().Set("Retry-After", "1")
 		writeProblem(w, r, s.internal(ctx, 503, err, "the invocation could not be queued; retry"))

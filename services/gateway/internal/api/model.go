@@ -42,6 +42,8 @@ type TenantQuotas struct {
 	MemoryMB             *int32 `json:"memory_mb,omitempty" minimum:"0"`
 	InvocationsPerSecond *int32 `json:"invocations_per_second,omitempty" minimum:"1"`
 	ConcurrentBuilds     *int32 `json:"concurrent_builds,omitempty" minimum:"1" maximum:"100"`
+	// 0 takes the invoker's default (a fraction of a replica's slots).
+	MaxConcurrentInvocations *int32 `json:"max_concurrent_invocations,omitempty" minimum:"0" maximum:"4096"`
 }
 
 // TenantNetwork is a tenant's egress policy.
@@ -85,6 +87,7 @@ func tenantCR(in *TenantInput) *slessv1.Tenant {
 		set(&t.Spec.Quotas.MemoryMB, q.MemoryMB)
 		set(&t.Spec.Quotas.InvocationsPerSecond, q.InvocationsPerSecond)
 		set(&t.Spec.Quotas.ConcurrentBuilds, q.ConcurrentBuilds)
+		set(&t.Spec.Quotas.MaxConcurrentInvocations, q.MaxConcurrentInvocations)
 	}
 	if n := in.Network; n != nil {
 		t.Spec.Network.InternetEgress = n.InternetEgress
@@ -98,7 +101,7 @@ func tenantREST(t *slessv1.Tenant) Tenant {
 	return Tenant{
 		Name: t.Name, DisplayName: t.Spec.DisplayName, CreatedAt: t.CreationTimestamp.Time,
 		Quotas: TenantQuotas{MaxFunctions: &q.MaxFunctions, MaxPods: &q.MaxPods, CPUMillis: &q.CPUMillis, MemoryMB: &q.MemoryMB,
-			InvocationsPerSecond: &q.InvocationsPerSecond, ConcurrentBuilds: &q.ConcurrentBuilds},
+			InvocationsPerSecond: &q.InvocationsPerSecond, ConcurrentBuilds: &q.ConcurrentBuilds, MaxConcurrentInvocations: &q.MaxConcurrentInvocations},
 		Network: TenantNetwork{InternetEgress: t.Spec.Network.InternetEgress, DeniedEgressCIDRs: t.Spec.Network.DeniedEgressCIDRs},
 		Status:  TenantStatus{Phase: string(t.Status.Phase), Message: t.Status.Message, Namespace: t.Status.Namespace, Conditions: conditions(t.Status.Conditions)},
 	}

@@ -13,6 +13,7 @@ import (
 
 	slessv1 "github.com/kube5s/sless/pkg/apis/sless/v1alpha1"
 	"github.com/kube5s/sless/pkg/callback"
+	"github.com/kube5s/sless/pkg/pgtext"
 )
 
 var tenantKind = kind[Tenant, *slessv1.Tenant, *slessv1.TenantList]{
@@ -120,7 +121,7 @@ func (s *Server) registerTenants() {
 			tok, id := newToken()
 			out := &TokenOut{}
 			err := s.DB.QueryRow(ctx, `INSERT INTO api_tokens (id, tenant, name, token_hash) VALUES ($1, $2, $3, $4) RETURNING created_at`,
-				id, in.Tenant, in.Body.Name, hashToken(tok)).Scan(&out.Body.CreatedAt)
+				id, in.Tenant, pgtext.Clean(in.Body.Name), hashToken(tok)).Scan(&out.Body.CreatedAt)
 			if err != nil {
 				return nil, s.internal(ctx, 500, err, "the token could not be stored")
 			}

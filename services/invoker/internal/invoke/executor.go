@@ -52,6 +52,8 @@ type Executor struct {
 	Metrics   *Metrics
 	// MaxInline is the largest result kept in the record itself.
 	MaxInline int
+	// Slots caps each tenant's calls in flight; nil caps nothing.
+	Slots *TenantSlots
 }
 
 // Metrics are the invoker's counters.
@@ -61,6 +63,7 @@ type Metrics struct {
 	queueLag    prometheus.Histogram
 	retries     prometheus.Counter
 	deadLetters prometheus.Counter
+	deferred    prometheus.Counter
 }
 
 // NewMetrics registers the invoker metrics on reg.
@@ -75,8 +78,10 @@ func NewMetrics(reg prometheus.Registerer) *Metrics {
 		retries: prometheus.NewCounter(prometheus.CounterOpts{Name: "sless_invoker_retries_total", Help: "Invocations scheduled for a retry."}),
 		deadLetters: prometheus.NewCounter(prometheus.CounterOpts{Name: "sless_invoker_dead_letters_total",
 			Help: "Invocations dead-lettered after their last attempt."}),
+		deferred: prometheus.NewCounter(prometheus.CounterOpts{Name: "sless_invoker_tenant_deferrals_total",
+			Help: "Invocations sent back to the broker because their tenant had its cap of calls in flight."}),
 	}
-	reg.MustRegister(m.invocations, m.duration, m.queueLag, m.retries, m.deadLetters)
+	reg.MustRegister(m.invocations, m.duration, m.queueLag, m.retries, m.deadLetters, m.deferred)
 	return m
 }
 
@@ -97,6 +102,14 @@ func (e *Executor) Handle(ctx context.Context, d *amqp.Delivery) error {
 		if done, err := e.Recorded(ctx, req.InvocationID); err == nil && done {
 			return nil // a redelivery of an invocation that finished and was recorded
 		}
+	}
+	if e.Slots != nil {
+		release, ok := e.Slots.Acquire(ctx, req.Tenant)
+		if !ok {
+			e.Metrics.deferred.Inc()
+			return rabbit.Defer(fmt.Errorf("tenant %s has its cap of calls in flight", req.Tenant))
+		}
+		defer release()
 	}
 	rec, retry := e.Execute(ctx, &req, attempt)
 	if retry && attempt <= int(req.MaxRetries) {

@@ -6,34 +6,51 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"strings"
 	"sync"
 	"time"
 
 	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgconn"
 	"github.com/jackc/pgx/v5/pgxpool"
 	"github.com/prometheus/client_golang/prometheus"
 	amqp "github.com/rabbitmq/amqp091-go"
 
+	"github.com/kube5s/sless/pkg/jitter"
 	"github.com/kube5s/sless/pkg/msg"
+	"github.com/kube5s/sless/pkg/pgtext"
 	"github.com/kube5s/sless/pkg/rabbit"
 )
 
 // History writes invocation records to PostgreSQL in batches: every
-// delivery's records join the current batch, one multi-row INSERT ... ON
-// CONFLICT DO NOTHING commits it, and only then are the deliveries acked.
-// While the database is down the batch is retried with backoff and the
-// deliveries stay unacked: nothing is lost, history only lags.
+// delivery's records join the current batch, one INSERT ... SELECT FROM
+// unnest(...) ON CONFLICT DO NOTHING writes it (one statement, one round
+// trip, one prepared plan whatever the batch size), and only then are the
+// deliveries acked. While the database is down the batch is retried with
+// backoff and the deliveries stay unacked: nothing is lost, history only
+// lags. A batch the database refuses for its data (SQLSTATE class 22 or 23)
+// is written record by record, and only the record it refuses is
+// dead-lettered, with the database's reason.
 type History struct {
-	DB       *pgxpool.Pool
-	Log      *slog.Logger
-	MaxBatch int
-	MaxWait  time.Duration
+	DB  *pgxpool.Pool
+	Log *slog.Logger
+	// DeadLetters receives the records the database refuses.
+	DeadLetters DeadLetterPublisher
+	MaxBatch    int
+	MaxWait     time.Duration
 
 	mu      sync.Mutex
 	pending []pendingRecord
 	kick    chan struct{}
 	written prometheus.Counter
+	refused prometheus.Counter
 	lag     prometheus.Histogram
+}
+
+// DeadLetterPublisher publishes one message to a queue and returns once the
+// broker confirmed it.
+type DeadLetterPublisher interface {
+	Publish(ctx context.Context, exchange, key string, m amqp.Publishing) error
 }
 
 type pendingRecord struct {
@@ -42,13 +59,15 @@ type pendingRecord struct {
 }
 
 // NewHistory returns a recorder; Run must be running.
-func NewHistory(db *pgxpool.Pool, log *slog.Logger, reg prometheus.Registerer) *History {
-	h := &History{DB: db, Log: log, MaxBatch: 500, MaxWait: 50 * time.Millisecond, kick: make(chan struct{}, 1),
+func NewHistory(db *pgxpool.Pool, dead DeadLetterPublisher, log *slog.Logger, reg prometheus.Registerer) *History {
+	h := &History{DB: db, DeadLetters: dead, Log: log, MaxBatch: 500, MaxWait: 50 * time.Millisecond, kick: make(chan struct{}, 1),
 		written: prometheus.NewCounter(prometheus.CounterOpts{Name: "sless_invoker_history_records_total", Help: "Invocation records committed."}),
+		refused: prometheus.NewCounter(prometheus.CounterOpts{Name: "sless_invoker_history_refused_total",
+			Help: "Invocation records the database refused for their data, dead-lettered."}),
 		lag: prometheus.NewHistogram(prometheus.HistogramOpts{Name: "sless_invoker_history_lag_seconds",
 			Help: "Time from an invocation's end to its record's commit.", Buckets: prometheus.ExponentialBuckets(0.01, 2, 16)}),
 	}
-	reg.MustRegister(h.written, h.lag)
+	reg.MustRegister(h.written, h.refused, h.lag)
 	return h
 }
 
@@ -116,9 +135,11 @@ func (h *History) flush(ctx context.Context, final bool) {
 		if n == 0 {
 			return
 		}
-		backoff := 200 * time.Millisecond
+		again := jitter.Backoff(200*time.Millisecond, 5*time.Second)
+		var refused int
 		for {
-			err := h.write(ctx, batch)
+			var err error
+			refused, err = h.commit(ctx, batch)
 			if err == nil {
 				break
 			}
@@ -129,12 +150,12 @@ func (h *History) flush(ctx context.Context, final bool) {
 				h.drop(n)
 				return
 			}
-			h.Log.Warn("history write failed; retrying", "records", n, "err", err, "retryIn", backoff.String())
+			wait := again.NextBackOff()
+			h.Log.Warn("history write failed; retrying", "records", n, "err", err, "retryIn", wait.String())
 			select {
 			case <-ctx.Done():
-			case <-time.After(backoff):
+			case <-time.After(wait):
 			}
-			backoff = min(backoff*2, 5*time.Second)
 		}
 		h.drop(n)
 		now := time.Now()
@@ -142,7 +163,7 @@ func (h *History) flush(ctx context.Context, final bool) {
 			p.done <- nil
 			h.lag.Observe(now.Sub(p.rec.FinishedAt).Seconds())
 		}
-		h.written.Add(float64(n))
+		h.written.Add(float64(n - refused))
 	}
 }
 
@@ -152,58 +173,123 @@ func (h *History) drop(n int) {
 	h.mu.Unlock()
 }
 
-func nz[T comparable](v T) any {
-	var zero T
-	if v == zero {
-		return nil
+// commit writes the batch in one statement. When the database refuses it
+// for its data, it writes the records one by one and dead-letters those it
+// refuses; they are counted in refused. An error means nothing may be
+// acked yet (the database is unreachable, or a dead letter was not
+// confirmed); writing the batch again is harmless (ON CONFLICT DO NOTHING).
+func (h *History) commit(ctx context.Context, batch []pendingRecord) (refused int, err error) {
+	recs := make([]*msg.InvocationCompleted, len(batch))
+	for i := range batch {
+		recs[i] = &batch[i].rec
 	}
-	return v
+	err = h.write(ctx, recs...)
+	if !refusedForData(err) {
+		return 0, err
+	}
+	for _, r := range recs {
+		err := h.write(ctx, r)
+		if !refusedForData(err) {
+			if err != nil {
+				return 0, err
+			}
+			continue
+		}
+		if err := h.deadLetter(ctx, r, err); err != nil {
+			return 0, err
+		}
+		refused++
+	}
+	return refused, nil
 }
 
-func (h *History) write(ctx context.Context, batch []pendingRecord) error {
-	b := &pgx.Batch{}
-	for _, p := range batch {
-		r := p.rec
-		var jobName any
-		var jobRun any
-		if r.Job != nil {
-			jobName, jobRun = r.Job.Name, r.Job.RunID
-		}
-		var enq any
-		if !r.EnqueuedAt.IsZero() {
-			enq = r.EnqueuedAt
-		}
-		b.Queue(`INSERT INTO invocations (id, tenant, function, trigger_kind, trigger_name, status, http_status, attempts, enqueued_at,
-			started_at, finished_at, queue_wait_ms, duration_ms, cold_start, request_bytes, response_bytes, error, trace_id, result,
-			result_key, result_content_type, job_name, job_run_id)
-			VALUES ($1,$2,$3,$4,$5,$6,$7,$8,$9,$10,$11,$12,$13,$14,$15,$16,$17,$18,$19,$20,$21,$22,$23) ON CONFLICT (id) DO NOTHING`,
-			r.InvocationID, r.Tenant, r.Function, string(r.Trigger), r.TriggerName, string(r.Status), nz(r.HTTPStatus), max(r.Attempts, 1), enq,
-			r.StartedAt, r.FinishedAt, r.QueueWaitMs, r.DurationMs, r.ColdStart, r.RequestSize, r.ResponseSize, nz(r.Error), nz(r.TraceID),
-			r.Result, nz(r.ResultKey), nz(r.ResultContentType), jobName, jobRun)
-	}
-	tx, err := h.DB.Begin(ctx)
+// refusedForData tells a refusal no retry can change (SQLSTATE class 22,
+// data exception, or 23, integrity constraint violation) from an outage.
+func refusedForData(err error) bool {
+	var pgErr *pgconn.PgError
+	return errors.As(err, &pgErr) && (strings.HasPrefix(pgErr.Code, "22") || strings.HasPrefix(pgErr.Code, "23"))
+}
+
+func (h *History) deadLetter(ctx context.Context, r *msg.InvocationCompleted, cause error) error {
+	h.Log.Error("invocation record refused by the database; dead-lettered", "tenant", r.Tenant, "invocationID", r.InvocationID, "err", cause)
+	m, err := rabbit.Encode(ctx, r)
 	if err != nil {
 		return err
 	}
-	defer tx.Rollback(ctx)
-	if err := tx.SendBatch(ctx, b).Close(); err != nil {
-		var pgErr interface{ SQLState() string }
-		if errors.As(err, &pgErr) && pgErr.SQLState()[:2] == "23" {
-			// A record that violates a constraint would block the queue
-			// forever; it is logged and skipped.
-			h.Log.Error("invocation record rejected by the database", "err", err)
-			return nil
-		}
-		return err
+	rabbit.MarkDead(&m, msg.QueueInvocationHistory, rabbit.ReasonUnstorable, cause)
+	if err := h.DeadLetters.Publish(ctx, "", rabbit.DeadLetterQueue(msg.QueueInvocationHistory), m); err != nil {
+		return fmt.Errorf("dead-letter record %s: %w", r.InvocationID, err)
 	}
-	return tx.Commit(ctx)
+	h.refused.Inc()
+	return nil
+}
+
+// insertRecords takes one array per column, so that its text is the same
+// for every batch size.
+const insertRecords = `INSERT INTO invocations (id, tenant, function, trigger_kind, trigger_name, status, http_status, attempts,
+	enqueued_at, started_at, finished_at, queue_wait_ms, duration_ms, cold_start, request_bytes, response_bytes, error, trace_id,
+	result, result_key, result_content_type, job_name, job_run_id)
+	SELECT * FROM unnest($1::text[], $2::text[], $3::text[], $4::text[], $5::text[], $6::text[], $7::integer[], $8::integer[],
+	$9::timestamptz[], $10::timestamptz[], $11::timestamptz[], $12::bigint[], $13::bigint[], $14::boolean[], $15::bigint[],
+	$16::bigint[], $17::text[], $18::text[], $19::bytea[], $20::text[], $21::text[], $22::text[], $23::bigint[])
+	ON CONFLICT (id) DO NOTHING`
+
+// write inserts records in one statement. Every string a tenant's function
+// or message can influence goes through pgtext.Clean: PostgreSQL refuses a
+// NUL byte and invalid UTF-8 in text, and one such record would otherwise
+// stop the history of every tenant.
+func (h *History) write(ctx context.Context, recs ...*msg.InvocationCompleted) error {
+	n := len(recs)
+	var (
+		ids, tenants, functions, triggers, triggerNames, statuses = make([]string, n), make([]string, n), make([]string, n), make([]string, n), make([]string, n), make([]string, n)
+		httpStatuses, attempts                                    = make([]*int32, n), make([]int32, n)
+		enqueued                                                  = make([]*time.Time, n)
+		started, finished                                         = make([]time.Time, n), make([]time.Time, n)
+		waits, durations, reqBytes, respBytes                     = make([]int64, n), make([]int64, n), make([]int64, n), make([]int64, n)
+		cold                                                      = make([]bool, n)
+		errs, traces, resultKeys, contentTypes, jobNames          = make([]*string, n), make([]*string, n), make([]*string, n), make([]*string, n), make([]*string, n)
+		results                                                   = make([][]byte, n)
+		jobRuns                                                   = make([]*int64, n)
+	)
+	for i, r := range recs {
+		ids[i], tenants[i], functions[i] = pgtext.Clean(r.InvocationID), pgtext.Clean(r.Tenant), pgtext.Clean(r.Function)
+		triggers[i], triggerNames[i], statuses[i] = pgtext.Clean(string(r.Trigger)), pgtext.Clean(r.TriggerName), pgtext.Clean(string(r.Status))
+		if r.HTTPStatus != 0 {
+			s := int32(r.HTTPStatus)
+			httpStatuses[i] = &s
+		}
+		attempts[i] = max(r.Attempts, 1)
+		if !r.EnqueuedAt.IsZero() {
+			enqueued[i] = &r.EnqueuedAt
+		}
+		started[i], finished[i] = r.StartedAt, r.FinishedAt
+		waits[i], durations[i], cold[i], reqBytes[i], respBytes[i] = r.QueueWaitMs, r.DurationMs, r.ColdStart, r.RequestSize, r.ResponseSize
+		errs[i], traces[i] = text(r.Error), text(r.TraceID)
+		results[i], resultKeys[i], contentTypes[i] = r.Result, text(r.ResultKey), text(r.ResultContentType)
+		if r.Job != nil {
+			name, run := pgtext.Clean(r.Job.Name), r.Job.RunID
+			jobNames[i], jobRuns[i] = &name, &run
+		}
+	}
+	_, err := h.DB.Exec(ctx, insertRecords, ids, tenants, functions, triggers, triggerNames, statuses, httpStatuses, attempts,
+		enqueued, started, finished, waits, durations, cold, reqBytes, respBytes, errs, traces, results, resultKeys, contentTypes, jobNames, jobRuns)
+	return err
+}
+
+// text is the cleaned s, or NULL when s is empty.
+func text(s string) *string {
+	if s == "" {
+		return nil
+	}
+	s = pgtext.Clean(s)
+	return &s
 }
 
 // RecordedIn returns a Recorded backed by the history table.
 func RecordedIn(db *pgxpool.Pool) Recorded {
 	return func(ctx context.Context, id string) (bool, error) {
 		var one int
-		err := db.QueryRow(ctx, `SELECT 1 FROM invocations WHERE id = $1`, id).Scan(&one)
+		err := db.QueryRow(ctx, `SELECT 1 FROM invocations WHERE id = $1`, pgtext.Clean(id)).Scan(&one)
 		if errors.Is(err, pgx.ErrNoRows) {
 			return false, nil
 		}

@@ -7,11 +7,13 @@ import (
 	"encoding/json"
 	"fmt"
 	"log/slog"
+	"strings"
 	"sync"
 	"time"
 
 	"github.com/google/uuid"
 	amqp "github.com/rabbitmq/amqp091-go"
+	"golang.org/x/net/http/httpguts"
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"sigs.k8s.io/controller-runtime/pkg/client"
@@ -97,7 +99,8 @@ func (q *QueueTriggers) reconcile(ctx context.Context) {
 	hashes, urls := map[string]string{}, map[string]string{}
 	for i := range list.Items {
 		t := &list.Items[i]
-		if t.Spec.Type != slessv1.TriggerQueue || t.Spec.Queue == nil || !t.IsEnabled() || !t.DeletionTimestamp.IsZero() {
+		if t.Spec.Type != slessv1.TriggerQueue || t.Spec.Queue == nil || !t.IsEnabled() || !t.DeletionTimestamp.IsZero() ||
+			!strings.HasPrefix(t.Namespace, slessv1.NamespaceFor("")) { // only a tenant's namespace names a tenant
 			continue
 		}
 		key := t.Namespace + "/" + t.Name
@@ -235,7 +238,11 @@ func requestFromDelivery(d *amqp.Delivery, tenant string, t *slessv1.Trigger) *m
 		h["X-Sless-Message-Id"] = []string{d.MessageId}
 	}
 	for k, v := range d.Headers {
-		if s, ok := v.(string); ok && len(k) < 128 && k[0] != 'x' {
+		// Whoever publishes to the queue chooses these freely: only string
+		// headers that make a valid HTTP header are passed on, and x-...
+		// (broker and retry bookkeeping) are not.
+		s, ok := v.(string)
+		if ok && k != "" && len(k) < 128 && k[0] != 'x' && httpguts.ValidHeaderFieldName(k) && httpguts.ValidHeaderFieldValue(s) {
 			h["X-Amqp-"+k] = []string{s}
 		}
 	}

@@ -91,7 +91,7 @@ func newHarnessWith(t *testing.T, mkDriver func(ctrl.Manager) driver.Driver) *ha
 	if err != nil {
 		t.Fatal(err)
 	}
-	mq := rabbit.New(rabbitURL, t.Name(), quietLog(), rabbit.PlatformTopology()...)
+	mq := rabbit.New(rabbitURL, t.Name(), quietLog(), rabbit.PlatformTopology(rabbit.Limits{})...)
 	endpoint, user, password := testenv.RabbitManagement(t)
 	broker, err := brokeradmin.New(endpoint, user, password, 30*time.Second)
 	if err != nil {

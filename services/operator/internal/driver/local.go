@@ -28,6 +28,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/source"
 
 	slessv1 "github.com/kube5s/sless/pkg/apis/sless/v1alpha1"
+	"github.com/kube5s/sless/pkg/jitter"
 	"github.com/kube5s/sless/services/operator/internal/resources"
 )
 
@@ -285,7 +286,7 @@ func (p *proc) state(switched bool) State {
 // backoff until stop.
 func (p *proc) supervise() {
 	defer close(p.done)
-	backoff := 500 * time.Millisecond
+	restart := jitter.Backoff(500*time.Millisecond, 30*time.Second)
 	for {
 		exited, err := p.run()
 		if err != nil {
@@ -305,17 +306,16 @@ func (p *proc) supervise() {
 			return
 		}
 		p.l.notify(p.name)
+		if time.Since(p.startedAt) > time.Minute {
+			restart.Reset() // it ran a while: a new failure, not a crash loop
+		}
+		wait := restart.NextBackOff()
 		p.l.Log.Warn("function process exited; restarting", "tenant", resources.TenantOf(p.name.Namespace), "function", p.name.Name,
-			"err", p.lastErrText(), "retryIn", backoff.String())
+			"err", p.lastErrText(), "retryIn", wait.String())
 		select {
 		case <-p.stopCh:
 			return
-		case <-time.After(backoff):
-		}
-		if time.Since(p.startedAt) > time.Minute {
-			backoff = 500 * time.Millisecond
-		} else {
-			backoff = min(backoff*2, 30*time.Second)
+		case <-time.After(wait):
 		}
 	}
 }

@@ -1,0 +1,29 @@
+package jitter
+
+import (
+	"testing"
+	"time"
+)
+
+// TestBackoffSpreadsReplicas: two replicas that start redialling at the same
+// moment do not wait the same time, and no wait leaves its ±50% band.
+func TestBackoffSpreadsReplicas(t *testing.T) {
+	a, b := Backoff(100*time.Millisecond, 5*time.Second), Backoff(100*time.Millisecond, 5*time.Second)
+	nominal := 100 * time.Millisecond
+	same := 0
+	for i := range 20 {
+		da, db := a.NextBackOff(), b.NextBackOff()
+		if da == db {
+			same++
+		}
+		for _, d := range []time.Duration{da, db} {
+			if d < nominal/2 || d > nominal*3/2+time.Nanosecond {
+				t.Fatalf("step %d: wait %s is outside ±50%% of %s", i, d, nominal)
+			}
+		}
+		nominal = min(time.Duration(float64(nominal)*1.5), 5*time.Second)
+	}
+	if same > 2 {
+		t.Errorf("%d of 20 steps waited exactly as long on both replicas", same)
+	}
+}

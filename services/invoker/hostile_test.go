@@ -1,0 +1,180 @@
+package main
+
+import (
+	"fmt"
+	"net"
+	"net/http"
+	"os"
+	"path/filepath"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	amqp "github.com/rabbitmq/amqp091-go"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+
+	slessv1 "github.com/kube5s/sless/pkg/apis/sless/v1alpha1"
+)
+
+// serveFunction runs h as a function's endpoint on loopback.
+func serveFunction(t testing.TB, h http.HandlerFunc) string {
+	t.Helper()
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	srv := &http.Server{Handler: h}
+	go srv.Serve(ln)
+	t.Cleanup(func() { srv.Close() })
+	return "http://" + ln.Addr().String()
+}
+
+// waitCount waits until count(cond) reaches want.
+func (w *world) waitCount(t *testing.T, within time.Duration, want int, cond string, args ...any) {
+	t.Helper()
+	deadline := time.Now().Add(within)
+	for {
+		n := w.count(t, cond, args...)
+		if n == want {
+			return
+		}
+		if n > want || time.Now().After(deadline) {
+			t.Fatalf("%d records where %s, want %d", n, cond, want)
+		}
+		time.Sleep(100 * time.Millisecond)
+	}
+}
+
+// TestNulByteErrorDoesNotStopHistory: a Python handler that raises
+// Exception("bad\x00byte") is recorded (the NUL replaced), and the
+// invocations after it, of another tenant too, are recorded as well.
+func TestNulByteErrorDoesNotStopHistory(t *testing.T) {
+	w := newWorld(t)
+	dir := t.TempDir()
+	code := "def handler(event, context):\n    if event['path'].startswith('/bad'):\n        raise Exception('bad\\x00byte')\n    return 'ok'\n"
+	if err := os.WriteFile(filepath.Join(dir, "main.py"), []byte(code), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	w.pythonFunction(t, "nul", dir, 5)
+	other, otherNS := w.newTenant(t)
+	w.readyFunctionIn(t, otherNS, "fine", serveFunction(t, func(rw http.ResponseWriter, _ *http.Request) { _, _ = rw.Write([]byte("ok")) }), 5)
+	time.Sleep(300 * time.Millisecond) // the watch cache
+
+	w.request(t, "nul-1", "nul", "/bad", 1, "")
+	r := w.record(t, "nul-1", 30*time.Second)
+	if r.status != "failed" || r.errText != "bad\uFFFDbyte" {
+		t.Errorf("record of the NUL-byte error: %+v", r)
+	}
+	w.requestFor(t, other, "after-1", "fine", "/", 0, "")
+	w.request(t, "after-2", "nul", "/ok", 0, "")
+	if r := w.record(t, "after-1", 20*time.Second); r.status != "succeeded" {
+		t.Errorf("the other tenant's later invocation: %+v", r)
+	}
+	if r := w.record(t, "after-2", 20*time.Second); r.status != "succeeded" {
+		t.Errorf("the same tenant's later invocation: %+v", r)
+	}
+}
+
+// TestEmptyHeaderKeyDoesNotStopTheInvoker: queue messages with an AMQP
+// header whose key is empty (and other headers no HTTP header may carry)
+// are invoked without those headers, and every message of the queue runs.
+func TestEmptyHeaderKeyDoesNotStopTheInvoker(t *testing.T) {
+	w := newWorld(t)
+	var seen sync.Map
+	w.readyFunction(t, "numbers", serveFunction(t, func(rw http.ResponseWriter, r *http.Request) {
+		seen.Store(r.Header.Get("X-Amqp-Kept"), true)
+		_, _ = rw.Write([]byte("ok"))
+	}), 5)
+	tr := &slessv1.Trigger{ObjectMeta: metav1.ObjectMeta{Name: "numbers", Namespace: w.ns}, Spec: slessv1.TriggerSpec{FunctionRef: slessv1.LocalRef{Name: "numbers"},
+		Type: slessv1.TriggerQueue, Queue: &slessv1.QueueTrigger{Queue: "demo-numbers", Concurrency: 2, MaxRetries: 2}}}
+	if err := w.kube.Create(t.Context(), tr); err != nil {
+		t.Fatal(err)
+	}
+	conn, err := amqp.Dial(w.vhost)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer conn.Close()
+	ch, _ := conn.Channel()
+	waitQueue(t, conn, "demo-numbers")
+	const n = 100
+	for i := range n {
+		h := amqp.Table{"kept": "yes"}
+		switch i % 25 {
+		case 3:
+			h[""] = "empty key"
+		case 7:
+			h["bad key\r\n"] = "v"
+		case 11:
+			h["nul"] = "a\x00b"
+		}
+		if err := ch.PublishWithContext(t.Context(), "", "demo-numbers", false, false, amqp.Publishing{MessageId: fmt.Sprintf("n-%d", i),
+			Headers: h, Body: []byte(fmt.Sprintf(`{"n":%d}`, i)), DeliveryMode: amqp.Persistent}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	w.waitCount(t, 60*time.Second, n, "trigger_name = 'numbers' AND status = 'succeeded'")
+	if _, ok := seen.Load("yes"); !ok {
+		t.Error("the valid header did not reach the function")
+	}
+}
+
+// TestOneTenantCannotHoldEverySlot: while one tenant's slow calls fill its
+// cap of calls in flight, another tenant's call starts; without the cap
+// the slow calls hold every slot of the replica until they end.
+func TestOneTenantCannotHoldEverySlot(t *testing.T) {
+	w := newWorld(t, "SLESS_INVOKER_CONCURRENCY", "4")
+	if err := w.kube.Create(t.Context(), &slessv1.Tenant{ObjectMeta: metav1.ObjectMeta{Name: w.tenant},
+		Spec: slessv1.TenantSpec{Quotas: slessv1.TenantQuotas{MaxConcurrentInvocations: 2}}}); err != nil {
+		t.Fatal(err)
+	}
+	release := make(chan struct{})
+	var inFlight, peak atomic.Int64
+	w.readyFunction(t, "slow", serveFunction(t, func(rw http.ResponseWriter, r *http.Request) {
+		n := inFlight.Add(1)
+		for p := peak.Load(); n > p && !peak.CompareAndSwap(p, n); p = peak.Load() {
+		}
+		select {
+		case <-release:
+		case <-r.Context().Done():
+		}
+		inFlight.Add(-1)
+		_, _ = rw.Write([]byte("slept"))
+	}), 120)
+	quiet, quietNS := w.newTenant(t)
+	started := make(chan struct{}, 1)
+	w.readyFunctionIn(t, quietNS, "quick", serveFunction(t, func(rw http.ResponseWriter, _ *http.Request) {
+		select {
+		case started <- struct{}{}:
+		default:
+		}
+		_, _ = rw.Write([]byte("ok"))
+	}), 5)
+	time.Sleep(300 * time.Millisecond) // the watch cache sees the functions and the quota
+
+	const slow = 8 // twice the replica's slots
+	for i := range slow {
+		w.request(t, fmt.Sprintf("slow-%d", i), "slow", "/", 0, "")
+	}
+	for deadline := time.Now().Add(20 * time.Second); inFlight.Load() < 2; time.Sleep(20 * time.Millisecond) {
+		if time.Now().After(deadline) {
+			t.Fatalf("the slow tenant has %d calls in flight, want its cap of 2", inFlight.Load())
+		}
+	}
+	w.requestFor(t, quiet, "quick-1", "quick", "/", 0, "")
+	select {
+	case <-started:
+	case <-time.After(30 * time.Second):
+		t.Fatalf("the other tenant's call did not start while the slow tenant held %d calls", inFlight.Load())
+	}
+	if p := peak.Load(); p > 2 {
+		t.Errorf("the slow tenant had %d calls in flight; its cap is 2", p)
+	}
+	close(release)
+	w.record(t, "quick-1", 20*time.Second)
+	w.waitCount(t, 60*time.Second, slow, "id LIKE 'slow-%' AND status = 'succeeded'")
+	if p := peak.Load(); p > 2 {
+		t.Errorf("the slow tenant had %d calls in flight; its cap is 2", p)
+	}
+}
