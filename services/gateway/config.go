@@ -3,6 +3,7 @@ package main
 import (
 	"strings"
 
+	"github.com/kube5s/sless/pkg/archive"
 	"github.com/kube5s/sless/pkg/envconf"
 	"github.com/kube5s/sless/pkg/objstore"
 	"github.com/kube5s/sless/pkg/service"
@@ -24,6 +25,9 @@ type config struct {
 	AllowPrivateHooks bool // SLESS_ALLOW_PRIVATE_CALLBACKS
 	RecordBuffer      int  // SLESS_RECORD_BUFFER: invocation records waiting to be published
 	RecordSync        bool // SLESS_RECORD_SYNC_INVOCATIONS: record synchronous invocations in the history
+	// ArchiveLimits: SLESS_BUILD_MAX_ENTRIES and SLESS_BUILD_MAX_UNPACKED_BYTES,
+	// the builder's settings, so that an upload it would refuse is refused at once.
+	ArchiveLimits archive.Limits
 }
 
 func loadConfig(getenv func(string) string) (config, error) {
@@ -44,6 +48,10 @@ func loadConfig(getenv func(string) string) (config, error) {
 		AllowPrivateHooks: r.Bool("SLESS_ALLOW_PRIVATE_CALLBACKS", false),
 		RecordBuffer:      r.Int("SLESS_RECORD_BUFFER", 10000, 1, 1000000),
 		RecordSync:        r.Bool("SLESS_RECORD_SYNC_INVOCATIONS", true),
+		ArchiveLimits: archive.Limits{
+			MaxEntries: r.Int("SLESS_BUILD_MAX_ENTRIES", archive.DefaultLimits.MaxEntries, 1, 1000000),
+			MaxBytes:   int64(r.Int("SLESS_BUILD_MAX_UNPACKED_BYTES", int(archive.DefaultLimits.MaxBytes), 1, 1<<31-1)),
+		},
 	}
 	if c.MigrateOnly {
 		return c, nil // only the database is needed

@@ -23,6 +23,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/cache"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
+	"github.com/kube5s/sless/pkg/archive"
 	"github.com/kube5s/sless/pkg/health"
 	"github.com/kube5s/sless/pkg/msg"
 	"github.com/kube5s/sless/pkg/objstore"
@@ -42,6 +43,8 @@ type Config struct {
 	MaxResponseBytes  int64
 	MaxInlineResult   int
 	AllowPrivateHooks bool // X-Callback-Url to private, loopback and link-local addresses
+	// ArchiveLimits are the builder's limits, applied at upload.
+	ArchiveLimits archive.Limits
 }
 
 // Deps are the gateway's collaborators.
