@@ -1,6 +1,7 @@
 package main
 
 import (
+	"encoding/json"
 	"fmt"
 	"strings"
 	"testing"
@@ -9,6 +10,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	slessv1 "github.com/kube5s/sless/pkg/apis/sless/v1alpha1"
+	"github.com/kube5s/sless/pkg/msg"
 )
 
 // TestUploadRefusesWhatTheBuilderWould: an archive whose central directory
@@ -97,4 +99,102 @@ func TestBuildListPagesWithACursor(t *testing.T) {
 		t.Errorf("builds paged as %v, want %v", got, want)
 	}
 	expect(t, g.call(t, "GET", fb+"?cursor=bm90LWEtY3Vyc29y", tok, nil), 400, "malformed cursor")
+}
+
+// TestStoredResultsAreReadBack: an invocation's result is read back from
+// GET .../invocations/{id}/result, from the object store when it was too
+// large for the record, with the function's content type; the record
+// links it; another tenant cannot read it.
+func TestStoredResultsAreReadBack(t *testing.T) {
+	g := gateway(t)
+	ten, tok := g.tenant(t, nil)
+	_, other := g.tenant(t, nil)
+	big := strings.Repeat("0123456789", 5000)
+	key := "payloads/" + ten + "/inv-big"
+	if err := g.store.Put(t.Context(), key, strings.NewReader(big), int64(len(big)), "text/csv"); err != nil {
+		t.Fatal(err)
+	}
+	now := time.Now().UTC()
+	for _, row := range []struct {
+		id, key, ct string
+		inline      []byte
+	}{
+		{"inv-big", key, "text/csv", nil},
+		{"inv-small", "", "application/json", []byte(`{"ok":true}`)},
+		{"inv-none", "", "", nil},
+		{"inv-foreign", "payloads/someone-else/x", "text/plain", nil},
+	} {
+		if _, err := g.db.Exec(t.Context(), `INSERT INTO invocations (id, tenant, function, trigger_kind, status, http_status, started_at, finished_at,
+			result, result_key, result_content_type) VALUES ($1 || $2, $2, 'hello', 'async', 'succeeded', 200, $3, $3, $4, nullif($5, ''), nullif($6, ''))`,
+			row.id+"-", ten, now, row.inline, row.key, row.ct); err != nil {
+			t.Fatal(err)
+		}
+	}
+	base := "/v1/tenants/" + ten + "/invocations/"
+	r := g.call(t, "GET", base+"inv-big-"+ten+"/result", tok, nil)
+	expect(t, r, 200, "large result")
+	if string(r.body) != big || r.header.Get("Content-Type") != "text/csv" || r.header.Get("X-Content-Type-Options") != "nosniff" {
+		t.Errorf("large result: %d bytes, %s", len(r.body), r.header)
+	}
+	d := g.call(t, "GET", base+"inv-big-"+ten, tok, nil).json(t)
+	if d["result_url"] != base+"inv-big-"+ten+"/result" {
+		t.Errorf("the record does not link its result: %v", d)
+	}
+	r = g.call(t, "GET", base+"inv-small-"+ten+"/result", tok, nil)
+	expect(t, r, 200, "inline result")
+	if string(r.body) != `{"ok":true}` || r.header.Get("Content-Type") != "application/json" {
+		t.Errorf("inline result %q %s", r.body, r.header.Get("Content-Type"))
+	}
+	expect(t, g.call(t, "GET", base+"inv-none-"+ten+"/result", tok, nil), 404, "no result")
+	expect(t, g.call(t, "GET", base+"inv-foreign-"+ten+"/result", tok, nil), 404, "a key outside the tenant")
+	expect(t, g.call(t, "GET", base+"inv-unknown/result", tok, nil), 404, "unknown invocation")
+	expect(t, g.call(t, "GET", base+"inv-big-"+ten+"/result", other, nil), 403, "another tenant's token")
+}
+
+// TestColdStartIsTheFirstCallOfAProcess: the record of the first call a
+// runtime process serves says cold_start, the calls after it do not, and
+// a new process starts cold again. The marker does not reach the caller.
+func TestColdStartIsTheFirstCallOfAProcess(t *testing.T) {
+	g := gateway(t)
+	ten, tok := g.tenant(t, nil)
+	records := g.observe(t, msg.TypeInvocationCompleted+".#")
+	base := "/v1/tenants/" + ten + "/functions"
+	expect(t, g.call(t, "POST", base, tok, map[string]any{"name": "fx", "runtime": "python3.11", "entrypoint": "main.handler"}), 201, "create")
+	var ids []string
+	invoke := func() {
+		t.Helper()
+		r := g.call(t, "POST", base+"/fx/invoke", tok, "{}")
+		expect(t, r, 200, "invoke")
+		if v := r.header.Get("X-Sless-Cold-Start"); v != "" {
+			t.Errorf("the caller saw the cold start marker %q", v)
+		}
+		ids = append(ids, r.header.Get("X-Sless-Invocation-Id"))
+	}
+	g.ready(t, ten, "fx", runtime(t, "5", "2"))
+	invoke()
+	invoke()
+	invoke()
+	g.ready(t, ten, "fx", runtime(t, "5", "2")) // a new process
+	invoke()
+	invoke()
+
+	cold := map[string]bool{}
+	for deadline := time.Now().Add(10 * time.Second); len(cold) < len(ids) && time.Now().Before(deadline); {
+		for _, d := range records.wait(t, `"function":"fx"`, 1, 100*time.Millisecond) {
+			var b msg.InvocationBatch
+			_ = json.Unmarshal(d.Body, &b)
+			for _, m := range b.Records {
+				if m.Tenant == ten {
+					cold[m.InvocationID] = m.ColdStart
+				}
+			}
+		}
+	}
+	var got []string
+	for _, id := range ids {
+		got = append(got, fmt.Sprint(cold[id]))
+	}
+	if want := "true false false true false"; strings.Join(got, " ") != want {
+		t.Errorf("cold_start of the five calls: %s, want %s (%d records)", strings.Join(got, " "), want, len(cold))
+	}
 }

@@ -2,18 +2,20 @@ package main
 
 import (
 	"github.com/kube5s/sless/pkg/envconf"
+	"github.com/kube5s/sless/pkg/objstore"
 	"github.com/kube5s/sless/pkg/service"
 )
 
 type config struct {
 	service.Common
-	Kubeconfig        string // KUBECONFIG: empty in a cluster
-	RabbitURL         string // SLESS_RABBITMQ_URL
-	PostgresURL       string // SLESS_POSTGRES_URL
-	Migrate           bool   // SLESS_MIGRATE: apply migrations at start
-	Concurrency       int    // SLESS_INVOKER_CONCURRENCY: invocations in flight (the prefetch)
-	HistoryPrefetch   int    // SLESS_HISTORY_PREFETCH: record messages being batched
-	AllowPrivateHooks bool   // SLESS_ALLOW_PRIVATE_CALLBACKS
+	Kubeconfig        string          // KUBECONFIG: empty in a cluster
+	RabbitURL         string          // SLESS_RABBITMQ_URL
+	PostgresURL       string          // SLESS_POSTGRES_URL
+	Migrate           bool            // SLESS_MIGRATE: apply migrations at start
+	Concurrency       int             // SLESS_INVOKER_CONCURRENCY: invocations in flight (the prefetch)
+	HistoryPrefetch   int             // SLESS_HISTORY_PREFETCH: record messages being batched
+	AllowPrivateHooks bool            // SLESS_ALLOW_PRIVATE_CALLBACKS
+	S3                objstore.Config // results over the inline limit, dead letters' large bodies
 }
 
 func loadConfig(getenv func(string) string) (config, error) {
@@ -27,6 +29,7 @@ func loadConfig(getenv func(string) string) (config, error) {
 		Concurrency:       r.Int("SLESS_INVOKER_CONCURRENCY", 64, 1, 4096),
 		HistoryPrefetch:   r.Int("SLESS_HISTORY_PREFETCH", 512, 1, 65535),
 		AllowPrivateHooks: r.Bool("SLESS_ALLOW_PRIVATE_CALLBACKS", false),
+		S3:                objstore.ReadConfig(r),
 	}
 	return c, r.Err()
 }

@@ -46,6 +46,10 @@ func run(ctx context.Context, getenv func(string) string, stdout io.Writer) erro
 	defer pool.Close()
 	svc.Health.AddCheck(health.Check{Name: "postgres", Fn: pool.Ping})
 
+	store, err := svc.ObjectStore(ctx, cfg.S3)
+	if err != nil {
+		return err
+	}
 	mq := svc.Rabbit(cfg.RabbitURL)
 	pub := rabbit.NewPublisher(mq)
 
@@ -54,7 +58,7 @@ func run(ctx context.Context, getenv func(string) string, stdout io.Writer) erro
 		Client:    &http.Client{Transport: &http.Transport{MaxIdleConnsPerHost: 256, IdleConnTimeout: 90 * time.Second, DisableCompression: true}},
 		Publisher: pub, Recorded: invoke.RecordedIn(pool), Tracer: svc.Tracer, Log: svc.Log,
 		Records: &invoke.Records{Publisher: pub, MaxBatch: 256},
-		Metrics: invoke.NewMetrics(svc.Registry), MaxInline: 4096,
+		Metrics: invoke.NewMetrics(svc.Registry), MaxInline: 4096, Results: store,
 	}
 	history := invoke.NewHistory(pool, svc.Log, svc.Registry)
 	callbacks := &invoke.Callbacks{Client: &http.Client{Transport: callbackTransport(cfg.AllowPrivateHooks)}}

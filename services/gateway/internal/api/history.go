@@ -41,6 +41,7 @@ type Invocation struct {
 	ResultBase64      bool       `json:"result_base64,omitempty"`
 	ResultContentType string     `json:"result_content_type,omitempty"`
 	ResultKey         string     `json:"result_key,omitempty"`
+	ResultURL         string     `json:"result_url,omitempty" doc:"where the stored result is read, large ones included"`
 }
 
 // Build is one build of a function.
@@ -65,7 +66,7 @@ const invocationColumns = `id, function, trigger_kind, trigger_name, status, htt
 	queue_wait_ms, duration_ms, cold_start, request_bytes, response_bytes, coalesce(error, ''), coalesce(trace_id, ''), result,
 	coalesce(result_content_type, ''), coalesce(result_key, '')`
 
-func scanInvocation(row pgx.Row) (Invocation, error) {
+func scanInvocation(row pgx.Row, tenant string) (Invocation, error) {
 	var v Invocation
 	var result []byte
 	err := row.Scan(&v.ID, &v.Function, &v.Trigger, &v.TriggerName, &v.Status, &v.HTTPStatus, &v.Attempts, &v.EnqueuedAt, &v.StartedAt, &v.FinishedAt,
@@ -74,6 +75,9 @@ func scanInvocation(row pgx.Row) (Invocation, error) {
 		v.Result = string(result)
 	} else {
 		v.Result, v.ResultBase64 = base64.StdEncoding.EncodeToString(result), true
+	}
+	if v.ResultKey != "" || result != nil {
+		v.ResultURL = resultURL(tenant, v.ID)
 	}
 	return v, err
 }
@@ -147,7 +151,7 @@ func (s *Server) registerHistory() {
 			out := &ListOut[Invocation]{}
 			out.Body.Items = []Invocation{}
 			for rows.Next() {
-				v, err := scanInvocation(rows)
+				v, err := scanInvocation(rows, in.Tenant)
 				if err != nil {
 					return nil, withID(ctx, problem(500, "", "read invocations: %v", err))
 				}
@@ -169,7 +173,7 @@ func (s *Server) registerHistory() {
 			if err := s.requireTenant(ctx, in.Tenant); err != nil {
 				return nil, err
 			}
-			v, err := scanInvocation(s.DB.QueryRow(ctx, `SELECT `+invocationColumns+` FROM invocations WHERE tenant = $1 AND id = $2`, in.Tenant, in.ID))
+			v, err := scanInvocation(s.DB.QueryRow(ctx, `SELECT `+invocationColumns+` FROM invocations WHERE tenant = $1 AND id = $2`, in.Tenant, in.ID), in.Tenant)
 			if errors.Is(err, pgx.ErrNoRows) {
 				return nil, withID(ctx, problem(404, "", "invocation %s is not recorded (yet): an async invocation appears once it has run", in.ID))
 			}

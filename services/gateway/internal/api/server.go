@@ -117,6 +117,7 @@ func New(d Deps) *Server {
 	s.registerTriggers()
 	s.registerJobs()
 	s.registerHistory()
+	s.registerResults()
 	s.registerInvoke()
 	return s
 }
