@@ -192,6 +192,11 @@ func PayloadKey(tenant, invocationID string) string {
 	return "payloads/" + tenant + "/" + invocationID
 }
 
+// RequestKey is where the request of a large dead letter lives.
+func RequestKey(tenant, invocationID string) string {
+	return "payloads/" + tenant + "/" + invocationID + ".request.json"
+}
+
 // ReadConfig reads SLESS_S3_ENDPOINT, SLESS_S3_ACCESS_KEY,
 // SLESS_S3_SECRET_KEY, SLESS_S3_BUCKET, SLESS_S3_REGION and SLESS_S3_SECURE.
 func ReadConfig(r *envconf.Reader) Config {

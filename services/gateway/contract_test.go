@@ -198,3 +198,100 @@ func TestColdStartIsTheFirstCallOfAProcess(t *testing.T) {
 		t.Errorf("cold_start of the five calls: %s, want %s (%d records)", strings.Join(got, " "), want, len(cold))
 	}
 }
+
+// TestDeadLettersAreListedAndReplayed: a tenant lists its dead letters
+// with the reason each died, per function and per queue trigger, and
+// replays them as new invocations, each at most once; it never sees or
+// replays another tenant's.
+func TestDeadLettersAreListedAndReplayed(t *testing.T) {
+	g := gateway(t)
+	ten, tok := g.tenant(t, nil)
+	other, otherTok := g.tenant(t, nil)
+	requests := g.observe(t, msg.TypeInvocationRequested+".#")
+	t0 := time.Now().Add(-time.Hour).UTC()
+	letters := []struct {
+		tenant, id, function, kind, trigger string
+	}{
+		{ten, "dl-1", "orders", "queue", "incoming"},
+		{ten, "dl-2", "orders", "queue", "incoming"},
+		{ten, "dl-3", "mailer", "async", ""},
+		{ten, "dl-4", "orders", "queue", "returns"},
+		{other, "dl-5", "orders", "queue", "incoming"},
+	}
+	for i, l := range letters {
+		req, _ := json.Marshal(&msg.InvocationRequested{InvocationID: l.tenant + l.id, Tenant: l.tenant, Namespace: slessv1.NamespaceFor(l.tenant),
+			Function: l.function, Trigger: msg.TriggerKind(l.kind), TriggerName: l.trigger, MaxRetries: 2,
+			Request: msg.Request{Method: "POST", Path: "/", Body: []byte(fmt.Sprintf(`{"n":%d}`, i))}})
+		if _, err := g.db.Exec(t.Context(), `INSERT INTO dead_letters (id, tenant, function, trigger_kind, trigger_name, reason, error, attempts,
+			request, request_bytes, dead_lettered_at) VALUES ($1, $2, $3, $4, $5, 'retries-exhausted', 'boom', 3, $6, 7, $7)`,
+			l.tenant+l.id, l.tenant, l.function, l.kind, l.trigger, req, t0.Add(time.Duration(i)*time.Minute)); err != nil {
+			t.Fatal(err)
+		}
+	}
+	base := "/v1/tenants/" + ten + "/dead-letters"
+	ids := func(r resp) string {
+		t.Helper()
+		var out []string
+		for _, it := range r.json(t)["items"].([]any) {
+			out = append(out, strings.TrimPrefix(it.(map[string]any)["id"].(string), ten))
+		}
+		return strings.Join(out, " ")
+	}
+	r := g.call(t, "GET", base, tok, nil)
+	expect(t, r, 200, "list")
+	if got := ids(r); got != "dl-4 dl-3 dl-2 dl-1" {
+		t.Errorf("dead letters %q, want the tenant's four, newest first", got)
+	}
+	if it := r.json(t)["items"].([]any)[0].(map[string]any); it["reason"] != "retries-exhausted" || it["error"] != "boom" || it["trigger_name"] != "returns" {
+		t.Errorf("a dead letter reads %v", it)
+	}
+	if got := ids(g.call(t, "GET", base+"?trigger_name=incoming", tok, nil)); got != "dl-2 dl-1" {
+		t.Errorf("per queue trigger: %q", got)
+	}
+	if got := ids(g.call(t, "GET", base+"?function=mailer", tok, nil)); got != "dl-3" {
+		t.Errorf("per function: %q", got)
+	}
+	page := g.call(t, "GET", base+"?limit=3", tok, nil).json(t)
+	if got := ids(g.call(t, "GET", base+"?limit=3&cursor="+page["next_cursor"].(string), tok, nil)); got != "dl-1" {
+		t.Errorf("second page: %q", got)
+	}
+	expect(t, g.call(t, "GET", base, otherTok, nil), 403, "another tenant's token")
+	expect(t, g.call(t, "GET", base+"/"+other+"dl-5", tok, nil), 404, "another tenant's letter by id")
+	expect(t, g.call(t, "POST", base+"/"+other+"dl-5/replay", tok, nil), 404, "replaying another tenant's letter")
+
+	r = g.call(t, "POST", base+"/"+ten+"dl-1/replay", tok, nil)
+	expect(t, r, 202, "replay")
+	newID := r.json(t)["invocation_id"].(string)
+	if newID == "" || newID == ten+"dl-1" || r.header.Get("Location") != "/v1/tenants/"+ten+"/invocations/"+newID {
+		t.Fatalf("replay answered %s, Location %q", r.body, r.header.Get("Location"))
+	}
+	got := requests.wait(t, newID, 1)
+	if len(got) != 1 {
+		t.Fatalf("the replay published %d requests", len(got))
+	}
+	var m msg.InvocationRequested
+	_ = json.Unmarshal(got[0].Body, &m)
+	if m.Tenant != ten || m.Function != "orders" || m.Trigger != msg.TriggerQueue || m.TriggerName != "incoming" || string(m.Request.Body) != `{"n":0}` || m.MaxRetries != 2 {
+		t.Errorf("replayed request %+v", m)
+	}
+	expect(t, g.call(t, "POST", base+"/"+ten+"dl-1/replay", tok, nil), 409, "a second replay of one letter")
+	d := g.call(t, "GET", base+"/"+ten+"dl-1", tok, nil).json(t)
+	if d["replay_invocation_id"] != newID || d["replayed_at"] == nil {
+		t.Errorf("the letter does not say it was replayed: %v", d)
+	}
+
+	// Bulk: the rest of one queue trigger's letters, not the replayed one.
+	r = g.call(t, "POST", base+"/replay", tok, map[string]any{"trigger_name": "incoming"})
+	expect(t, r, 200, "bulk replay")
+	if got := ids(r); got != "dl-2" {
+		t.Errorf("bulk replay replayed %q, want dl-2", got)
+	}
+	if got := ids(g.call(t, "GET", base+"?replayed=false", tok, nil)); got != "dl-4 dl-3" {
+		t.Errorf("not replayed yet: %q", got)
+	}
+	var otherReplayed bool
+	_ = g.db.QueryRow(t.Context(), `SELECT replayed_at IS NOT NULL FROM dead_letters WHERE id = $1`, other+"dl-5").Scan(&otherReplayed)
+	if otherReplayed {
+		t.Error("a bulk replay touched another tenant's letter")
+	}
+}

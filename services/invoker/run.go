@@ -61,6 +61,7 @@ func run(ctx context.Context, getenv func(string) string, stdout io.Writer) erro
 		Metrics: invoke.NewMetrics(svc.Registry), MaxInline: 4096, Results: store,
 	}
 	history := invoke.NewHistory(pool, svc.Log, svc.Registry)
+	deadLetters := &invoke.DeadLetters{DB: pool, Store: store}
 	callbacks := &invoke.Callbacks{Client: &http.Client{Transport: callbackTransport(cfg.AllowPrivateHooks)}}
 	triggers := &invoke.QueueTriggers{Triggers: watch, Secrets: kube, Platform: mq, Exec: exec, Log: svc.Log}
 
@@ -72,6 +73,7 @@ func run(ctx context.Context, getenv func(string) string, stdout io.Writer) erro
 		{Client: mq, Queue: rabbit.PlatformQueue(msg.QueueInvocationRequest, invRetry), Prefetch: cfg.Concurrency, Handler: exec.Handle, Tracer: svc.Tracer},
 		{Client: mq, Queue: rabbit.PlatformQueue(msg.QueueInvocationHistory, rabbit.DefaultRetry), Prefetch: cfg.HistoryPrefetch, Handler: history.Handle},
 		{Client: mq, Queue: rabbit.PlatformQueue(msg.QueueCallbacks, rabbit.DefaultRetry), Prefetch: 16, Handler: callbacks.Handle},
+		{Client: mq, Queue: rabbit.PlatformQueue(msg.QueueDeadLetters, rabbit.DefaultRetry), Prefetch: 16, Handler: deadLetters.Handle},
 	}
 	svc.Go(history.Run)
 	for _, c := range consumers {

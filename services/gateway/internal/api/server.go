@@ -118,6 +118,7 @@ func New(d Deps) *Server {
 	s.registerJobs()
 	s.registerHistory()
 	s.registerResults()
+	s.registerDeadLetters()
 	s.registerInvoke()
 	return s
 }

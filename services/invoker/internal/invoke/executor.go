@@ -117,6 +117,11 @@ func (e *Executor) Handle(ctx context.Context, d *amqp.Delivery) error {
 		e.Metrics.retries.Inc()
 		return fmt.Errorf("%w: %s", errRetry, rec.Error)
 	}
+	if retry {
+		if err := e.publishDeadLetter(ctx, &req, rec); err != nil {
+			return err // the message comes back, and dies again
+		}
+	}
 	if err := e.Records.Publish(ctx, rec); err != nil {
 		return err // not recorded: the message comes back
 	}
