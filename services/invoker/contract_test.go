@@ -85,8 +85,8 @@ func TestColdStartIsRecordedForTheFirstCall(t *testing.T) {
 
 type deadLetter struct {
 	function, trigger, triggerName, reason, errText, key string
-	attempts                                            int
-	request                                             []byte
+	attempts                                             int
+	request                                              []byte
 }
 
 func (w *world) deadLetter(t *testing.T, id string, within time.Duration) deadLetter {
