@@ -30,6 +30,7 @@ const (
 	QueueJobCompleted       = "sless.operator.job-completed"
 	QueueSchedulerCompleted = "sless.scheduler.invocation-completed"
 	QueueCallbacks          = "sless.invoker.callbacks"
+	QueueDeadLetters        = "sless.invoker.dead-letters"
 )
 
 // Bindings maps each platform queue to the routing keys it receives.
@@ -41,6 +42,7 @@ var Bindings = map[string][]string{
 	QueueJobCompleted:       {TypeInvocationCompleted + "." + string(TriggerJob)},
 	QueueSchedulerCompleted: {TypeInvocationCompleted + "." + string(TriggerCron)},
 	QueueCallbacks:          {TypeCallbackRequested},
+	QueueDeadLetters:        {TypeInvocationDeadLettered},
 }
 
 // RoutingKey is the key a message is published with: its type, and for
@@ -75,6 +77,8 @@ func Decode(typ string, body []byte) (Message, error) {
 		m = &InvocationBatch{}
 	case TypeCallbackRequested:
 		m = &CallbackRequested{}
+	case TypeInvocationDeadLettered:
+		m = &InvocationDeadLettered{}
 	default:
 		return nil, fmt.Errorf("decode message: unknown type %q", typ)
 	}

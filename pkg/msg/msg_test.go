@@ -50,6 +50,13 @@ func samples() []Message {
 			Attempts: 2, EnqueuedAt: t0, StartedAt: t0.Add(time.Second), FinishedAt: t0.Add(1100 * time.Millisecond), QueueWaitMs: 1000,
 			DurationMs: 100, ResponseSize: 2, Result: []byte("ok"), ResultContentType: "text/plain",
 		}},
+		&InvocationDeadLettered{
+			InvocationID: "q-5e0c1a", Tenant: "acme", Function: "hello", Trigger: TriggerQueue, TriggerName: "orders",
+			Reason: "retries-exhausted", Error: "bad input", Attempts: 4, DeadLetteredAt: t0.Add(time.Minute),
+			Request: InvocationRequested{InvocationID: "q-5e0c1a", Tenant: "acme", Namespace: "sless-fn-acme", Function: "hello",
+				Trigger: TriggerQueue, TriggerName: "orders", Request: Request{Method: "POST", Path: "/",
+					Headers: map[string][]string{"X-Sless-Queue": {"orders"}}, Body: []byte(`{"order":7}`)}, MaxRetries: 3, EnqueuedAt: t0},
+		},
 		&InvocationBatch{Records: []InvocationCompleted{{
 			InvocationID: "inv-02", Tenant: "acme", Function: "hello", Trigger: TriggerHTTP, Status: StatusFailed, HTTPStatus: 500,
 			Attempts: 1, StartedAt: t0, FinishedAt: t0.Add(3 * time.Millisecond), DurationMs: 3, RequestSize: 2, ResponseSize: 40,

@@ -7,11 +7,14 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"github.com/kube5s/sless/pkg/envconf"
 	"io"
+	"net/http"
+	"strings"
 
 	"github.com/minio/minio-go/v7"
 	"github.com/minio/minio-go/v7/pkg/credentials"
+
+	"github.com/kube5s/sless/pkg/envconf"
 )
 
 // ErrNotFound is returned when an object does not exist.
@@ -25,6 +28,9 @@ type Config struct {
 	Bucket    string
 	Region    string
 	Secure    bool
+	// Transport carries the requests; nil is minio-go's default. Tests
+	// count the bytes a reader fetched with it.
+	Transport http.RoundTripper
 }
 
 // Store reads and writes objects in one bucket.
@@ -36,9 +42,10 @@ type Store struct {
 // New returns a store; it does not contact the server.
 func New(cfg Config) (*Store, error) {
 	mc, err := minio.New(cfg.Endpoint, &minio.Options{
-		Creds:  credentials.NewStaticV4(cfg.AccessKey, cfg.SecretKey, ""),
-		Secure: cfg.Secure,
-		Region: cfg.Region,
+		Creds:     credentials.NewStaticV4(cfg.AccessKey, cfg.SecretKey, ""),
+		Secure:    cfg.Secure,
+		Region:    cfg.Region,
+		Transport: cfg.Transport,
 	})
 	if err != nil {
 		return nil, fmt.Errorf("object store client for %s: %w", cfg.Endpoint, err)
@@ -102,6 +109,38 @@ func (s *Store) Get(ctx context.Context, key string) (io.ReadCloser, int64, erro
 	return o, st.Size, nil
 }
 
+// GetFrom opens the object at key from byte offset on, with a ranged read,
+// for a reader that follows a growing object (a build log) and must not
+// fetch what it already has. At or past the end it returns an empty
+// reader; a missing object is ErrNotFound.
+func (s *Store) GetFrom(ctx context.Context, key string, offset int64) (io.ReadCloser, error) {
+	if offset <= 0 {
+		rc, _, err := s.Get(ctx, key)
+		return rc, err
+	}
+	opts := minio.GetObjectOptions{}
+	if err := opts.SetRange(offset, 0); err != nil { // bytes=offset-
+		return nil, fmt.Errorf("get %s from %d: %w", key, offset, err)
+	}
+	o, err := s.mc.GetObject(ctx, s.bucket, key, opts)
+	if err != nil {
+		return nil, fmt.Errorf("get %s from %d: %w", key, offset, err)
+	}
+	// Stat sends the ranged GET itself; its answer says whether there is
+	// anything new.
+	if _, err := o.Stat(); err != nil {
+		_ = o.Close()
+		switch minio.ToErrorResponse(err).Code {
+		case "InvalidRange":
+			return io.NopCloser(strings.NewReader("")), nil
+		case "NoSuchKey":
+			return nil, fmt.Errorf("get %s: %w", key, ErrNotFound)
+		}
+		return nil, fmt.Errorf("get %s from %d: %w", key, offset, err)
+	}
+	return o, nil
+}
+
 // Exists reports whether key exists.
 func (s *Store) Exists(ctx context.Context, key string) (bool, error) {
 	_, err := s.mc.StatObject(ctx, s.bucket, key, minio.StatObjectOptions{})
@@ -151,6 +190,11 @@ func BuildLogKey(tenant, function, buildID string) string {
 // PayloadKey is where a large invocation result lives.
 func PayloadKey(tenant, invocationID string) string {
 	return "payloads/" + tenant + "/" + invocationID
+}
+
+// RequestKey is where the request of a large dead letter lives.
+func RequestKey(tenant, invocationID string) string {
+	return "payloads/" + tenant + "/" + invocationID + ".request.json"
 }
 
 // ReadConfig reads SLESS_S3_ENDPOINT, SLESS_S3_ACCESS_KEY,

@@ -221,6 +221,10 @@ function main() {
       try {
         if (tooLarge) return send(res, problem(413, 'PayloadTooLarge', `request body over ${cfg.maxBody} bytes`, info), info.invocationId);
         if (!state.ready) return send(res, problem(503, 'NotReady', state.loadError || 'the handler is loading', info, { 'Retry-After': '1' }), info.invocationId);
+        if (!state.served) { // the first invocation this runtime process serves
+          state.served = true;
+          res.setHeader('X-Sless-Cold-Start', 'true');
+        }
         const raw = Buffer.concat(chunks);
         const text = raw.toString('utf8');
         const binary = !Buffer.from(text, 'utf8').equals(raw);

@@ -12,6 +12,7 @@ import asyncio
 import base64
 import importlib
 import inspect
+import itertools
 import json
 import marshal
 import multiprocessing
@@ -308,6 +309,7 @@ class Runtime:
         self.watchdog = Watchdog()
         self.ready = False
         self.load_error = None
+        self.served = itertools.count()  # next() is atomic: exactly one call is the cold one
         self.draining = False
         self.inflight = 0
         self.inflight_lock = threading.Lock()
@@ -445,7 +447,11 @@ def make_handler(rt):
                 self.reply(*rendered(problem(503, "NotReady", rt.load_error or "the handler is loading", info, {"Retry-After": "1"}), info))
                 return
             header_text = "\n".join(f"{k}: {v}" for k, v in h.items())
-            self.reply(*rt.invoke((self.command, path, raw_query, header_text, raw), info))
+            cold = next(rt.served) == 0
+            status, head, body = rt.invoke((self.command, path, raw_query, header_text, raw), info)
+            if cold:  # the first invocation this runtime process serves
+                head += b"X-Sless-Cold-Start: true\r\n"
+            self.reply(status, head, body)
 
     for m in METHODS:
         setattr(Handler, "do_" + m, Handler.dispatch)

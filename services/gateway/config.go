@@ -4,6 +4,7 @@ import (
 	"net/netip"
 	"strings"
 
+	"github.com/kube5s/sless/pkg/archive"
 	"github.com/kube5s/sless/pkg/egress"
 	"github.com/kube5s/sless/pkg/envconf"
 	"github.com/kube5s/sless/pkg/objstore"
@@ -27,6 +28,9 @@ type config struct {
 	FunctionsDomain  string         // SLESS_FUNCTIONS_DOMAIN: serve tenant t's triggers on <t>.<domain>
 	RecordBuffer     int            // SLESS_RECORD_BUFFER: invocation records waiting to be published
 	RecordSync       bool           // SLESS_RECORD_SYNC_INVOCATIONS: record synchronous invocations in the history
+	// ArchiveLimits: SLESS_BUILD_MAX_ENTRIES and SLESS_BUILD_MAX_UNPACKED_BYTES,
+	// the builder's settings, so that an upload it would refuse is refused at once.
+	ArchiveLimits archive.Limits
 }
 
 func loadConfig(getenv func(string) string) (config, error) {
@@ -47,6 +51,10 @@ func loadConfig(getenv func(string) string) (config, error) {
 		FunctionsDomain:  strings.Trim(strings.ToLower(r.String("SLESS_FUNCTIONS_DOMAIN", "")), "."),
 		RecordBuffer:     r.Int("SLESS_RECORD_BUFFER", 10000, 1, 1000000),
 		RecordSync:       r.Bool("SLESS_RECORD_SYNC_INVOCATIONS", true),
+		ArchiveLimits: archive.Limits{
+			MaxEntries: r.Int("SLESS_BUILD_MAX_ENTRIES", archive.DefaultLimits.MaxEntries, 1, 1000000),
+			MaxBytes:   int64(r.Int("SLESS_BUILD_MAX_UNPACKED_BYTES", int(archive.DefaultLimits.MaxBytes), 1, 1<<31-1)),
+		},
 	}
 	allow, err := egress.ParseCIDRs(r.String("SLESS_EGRESS_ALLOW_CIDRS", ""))
 	if err != nil {

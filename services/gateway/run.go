@@ -69,7 +69,7 @@ func run(ctx context.Context, getenv func(string) string, stdout io.Writer) erro
 	srv := api.New(api.Deps{
 		Config: api.Config{AdminToken: cfg.AdminToken, PublicURL: cfg.PublicURL, MaxSourceBytes: int64(cfg.MaxSourceBytes),
 			MaxResponseBytes: int64(cfg.MaxResponseBytes), MaxInlineResult: 4096,
-			Egress: egress.New(cfg.EgressAllow...), FunctionsDomain: cfg.FunctionsDomain},
+			Egress: egress.New(cfg.EgressAllow...), FunctionsDomain: cfg.FunctionsDomain, ArchiveLimits: cfg.ArchiveLimits},
 		Kube: kube, Cache: watch, DB: pool, Store: store, Publisher: pub, Recorder: recorder,
 		Health: svc.Health, Registry: svc.Registry, Tracer: svc.Tracer, Log: svc.Log,
 	})

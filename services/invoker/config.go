@@ -5,18 +5,20 @@ import (
 
 	"github.com/kube5s/sless/pkg/egress"
 	"github.com/kube5s/sless/pkg/envconf"
+	"github.com/kube5s/sless/pkg/objstore"
 	"github.com/kube5s/sless/pkg/service"
 )
 
 type config struct {
 	service.Common
-	Kubeconfig      string         // KUBECONFIG: empty in a cluster
-	RabbitURL       string         // SLESS_RABBITMQ_URL
-	PostgresURL     string         // SLESS_POSTGRES_URL
-	Migrate         bool           // SLESS_MIGRATE: apply migrations at start
-	Concurrency     int            // SLESS_INVOKER_CONCURRENCY: invocations in flight (the prefetch)
-	HistoryPrefetch int            // SLESS_HISTORY_PREFETCH: record messages being batched
-	EgressAllow     []netip.Prefix // SLESS_EGRESS_ALLOW_CIDRS: private ranges tenant destinations may reach
+	Kubeconfig      string          // KUBECONFIG: empty in a cluster
+	RabbitURL       string          // SLESS_RABBITMQ_URL
+	PostgresURL     string          // SLESS_POSTGRES_URL
+	Migrate         bool            // SLESS_MIGRATE: apply migrations at start
+	Concurrency     int             // SLESS_INVOKER_CONCURRENCY: invocations in flight (the prefetch)
+	HistoryPrefetch int             // SLESS_HISTORY_PREFETCH: record messages being batched
+	EgressAllow     []netip.Prefix  // SLESS_EGRESS_ALLOW_CIDRS: private ranges tenant destinations may reach
+	S3              objstore.Config // results over the inline limit, dead letters' large bodies
 }
 
 func loadConfig(getenv func(string) string) (config, error) {
@@ -29,6 +31,7 @@ func loadConfig(getenv func(string) string) (config, error) {
 		Migrate:         r.Bool("SLESS_MIGRATE", true),
 		Concurrency:     r.Int("SLESS_INVOKER_CONCURRENCY", 64, 1, 4096),
 		HistoryPrefetch: r.Int("SLESS_HISTORY_PREFETCH", 512, 1, 65535),
+		S3:              objstore.ReadConfig(r),
 	}
 	allow, err := egress.ParseCIDRs(r.String("SLESS_EGRESS_ALLOW_CIDRS", ""))
 	if err != nil {

@@ -45,6 +45,10 @@ func run(ctx context.Context, getenv func(string) string, stdout io.Writer) erro
 	defer pool.Close()
 	svc.Health.AddCheck(health.Check{Name: "postgres", Fn: pool.Ping})
 
+	store, err := svc.ObjectStore(ctx, cfg.S3)
+	if err != nil {
+		return err
+	}
 	mq := svc.Rabbit(cfg.RabbitURL)
 	pub := rabbit.NewPublisher(mq)
 
@@ -54,10 +58,11 @@ func run(ctx context.Context, getenv func(string) string, stdout io.Writer) erro
 			CheckRedirect: noRedirects},
 		Publisher: pub, Recorded: invoke.RecordedIn(pool), Tracer: svc.Tracer, Log: svc.Log,
 		Records: &invoke.Records{Publisher: pub, MaxBatch: 256},
-		Metrics: invoke.NewMetrics(svc.Registry), MaxInline: 4096,
+		Metrics: invoke.NewMetrics(svc.Registry), MaxInline: 4096, Results: store,
 		Slots: &invoke.TenantSlots{Tenants: watch, Slots: cfg.Concurrency},
 	}
 	history := invoke.NewHistory(pool, pub, svc.Log, svc.Registry)
+	deadLetters := &invoke.DeadLetters{DB: pool, Store: store}
 	policy := egress.New(cfg.EgressAllow...)
 	callbacks := &invoke.Callbacks{Secrets: pool, Client: &http.Client{Transport: callbackTransport(policy), CheckRedirect: noRedirects}}
 	triggers := &invoke.QueueTriggers{Triggers: watch, Secrets: kube, Status: kube, BrokerURL: cfg.RabbitURL, Exec: exec, Log: svc.Log, Egress: policy}
@@ -70,6 +75,7 @@ func run(ctx context.Context, getenv func(string) string, stdout io.Writer) erro
 		{Client: mq, Queue: rabbit.PlatformQueue(msg.QueueInvocationRequest, invRetry), Prefetch: cfg.Concurrency, Handler: exec.Handle, Tracer: svc.Tracer},
 		{Client: mq, Queue: rabbit.PlatformQueue(msg.QueueInvocationHistory, rabbit.DefaultRetry), Prefetch: cfg.HistoryPrefetch, Handler: history.Handle},
 		{Client: mq, Queue: rabbit.PlatformQueue(msg.QueueCallbacks, rabbit.DefaultRetry), Prefetch: 16, Handler: callbacks.Handle},
+		{Client: mq, Queue: rabbit.PlatformQueue(msg.QueueDeadLetters, rabbit.DefaultRetry), Prefetch: 16, Handler: deadLetters.Handle},
 	}
 	svc.Go(history.Run)
 	for _, c := range consumers {

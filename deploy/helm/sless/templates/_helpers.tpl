@@ -67,7 +67,7 @@ seccompProfile:
 - name: SLESS_POSTGRES_URL
   valueFrom: {secretKeyRef: {name: {{ .root.Values.postgres.existingSecret }}, key: {{ .root.Values.postgres.urlKey }}}}
 {{- end }}
-{{- if has .name (list "gateway" "builder" "operator") }}
+{{- if has .name (list "gateway" "builder" "operator" "invoker") }}
 - name: SLESS_S3_ENDPOINT
   value: {{ .root.Values.s3.endpoint | quote }}
 - name: SLESS_S3_BUCKET

@@ -18,6 +18,8 @@ import (
 	"path/filepath"
 	"strings"
 	"time"
+
+	"github.com/kube5s/sless/pkg/archive"
 )
 
 // Failure reasons reported in build.completed.v1; each names what to fix.
@@ -49,13 +51,10 @@ func fail(reason, format string, args ...any) *Error {
 }
 
 // Limits bound what an archive may unpack to.
-type Limits struct {
-	MaxEntries int
-	MaxBytes   int64
-}
+type Limits = archive.Limits
 
 // DefaultLimits are generous for functions and small for zip bombs.
-var DefaultLimits = Limits{MaxEntries: 10000, MaxBytes: 256 << 20}
+var DefaultLimits = archive.DefaultLimits
 
 // Source is an unpacked, checked archive.
 type Source struct {
@@ -154,33 +153,17 @@ type EntrypointExists struct{}
 // Name implements Validator.
 func (EntrypointExists) Name() string { return "entrypoint" }
 
-// Validate implements Validator.
+// Validate implements Validator. The rule is the gateway's too (it refuses
+// such an archive at upload); it is checked again for sources that did
+// not come through the gateway, and after an entrypoint changed.
 func (EntrypointExists) Validate(_ context.Context, src *Source) error {
-	dot := strings.LastIndex(src.Entrypoint, ".")
-	if dot <= 0 || dot == len(src.Entrypoint)-1 {
-		return fail(ReasonMissingEntrypoint, "entrypoint %q is not <module>.<function>", src.Entrypoint)
+	var ae *archive.Error
+	if err := archive.CheckEntrypoint(src.Files, src.Runtime, src.Entrypoint); errors.As(err, &ae) {
+		return fail(ae.Reason, "%s", ae.Message)
+	} else if err != nil {
+		return err
 	}
-	mod := src.Entrypoint[:dot]
-	var candidates []string
-	switch src.Runtime {
-	case "python3.11":
-		p := strings.ReplaceAll(mod, ".", "/")
-		candidates = []string{p + ".py", p + "/__init__.py"}
-	case "nodejs20":
-		candidates = []string{mod, mod + ".js", mod + ".mjs", mod + ".cjs", mod + "/index.js"}
-	default:
-		return fail(ReasonUnsupportedRuntime, "runtime %q is not supported", src.Runtime)
-	}
-	have := map[string]bool{}
-	for _, f := range src.Files {
-		have[f] = true
-	}
-	for _, c := range candidates {
-		if have[c] {
-			return nil
-		}
-	}
-	return fail(ReasonMissingEntrypoint, "entrypoint %q needs %s in the archive root", src.Entrypoint, strings.Join(candidates, " or "))
+	return nil
 }
 
 // Syntax compiles Python files and runs `node --check` on JavaScript, so a

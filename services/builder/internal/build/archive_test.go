@@ -86,7 +86,7 @@ func TestMalformedArchivesFailWithTheirOwnReason(t *testing.T) {
 		}, ReasonSyntaxError, "main.py:1"},
 		{"javascript syntax error", func() (string, string, []byte) {
 			return js(entry{name: "index.js", body: "exports.handler = async (e => {\n"})
-		}, ReasonSyntaxError, "index.js"},
+		}, ReasonSyntaxError, "(at index.js:1)"},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
@@ -98,14 +98,22 @@ func TestMalformedArchivesFailWithTheirOwnReason(t *testing.T) {
 			runtime, entrypoint, data := tt.archive()
 			l := &Local{Root: buildDir, Python: "python3", Node: "node", Npm: "npm", Limits: Limits{MaxEntries: 20, MaxBytes: 1 << 20},
 				Validators: []Validator{EntrypointExists{}, Syntax{Python: "python3", Node: "node"}}}
+			var log bytes.Buffer
 			_, err := l.Build(t.Context(), &Job{ID: "b-test", Runtime: runtime, Entrypoint: entrypoint,
-				SourceSHA256: strings.Repeat("a", 64), Archive: data, Log: &bytes.Buffer{}})
+				SourceSHA256: strings.Repeat("a", 64), Archive: data, Log: &log})
 			var be *Error
 			if !errors.As(err, &be) {
 				t.Fatalf("error = %v, want a build error with reason %s", err, tt.reason)
 			}
 			if be.Reason != tt.reason || !strings.Contains(be.Message, tt.message) {
 				t.Errorf("got %s: %s; want %s mentioning %q", be.Reason, be.Message, tt.reason, tt.message)
+			}
+			// What the user reads never shows the build host's paths.
+			if strings.Contains(be.Message, root) || strings.Contains(be.Message, ".tmp") {
+				t.Errorf("the message shows a path of the build host: %s", be.Message)
+			}
+			if strings.Contains(log.String(), root) {
+				t.Errorf("the build log shows a path of the build host: %s", log.String())
 			}
 			// Nothing outside the build directory, and no artifact inside it.
 			outside, _ := os.ReadDir(root)

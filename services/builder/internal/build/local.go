@@ -1,6 +1,7 @@
 package build
 
 import (
+	"bytes"
 	"context"
 	"errors"
 	"fmt"
@@ -61,11 +62,14 @@ const completeMarker = ".sless-artifact"
 // Name implements Driver.
 func (l *Local) Name() string { return "local" }
 
-// Build implements Driver.
-func (l *Local) Build(ctx context.Context, j *Job) (Artifact, error) {
+// Build implements Driver. What the user reads of it (the failure message
+// and the log) never shows the build host's directories: a path below the
+// unpack directory shows relative to the archive root, and the artifact
+// root shows as <artifacts>.
+func (l *Local) Build(ctx context.Context, j *Job) (_ Artifact, err error) {
 	final := filepath.Join(l.Root, j.Runtime, j.SourceSHA256)
 	if _, err := os.Stat(filepath.Join(final, completeMarker)); err == nil {
-		fmt.Fprintf(j.Log, "reusing the artifact of source %s built before: %s\n", j.SourceSHA256[:12], final)
+		fmt.Fprintf(j.Log, "reusing the artifact of source %s built before\n", j.SourceSHA256[:12])
 		return Artifact{Dir: final, Reused: true}, nil
 	}
 	tmpRoot := filepath.Join(l.Root, ".tmp")
@@ -77,6 +81,12 @@ func (l *Local) Build(ctx context.Context, j *Job) (Artifact, error) {
 		return Artifact{}, err
 	}
 	defer os.RemoveAll(tmp) // after a successful rename this is a no-op
+	hide := hostPaths(tmp, l.Root)
+	defer func() { err = hide.err(err) }()
+	log := &scrubWriter{w: j.Log, hide: hide}
+	defer log.Flush()
+	j = &Job{ID: j.ID, Tenant: j.Tenant, Function: j.Function, Runtime: j.Runtime, Entrypoint: j.Entrypoint,
+		SourceKey: j.SourceKey, SourceSHA256: j.SourceSHA256, Archive: j.Archive, Log: log}
 
 	fmt.Fprintf(j.Log, "unpacking %d bytes\n", len(j.Archive))
 	files, err := Unpack(j.Archive, tmp, l.Limits)
@@ -107,7 +117,7 @@ func (l *Local) Build(ctx context.Context, j *Job) (Artifact, error) {
 		}
 		return Artifact{}, fmt.Errorf("move artifact into place: %w", err)
 	}
-	fmt.Fprintf(j.Log, "artifact ready: %s\n", final)
+	fmt.Fprintf(j.Log, "artifact ready\n")
 	return Artifact{Dir: final}, nil
 }
 
@@ -136,7 +146,7 @@ func (l *Local) install(ctx context.Context, j *Job, dir string) error {
 	}
 	ctx, cancel := context.WithTimeout(ctx, l.InstallTimeout)
 	defer cancel()
-	fmt.Fprintf(j.Log, "$ %s\n", joinArgs(cmd))
+	fmt.Fprintf(j.Log, "$ %s %s\n", filepath.Base(cmd[0]), joinArgs(cmd[1:]))
 	c := exec.CommandContext(ctx, cmd[0], cmd[1:]...)
 	c.Dir, c.Stdout, c.Stderr = dir, j.Log, j.Log
 	c.SysProcAttr = childAttr()
@@ -146,7 +156,7 @@ func (l *Local) install(ctx context.Context, j *Job, dir string) error {
 		if errors.Is(ctx.Err(), context.DeadlineExceeded) {
 			return fail(ReasonDependencies, "installing dependencies took longer than %s", l.InstallTimeout)
 		}
-		return fail(ReasonDependencies, "%s failed (%v); the build log has its output", cmd[0], err)
+		return fail(ReasonDependencies, "%s failed (%v); the build log has its output", filepath.Base(cmd[0]), err)
 	}
 	return nil
 }
@@ -157,3 +167,87 @@ func exists(p string) bool {
 }
 
 func joinArgs(a []string) string { return strings.Join(a, " ") }
+
+// pathHider replaces the build host's directories in text a user reads.
+type pathHider struct{ r *strings.Replacer }
+
+// hostPaths hides the unpack directory tmp (its files show relative to
+// the archive root) and the artifact root, also in their resolved forms
+// (a symlinked home or /tmp). Pairs are tried in order at each position,
+// and tmp lies below root, so tmp comes first.
+func hostPaths(tmp, root string) pathHider {
+	var pairs []string
+	add := func(dir, asDir, as string) {
+		if dir == "" {
+			return
+		}
+		forms := []string{dir}
+		if real, err := filepath.EvalSymlinks(dir); err == nil && real != dir {
+			forms = append(forms, real)
+		}
+		for _, f := range forms {
+			pairs = append(pairs, f+string(filepath.Separator), asDir, f, as)
+		}
+	}
+	add(tmp, "", ".")
+	add(root, "<artifacts>/", "<artifacts>")
+	return pathHider{strings.NewReplacer(pairs...)}
+}
+
+func (h pathHider) String(s string) string { return h.r.Replace(s) }
+
+// err returns err with the paths hidden, keeping its kind: a build
+// failure stays one, other errors still unwrap to their cause.
+func (h pathHider) err(err error) error {
+	if err == nil {
+		return nil
+	}
+	var be *Error
+	if errors.As(err, &be) {
+		return &Error{Reason: be.Reason, Message: h.String(be.Message)}
+	}
+	if msg := h.String(err.Error()); msg != err.Error() {
+		return &hiddenError{msg: msg, err: err}
+	}
+	return err
+}
+
+type hiddenError struct {
+	msg string
+	err error
+}
+
+func (e *hiddenError) Error() string { return e.msg }
+func (e *hiddenError) Unwrap() error { return e.err }
+
+// scrubWriter hides host paths in a log stream line by line, so that a
+// path split across two writes is still found.
+type scrubWriter struct {
+	w       io.Writer
+	hide    pathHider
+	pending []byte
+}
+
+func (s *scrubWriter) Write(p []byte) (int, error) {
+	s.pending = append(s.pending, p...)
+	cut := bytes.LastIndexByte(s.pending, '\n') + 1
+	if cut == 0 && len(s.pending) < 16<<10 {
+		return len(p), nil
+	}
+	if cut == 0 {
+		cut = len(s.pending) // a line longer than any path is cut anyway
+	}
+	if _, err := io.WriteString(s.w, s.hide.String(string(s.pending[:cut]))); err != nil {
+		return 0, err
+	}
+	s.pending = append(s.pending[:0], s.pending[cut:]...)
+	return len(p), nil
+}
+
+// Flush writes what is left of an unfinished last line.
+func (s *scrubWriter) Flush() {
+	if len(s.pending) > 0 {
+		_, _ = io.WriteString(s.w, s.hide.String(string(s.pending)))
+		s.pending = s.pending[:0]
+	}
+}

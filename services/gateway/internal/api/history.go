@@ -42,6 +42,7 @@ type Invocation struct {
 	ResultBase64      bool       `json:"result_base64,omitempty"`
 	ResultContentType string     `json:"result_content_type,omitempty"`
 	ResultKey         string     `json:"result_key,omitempty"`
+	ResultURL         string     `json:"result_url,omitempty" doc:"where the stored result is read, large ones included"`
 }
 
 // Build is one build of a function.
@@ -66,7 +67,7 @@ const invocationColumns = `id, function, trigger_kind, trigger_name, status, htt
 	queue_wait_ms, duration_ms, cold_start, request_bytes, response_bytes, coalesce(error, ''), coalesce(trace_id, ''), result,
 	coalesce(result_content_type, ''), coalesce(result_key, '')`
 
-func scanInvocation(row pgx.Row) (Invocation, error) {
+func scanInvocation(row pgx.Row, tenant string) (Invocation, error) {
 	var v Invocation
 	var result []byte
 	err := row.Scan(&v.ID, &v.Function, &v.Trigger, &v.TriggerName, &v.Status, &v.HTTPStatus, &v.Attempts, &v.EnqueuedAt, &v.StartedAt, &v.FinishedAt,
@@ -75,6 +76,9 @@ func scanInvocation(row pgx.Row) (Invocation, error) {
 		v.Result = string(result)
 	} else {
 		v.Result, v.ResultBase64 = base64.StdEncoding.EncodeToString(result), true
+	}
+	if v.ResultKey != "" || result != nil {
+		v.ResultURL = resultURL(tenant, v.ID)
 	}
 	return v, err
 }
@@ -148,7 +152,7 @@ func (s *Server) registerHistory() {
 			out := &ListOut[Invocation]{}
 			out.Body.Items = []Invocation{}
 			for rows.Next() {
-				v, err := scanInvocation(rows)
+				v, err := scanInvocation(rows, in.Tenant)
 				if err != nil {
 					return nil, s.internal(ctx, 500, err, "the invocations could not be read")
 				}
@@ -170,7 +174,7 @@ func (s *Server) registerHistory() {
 			if err := s.requireTenant(ctx, in.Tenant); err != nil {
 				return nil, err
 			}
-			v, err := scanInvocation(s.DB.QueryRow(ctx, `SELECT `+invocationColumns+` FROM invocations WHERE tenant = $1 AND id = $2`, in.Tenant, pgtext.Clean(in.ID)))
+			v, err := scanInvocation(s.DB.QueryRow(ctx, `SELECT `+invocationColumns+` FROM invocations WHERE tenant = $1 AND id = $2`, in.Tenant, pgtext.Clean(in.ID)), in.Tenant)
 			if errors.Is(err, pgx.ErrNoRows) {
 				return nil, withID(ctx, problem(404, "", "invocation %s is not recorded (yet): an async invocation appears once it has run", in.ID))
 			}
@@ -191,11 +195,26 @@ func (s *Server) registerHistory() {
 	}
 	register(s, huma.Operation{OperationID: "list-builds", Method: http.MethodGet, Path: "/v1/tenants/{t}/functions/{name}/builds", Tags: btag,
 		Summary: "List a function's builds, newest first"},
-		func(ctx context.Context, in *NamedPath) (*ListOut[Build], error) {
+		func(ctx context.Context, in *struct {
+			NamedPath
+			Page
+		}) (*ListOut[Build], error) {
 			if err := s.requireTenant(ctx, in.Tenant); err != nil {
 				return nil, err
 			}
-			rows, err := s.DB.Query(ctx, `SELECT `+buildColumns+` FROM builds WHERE tenant = $1 AND function = $2 ORDER BY requested_at DESC LIMIT 100`, in.Tenant, pgtext.Clean(in.Name))
+			q := `SELECT ` + buildColumns + ` FROM builds WHERE tenant = $1 AND function = $2`
+			args := []any{in.Tenant, pgtext.Clean(in.Name)}
+			if in.Cursor != "" {
+				t, id, err := decodeCursor(in.Cursor)
+				if err != nil {
+					return nil, withID(ctx, problem(400, "bad-cursor", "the cursor is malformed"))
+				}
+				args = append(args, t, id)
+				q += ` AND (requested_at, id) < ($3, $4)`
+			}
+			args = append(args, in.Limit+1)
+			q += fmt.Sprintf(" ORDER BY requested_at DESC, id DESC LIMIT $%d", len(args))
+			rows, err := s.DB.Query(ctx, q, args...)
 			if err != nil {
 				return nil, withID(ctx, problem(503, "", "the build history is unavailable"))
 			}
@@ -208,6 +227,11 @@ func (s *Server) registerHistory() {
 					return nil, s.internal(ctx, 500, err, "the builds could not be read")
 				}
 				out.Body.Items = append(out.Body.Items, b)
+			}
+			if int64(len(out.Body.Items)) > in.Limit {
+				out.Body.Items = out.Body.Items[:in.Limit]
+				last := out.Body.Items[len(out.Body.Items)-1]
+				out.Body.NextCursor = encodeCursor(last.RequestedAt, last.ID)
 			}
 			return out, nil
 		})
@@ -253,31 +277,43 @@ func (s *Server) registerHistory() {
 			return &huma.StreamResponse{Body: func(hctx huma.Context) {
 				hctx.SetHeader("Content-Type", "text/plain; charset=utf-8")
 				hctx.SetHeader("X-Content-Type-Options", "nosniff")
-				w := hctx.BodyWriter()
-				sent := 0
-				for {
-					b, berr := getBuild(hctx.Context(), &in.BuildPath)
-					done := berr != nil || b.State == "succeeded" || b.State == "failed"
-					if rc, _, err := s.Store.Get(hctx.Context(), key); err == nil {
-						data, _ := io.ReadAll(rc)
-						rc.Close()
-						if len(data) > sent {
-							_, _ = w.Write(data[sent:])
-							sent = len(data)
-							if f, ok := w.(http.Flusher); ok {
-								f.Flush()
-							}
-						}
-					}
-					if !in.Follow || done || hctx.Context().Err() != nil {
-						return
-					}
-					select {
-					case <-hctx.Context().Done():
-						return
-					case <-time.After(500 * time.Millisecond):
-					}
+				finished := func(ctx context.Context) bool {
+					b, err := getBuild(ctx, &in.BuildPath)
+					return err != nil || b.State == "succeeded" || b.State == "failed"
 				}
+				followLog(hctx.Context(), hctx.BodyWriter(), s.Store, key, in.Follow, finished, 500*time.Millisecond)
 			}}, nil
 		})
+}
+
+// logSource reads a build log from a byte offset on.
+type logSource interface {
+	GetFrom(ctx context.Context, key string, offset int64) (io.ReadCloser, error)
+}
+
+// followLog writes the log at key to w; with follow, it polls every
+// interval for the bytes written since (a ranged read, so a long log is
+// not fetched again every time) until finished says the build ended or
+// ctx ends. The builder only appends to a log, so an offset stays valid.
+func followLog(ctx context.Context, w io.Writer, src logSource, key string, follow bool, finished func(context.Context) bool, interval time.Duration) {
+	var sent int64
+	for {
+		done := finished(ctx) // before the read, so the last bytes are not missed
+		if rc, err := src.GetFrom(ctx, key, sent); err == nil {
+			n, _ := io.Copy(w, rc)
+			rc.Close()
+			sent += n
+			if f, ok := w.(http.Flusher); ok && n > 0 {
+				f.Flush()
+			}
+		}
+		if !follow || done || ctx.Err() != nil {
+			return
+		}
+		select {
+		case <-ctx.Done():
+			return
+		case <-time.After(interval):
+		}
+	}
 }

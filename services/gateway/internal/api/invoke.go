@@ -54,7 +54,11 @@ func DefaultTransport() *http.Transport {
 // hop-by-hop headers, and headers a function must not see.
 var dropRequest = []string{"Connection", "Keep-Alive", "Proxy-Connection", "Transfer-Encoding", "Te", "Trailer", "Upgrade",
 	"Authorization", "Prefer", "Idempotency-Key", "X-Callback-Url", "X-Sless-Invocation-Id", "X-Sless-Trigger", "Traceparent", "Tracestate"}
-var dropResponse = []string{"Connection", "Keep-Alive", "Transfer-Encoding", "Trailer", "Upgrade", "Content-Length"}
+var dropResponse = []string{"Connection", "Keep-Alive", "Transfer-Encoding", "Trailer", "Upgrade", "Content-Length", coldStartHeader}
+
+// coldStartHeader marks the first invocation a runtime process serves
+// (runtimes/README.md); it is recorded, not passed on.
+const coldStartHeader = "X-Sless-Cold-Start"
 
 // originWide are the response headers that act on the whole origin, not
 // on the one response: on the platform's shared origin a function could
@@ -323,6 +327,7 @@ func (s *Server) proxy(w http.ResponseWriter, r *http.Request, fn *slessv1.Funct
 	copyBufs.Put(buf)
 	rec.HTTPStatus, rec.ResponseSize = resp.StatusCode, n
 	rec.ResultContentType = resp.Header.Get("Content-Type")
+	rec.ColdStart = resp.Header.Get(coldStartHeader) == "true"
 	if capture.complete() {
 		rec.Result = capture.buf.Bytes()
 	}

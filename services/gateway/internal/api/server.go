@@ -25,6 +25,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/cache"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
+	"github.com/kube5s/sless/pkg/archive"
 	"github.com/kube5s/sless/pkg/egress"
 	"github.com/kube5s/sless/pkg/health"
 	"github.com/kube5s/sless/pkg/msg"
@@ -51,6 +52,8 @@ type Config struct {
 	// the host <t>.<FunctionsDomain>, an origin of its own: there the
 	// function's origin-wide headers (cookies, HSTS, ...) pass.
 	FunctionsDomain string
+	// ArchiveLimits are the builder's limits, applied at upload.
+	ArchiveLimits archive.Limits
 }
 
 // Deps are the gateway's collaborators.
@@ -126,6 +129,8 @@ func New(d Deps) *Server {
 	s.registerTriggers()
 	s.registerJobs()
 	s.registerHistory()
+	s.registerResults()
+	s.registerDeadLetters()
 	s.registerInvoke()
 	s.registerCallbackSecret()
 	return s

@@ -7,9 +7,8 @@ import (
 	"crypto/sha256"
 	"encoding/hex"
 	"encoding/json"
-	"io/fs"
+	"errors"
 	"net/http"
-	"path"
 	"strings"
 
 	"github.com/danielgtaylor/huma/v2"
@@ -17,6 +16,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	slessv1 "github.com/kube5s/sless/pkg/apis/sless/v1alpha1"
+	"github.com/kube5s/sless/pkg/archive"
 	"github.com/kube5s/sless/pkg/objstore"
 )
 
@@ -52,8 +52,9 @@ func (s *Server) registerSource() {
 			if ct := strings.TrimSpace(strings.Split(in.ContentType, ";")[0]); ct != "application/zip" && ct != "application/x-zip-compressed" {
 				return nil, withID(ctx, problem(415, "", "upload the source as application/zip, not %q", in.ContentType))
 			}
-			if err := checkZip(in.RawBody); err != nil {
-				return nil, withID(ctx, err)
+			files, perr := checkZip(in.RawBody, s.Config.ArchiveLimits)
+			if perr != nil {
+				return nil, withID(ctx, perr)
 			}
 			var fn slessv1.Function
 			if err := s.Kube.Get(ctx, client.ObjectKey{Namespace: ns, Name: in.Name}, &fn); err != nil {
@@ -61,6 +62,9 @@ func (s *Server) registerSource() {
 			}
 			if fn.Spec.Image != "" {
 				return nil, withID(ctx, problem(409, "", "function %s runs the prebuilt image %s; remove image to upload source", in.Name, fn.Spec.Image))
+			}
+			if err := archive.CheckEntrypoint(files, string(fn.Spec.Runtime), fn.Spec.Entrypoint); err != nil {
+				return nil, withID(ctx, archiveProblem(err))
 			}
 			sum := sha256.Sum256(in.RawBody)
 			sha := hex.EncodeToString(sum[:])
@@ -91,25 +95,41 @@ func (s *Server) registerSource() {
 		})
 }
 
-// checkZip refuses what is not a zip, and entries that would escape the
-// archive root or are links; the builder checks everything again.
-func checkZip(data []byte) *Problem {
+// checkZip refuses what is not a zip, and what its central directory
+// shows to be unbuildable (entries that would escape the archive root or
+// are links, more entries or unpacked bytes than the builder takes), so
+// the upload answers at once instead of a build failing later; the builder
+// checks everything again. It returns the archive's file names.
+func checkZip(data []byte, lim archive.Limits) ([]string, *Problem) {
 	if len(data) == 0 {
-		return problem(422, "invalid-archive", "the body is empty; upload a zip archive")
+		return nil, problem(422, "invalid-archive", "the body is empty; upload a zip archive")
 	}
 	zr, err := zip.NewReader(bytes.NewReader(data), int64(len(data)))
 	if err != nil {
-		return problem(422, "invalid-archive", "the body is not a zip archive: %v", err)
+		return nil, problem(422, "invalid-archive", "the body is not a zip archive: %v", err)
 	}
-	for _, f := range zr.File {
-		name := strings.ReplaceAll(f.Name, "\\", "/")
-		clean := path.Clean(name)
-		if path.IsAbs(name) || clean == ".." || strings.HasPrefix(clean, "../") {
-			return problem(422, "unsafe-archive", "entry %q points outside the archive root", f.Name)
-		}
-		if f.Mode()&fs.ModeSymlink != 0 {
-			return problem(422, "unsafe-archive", "entry %q is a symbolic link", f.Name)
-		}
+	if lim.MaxEntries <= 0 || lim.MaxBytes <= 0 {
+		lim = archive.DefaultLimits
 	}
-	return nil
+	files, err := archive.CheckDirectory(zr, lim)
+	if err != nil {
+		return nil, archiveProblem(err)
+	}
+	return files, nil
+}
+
+// archiveProblem maps a refused archive to its problem type.
+func archiveProblem(err error) *Problem {
+	var ae *archive.Error
+	if !errors.As(err, &ae) {
+		return problem(422, "invalid-archive", "%v", err)
+	}
+	typ := map[string]string{
+		archive.ReasonUnsafePath: "unsafe-archive", archive.ReasonSymlink: "unsafe-archive",
+		archive.ReasonTooLarge: "archive-too-large", archive.ReasonMissingEntrypoint: "missing-entrypoint",
+	}[ae.Reason]
+	if typ == "" {
+		typ = "invalid-archive"
+	}
+	return problem(422, typ, "%s", ae.Message)
 }

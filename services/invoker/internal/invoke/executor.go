@@ -28,6 +28,7 @@ import (
 
 	slessv1 "github.com/kube5s/sless/pkg/apis/sless/v1alpha1"
 	"github.com/kube5s/sless/pkg/msg"
+	"github.com/kube5s/sless/pkg/objstore"
 	"github.com/kube5s/sless/pkg/rabbit"
 	"github.com/kube5s/sless/pkg/telemetry"
 )
@@ -35,6 +36,11 @@ import (
 // Publisher sends a message and returns once the broker confirmed it.
 type Publisher interface {
 	PublishMessage(ctx context.Context, m msg.Message) error
+}
+
+// ResultStore keeps results too large for the record.
+type ResultStore interface {
+	Put(ctx context.Context, key string, r io.Reader, size int64, contentType string) error
 }
 
 // Recorded tells whether an invocation already has a history record.
@@ -50,10 +56,12 @@ type Executor struct {
 	Tracer    trace.Tracer
 	Log       *slog.Logger
 	Metrics   *Metrics
-	// MaxInline is the largest result kept in the record itself.
+	// MaxInline is the largest result kept in the record itself; a larger
+	// one goes to Results under objstore.PayloadKey.
 	MaxInline int
 	// Slots caps each tenant's calls in flight; nil caps nothing.
-	Slots *TenantSlots
+	Slots   *TenantSlots
+	Results ResultStore
 }
 
 // Metrics are the invoker's counters.
@@ -64,6 +72,8 @@ type Metrics struct {
 	retries     prometheus.Counter
 	deadLetters prometheus.Counter
 	deferred    prometheus.Counter
+	resultsLost prometheus.Counter
+	coldStarts  prometheus.Counter
 }
 
 // NewMetrics registers the invoker metrics on reg.
@@ -80,8 +90,12 @@ func NewMetrics(reg prometheus.Registerer) *Metrics {
 			Help: "Invocations dead-lettered after their last attempt."}),
 		deferred: prometheus.NewCounter(prometheus.CounterOpts{Name: "sless_invoker_tenant_deferrals_total",
 			Help: "Invocations sent back to the broker because their tenant had its cap of calls in flight."}),
+		resultsLost: prometheus.NewCounter(prometheus.CounterOpts{Name: "sless_invoker_results_not_stored_total",
+			Help: "Results over the inline limit that the object store did not take."}),
+		coldStarts: prometheus.NewCounter(prometheus.CounterOpts{Name: "sless_invoker_cold_starts_total",
+			Help: "Invocations that were the first a runtime process served."}),
 	}
-	reg.MustRegister(m.invocations, m.duration, m.queueLag, m.retries, m.deadLetters, m.deferred)
+	reg.MustRegister(m.invocations, m.duration, m.queueLag, m.retries, m.deadLetters, m.deferred, m.resultsLost, m.coldStarts)
 	return m
 }
 
@@ -115,6 +129,11 @@ func (e *Executor) Handle(ctx context.Context, d *amqp.Delivery) error {
 	if retry && attempt <= int(req.MaxRetries) {
 		e.Metrics.retries.Inc()
 		return fmt.Errorf("%w: %s", errRetry, rec.Error)
+	}
+	if retry {
+		if err := e.publishDeadLetter(ctx, &req, rec); err != nil {
+			return err // the message comes back, and dies again
+		}
 	}
 	if err := e.Records.Publish(ctx, rec); err != nil {
 		return err // not recorded: the message comes back
@@ -212,8 +231,16 @@ func (e *Executor) Execute(ctx context.Context, req *msg.InvocationRequested, at
 	body, _ := io.ReadAll(io.LimitReader(resp.Body, 6<<20))
 	rec.HTTPStatus, rec.ResponseSize = resp.StatusCode, int64(len(body))
 	rec.ResultContentType = resp.Header.Get("Content-Type")
+	// The runtime marks the first invocation its process serves
+	// (runtimes/README.md).
+	rec.ColdStart = resp.Header.Get("X-Sless-Cold-Start") == "true"
+	if rec.ColdStart {
+		e.Metrics.coldStarts.Inc()
+	}
 	if len(body) <= e.MaxInline {
 		rec.Result = body
+	} else {
+		e.storeResult(ctx, rec, body)
 	}
 	switch {
 	case resp.StatusCode == http.StatusGatewayTimeout:
@@ -229,6 +256,25 @@ func (e *Executor) Execute(ctx context.Context, req *msg.InvocationRequested, at
 		rec.Status = msg.StatusSucceeded
 		return rec, false
 	}
+}
+
+// storeResult puts a large result in the object store and names it in the
+// record. The call itself succeeded, so a store failure does not retry it
+// (that would run the function again); the record then says the result
+// was not kept.
+func (e *Executor) storeResult(ctx context.Context, rec *msg.InvocationCompleted, body []byte) {
+	if e.Results == nil {
+		return
+	}
+	key := objstore.PayloadKey(rec.Tenant, rec.InvocationID)
+	sctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 30*time.Second)
+	defer cancel()
+	if err := e.Results.Put(sctx, key, bytes.NewReader(body), int64(len(body)), rec.ResultContentType); err != nil {
+		e.Log.Warn("large result not stored", "invocationID", rec.InvocationID, "tenant", rec.Tenant, "bytes", len(body), "err", err)
+		e.Metrics.resultsLost.Inc()
+		return
+	}
+	rec.ResultKey = key
 }
 
 func faasTrigger(k msg.TriggerKind) string {

@@ -201,6 +201,11 @@ func (q *QueueTriggers) start(parent context.Context, t *slessv1.Trigger, url, h
 			q.Exec.Metrics.retries.Inc()
 			return fmt.Errorf("%w: %s", errRetry, rec.Error)
 		}
+		if retryable {
+			if err := q.Exec.publishDeadLetter(ctx, req, rec); err != nil {
+				return err
+			}
+		}
 		if err := q.Exec.Records.Publish(ctx, rec); err != nil {
 			return err
 		}
