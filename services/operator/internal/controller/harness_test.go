@@ -69,7 +69,7 @@ type harness struct {
 	stop   func()
 
 	mu      sync.Mutex
-	tenants []string // whose broker accounts to delete after the test
+	tenants []string // whose broker accounts to delete after the test, even if deleted already
 }
 
 func quietLog() *slog.Logger { return slog.New(slog.NewTextHandler(io.Discard, nil)) }
@@ -105,9 +105,18 @@ func newHarnessWith(t *testing.T, mkDriver func(ctrl.Manager) driver.Driver) *ha
 	h.stop = sync.OnceFunc(func() {
 		cancel()
 		wg.Wait()
+		// The API server outlives the test: this manager also reconciled
+		// (and so gave broker accounts to) tenants of earlier tests.
 		h.mu.Lock()
 		defer h.mu.Unlock()
-		for _, tn := range h.tenants {
+		names := h.tenants
+		var all slessv1.TenantList
+		if err := c.List(context.Background(), &all); err == nil {
+			for _, tn := range all.Items {
+				names = append(names, tn.Name)
+			}
+		}
+		for _, tn := range names {
 			testenv.DeleteTenantBroker(tn)
 		}
 	})

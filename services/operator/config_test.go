@@ -1,0 +1,39 @@
+package main
+
+import (
+	"strings"
+	"testing"
+)
+
+func TestConfigReportsEveryBrokerSettingProblem(t *testing.T) {
+	env := map[string]string{
+		"SLESS_RUNTIMES_DIR":            "../../runtimes",
+		"SLESS_RABBITMQ_URL":            "amqp://127.0.0.1:5672/",
+		"SLESS_RABBITMQ_MANAGEMENT_URL": "ftp://broker:15672",
+		"SLESS_TENANT_BROKER_URL":       "http://broker:5672",
+	}
+	_, err := loadConfig(func(k string) string { return env[k] })
+	if err == nil {
+		t.Fatal("loadConfig accepted broken broker settings")
+	}
+	for _, want := range []string{"SLESS_RABBITMQ_MANAGEMENT_URL", "SLESS_RABBITMQ_MANAGEMENT_USER", "SLESS_TENANT_BROKER_URL"} {
+		if !strings.Contains(err.Error(), want) {
+			t.Errorf("error does not name %s: %v", want, err)
+		}
+	}
+}
+
+func TestConfigBrokerDefaultsComeFromTheBrokerURL(t *testing.T) {
+	env := map[string]string{"SLESS_RUNTIMES_DIR": "../../runtimes", "SLESS_RABBITMQ_URL": "amqps://ops:s3cret@mq.internal:5671/platform",
+		"SLESS_S3_ENDPOINT": "127.0.0.1:9", "SLESS_S3_ACCESS_KEY": "a", "SLESS_S3_SECRET_KEY": "b"}
+	c, err := loadConfig(func(k string) string { return env[k] })
+	if err != nil {
+		t.Fatal(err)
+	}
+	if c.ManagementURL != "http://127.0.0.1:15672" || c.ManagementUser != "ops" || c.ManagementPassword != "s3cret" {
+		t.Errorf("management %s as %s/%s", c.ManagementURL, c.ManagementUser, c.ManagementPassword)
+	}
+	if got := c.TenantBrokerURL.String(); got != "amqps://mq.internal:5671" {
+		t.Errorf("tenant broker URL %s, want the platform broker's address without its user and vhost", got)
+	}
+}
