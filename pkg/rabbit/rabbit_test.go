@@ -451,3 +451,48 @@ func TestQueueDeclaredWithOtherArgumentsIsKept(t *testing.T) {
 	consume(t, c, q, 1, func(_ context.Context, d *amqp.Delivery) error { got.Store(string(d.Body)); return nil })
 	waitFor(t, 10*time.Second, "the old message", func() bool { return got.Load() == "old" })
 }
+
+// TestPlatformQueuesAreBounded: every queue the platform declares has a
+// length limit that refuses publishes when reached, and every work queue
+// a delivery limit.
+func TestPlatformQueuesAreBounded(t *testing.T) {
+	vhost, cleanup, err := testenv.RabbitVhost()
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer cleanup()
+	c := New(vhost, t.Name(), quiet(), PlatformTopology(Limits{})...)
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan struct{})
+	go func() { _ = c.Run(ctx); close(done) }()
+	defer func() { cancel(); <-done }()
+	waitFor(t, 10*time.Second, "client connected", c.Connected)
+	out, err := exec.Command("rabbitmqctl", "list_queues", "-q", "-p", vhost[strings.LastIndex(vhost, "/")+1:], "name", "arguments").CombinedOutput()
+	if err != nil {
+		t.Fatalf("list queues: %v %s", err, out)
+	}
+	work := map[string]bool{}
+	for _, q := range PlatformTopology(Limits{}) {
+		work[q.Name] = true
+	}
+	seen := 0
+	for _, line := range strings.Split(strings.TrimSpace(string(out)), "\n") {
+		name, args, _ := strings.Cut(line, "\t")
+		if name == "name" {
+			continue
+		}
+		seen++
+		for _, want := range []string{`{"x-max-length",100000}`, `{"x-max-length-bytes",536870912}`, `{"x-overflow","reject-publish"}`} {
+			if !strings.Contains(args, want) {
+				t.Errorf("queue %s lacks %s: %s", name, want, args)
+			}
+		}
+		if work[name] && !strings.Contains(args, `{"x-delivery-limit",10}`) {
+			t.Errorf("work queue %s has no delivery limit: %s", name, args)
+		}
+		delete(work, name)
+	}
+	if len(work) != 0 || seen < 3*len(PlatformTopology(Limits{})) {
+		t.Errorf("%d queues declared; work queues missing: %v", seen, work)
+	}
+}

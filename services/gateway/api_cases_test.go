@@ -698,3 +698,27 @@ func TestFullQueueAnswers503(t *testing.T) {
 		t.Errorf("problem type %q", typ)
 	}
 }
+
+// TestLookupsWithBytesPostgresRefuses: a NUL byte or invalid UTF-8 in a
+// filter, an id or an Idempotency-Key is looked up as stored (cleaned),
+// not passed to PostgreSQL to fail the request with a 503.
+func TestLookupsWithBytesPostgresRefuses(t *testing.T) {
+	g := gateway(t)
+	ten, tok := g.tenant(t, nil)
+	expect(t, g.call(t, "POST", "/v1/tenants/"+ten+"/functions", tok, fnBody), 201, "create")
+	r := g.call(t, "GET", "/v1/tenants/"+ten+"/invocations?function=a%00b", tok, nil)
+	expect(t, r, 200, "list filtered by a function name with a NUL")
+	if items, _ := r.json(t)["items"].([]any); len(items) != 0 {
+		t.Errorf("items %v", items)
+	}
+	expect(t, g.call(t, "GET", "/v1/tenants/"+ten+"/invocations/bad%00id", tok, nil), 404, "an invocation id with a NUL")
+	expect(t, g.call(t, "GET", "/v1/tenants/"+ten+"/invocations/bad%FFid", tok, nil), 404, "an invocation id with invalid UTF-8")
+	key := []string{"Prefer", "respond-async", "Idempotency-Key", "key-\xff"}
+	r1 := g.call(t, "POST", "/v1/tenants/"+ten+"/functions/hello/invoke", tok, "{}", key...)
+	expect(t, r1, 202, "an Idempotency-Key with invalid UTF-8")
+	r2 := g.call(t, "POST", "/v1/tenants/"+ten+"/functions/hello/invoke", tok, "{}", key...)
+	expect(t, r2, 202, "the same key again")
+	if r1.json(t)["invocation_id"] != r2.json(t)["invocation_id"] {
+		t.Errorf("the same key gave two invocations: %s %s", r1.body, r2.body)
+	}
+}

@@ -10,6 +10,7 @@ import (
 	"github.com/jackc/pgx/v5/pgxpool"
 
 	"github.com/kube5s/sless/pkg/msg"
+	"github.com/kube5s/sless/pkg/pgtext"
 )
 
 // Build states in the builds table.
@@ -104,7 +105,9 @@ func (s *Store) Finish(ctx context.Context, id, owner string, res *msg.BuildComp
 	}
 	_, err := s.DB.Exec(ctx, `UPDATE builds SET state = $3, reason = $4, message = $5, artifact = $6, image = $7,
 		finished_at = now(), lease_until = NULL, updated_at = now() WHERE id = $1 AND owner = $2`,
-		id, owner, state, nullable(res.Reason), nullable(res.Message), nullable(res.Artifact), nullable(res.Image))
+		// The message quotes the tenant's build output (a compiler error on
+		// their file), which may hold bytes a text column refuses.
+		id, owner, state, nullable(res.Reason), nullable(pgtext.Clean(res.Message)), nullable(res.Artifact), nullable(res.Image))
 	if err != nil {
 		return fmt.Errorf("finish build %s: %w", id, err)
 	}
