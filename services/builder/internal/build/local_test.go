@@ -19,7 +19,7 @@ func TestHostPathsAreHidden(t *testing.T) {
 		"/root/.cache/sless/artifacts/.tmp/b-1-42/index.js:3": "index.js:3",
 		"cd /root/.cache/sless/artifacts/.tmp/b-1-42 failed":  "cd . failed",
 		"into /root/.cache/sless/artifacts/python3.11/abc":    "into <artifacts>/python3.11/abc",
-		"nothing to hide":                                     "nothing to hide",
+		"nothing to hide": "nothing to hide",
 	} {
 		if got := hide.String(in); got != want {
 			t.Errorf("%q became %q, want %q", in, got, want)
