@@ -9,9 +9,14 @@
 #   hack/deps.sh down    stop the servers this script started (MinIO, and
 #                        PostgreSQL/RabbitMQ only if it started them)
 #   hack/deps.sh postgres stop|start   for the database outage tests
+#   hack/deps.sh postgres up | rabbitmq up   only that server (the fallback test)
 #
-# Servers already listening on their ports are used as they are. Every step is
-# idempotent and quiet when there is nothing to do.
+# Servers already listening on their ports are used as they are; when none
+# answers, a private one is installed (Debian packages) and started.
+# SLESS_PG_PORT and SLESS_RABBITMQ_PORT move them off 5432 and 5672, and
+# SLESS_STATE_DIR moves their state, so that the fallback can be tested
+# next to the machine's own servers. Every step is idempotent and quiet when
+# there is nothing to do.
 set -euo pipefail
 
 ROOT=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
@@ -23,8 +28,8 @@ ETCD_VERSION=$(awk '/^require go.etcd.io\/etcd\/server\/v3/ {print $3}' "$ROOT/h
 MINIO_VERSION=v0.0.0-20260212201848-7aac2a2c5b7c # MinIO has no semver tags; a pinned pseudo-version.
 JAEGER_VERSION=$(awk '$1 == "github.com/jaegertracing/jaeger" {print $2}' "$ROOT/hack/tools/jaeger/go.mod")
 
-PG_PORT=5432
-RABBIT_PORT=5672
+PG_PORT=${SLESS_PG_PORT:-5432}
+RABBIT_PORT=${SLESS_RABBITMQ_PORT:-5672}
 RABBIT_MGMT_PORT=15672
 # The management API listens on loopback only, whoever enables the plugin.
 RABBIT_MGMT_LISTENER="[{ip,\"127.0.0.1\"},{port,$RABBIT_MGMT_PORT}]"
@@ -95,17 +100,38 @@ build_all() {
 	flock -u 9
 }
 
+# pg_datadir prints where the private PostgreSQL cluster lives. As root,
+# initdb and the server run as the postgres user (they refuse root), who
+# cannot enter a state directory in root's home (the default, under
+# ~/.cache): the cluster then lives in /var/lib/sless, named after the state
+# directory so that two state directories keep two clusters. The choice is
+# written down, so that later calls find the cluster again.
+pg_datadir() {
+	if [ -f "$STATE/postgres.datadir" ]; then
+		cat "$STATE/postgres.datadir"
+		return
+	fi
+	local dir=$STATE/postgres
+	if [ "$(id -u)" = 0 ] && ! runuser -u postgres -- test -x "$STATE" 2>/dev/null; then
+		dir=/var/lib/sless/postgres-$(printf '%s' "$STATE" | sha256sum | cut -c1-12)
+	fi
+	printf '%s\n' "$dir" >"$STATE/postgres.datadir"
+	printf '%s\n' "$dir"
+}
+
 postgres_up() {
 	listening $PG_PORT && return 0
-	local pgdata=$STATE/postgres
-	local bindir
+	local pgdata bindir
+	pgdata=$(pg_datadir)
 	bindir=$(ls -d /usr/lib/postgresql/*/bin 2>/dev/null | sort -V | tail -1 || true)
 	[ -n "$bindir" ] || { apt_install postgresql; bindir=$(ls -d /usr/lib/postgresql/*/bin | sort -V | tail -1); }
 	if [ ! -f "$pgdata/PG_VERSION" ]; then
 		say "creating a private PostgreSQL cluster in $pgdata (trust auth on loopback)"
 		mkdir -p "$pgdata"
+		chmod 700 "$pgdata"
 		chown postgres: "$pgdata" 2>/dev/null || true
-		as_postgres "$bindir/initdb" -D "$pgdata" -U postgres --auth=trust >/dev/null
+		as_postgres "$bindir/initdb" -D "$pgdata" -U postgres --auth=trust >/dev/null ||
+			die "initdb failed for $pgdata (it runs as $(as_postgres id -un))"
 	fi
 	say "starting PostgreSQL on 127.0.0.1:$PG_PORT"
 	as_postgres "$bindir/pg_ctl" -D "$pgdata" -l "$pgdata/server.log" -w \
@@ -122,6 +148,10 @@ rabbitmq_up() {
 	local i
 	listening $RABBIT_PORT && return 0
 	command -v rabbitmq-server >/dev/null || apt_install rabbitmq-server
+	if [ "$RABBIT_PORT" != 5672 ]; then
+		rabbitmq_private_up
+		return
+	fi
 	if timeout 30 rabbitmqctl -q ping >/dev/null 2>&1; then
 		# The node runs but does not listen: its application was stopped
 		# (a broker-restart test interrupted between stop_app and start_app).
@@ -146,6 +176,7 @@ rabbitmq_up() {
 # when the broker runs without it. The listener is set in the running node
 # first, as the broker's own configuration may not be ours to edit.
 rabbitmq_management() {
+	[ "$RABBIT_PORT" = 5672 ] || return 0 # a private node runs without plugins
 	listening $RABBIT_MGMT_PORT && return 0
 	say "enabling RabbitMQ's management plugin on 127.0.0.1:$RABBIT_MGMT_PORT"
 	timeout 60 rabbitmqctl -q eval "application:set_env(rabbitmq_management, tcp_config, $RABBIT_MGMT_LISTENER)." >/dev/null ||
@@ -154,11 +185,51 @@ rabbitmq_management() {
 	wait_port $RABBIT_MGMT_PORT 60 "RabbitMQ management" rabbitmq_die
 }
 
+# rabbit_private runs a RabbitMQ command (within RABBIT_TIMEOUT seconds) for the private node of
+# RABBIT_PORT: a node of its own (name, state, cookie, config, no plugins),
+# so that it runs beside the machine's node and touches nothing of it. It
+# runs as the calling user, whose state directory it is; the tests'
+# rabbitmqctl calls need the machine's node, so 5672 keeps that one.
+rabbit_private() {
+	local cmd=$1 dir=$STATE/rabbitmq-$RABBIT_PORT dist=${SLESS_RABBITMQ_DIST_PORT:-}
+	shift
+	# RabbitMQ's own default is the AMQP port + 20000, when that is a port.
+	[ -n "$dist" ] || dist=$((RABBIT_PORT <= 45535 ? RABBIT_PORT + 20000 : RABBIT_PORT - 1))
+	mkdir -p "$dir/mnesia" "$dir/log"
+	[ -f "$dir/enabled_plugins" ] || echo '[].' >"$dir/enabled_plugins"
+	[ -f "$dir/rabbitmq-env.conf" ] || : >"$dir/rabbitmq-env.conf"
+	printf 'listeners.tcp.local = 127.0.0.1:%s\n' "$RABBIT_PORT" >"$dir/rabbitmq.conf"
+	HOME=$dir RABBITMQ_NODENAME=sless-$RABBIT_PORT@localhost RABBITMQ_NODE_IP_ADDRESS=127.0.0.1 RABBITMQ_NODE_PORT=$RABBIT_PORT \
+		RABBITMQ_DIST_PORT=$dist RABBITMQ_MNESIA_BASE=$dir/mnesia RABBITMQ_LOG_BASE=$dir/log \
+		RABBITMQ_ENABLED_PLUGINS_FILE=$dir/enabled_plugins RABBITMQ_CONFIG_FILE=$dir/rabbitmq.conf RABBITMQ_CONF_ENV_FILE=$dir/rabbitmq-env.conf \
+		RABBITMQ_PID_FILE=$dir/pid ERL_CRASH_DUMP=$dir/erl_crash.dump ERL_EPMD_ADDRESS=127.0.0.1 ERL_FLAGS="-kernel inet_dist_use_interface {127,0,0,1}" \
+		timeout "${RABBIT_TIMEOUT:-0}" "/usr/lib/rabbitmq/bin/$cmd" "$@"
+}
+
+rabbitmq_private_up() {
+	local i pid
+	say "starting a private RabbitMQ node on 127.0.0.1:$RABBIT_PORT (state in $STATE/rabbitmq-$RABBIT_PORT)"
+	mkdir -p "$STATE/rabbitmq-$RABBIT_PORT"
+	# In the background like MinIO (-detached would lose the node's errors).
+	rabbit_private rabbitmq-server </dev/null >"$STATE/rabbitmq-$RABBIT_PORT/server.out" 2>&1 &
+	pid=$!
+	disown
+	touch "$STATE/rabbitmq-$RABBIT_PORT.ours"
+	for ((i = 0; i < 1200; i++)); do
+		listening "$RABBIT_PORT" && break
+		kill -0 "$pid" 2>/dev/null || rabbitmq_die "the private RabbitMQ node exited"
+		sleep 0.1
+	done
+	listening "$RABBIT_PORT" || rabbitmq_die "RabbitMQ did not start listening on 127.0.0.1:$RABBIT_PORT within 120s"
+	RABBIT_TIMEOUT=60 rabbit_private rabbitmqctl -q await_startup >/dev/null 2>&1 || rabbitmq_die "RabbitMQ did not finish starting"
+}
+
 # rabbitmq_gc: delete the vhosts of test binaries that died before their
 # cleanup ran (named sless-test-<unix time>-<hex>, older than 3 hours; and
 # the older sless-test-<hex> names). Each holds the platform's quorum queues,
 # and a broker that piles them up is slow to serve and to start.
 rabbitmq_gc() {
+	[ "$RABBIT_PORT" = 5672 ] || return 0 # a private node has no test vhosts of old runs
 	local now v n=0
 	now=$(date +%s)
 	while read -r v; do
@@ -175,8 +246,12 @@ rabbitmq_gc() {
 # rabbitmq_die MESSAGE: fail with what the broker said about itself.
 rabbitmq_die() {
 	say "$1; rabbitmqctl status and the end of the RabbitMQ log follow"
-	timeout 30 rabbitmqctl status >&2 2>&1 || true
-	tail -n 40 /var/log/rabbitmq/rabbit@*.log >&2 2>/dev/null || true
+	if [ "$RABBIT_PORT" = 5672 ]; then
+		timeout 30 rabbitmqctl status >&2 2>&1 || true
+		tail -n 40 /var/log/rabbitmq/rabbit@*.log >&2 2>/dev/null || true
+	else
+		tail -n 40 "$STATE/rabbitmq-$RABBIT_PORT/server.out" >&2 2>/dev/null || true
+	fi
 	die "$1"
 }
 
@@ -233,7 +308,9 @@ postgres_ctl() {
 	local bindir
 	bindir=$(ls -d /usr/lib/postgresql/*/bin 2>/dev/null | sort -V | tail -1)
 	if [ -f "$STATE/postgres.ours" ]; then
-		as_postgres "$bindir/pg_ctl" -D "$STATE/postgres" -l "$STATE/postgres/server.log" -w \
+		local pgdata
+		pgdata=$(pg_datadir)
+		as_postgres "$bindir/pg_ctl" -D "$pgdata" -l "$pgdata/server.log" -w \
 			-o "-c listen_addresses=127.0.0.1 -p $PG_PORT -k /tmp" "$1" -m fast >/dev/null
 	elif command -v pg_ctlcluster >/dev/null && [ -n "$(ls /etc/postgresql 2>/dev/null)" ]; then
 		pg_ctlcluster --skip-systemctl-redirect "$(ls /etc/postgresql | sort -V | tail -1)" main "$1" >/dev/null
@@ -245,10 +322,14 @@ postgres_ctl() {
 down() {
 	if [ -f "$STATE/minio/pid" ]; then kill "$(cat "$STATE/minio/pid")" 2>/dev/null || true; rm -f "$STATE/minio/pid"; fi
 	if [ -f "$STATE/postgres.ours" ]; then
-		as_postgres "$(ls -d /usr/lib/postgresql/*/bin | sort -V | tail -1)/pg_ctl" -D "$STATE/postgres" stop -m fast >/dev/null || true
+		as_postgres "$(ls -d /usr/lib/postgresql/*/bin | sort -V | tail -1)/pg_ctl" -D "$(pg_datadir)" stop -m fast >/dev/null || true
 		rm -f "$STATE/postgres.ours"
 	fi
-	if [ -f "$STATE/rabbitmq.ours" ]; then rabbitmqctl stop >/dev/null 2>&1 || true; rm -f "$STATE/rabbitmq.ours"; fi
+	if [ "$RABBIT_PORT" != 5672 ] && [ -f "$STATE/rabbitmq-$RABBIT_PORT.ours" ]; then
+		RABBIT_TIMEOUT=60 rabbit_private rabbitmqctl -q stop >/dev/null 2>&1 || true
+		rm -f "$STATE/rabbitmq-$RABBIT_PORT.ours"
+	fi
+	if [ "$RABBIT_PORT" = 5672 ] && [ -f "$STATE/rabbitmq.ours" ]; then rabbitmqctl stop >/dev/null 2>&1 || true; rm -f "$STATE/rabbitmq.ours"; fi
 }
 
 mkdir -p "$STATE"
@@ -264,7 +345,17 @@ up)
 	;;
 build) build_all ;;
 env) print_env ;;
-postgres) postgres_ctl "${2:?usage: hack/deps.sh postgres stop|start}" ;;
+postgres)
+	case "${2:-}" in
+	up) postgres_up ;;
+	stop | start) postgres_ctl "$2" ;;
+	*) die "usage: hack/deps.sh postgres up|stop|start" ;;
+	esac
+	;;
+rabbitmq)
+	[ "${2:-}" = up ] || die "usage: hack/deps.sh rabbitmq up"
+	rabbitmq_up
+	;;
 down) down ;;
 *) die "usage: hack/deps.sh [up|env|build|down]" ;;
 esac

@@ -86,7 +86,7 @@ func TestMalformedArchivesFailWithTheirOwnReason(t *testing.T) {
 		}, ReasonSyntaxError, "main.py:1"},
 		{"javascript syntax error", func() (string, string, []byte) {
 			return js(entry{name: "index.js", body: "exports.handler = async (e => {\n"})
-		}, ReasonSyntaxError, "(at index.js:1)"},
+		}, ReasonSyntaxError, "(at index.js:"},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {

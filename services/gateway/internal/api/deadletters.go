@@ -172,7 +172,11 @@ func (s *Server) registerDeadLetters() {
 			f := in.Body.DeadLetterFilter
 			f.Replayed = "false"
 			q, args := f.where(`SELECT id FROM dead_letters WHERE tenant = $1`, []any{in.Tenant})
-			args = append(args, max(in.Body.Limit, 1))
+			limit := in.Body.Limit
+			if limit <= 0 {
+				limit = 100
+			}
+			args = append(args, limit)
 			q += fmt.Sprintf(" ORDER BY dead_lettered_at, id LIMIT $%d", len(args))
 			rows, err := s.DB.Query(ctx, q, args...)
 			if err != nil {

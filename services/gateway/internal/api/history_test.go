@@ -26,7 +26,8 @@ type countingTransport struct {
 
 func (c *countingTransport) RoundTrip(r *http.Request) (*http.Response, error) {
 	resp, err := c.base.RoundTrip(r)
-	if err == nil && r.Method == http.MethodGet && resp.StatusCode < 300 {
+	// Only object reads: minio-go also GETs the bucket's location once.
+	if err == nil && r.Method == http.MethodGet && resp.StatusCode < 300 && strings.Contains(r.URL.Path, "/builds/") {
 		resp.Body = &countingBody{ReadCloser: resp.Body, n: &c.read}
 	}
 	return resp, err
