@@ -29,6 +29,7 @@ const { isUtf8 } = require('node:buffer');
 const { spawn } = require('node:child_process');
 const { pathToFileURL } = require('node:url');
 const { Worker, isMainThread, workerData } = require('node:worker_threads');
+const { AsyncLocalStorage } = require('node:async_hooks');
 
 const HEALTH_PATH = '/_/health';
 const LISTEN_FD = 4; // the bound socket, handed to the serving process (fd 3 is the IPC channel)
@@ -261,14 +262,15 @@ function serve() {
   const active = new Array(C).fill(null); // slot -> its invocation
   const free = Array.from({ length: C }, (_, i) => C - 1 - i);
   const fdOwner = new Map(); // fd -> slot of the invocation running on it
-  let current = null; // the invocation id of the handler running synchronously, for console.*
+  // The invocation a console.* call belongs to, across the handler's awaits.
+  const invocation = new AsyncLocalStorage();
 
   const endTree = () => { killTree(process.pid); realExit(0); };
   // The supervisor is gone: nobody would replace or reap this process.
   process.on('disconnect', endTree);
 
   const line = (level) => (...args) => log(level, args.map((a) => (typeof a === 'string' ? a : require('node:util').inspect(a))).join(' '),
-    { invocationId: current, function: cfg.function });
+    { invocationId: invocation.getStore(), function: cfg.function });
   console.log = console.info = line('info');
   console.warn = line('warn');
   console.error = line('error');
@@ -378,15 +380,12 @@ function serve() {
     };
     const ctx = new Context(id, cfg, headers['x-sless-trigger'] || 'http', headers.traceparent || null, deadline);
     let out;
-    current = id;
     try {
-      out = state.handler(event, ctx);
+      out = invocation.run(id, state.handler, event, ctx);
     } catch (e) {
-      current = null;
       finish(inv, e, true);
       return;
     }
-    current = null;
     if (out !== null && typeof out === 'object' && typeof out.then === 'function') {
       out.then((value) => finish(inv, value, false), (e) => finish(inv, e, true));
     } else {

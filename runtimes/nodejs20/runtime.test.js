@@ -99,6 +99,12 @@ test('contract fixtures', async (t) => {
     const mine = rt.logs().split('\n').filter((l) => l.startsWith('{')).map(JSON.parse).filter((l) => l.invocationId === 'inv-logs');
     assert.deepStrictEqual(mine.map((l) => l.msg), ['line one', 'line two']);
   });
+  await t.test('a line logged after an await carries its own invocation id while others run', async () => {
+    await Promise.all(['inv-a', 'inv-b'].map((id) => rt.req('GET', '/logsAfterAwait', null, { 'X-Sless-Invocation-Id': id })));
+    await new Promise((r) => setTimeout(r, 200));
+    const mine = rt.logs().split('\n').filter((l) => l.startsWith('{')).map(JSON.parse).filter((l) => l.msg === 'after await');
+    assert.deepStrictEqual(mine.map((l) => l.invocationId).sort(), ['inv-a', 'inv-b']);
+  });
   await t.test('keep-alive serves many requests on one connection', async () => {
     const agent = new http.Agent({ keepAlive: true, maxSockets: 1 });
     for (let i = 0; i < 20; i++) {
