@@ -263,14 +263,20 @@ function serve() {
   const free = Array.from({ length: C }, (_, i) => C - 1 - i);
   const fdOwner = new Map(); // fd -> slot of the invocation running on it
   // The invocation a console.* call belongs to, across the handler's awaits.
+  // AsyncLocalStorage costs every promise of the process (about a quarter of
+  // bare node:http's CPU per request), so it is on only while invocations
+  // overlap: an invocation that starts alone runs outside it and is the
+  // one without a store (plainId).
   const invocation = new AsyncLocalStorage();
+  let plainId = null;
+  let tracking = false;
 
   const endTree = () => { killTree(process.pid); realExit(0); };
   // The supervisor is gone: nobody would replace or reap this process.
   process.on('disconnect', endTree);
 
   const line = (level) => (...args) => log(level, args.map((a) => (typeof a === 'string' ? a : require('node:util').inspect(a))).join(' '),
-    { invocationId: invocation.getStore(), function: cfg.function });
+    { invocationId: invocation.getStore() ?? plainId, function: cfg.function });
   console.log = console.info = line('info');
   console.warn = line('warn');
   console.error = line('error');
@@ -310,6 +316,8 @@ function serve() {
     if (fdOwner.get(inv.fd) === i) fdOwner.delete(inv.fd);
     free.push(i);
     state.inflight--;
+    if (inv.plain) plainId = null;
+    if (state.inflight === 0 && tracking) { tracking = false; invocation.disable(); }
     if (state.stopping && state.inflight === 0) setImmediate(endTree);
   };
   const finish = (inv, value, failed) => {
@@ -362,7 +370,7 @@ function serve() {
     const i = free.pop();
     const handle = req.socket._handle;
     const fd = handle && handle.fd >= 0 ? handle.fd : -1;
-    const inv = { slot: i, res, id, deadline, fd };
+    const inv = { slot: i, res, id, deadline, fd, plain: false };
     // A socket that died with its invocation running gave its fd number back;
     // the watchdog must never answer that invocation on this new connection.
     const prev = fdOwner.get(fd);
@@ -381,7 +389,14 @@ function serve() {
     const ctx = new Context(id, cfg, headers['x-sless-trigger'] || 'http', headers.traceparent || null, deadline);
     let out;
     try {
-      out = invocation.run(id, state.handler, event, ctx);
+      if (state.inflight === 1 && plainId === null) {
+        plainId = id;
+        inv.plain = true;
+        out = state.handler(event, ctx);
+      } else {
+        tracking = true;
+        out = invocation.run(id, state.handler, event, ctx);
+      }
     } catch (e) {
       finish(inv, e, true);
       return;
