@@ -257,6 +257,7 @@ function serve() {
   const C = cfg.concurrency;
   const sab = new SharedArrayBuffer(sabSize(C));
   const v = views(sab, C);
+  const ids = Buffer.from(v.ids.buffer, v.ids.byteOffset, v.ids.byteLength);
   const realExit = process.exit.bind(process);
   const state = { handler: null, loadError: null, stopping: false, inflight: 0 };
   const active = new Array(C).fill(null); // slot -> its invocation
@@ -379,7 +380,7 @@ function serve() {
     active[i] = inv;
     v.fd[i] = fd;
     v.deadline[i] = deadline;
-    v.idLen[i] = Buffer.from(v.ids.buffer, v.ids.byteOffset + i * ID_BYTES, ID_BYTES).write(id, 'latin1');
+    v.idLen[i] = ids.latin1Write(id, i * ID_BYTES, ID_BYTES);
     Atomics.store(v.state, i, RUNNING);
     const event = {
       method: req.method, path: pathname, rawQuery,

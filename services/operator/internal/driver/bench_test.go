@@ -70,9 +70,9 @@ func spawn(b *testing.B, env []string, name string, args ...string) (url string,
 // per round and as the median of the rounds.
 func BenchmarkRuntimeWrappers(b *testing.B) {
 	const (
-		rounds = 3
+		rounds = 5
 		conns  = 4
-		run    = 1500 * time.Millisecond
+		run    = 2 * time.Second
 	)
 	for _, rt := range []struct {
 		name, interp, bare, wrapper, entry, workers string
