@@ -299,6 +299,12 @@ function serve() {
 
   const send = (res, status, headers, body, id) => {
     if (state.stopping) res.shouldKeepAlive = false;
+    if (typeof headers === 'string' && id && status !== 204) {
+      // The common answer (a string, bytes or JSON value) in one object literal.
+      res.writeHead(status, { 'Content-Type': headers, 'X-Sless-Invocation-Id': id, 'Content-Length': typeof body === 'string' ? Buffer.byteLength(body) : body.length });
+      res.end(res.req.method === 'HEAD' ? undefined : body);
+      return;
+    }
     const h = headers === null ? {} : typeof headers === 'string' ? { 'Content-Type': headers } : headers;
     if (id) h['X-Sless-Invocation-Id'] = id;
     if (status !== 204) h['Content-Length'] = body === null ? 0 : typeof body === 'string' ? Buffer.byteLength(body) : body.length;
