@@ -548,7 +548,7 @@ function watch() {
       const id = Buffer.from(v.ids.buffer, v.ids.byteOffset + i * ID_BYTES, v.idLen[i]).toString('latin1');
       const [status, type, message] = v.deadline[i] <= now
         ? [504, 'Timeout', `function timed out after ${timeoutSec}s`]
-        : [503, 'Recycled', 'another invocation blocked the function process past its timeout; the process was restarted'];
+        : [503, 'Recycled', 'the function blocked its event loop past an invocation\'s timeout; the process was restarted, retry'];
       const body = problemBody(type, message, id);
       const head = `HTTP/1.1 ${status} ${http.STATUS_CODES[status]}\r\nContent-Type: application/json\r\nX-Sless-Invocation-Id: ${id}\r\n`
         + `${status === 503 ? 'Retry-After: 1\r\n' : ''}Content-Length: ${body.length}\r\nConnection: close\r\n\r\n`;

@@ -134,6 +134,23 @@ for (const [name, p, body] of [['a busy loop', '/spin', null], ['an awaited prom
   });
 }
 
+test('a blocked event loop answers every invocation of the process, then the runtime serves again', async (t) => {
+  const rt = await startRuntime({ timeout: '1', concurrency: '2' });
+  t.after(rt.stop);
+  await rt.waitHealth();
+  const slow = rt.req('POST', '/slow', '{"seconds":5}', { 'Content-Type': 'application/json' });
+  await new Promise((r) => setTimeout(r, 300));
+  const spin = rt.req('GET', '/spin');
+  const [s, p] = await Promise.all([slow, spin]);
+  // The earlier deadline is the awaiting call's: it times out, and the
+  // spinning one is cut short with the process.
+  assert.strictEqual(s.status, 504);
+  assert.strictEqual(p.status, 503);
+  assert.strictEqual(JSON.parse(p.body).type, 'Recycled');
+  assert.strictEqual(p.headers['retry-after'], '1');
+  assert.strictEqual((await rt.req('GET', '/text')).status, 200);
+});
+
 // waitGone waits until pid has exited (a zombie counts as exited).
 async function waitGone(pid) {
   const deadline = Date.now() + 10000;

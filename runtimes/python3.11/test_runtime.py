@@ -211,6 +211,25 @@ class BehaviourTest(unittest.TestCase):
         self.assertEqual(out["spin"][0], 504)
         self.assertEqual((out["r"][0], out["r"][2]), (200, b"done"))
 
+    def test_a_killed_worker_gives_back_its_share_of_the_concurrency_limit(self):
+        rt = self.start(timeout="10", concurrency="1", workers="1")
+        threading.Thread(target=lambda: rt.request("POST", "/slow", body=b'{"seconds": 5}',
+                                                   headers={"Content-Type": "application/json"}), daemon=True).start()
+        time.sleep(0.5)
+        self.assertEqual(rt.request("GET", "/text")[0], 429)  # the one unit is held
+        worker = int(subprocess.check_output(["pgrep", "-P", str(rt.proc.pid)]).split()[0])
+        os.kill(worker, signal.SIGKILL)
+        deadline = time.time() + 10
+        while True:
+            try:
+                status = rt.request("GET", "/text")[0]
+            except OSError:
+                status = None
+            if status == 200 or time.time() > deadline:
+                break
+            time.sleep(0.05)
+        self.assertEqual(status, 200, rt.logs())
+
     def test_memory_limit_answers_500_and_the_runtime_keeps_serving(self):
         rt = self.start(timeout="5", concurrency="2", memory_mb=64)
         status, _, body = rt.request("POST", "/hog", body=b'{"mb": 1024}', headers={"Content-Type": "application/json"})
