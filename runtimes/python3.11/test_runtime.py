@@ -230,6 +230,13 @@ class BehaviourTest(unittest.TestCase):
             time.sleep(0.05)
         self.assertEqual(status, 200, rt.logs())
 
+    def test_a_worker_holding_the_gil_past_the_timeout_is_killed_and_replaced(self):
+        rt = self.start(timeout="1", concurrency="2", workers="1")
+        with self.assertRaises((http.client.HTTPException, OSError)):
+            rt.request("GET", "/gil")  # the watchdog thread cannot run: no 504, the connection drops
+        self.assertEqual(rt.request("GET", "/text")[0], 200)
+        self.assertIn("worker unresponsive past the timeout; killed", rt.logs())
+
     def test_memory_limit_answers_500_and_the_runtime_keeps_serving(self):
         rt = self.start(timeout="5", concurrency="2", memory_mb=64)
         status, _, body = rt.request("POST", "/hog", body=b'{"mb": 1024}', headers={"Content-Type": "application/json"})
