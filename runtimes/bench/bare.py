@@ -1,6 +1,7 @@
 """Bare baseline for the runtime benchmark: the standard library's threaded
 HTTP server with keep-alive and TCP_NODELAY, answering every request with
-the body the benchmark handler returns, written in one buffer."""
+the body the benchmark handler returns, written in one buffer. BARE_WORKERS
+processes serve the one listening socket, as many as the wrapper's workers."""
 import os
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 
@@ -23,4 +24,8 @@ class Server(ThreadingHTTPServer):
     request_queue_size = 256
 
 
-Server(("127.0.0.1", int(os.environ["PORT"])), Handler).serve_forever()
+server = Server(("127.0.0.1", int(os.environ["PORT"])), Handler)
+for _ in range(int(os.environ.get("BARE_WORKERS", "1")) - 1):
+    if os.fork() == 0:
+        break
+server.serve_forever()

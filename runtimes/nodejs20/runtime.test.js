@@ -38,16 +38,17 @@ async function startRuntime(opts = {}) {
   const env = {
     ...process.env, PORT: String(port), SLESS_HOST: '127.0.0.1', SLESS_FUNCTION: 'fixtures', SLESS_TENANT: 'test',
     SLESS_CODE_DIR: opts.codeDir || path.join(FIXTURES, 'handlers'), SLESS_ENTRYPOINT: 'index.handler',
-    SLESS_TIMEOUT_SEC: opts.timeout || '1', SLESS_CONCURRENCY: opts.concurrency || '2',
+    SLESS_TIMEOUT_SEC: opts.timeout || '1', SLESS_CONCURRENCY: opts.concurrency || '2', SLESS_MEMORY_MB: opts.memoryMB || '',
   };
-  const proc = spawn(process.execPath, [path.join(__dirname, 'runtime.js')], { env, stdio: ['ignore', 'pipe', 'pipe'] });
+  const proc = spawn(process.execPath, [path.join(__dirname, 'runtime.js')], { env, stdio: ['ignore', 'pipe', 'pipe'], detached: true });
   let logs = '';
   proc.stdout.on('data', (d) => { logs += d; });
   proc.stderr.on('data', (d) => { logs += d; });
   const rt = {
     port, proc, logs: () => logs,
     req: (method, p, body, headers, agent) => request(port, method, p, body, headers, agent),
-    stop: () => { if (proc.exitCode === null) proc.kill('SIGKILL'); },
+    // The supervisor first, so that its serving process sees it gone and ends its own group.
+    stop: () => { if (proc.exitCode === null) { try { process.kill(-proc.pid, 'SIGKILL'); } catch { /* gone */ } } },
     async waitHealth(want = 200, notStatus) {
       const deadline = Date.now() + 20000;
       for (;;) {
@@ -81,6 +82,8 @@ async function checkCase(rt, c) {
     for (const [k, v] of Object.entries(want.jsonSubset)) assert.deepStrictEqual(got[k] ?? null, v, `field ${k}`);
   }
   for (const s of want.bodyExcludes || []) assert.ok(!r.body.toString().includes(s), `body leaks ${s}`);
+  for (const s of want.bodyContains || []) assert.ok(r.body.toString().includes(s), `body lacks ${s}`);
+  for (const k of want.headersAbsent || []) assert.ok(!(k in r.headers), `header ${k} present`);
 }
 
 test('contract fixtures', async (t) => {
@@ -96,6 +99,12 @@ test('contract fixtures', async (t) => {
     const mine = rt.logs().split('\n').filter((l) => l.startsWith('{')).map(JSON.parse).filter((l) => l.invocationId === 'inv-logs');
     assert.deepStrictEqual(mine.map((l) => l.msg), ['line one', 'line two']);
   });
+  await t.test('a line logged after an await carries its own invocation id while others run', async () => {
+    await Promise.all(['inv-a', 'inv-b'].map((id) => rt.req('GET', '/logsAfterAwait', null, { 'X-Sless-Invocation-Id': id })));
+    await new Promise((r) => setTimeout(r, 200));
+    const mine = rt.logs().split('\n').filter((l) => l.startsWith('{')).map(JSON.parse).filter((l) => l.msg === 'after await');
+    assert.deepStrictEqual(mine.map((l) => l.invocationId).sort(), ['inv-a', 'inv-b']);
+  });
   await t.test('keep-alive serves many requests on one connection', async () => {
     const agent = new http.Agent({ keepAlive: true, maxSockets: 1 });
     for (let i = 0; i < 20; i++) {
@@ -106,19 +115,87 @@ test('contract fixtures', async (t) => {
   });
 });
 
-test('a timeout answers 504 and the next request is served', async (t) => {
-  const rt = await startRuntime({ timeout: '1', concurrency: '1' });
+for (const [name, p, body] of [['a busy loop', '/spin', null], ['an awaited promise', '/slow', '{"seconds":30}']]) {
+  test(`a timeout in ${name} answers 504 and the next request is served`, async (t) => {
+    const rt = await startRuntime({ timeout: '1', concurrency: '1' });
+    t.after(rt.stop);
+    await rt.waitHealth();
+    let start = Date.now();
+    const r = await rt.req(body ? 'POST' : 'GET', p, body, body ? { 'Content-Type': 'application/json' } : {});
+    assert.strictEqual(r.status, 504);
+    assert.match(JSON.parse(r.body).error, /timed out after 1s/);
+    t.diagnostic(`504 after ${Date.now() - start} ms (limit 1 s)`);
+    start = Date.now();
+    const next = await rt.req('GET', '/text');
+    assert.strictEqual(next.status, 200);
+    assert.strictEqual(next.body.toString(), 'hello, world');
+    t.diagnostic(`next request after a timeout served in ${Date.now() - start} ms`);
+    assert.match(rt.logs(), /process recycled/);
+  });
+}
+
+test('a blocked event loop answers every invocation of the process, then the runtime serves again', async (t) => {
+  const rt = await startRuntime({ timeout: '1', concurrency: '2' });
   t.after(rt.stop);
   await rt.waitHealth();
-  const r = await rt.req('GET', '/spin');
-  assert.strictEqual(r.status, 504);
-  assert.match(JSON.parse(r.body).error, /timed out after 1s/);
-  const start = Date.now();
+  const slow = rt.req('POST', '/slow', '{"seconds":5}', { 'Content-Type': 'application/json' });
+  await new Promise((r) => setTimeout(r, 300));
+  const spin = rt.req('GET', '/spin');
+  const [s, p] = await Promise.all([slow, spin]);
+  // The earlier deadline is the awaiting call's: it times out, and the
+  // spinning one is cut short with the process.
+  assert.strictEqual(s.status, 504);
+  assert.strictEqual(p.status, 503);
+  assert.strictEqual(JSON.parse(p.body).type, 'Recycled');
+  assert.strictEqual(p.headers['retry-after'], '1');
+  assert.strictEqual((await rt.req('GET', '/text')).status, 200);
+});
+
+// waitGone waits until pid has exited (a zombie counts as exited).
+async function waitGone(pid) {
+  const deadline = Date.now() + 10000;
+  for (;;) {
+    let st;
+    try { st = fs.readFileSync(`/proc/${pid}/stat`, 'utf8'); } catch { return; }
+    if (st.slice(st.lastIndexOf(')') + 2).startsWith('Z')) return;
+    if (Date.now() > deadline) throw new Error(`process ${pid} that the handler started still runs`);
+    await new Promise((r) => setTimeout(r, 50));
+  }
+}
+
+for (const busy of [true, false]) {
+  test(`a timeout kills the children a handler started (${busy ? 'busy loop' : 'awaiting'})`, async (t) => {
+    const rt = await startRuntime({ timeout: '1', concurrency: '2' });
+    t.after(rt.stop);
+    await rt.waitHealth();
+    const pidfile = path.join(fs.mkdtempSync(path.join(os.tmpdir(), 'sless-pid-')), 'pid');
+    const r = await rt.req('POST', '/spawn', JSON.stringify({ pidfile, busy }), { 'Content-Type': 'application/json' });
+    assert.strictEqual(r.status, 504);
+    await waitGone(Number(fs.readFileSync(pidfile, 'utf8')));
+    assert.strictEqual((await rt.req('GET', '/text')).status, 200);
+  });
+}
+
+test('the memory limit ends the serving process, and the runtime serves again', async (t) => {
+  const rt = await startRuntime({ timeout: '20', concurrency: '2', memoryMB: '64' });
+  t.after(rt.stop);
+  await rt.waitHealth();
+  // The heap limit aborts the process that owns the connection: the call
+  // fails without an answer (the gateway turns that into 502).
+  await assert.rejects(rt.req('GET', '/hog'));
   const next = await rt.req('GET', '/text');
   assert.strictEqual(next.status, 200);
-  assert.strictEqual(next.body.toString(), 'hello, world');
-  t.diagnostic(`next request after a timeout served in ${Date.now() - start} ms`);
-  assert.match(rt.logs(), /worker replaced/);
+  assert.match(rt.logs(), /serving process exited; restarting it/);
+});
+
+test('process.exit in a handler answers 500 and the runtime keeps serving', async (t) => {
+  const rt = await startRuntime({ timeout: '5', concurrency: '2' });
+  t.after(rt.stop);
+  await rt.waitHealth();
+  const r = await rt.req('GET', '/exit');
+  assert.strictEqual(r.status, 500);
+  assert.strictEqual(JSON.parse(r.body).type, 'WorkerCrashed');
+  assert.strictEqual((await rt.req('GET', '/text')).status, 200);
 });
 
 test('the concurrency limit answers 429 with Retry-After', async (t) => {

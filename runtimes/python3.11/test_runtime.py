@@ -6,6 +6,7 @@ import base64
 import http.client
 import json
 import os
+import resource
 import signal
 import socket
 import subprocess
@@ -26,12 +27,20 @@ def free_port():
 
 
 class RuntimeProcess:
-    def __init__(self, code_dir, entrypoint="main.handler", timeout="1", concurrency="2"):
+    def __init__(self, code_dir, entrypoint="main.handler", timeout="1", concurrency="2", workers=None, memory_mb=None):
         self.port = free_port()
         env = dict(os.environ, PORT=str(self.port), SLESS_HOST="127.0.0.1", SLESS_FUNCTION="fixtures", SLESS_TENANT="test",
                    SLESS_CODE_DIR=code_dir, SLESS_ENTRYPOINT=entrypoint, SLESS_TIMEOUT_SEC=timeout, SLESS_CONCURRENCY=concurrency)
+        if workers:
+            env["SLESS_WORKERS"] = workers
+        preexec = None
+        if memory_mb:
+            # What the local driver does: an address-space limit the workers inherit.
+            limit = (memory_mb + 256) << 20
+            preexec = lambda: resource.setrlimit(resource.RLIMIT_AS, (limit, limit))  # noqa: E731
         self.log = tempfile.TemporaryFile()  # closed by stop()
-        self.proc = subprocess.Popen([sys.executable, os.path.join(HERE, "runtime.py")], env=env, stdout=self.log, stderr=subprocess.STDOUT)
+        self.proc = subprocess.Popen([sys.executable, os.path.join(HERE, "runtime.py")], env=env, stdout=self.log,
+                                     stderr=subprocess.STDOUT, preexec_fn=preexec, start_new_session=True)
 
     def wait_health(self, want=200, within=20):
         deadline = time.time() + within
@@ -60,7 +69,10 @@ class RuntimeProcess:
 
     def stop(self):
         if self.proc.poll() is None:
-            self.proc.kill()
+            try:
+                os.killpg(self.proc.pid, signal.SIGKILL)
+            except ProcessLookupError:
+                pass
             self.proc.wait()
         self.log.close()
 
@@ -127,6 +139,24 @@ def check_case(tc, rt, case):
             tc.assertEqual(got.get(k), v, f"field {k}")
     for s in want.get("bodyExcludes", []):
         tc.assertNotIn(s, data.decode(errors="replace"))
+    for s in want.get("bodyContains", []):
+        tc.assertIn(s, data.decode(errors="replace"))
+    for k in want.get("headersAbsent", []):
+        tc.assertNotIn(k, headers, f"header {k} present")
+
+
+def wait_gone(tc, pid, within=10):
+    """Waits until pid has exited (a zombie counts as exited)."""
+    deadline = time.time() + within
+    while time.time() < deadline:
+        try:
+            with open(f"/proc/{pid}/stat") as f:
+                if f.read().rsplit(")", 1)[1].split()[0] == "Z":
+                    return
+        except FileNotFoundError:
+            return
+        time.sleep(0.05)
+    tc.fail(f"process {pid} that the handler started still runs")
 
 
 class BehaviourTest(unittest.TestCase):
@@ -138,14 +168,89 @@ class BehaviourTest(unittest.TestCase):
 
     def test_timeout_answers_504_and_the_next_request_is_served(self):
         rt = self.start(timeout="1", concurrency="1")
+        start = time.time()
         status, _, body = rt.request("GET", "/spin")
         self.assertEqual(status, 504)
         self.assertIn("timed out after 1s", json.loads(body)["error"])
+        print(f"\n504 for a busy loop after {(time.time() - start) * 1000:.0f} ms (limit 1 s)", file=sys.stderr)
         start = time.time()
         status, _, body = rt.request("GET", "/text")
         self.assertEqual((status, body), (200, b"hello, world"))
-        print(f"\nnext request after a timeout served in {(time.time() - start) * 1000:.0f} ms", file=sys.stderr)
-        self.assertIn("worker replaced", rt.logs())
+        print(f"next request after a timeout served in {(time.time() - start) * 1000:.0f} ms", file=sys.stderr)
+        self.assertIn("worker recycled", rt.logs())
+
+    def test_timeout_kills_the_children_a_handler_started(self):
+        for busy in (True, False):
+            with self.subTest(busy=busy):
+                rt = self.start(timeout="1", concurrency="2")
+                with tempfile.TemporaryDirectory() as d:
+                    pidfile = os.path.join(d, "pid")
+                    status, _, _ = rt.request("POST", "/spawn", body=json.dumps({"pidfile": pidfile, "busy": busy}).encode(),
+                                              headers={"Content-Type": "application/json"})
+                    self.assertEqual(status, 504)
+                    with open(pidfile) as f:
+                        pid = int(f.read())
+                wait_gone(self, pid)
+                status, _, _ = rt.request("GET", "/text")
+                self.assertEqual(status, 200)
+
+    def test_other_invocations_finish_while_a_timed_out_worker_is_recycled(self):
+        rt = self.start(timeout="1.5", concurrency="4", workers="1")
+        out = {}
+
+        def slow():
+            out["r"] = rt.request("POST", "/slow", body=b'{"seconds": 1}', headers={"Content-Type": "application/json"})
+
+        spin = threading.Thread(target=lambda: out.setdefault("spin", rt.request("GET", "/spin")))
+        spin.start()
+        time.sleep(0.7)  # the slow call starts in the same worker before the spin times out
+        t = threading.Thread(target=slow)
+        t.start()
+        spin.join()
+        t.join()
+        self.assertEqual(out["spin"][0], 504)
+        self.assertEqual((out["r"][0], out["r"][2]), (200, b"done"))
+
+    def test_a_killed_worker_gives_back_its_share_of_the_concurrency_limit(self):
+        rt = self.start(timeout="10", concurrency="1", workers="1")
+        threading.Thread(target=lambda: rt.request("POST", "/slow", body=b'{"seconds": 5}',
+                                                   headers={"Content-Type": "application/json"}), daemon=True).start()
+        time.sleep(0.5)
+        self.assertEqual(rt.request("GET", "/text")[0], 429)  # the one unit is held
+        worker = int(subprocess.check_output(["pgrep", "-P", str(rt.proc.pid)]).split()[0])
+        os.kill(worker, signal.SIGKILL)
+        deadline = time.time() + 10
+        while True:
+            try:
+                status = rt.request("GET", "/text")[0]
+            except OSError:
+                status = None
+            if status == 200 or time.time() > deadline:
+                break
+            time.sleep(0.05)
+        self.assertEqual(status, 200, rt.logs())
+
+    def test_a_worker_holding_the_gil_past_the_timeout_is_killed_and_replaced(self):
+        rt = self.start(timeout="1", concurrency="2", workers="1")
+        with self.assertRaises((http.client.HTTPException, OSError)):
+            rt.request("GET", "/gil")  # the watchdog thread cannot run: no 504, the connection drops
+        self.assertEqual(rt.request("GET", "/text")[0], 200)
+        self.assertIn("worker unresponsive past the timeout; killed", rt.logs())
+
+    def test_memory_limit_answers_500_and_the_runtime_keeps_serving(self):
+        rt = self.start(timeout="5", concurrency="2", memory_mb=64)
+        status, _, body = rt.request("POST", "/hog", body=b'{"mb": 1024}', headers={"Content-Type": "application/json"})
+        self.assertEqual(status, 500, body)
+        self.assertEqual(json.loads(body)["type"], "WorkerCrashed")
+        status, _, body = rt.request("POST", "/hog", body=b'{"mb": 16}', headers={"Content-Type": "application/json"})
+        self.assertEqual((status, body), (200, str(16 << 20).encode()))
+
+    def test_exit_in_a_handler_answers_500_and_the_runtime_keeps_serving(self):
+        rt = self.start(timeout="5", concurrency="2")
+        status, _, body = rt.request("GET", "/exit")
+        self.assertEqual(status, 500)
+        self.assertEqual(json.loads(body)["type"], "WorkerCrashed")
+        self.assertEqual(rt.request("GET", "/text")[0], 200)
 
     def test_concurrency_limit_answers_429_with_retry_after(self):
         rt = self.start(timeout="5", concurrency="2")

@@ -256,6 +256,8 @@ type fixture struct {
 		JSON           json.RawMessage   `json:"json"`
 		JSONSubset     map[string]any    `json:"jsonSubset"`
 		BodyExcludes   []string          `json:"bodyExcludes"`
+		BodyContains   []string          `json:"bodyContains"`
+		HeadersAbsent  []string          `json:"headersAbsent"`
 	} `json:"response"`
 }
 
@@ -335,6 +337,16 @@ func (f fixture) check(t *testing.T, endpoint, function, tenant string) {
 	for _, s := range want.BodyExcludes {
 		if strings.Contains(string(got), s) {
 			t.Errorf("body leaks %q: %s", s, got)
+		}
+	}
+	for _, s := range want.BodyContains {
+		if !strings.Contains(string(got), s) {
+			t.Errorf("body lacks %q: %s", s, got)
+		}
+	}
+	for _, k := range want.HeadersAbsent {
+		if v, ok := resp.Header[http.CanonicalHeaderKey(k)]; ok {
+			t.Errorf("header %s present: %q", k, v)
 		}
 	}
 }
