@@ -97,6 +97,7 @@ func (q *QueueTriggers) reconcile(ctx context.Context) {
 	}
 	want := map[string]*slessv1.Trigger{}
 	hashes, urls := map[string]string{}, map[string]string{}
+	tenants := map[string]brokerAccount{} // each tenant's Secret is read once a pass
 	for i := range list.Items {
 		t := &list.Items[i]
 		if t.Spec.Type != slessv1.TriggerQueue || t.Spec.Queue == nil || !t.IsEnabled() || !t.DeletionTimestamp.IsZero() ||
@@ -104,7 +105,7 @@ func (q *QueueTriggers) reconcile(ctx context.Context) {
 			continue
 		}
 		key := t.Namespace + "/" + t.Name
-		url, err := q.brokerURL(ctx, t)
+		url, err := q.brokerURL(ctx, t, tenants)
 		if err != nil {
 			q.Log.Warn("queue trigger cannot start", "trigger", key, "err", err)
 			q.report(ctx, t, t.Status.Conditions, metav1.ConditionFalse, "BrokerUnavailable", err.Error())
@@ -133,16 +134,28 @@ func (q *QueueTriggers) reconcile(ctx context.Context) {
 	}
 }
 
+type brokerAccount struct {
+	url string
+	err error
+}
+
 // brokerURL is the external broker's URL from the trigger's Secret, or
-// the URL of the tenant's vhost on the platform broker.
-func (q *QueueTriggers) brokerURL(ctx context.Context, t *slessv1.Trigger) (string, error) {
+// the URL of the tenant's vhost on the platform broker (remembered in
+// tenants by namespace).
+func (q *QueueTriggers) brokerURL(ctx context.Context, t *slessv1.Trigger, tenants map[string]brokerAccount) (string, error) {
 	ref := t.Spec.Queue.BrokerSecretRef
 	if ref == nil {
-		var s corev1.Secret
-		if err := q.Secrets.Get(ctx, client.ObjectKey{Namespace: t.Namespace, Name: slessv1.BrokerSecretName}, &s); err != nil {
-			return "", fmt.Errorf("the tenant's broker secret %s: %w", slessv1.BrokerSecretName, err)
+		a, ok := tenants[t.Namespace]
+		if !ok {
+			var s corev1.Secret
+			if a.err = q.Secrets.Get(ctx, client.ObjectKey{Namespace: t.Namespace, Name: slessv1.BrokerSecretName}, &s); a.err != nil {
+				a.err = fmt.Errorf("the tenant's broker secret %s: %w", slessv1.BrokerSecretName, a.err)
+			} else {
+				a.url, a.err = tenantVhostURL(q.BrokerURL, s.Data)
+			}
+			tenants[t.Namespace] = a
 		}
-		return tenantVhostURL(q.BrokerURL, s.Data)
+		return a.url, a.err
 	}
 	var s corev1.Secret
 	if err := q.Secrets.Get(ctx, client.ObjectKey{Namespace: t.Namespace, Name: ref.Name}, &s); err != nil {
