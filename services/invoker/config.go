@@ -1,6 +1,8 @@
 package main
 
 import (
+	"time"
+
 	"github.com/kube5s/sless/pkg/envconf"
 	"github.com/kube5s/sless/pkg/service"
 )
@@ -14,6 +16,10 @@ type config struct {
 	Concurrency       int    // SLESS_INVOKER_CONCURRENCY: invocations in flight (the prefetch)
 	HistoryPrefetch   int    // SLESS_HISTORY_PREFETCH: record messages being batched
 	AllowPrivateHooks bool   // SLESS_ALLOW_PRIVATE_CALLBACKS
+	// SLESS_HISTORY_RETENTION: invocation records older than this are deleted
+	HistoryRetention time.Duration
+	// SLESS_HISTORY_SWEEP_INTERVAL: how often the retention sweep runs
+	SweepInterval time.Duration
 }
 
 func loadConfig(getenv func(string) string) (config, error) {
@@ -27,6 +33,14 @@ func loadConfig(getenv func(string) string) (config, error) {
 		Concurrency:       r.Int("SLESS_INVOKER_CONCURRENCY", 64, 1, 4096),
 		HistoryPrefetch:   r.Int("SLESS_HISTORY_PREFETCH", 512, 1, 65535),
 		AllowPrivateHooks: r.Bool("SLESS_ALLOW_PRIVATE_CALLBACKS", false),
+		HistoryRetention:  r.Duration("SLESS_HISTORY_RETENTION", 30*24*time.Hour),
+		SweepInterval:     r.Duration("SLESS_HISTORY_SWEEP_INTERVAL", time.Hour),
+	}
+	if c.HistoryRetention <= 0 {
+		r.Failf("SLESS_HISTORY_RETENTION=%s: must be positive", c.HistoryRetention)
+	}
+	if c.SweepInterval <= 0 {
+		r.Failf("SLESS_HISTORY_SWEEP_INTERVAL=%s: must be positive", c.SweepInterval)
 	}
 	return c, r.Err()
 }

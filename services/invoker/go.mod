@@ -3,6 +3,7 @@ module github.com/kube5s/sless/services/invoker
 go 1.26.0
 
 require (
+	github.com/google/go-cmp v0.7.0
 	github.com/google/uuid v1.6.0
 	github.com/jackc/pgx/v5 v5.12.0
 	github.com/kube5s/sless/migrations v0.0.0

@@ -9,6 +9,10 @@ import (
 	"syscall"
 	"time"
 
+	corev1 "k8s.io/api/core/v1"
+	"sigs.k8s.io/controller-runtime/pkg/cache"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+
 	"github.com/kube5s/sless/migrations"
 	slessv1 "github.com/kube5s/sless/pkg/apis/sless/v1alpha1"
 	"github.com/kube5s/sless/pkg/health"
@@ -16,6 +20,7 @@ import (
 	"github.com/kube5s/sless/pkg/msg"
 	"github.com/kube5s/sless/pkg/rabbit"
 	"github.com/kube5s/sless/pkg/service"
+	"github.com/kube5s/sless/pkg/tenantns"
 	"github.com/kube5s/sless/services/invoker/internal/invoke"
 )
 
@@ -34,7 +39,9 @@ func run(ctx context.Context, getenv func(string) string, stdout io.Writer) erro
 	if err != nil {
 		return err
 	}
-	kube, watch, synced, err := svc.Kube(ctx, kcfg, &slessv1.Function{}, &slessv1.Trigger{})
+	kube, watch, synced, err := svc.KubeWatching(ctx, kcfg, map[client.Object]cache.ByObject{
+		&slessv1.Function{}: {}, &slessv1.Trigger{}: {}, &corev1.Namespace{}: tenantns.Watch(),
+	})
 	if err != nil {
 		return err
 	}
@@ -58,7 +65,7 @@ func run(ctx context.Context, getenv func(string) string, stdout io.Writer) erro
 	}
 	history := invoke.NewHistory(pool, svc.Log, svc.Registry)
 	callbacks := &invoke.Callbacks{Client: &http.Client{Transport: callbackTransport(cfg.AllowPrivateHooks)}}
-	triggers := &invoke.QueueTriggers{Triggers: watch, Secrets: kube, Platform: mq, Exec: exec, Log: svc.Log}
+	triggers := &invoke.QueueTriggers{Triggers: watch, Tenants: tenantns.Resolver{Namespaces: watch}, Secrets: kube, Platform: mq, Exec: exec, Log: svc.Log}
 
 	// Invocations get up to 20 retries (a message's own max_retries decides);
 	// the delay queues are the platform's.
@@ -70,6 +77,7 @@ func run(ctx context.Context, getenv func(string) string, stdout io.Writer) erro
 		{Client: mq, Queue: rabbit.PlatformQueue(msg.QueueCallbacks, rabbit.DefaultRetry), Prefetch: 16, Handler: callbacks.Handle},
 	}
 	svc.Go(history.Run)
+	svc.Go(invoke.NewRetention(pool, svc.Log, svc.Registry, cfg.HistoryRetention, cfg.SweepInterval).Run)
 	for _, c := range consumers {
 		svc.GoWhenSynced(synced, c.Run)
 	}

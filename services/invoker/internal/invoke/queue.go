@@ -2,6 +2,7 @@ package invoke
 
 import (
 	"context"
+	"errors"
 	"crypto/sha256"
 	"encoding/hex"
 	"encoding/json"
@@ -18,6 +19,7 @@ import (
 	slessv1 "github.com/kube5s/sless/pkg/apis/sless/v1alpha1"
 	"github.com/kube5s/sless/pkg/msg"
 	"github.com/kube5s/sless/pkg/rabbit"
+	"github.com/kube5s/sless/pkg/tenantns"
 )
 
 // QueueTriggers runs one consumer per enabled queue Trigger: on the
@@ -26,6 +28,7 @@ import (
 // editing it (or its Secret) restarts it.
 type QueueTriggers struct {
 	Triggers client.Reader // watch cache
+	Tenants  Tenants
 	Secrets  client.Reader // API reads
 	Platform *rabbit.Client
 	Exec     *Executor
@@ -34,17 +37,25 @@ type QueueTriggers struct {
 
 	mu      sync.Mutex
 	running map[string]*queueConsumer
+	ignored map[string]bool // triggers outside tenant namespaces, logged once
+}
+
+// Tenants names the tenant that owns a namespace; an error wrapping
+// tenantns.ErrNotTenant means none does.
+type Tenants interface {
+	Tenant(ctx context.Context, namespace string) (string, error)
 }
 
 type queueConsumer struct {
 	hash   string
+	tenant string
 	cancel context.CancelFunc
 	done   chan struct{}
 }
 
 // Run reconciles the consumers with the triggers until ctx ends.
 func (q *QueueTriggers) Run(ctx context.Context) error {
-	q.running = map[string]*queueConsumer{}
+	q.running, q.ignored = map[string]*queueConsumer{}, map[string]bool{}
 	if q.Interval <= 0 {
 		q.Interval = 500 * time.Millisecond
 	}
@@ -84,13 +95,31 @@ func (q *QueueTriggers) reconcile(ctx context.Context) {
 		return
 	}
 	want := map[string]*slessv1.Trigger{}
-	hashes := map[string]string{}
+	hashes, tenants, listed := map[string]string{}, map[string]string{}, map[string]bool{}
 	for i := range list.Items {
 		t := &list.Items[i]
 		if t.Spec.Type != slessv1.TriggerQueue || t.Spec.Queue == nil || !t.IsEnabled() || !t.DeletionTimestamp.IsZero() {
 			continue
 		}
 		key := t.Namespace + "/" + t.Name
+		listed[key] = true
+		tenant, err := q.Tenants.Tenant(ctx, t.Namespace)
+		if errors.Is(err, tenantns.ErrNotTenant) {
+			if !q.ignored[key] {
+				q.ignored[key] = true
+				q.Log.Warn("queue trigger outside a tenant namespace ignored", "namespace", t.Namespace, "trigger", t.Name)
+			}
+			continue
+		}
+		if err != nil {
+			q.mu.Lock()
+			if c, ok := q.running[key]; ok { // keep it running through a lookup error
+				want[key], hashes[key], tenants[key] = t, c.hash, c.tenant
+			}
+			q.mu.Unlock()
+			continue
+		}
+		tenants[key] = tenant
 		url, err := q.brokerURL(ctx, t)
 		if err != nil {
 			q.Log.Warn("queue trigger cannot start", "trigger", key, "err", err)
@@ -99,6 +128,11 @@ func (q *QueueTriggers) reconcile(ctx context.Context) {
 		spec, _ := json.Marshal(t.Spec)
 		sum := sha256.Sum256(append(spec, url...))
 		want[key], hashes[key] = t, hex.EncodeToString(sum[:8])
+	}
+	for k := range q.ignored {
+		if !listed[k] {
+			delete(q.ignored, k)
+		}
 	}
 	q.mu.Lock()
 	defer q.mu.Unlock()
@@ -115,7 +149,7 @@ func (q *QueueTriggers) reconcile(ctx context.Context) {
 			continue
 		}
 		url, _ := q.brokerURL(ctx, t)
-		q.running[key] = q.start(ctx, t.DeepCopy(), url, hashes[key])
+		q.running[key] = q.start(ctx, t.DeepCopy(), tenants[key], url, hashes[key])
 		q.Log.Info("queue trigger consumer started", "trigger", key, "queue", t.Spec.Queue.Queue)
 	}
 }
@@ -137,9 +171,9 @@ func (q *QueueTriggers) brokerURL(ctx context.Context, t *slessv1.Trigger) (stri
 	return string(v), nil
 }
 
-func (q *QueueTriggers) start(parent context.Context, t *slessv1.Trigger, url, hash string) *queueConsumer {
+func (q *QueueTriggers) start(parent context.Context, t *slessv1.Trigger, tenant, url, hash string) *queueConsumer {
 	ctx, cancel := context.WithCancel(parent)
-	c := &queueConsumer{hash: hash, cancel: cancel, done: make(chan struct{})}
+	c := &queueConsumer{hash: hash, tenant: tenant, cancel: cancel, done: make(chan struct{})}
 	spec := t.Spec.Queue
 	broker := q.Platform
 	var wg sync.WaitGroup
@@ -155,7 +189,6 @@ func (q *QueueTriggers) start(parent context.Context, t *slessv1.Trigger, url, h
 	if spec.Exchange != "" {
 		queue.Bindings = []rabbit.Binding{{Exchange: spec.Exchange, Key: spec.RoutingKey}}
 	}
-	tenant := t.Namespace[len(slessv1.NamespaceFor("")):]
 	// The function sees at most Concurrency calls at once. Four times as
 	// many messages are in hand, so that while some wait for their record's
 	// confirm before the ack (group commit), others are being called.
