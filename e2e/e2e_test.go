@@ -97,6 +97,12 @@ func startPlatform(t *testing.T) *platform {
 			mu.Lock()
 			t.Logf("make dev output (tail):\n%s", tail(logs.String(), 80))
 			mu.Unlock()
+			// The function processes log apart from the services.
+			files, _ := filepath.Glob(filepath.Join(state, "functions", "*.log"))
+			for _, f := range files {
+				b, _ := os.ReadFile(f)
+				t.Logf("function log %s (tail):\n%s", filepath.Base(f), tail(string(b), 30))
+			}
 		}
 	})
 	select {
@@ -188,13 +194,38 @@ func zipOf(files map[string]string) []byte {
 
 func eventually(t *testing.T, within time.Duration, what string, cond func() bool) {
 	t.Helper()
+	eventuallySaw(t, within, what, func() (bool, string) { return cond(), "" })
+}
+
+// eventuallySaw waits for cond; when it times out, it prints what cond
+// saw last (a resource's status), so that a readiness wait that fails says
+// what the platform was doing.
+func eventuallySaw(t *testing.T, within time.Duration, what string, cond func() (bool, string)) {
+	t.Helper()
 	deadline := time.Now().Add(within)
-	for !cond() {
+	for {
+		ok, saw := cond()
+		if ok {
+			return
+		}
 		if time.Now().After(deadline) {
-			t.Fatalf("timed out after %s waiting for %s", within, what)
+			t.Fatalf("timed out after %s waiting for %s; last seen: %s", within, what, saw)
 		}
 		time.Sleep(200 * time.Millisecond)
 	}
+}
+
+// status reads a resource and returns whether its status.phase is want,
+// and its status as JSON.
+func (p *platform) status(t *testing.T, path, token, want string) (bool, string) {
+	t.Helper()
+	r := p.do(t, "GET", path, token, "", nil)
+	if r.status != 200 {
+		return false, fmt.Sprintf("GET %s: %d %s", path, r.status, r.body)
+	}
+	st, _ := r.obj(t)["status"].(map[string]any)
+	b, _ := json.Marshal(st)
+	return st["phase"] == want, string(b)
 }
 
 const app = `import time
@@ -213,10 +244,7 @@ func TestUserJourney(t *testing.T) {
 	// A tenant and its token.
 	p.json(t, "POST", "/v1/tenants", p.admin, map[string]any{"name": "acme", "quotas": map[string]any{"invocations_per_second": 100000}}, 201)
 	tok := p.json(t, "POST", "/v1/tenants/acme/tokens", p.admin, map[string]any{"name": "e2e"}, 201)["token"].(string)
-	eventually(t, 30*time.Second, "tenant Ready", func() bool {
-		st, _ := p.json(t, "GET", "/v1/tenants/acme", tok, nil, 200)["status"].(map[string]any)
-		return st["phase"] == "Ready"
-	})
+	eventuallySaw(t, 30*time.Second, "tenant Ready", func() (bool, string) { return p.status(t, "/v1/tenants/acme", tok, "Ready") })
 
 	// A function from a zip; the build log is followed to its end.
 	fn := "/v1/tenants/acme/functions/app"
@@ -238,9 +266,7 @@ func TestUserJourney(t *testing.T) {
 	if log.status != 200 || !strings.Contains(string(log.body), "build succeeded") {
 		t.Fatalf("followed build log: %d\n%s", log.status, log.body)
 	}
-	eventually(t, 60*time.Second, "function Ready", func() bool {
-		return p.json(t, "GET", fn, tok, nil, 200)["status"].(map[string]any)["phase"] == "Ready"
-	})
+	eventuallySaw(t, 60*time.Second, "function Ready", func() (bool, string) { return p.status(t, fn, tok, "Ready") })
 
 	// Sync invoke.
 	r := p.do(t, "POST", fn+"/invoke", tok, "application/json", []byte(`{"x":1}`))
@@ -303,10 +329,7 @@ func TestUserJourney(t *testing.T) {
 	// A job run (a new run_id) succeeds, once.
 	p.json(t, "POST", "/v1/tenants/acme/jobs", tok, map[string]any{"name": "report", "function": "app", "payload": map[string]any{"r": 1}}, 201)
 	p.json(t, "POST", "/v1/tenants/acme/jobs/report/run", tok, nil, 202)
-	eventually(t, 60*time.Second, "the job run", func() bool {
-		st := p.json(t, "GET", "/v1/tenants/acme/jobs/report", tok, nil, 200)["status"].(map[string]any)
-		return st["phase"] == "Succeeded"
-	})
+	eventuallySaw(t, 60*time.Second, "the job run", func() (bool, string) { return p.status(t, "/v1/tenants/acme/jobs/report", tok, "Succeeded") })
 	time.Sleep(2 * time.Second)
 	if n := len(p.json(t, "GET", "/v1/tenants/acme/invocations?trigger=job", tok, nil, 200)["items"].([]any)); n != 1 {
 		t.Errorf("%d job invocations, want 1", n)
