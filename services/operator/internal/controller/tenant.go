@@ -24,6 +24,7 @@ import (
 type TenantReconciler struct {
 	Client   client.Client
 	Store    ObjectStore
+	Data     TenantData
 	Platform resources.Platform
 	Events   recorder.EventRecorder
 	Metrics  *Metrics
@@ -107,6 +108,25 @@ func (r *TenantReconciler) finalize(ctx context.Context, t *slessv1.Tenant) erro
 			return fmt.Errorf("delete stored objects of tenant %s: %w", t.Name, err)
 		}
 	}
+	if err := r.deleteRows(ctx, t); err != nil {
+		return err
+	}
 	controllerutil.RemoveFinalizer(t, resources.TenantFinalizer)
 	return client.IgnoreNotFound(r.Client.Update(ctx, t))
+}
+
+// deleteRows removes the tenant's rows from PostgreSQL (history, builds,
+// cron fires, idempotency keys, tokens), so that a new tenant of the same
+// name starts empty. A failure keeps the finalizer and is retried.
+func (r *TenantReconciler) deleteRows(ctx context.Context, t *slessv1.Tenant) error {
+	n, err := r.Data.DeleteTenant(ctx, t.Name)
+	if err != nil {
+		return fmt.Errorf("delete the database rows of tenant %s: %w", t.Name, err)
+	}
+	var total int64
+	for _, c := range n {
+		total += c
+	}
+	r.Events.Eventf(t, nil, corev1.EventTypeNormal, "RowsDeleted", "Delete", "deleted %d database rows of the tenant", total)
+	return nil
 }
