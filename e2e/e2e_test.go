@@ -11,6 +11,7 @@ import (
 	"fmt"
 	"io"
 	"net/http"
+	neturl "net/url"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -21,6 +22,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/jackc/pgx/v5"
 	amqp "github.com/rabbitmq/amqp091-go"
 
 	"github.com/kube5s/sless/pkg/objstore"
@@ -28,6 +30,7 @@ import (
 )
 
 type platform struct {
+	db    string // the platform's PostgreSQL database URL
 	base  string
 	admin string
 	state string
@@ -62,7 +65,12 @@ func startPlatform(t *testing.T) *platform {
 	var logs bytes.Buffer
 	var mu sync.Mutex
 	ready := make(chan struct{})
+	// exited is closed when make dev ends; waitErr says how.
+	exited := make(chan struct{})
+	var waitErr error
+	scanned := make(chan struct{})
 	go func() {
+		defer close(scanned)
 		sc := bufio.NewScanner(out)
 		sc.Buffer(make([]byte, 1<<20), 1<<20)
 		once := sync.Once{}
@@ -75,6 +83,11 @@ func startPlatform(t *testing.T) *platform {
 			}
 		}
 	}()
+	go func() {
+		<-scanned // Wait closes the pipe: read the output to its end first
+		waitErr = cmd.Wait()
+		close(exited)
+	}()
 	stopped := false
 	stop := func() {
 		if stopped {
@@ -82,10 +95,8 @@ func startPlatform(t *testing.T) *platform {
 		}
 		stopped = true
 		_ = syscall.Kill(-cmd.Process.Pid, syscall.SIGINT)
-		done := make(chan error, 1)
-		go func() { done <- cmd.Wait() }()
 		select {
-		case <-done:
+		case <-exited:
 		case <-time.After(60 * time.Second):
 			_ = syscall.Kill(-cmd.Process.Pid, syscall.SIGKILL)
 			t.Error("make dev did not stop within 60s of Ctrl-C")
@@ -107,6 +118,8 @@ func startPlatform(t *testing.T) *platform {
 	})
 	select {
 	case <-ready:
+	case <-exited:
+		t.Fatalf("make dev exited before it was up: %v", waitErr)
 	case <-time.After(10 * time.Minute):
 		t.Fatal("make dev did not come up within 10 minutes")
 	}
@@ -119,7 +132,9 @@ func startPlatform(t *testing.T) *platform {
 	if err != nil {
 		t.Fatal(err)
 	}
-	return &platform{base: "http://127.0.0.1:" + port, admin: strings.TrimSpace(string(adm)), state: state, amqp: vhost, store: store}
+	u, _ := neturl.Parse(testenv.PostgresAdminURL())
+	u.Path = "/" + db
+	return &platform{db: u.String(), base: "http://127.0.0.1:" + port, admin: strings.TrimSpace(string(adm)), state: state, amqp: vhost, store: store}
 }
 
 func tail(s string, n int) string {
@@ -429,6 +444,18 @@ func TestUserJourney(t *testing.T) {
 		t.Errorf("the deleted tenant's token answered %d", r.status)
 	}
 	eventually(t, 30*time.Second, "the tenant's objects gone", func() bool { return p.count(t, "sources/acme/") == 0 })
+	// ... and its rows: a new tenant of the same name starts empty.
+	pg, err := pgx.Connect(ctx, p.db)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer pg.Close(ctx)
+	for _, table := range []string{"invocations", "builds", "cron_fires", "idempotency_keys", "api_tokens"} {
+		var n int
+		if err := pg.QueryRow(ctx, `SELECT count(*) FROM `+table+` WHERE tenant = 'acme'`).Scan(&n); err != nil || n != 0 {
+			t.Errorf("%d rows of the deleted tenant in %s (%v)", n, table, err)
+		}
+	}
 }
 
 // count counts stored objects under prefix.
