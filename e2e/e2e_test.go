@@ -11,6 +11,7 @@ import (
 	"fmt"
 	"io"
 	"net/http"
+	neturl "net/url"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -21,6 +22,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/jackc/pgx/v5"
 	amqp "github.com/rabbitmq/amqp091-go"
 
 	"github.com/kube5s/sless/pkg/objstore"
@@ -28,6 +30,7 @@ import (
 )
 
 type platform struct {
+	db    string // the platform's PostgreSQL database URL
 	base  string
 	admin string
 	state string
@@ -62,7 +65,12 @@ func startPlatform(t *testing.T) *platform {
 	var logs bytes.Buffer
 	var mu sync.Mutex
 	ready := make(chan struct{})
+	// exited is closed when make dev ends; waitErr says how.
+	exited := make(chan struct{})
+	var waitErr error
+	scanned := make(chan struct{})
 	go func() {
+		defer close(scanned)
 		sc := bufio.NewScanner(out)
 		sc.Buffer(make([]byte, 1<<20), 1<<20)
 		once := sync.Once{}
@@ -75,6 +83,11 @@ func startPlatform(t *testing.T) *platform {
 			}
 		}
 	}()
+	go func() {
+		<-scanned // Wait closes the pipe: read the output to its end first
+		waitErr = cmd.Wait()
+		close(exited)
+	}()
 	stopped := false
 	stop := func() {
 		if stopped {
@@ -82,10 +95,8 @@ func startPlatform(t *testing.T) *platform {
 		}
 		stopped = true
 		_ = syscall.Kill(-cmd.Process.Pid, syscall.SIGINT)
-		done := make(chan error, 1)
-		go func() { done <- cmd.Wait() }()
 		select {
-		case <-done:
+		case <-exited:
 		case <-time.After(60 * time.Second):
 			_ = syscall.Kill(-cmd.Process.Pid, syscall.SIGKILL)
 			t.Error("make dev did not stop within 60s of Ctrl-C")
@@ -97,10 +108,18 @@ func startPlatform(t *testing.T) *platform {
 			mu.Lock()
 			t.Logf("make dev output (tail):\n%s", tail(logs.String(), 80))
 			mu.Unlock()
+			// The function processes log apart from the services.
+			files, _ := filepath.Glob(filepath.Join(state, "functions", "*.log"))
+			for _, f := range files {
+				b, _ := os.ReadFile(f)
+				t.Logf("function log %s (tail):\n%s", filepath.Base(f), tail(string(b), 30))
+			}
 		}
 	})
 	select {
 	case <-ready:
+	case <-exited:
+		t.Fatalf("make dev exited before it was up: %v", waitErr)
 	case <-time.After(10 * time.Minute):
 		t.Fatal("make dev did not come up within 10 minutes")
 	}
@@ -113,7 +132,9 @@ func startPlatform(t *testing.T) *platform {
 	if err != nil {
 		t.Fatal(err)
 	}
-	return &platform{base: "http://127.0.0.1:" + port, admin: strings.TrimSpace(string(adm)), state: state, amqp: vhost, store: store}
+	u, _ := neturl.Parse(testenv.PostgresAdminURL())
+	u.Path = "/" + db
+	return &platform{db: u.String(), base: "http://127.0.0.1:" + port, admin: strings.TrimSpace(string(adm)), state: state, amqp: vhost, store: store}
 }
 
 func tail(s string, n int) string {
@@ -188,13 +209,38 @@ func zipOf(files map[string]string) []byte {
 
 func eventually(t *testing.T, within time.Duration, what string, cond func() bool) {
 	t.Helper()
+	eventuallySaw(t, within, what, func() (bool, string) { return cond(), "" })
+}
+
+// eventuallySaw waits for cond; when it times out, it prints what cond
+// saw last (a resource's status), so that a readiness wait that fails says
+// what the platform was doing.
+func eventuallySaw(t *testing.T, within time.Duration, what string, cond func() (bool, string)) {
+	t.Helper()
 	deadline := time.Now().Add(within)
-	for !cond() {
+	for {
+		ok, saw := cond()
+		if ok {
+			return
+		}
 		if time.Now().After(deadline) {
-			t.Fatalf("timed out after %s waiting for %s", within, what)
+			t.Fatalf("timed out after %s waiting for %s; last seen: %s", within, what, saw)
 		}
 		time.Sleep(200 * time.Millisecond)
 	}
+}
+
+// status reads a resource and returns whether its status.phase is want,
+// and its status as JSON.
+func (p *platform) status(t *testing.T, path, token, want string) (bool, string) {
+	t.Helper()
+	r := p.do(t, "GET", path, token, "", nil)
+	if r.status != 200 {
+		return false, fmt.Sprintf("GET %s: %d %s", path, r.status, r.body)
+	}
+	st, _ := r.obj(t)["status"].(map[string]any)
+	b, _ := json.Marshal(st)
+	return st["phase"] == want, string(b)
 }
 
 const app = `import time
@@ -213,10 +259,7 @@ func TestUserJourney(t *testing.T) {
 	// A tenant and its token.
 	p.json(t, "POST", "/v1/tenants", p.admin, map[string]any{"name": "acme", "quotas": map[string]any{"invocations_per_second": 100000}}, 201)
 	tok := p.json(t, "POST", "/v1/tenants/acme/tokens", p.admin, map[string]any{"name": "e2e"}, 201)["token"].(string)
-	eventually(t, 30*time.Second, "tenant Ready", func() bool {
-		st, _ := p.json(t, "GET", "/v1/tenants/acme", tok, nil, 200)["status"].(map[string]any)
-		return st["phase"] == "Ready"
-	})
+	eventuallySaw(t, 30*time.Second, "tenant Ready", func() (bool, string) { return p.status(t, "/v1/tenants/acme", tok, "Ready") })
 
 	// A function from a zip; the build log is followed to its end.
 	fn := "/v1/tenants/acme/functions/app"
@@ -238,9 +281,7 @@ func TestUserJourney(t *testing.T) {
 	if log.status != 200 || !strings.Contains(string(log.body), "build succeeded") {
 		t.Fatalf("followed build log: %d\n%s", log.status, log.body)
 	}
-	eventually(t, 60*time.Second, "function Ready", func() bool {
-		return p.json(t, "GET", fn, tok, nil, 200)["status"].(map[string]any)["phase"] == "Ready"
-	})
+	eventuallySaw(t, 60*time.Second, "function Ready", func() (bool, string) { return p.status(t, fn, tok, "Ready") })
 
 	// Sync invoke.
 	r := p.do(t, "POST", fn+"/invoke", tok, "application/json", []byte(`{"x":1}`))
@@ -314,10 +355,7 @@ func TestUserJourney(t *testing.T) {
 	// A job run (a new run_id) succeeds, once.
 	p.json(t, "POST", "/v1/tenants/acme/jobs", tok, map[string]any{"name": "report", "function": "app", "payload": map[string]any{"r": 1}}, 201)
 	p.json(t, "POST", "/v1/tenants/acme/jobs/report/run", tok, nil, 202)
-	eventually(t, 60*time.Second, "the job run", func() bool {
-		st := p.json(t, "GET", "/v1/tenants/acme/jobs/report", tok, nil, 200)["status"].(map[string]any)
-		return st["phase"] == "Succeeded"
-	})
+	eventuallySaw(t, 60*time.Second, "the job run", func() (bool, string) { return p.status(t, "/v1/tenants/acme/jobs/report", tok, "Succeeded") })
 	time.Sleep(2 * time.Second)
 	if n := len(p.json(t, "GET", "/v1/tenants/acme/invocations?trigger=job", tok, nil, 200)["items"].([]any)); n != 1 {
 		t.Errorf("%d job invocations, want 1", n)
@@ -417,6 +455,18 @@ func TestUserJourney(t *testing.T) {
 		t.Errorf("the deleted tenant's token answered %d", r.status)
 	}
 	eventually(t, 30*time.Second, "the tenant's objects gone", func() bool { return p.count(t, "sources/acme/") == 0 })
+	// ... and its rows: a new tenant of the same name starts empty.
+	pg, err := pgx.Connect(ctx, p.db)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer pg.Close(ctx)
+	for _, table := range []string{"invocations", "builds", "cron_fires", "idempotency_keys", "api_tokens"} {
+		var n int
+		if err := pg.QueryRow(ctx, `SELECT count(*) FROM `+table+` WHERE tenant = 'acme'`).Scan(&n); err != nil || n != 0 {
+			t.Errorf("%d rows of the deleted tenant in %s (%v)", n, table, err)
+		}
+	}
 }
 
 // count counts stored objects under prefix.

@@ -149,6 +149,8 @@ func TestRBACIsSufficientAndMinimal(t *testing.T) {
 		allowed(t, "read a broker secret", client.IgnoreNotFound(c.Get(ctx, client.ObjectKey{Namespace: ns, Name: "broker"}, &corev1.Secret{})))
 		allowed(t, "patch trigger status", c.Status().Patch(ctx, tr.DeepCopy(), client.RawPatch("application/merge-patch+json",
 			[]byte(`{"status":{"conditions":[]}}`)), client.DryRunAll))
+		allowed(t, "watch tenant namespaces", c.List(ctx, &corev1.NamespaceList{}, client.HasLabels{slessv1.LabelTenant}))
+		refused(t, "create a namespace", c.Create(ctx, &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: testenv.Name("inv-ns")}}, client.DryRunAll))
 		refused(t, "create a function", c.Create(ctx, &slessv1.Function{ObjectMeta: metav1.ObjectMeta{Name: "x", Namespace: ns},
 			Spec: slessv1.FunctionSpec{Runtime: "python3.11", Entrypoint: "main.handler"}}, client.DryRunAll))
 	})
@@ -159,6 +161,7 @@ func TestRBACIsSufficientAndMinimal(t *testing.T) {
 			[]byte(`{"status":{"phase":"Active"}}`)), client.DryRunAll))
 		refused(t, "update a trigger's spec", c.Update(ctx, tr.DeepCopy(), client.DryRunAll))
 		refused(t, "list functions", c.List(ctx, &slessv1.FunctionList{}))
+		allowed(t, "watch tenant namespaces", c.List(ctx, &corev1.NamespaceList{}, client.HasLabels{slessv1.LabelTenant}))
 	})
 }
 

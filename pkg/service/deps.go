@@ -44,20 +44,26 @@ func (s *Service) ObjectStore(ctx context.Context, cfg objstore.Config) (*objsto
 // service; readiness waits for the cache. The returned function blocks
 // until the cache synced (false when ctx ended first).
 func (s *Service) Kube(ctx context.Context, cfg *rest.Config, objs ...client.Object) (client.Client, cache.Cache, func(context.Context) bool, error) {
+	byObject := map[client.Object]cache.ByObject{}
+	for _, o := range objs {
+		byObject[o] = cache.ByObject{}
+	}
+	return s.KubeWatching(ctx, cfg, byObject)
+}
+
+// KubeWatching is Kube with a watch configuration per object (a label
+// selector, a transform).
+func (s *Service) KubeWatching(ctx context.Context, cfg *rest.Config, byObject map[client.Object]cache.ByObject) (client.Client, cache.Cache, func(context.Context) bool, error) {
 	scheme := kubeclient.Scheme()
 	kube, err := client.New(cfg, client.Options{Scheme: scheme})
 	if err != nil {
 		return nil, nil, nil, err
 	}
-	byObject := map[client.Object]cache.ByObject{}
-	for _, o := range objs {
-		byObject[o] = cache.ByObject{}
-	}
 	watch, err := cache.New(cfg, cache.Options{Scheme: scheme, ByObject: byObject})
 	if err != nil {
 		return nil, nil, nil, fmt.Errorf("watch cache: %w", err)
 	}
-	for _, o := range objs {
+	for o := range byObject {
 		if _, err := watch.GetInformer(ctx, o); err != nil {
 			return nil, nil, nil, fmt.Errorf("watch %T: %w", o, err)
 		}

@@ -1,17 +1,24 @@
 package testenv
 
 import (
+	"context"
 	"fmt"
 	"os"
 	"path/filepath"
 	"testing"
+
+	corev1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/client-go/rest"
 	"sigs.k8s.io/controller-runtime/pkg/envtest"
 
 	"github.com/kube5s/sless/pkg/apis/sless/crds"
+	"github.com/kube5s/sless/pkg/apis/sless/v1alpha1"
 	"github.com/kube5s/sless/pkg/kubeclient"
+	"github.com/kube5s/sless/pkg/tenantns"
 )
 
 // Scheme returns a scheme with the Kubernetes built-ins and the sless types.
@@ -90,4 +97,15 @@ func MainWithKube(m interface{ Run() int }, kube **Kube) int {
 	*kube = k
 	defer func() { _ = k.Stop() }()
 	return m.Run()
+}
+
+// TenantNamespace creates the namespace of tenant as the operator does:
+// named for it and labelled with its name. It returns the namespace.
+func TenantNamespace(ctx context.Context, t testing.TB, c client.Client, tenant string) string {
+	t.Helper()
+	ns := &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: v1alpha1.NamespaceFor(tenant), Labels: map[string]string{tenantns.Label: tenant}}}
+	if err := c.Create(ctx, ns); err != nil {
+		t.Fatalf("create the namespace of tenant %s: %v", tenant, err)
+	}
+	return ns.Name
 }

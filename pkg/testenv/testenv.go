@@ -223,15 +223,21 @@ func StartService(t testing.TB, run RunFunc, env map[string]string) (stop func()
 			t.Fatalf("service exited before it was ready: %v\n%s", err, logs.String())
 		default:
 		}
+		// last is what /readyz said: the failing checks when it answered.
+		var last string
 		resp, err := http.Get(url)
 		if err == nil {
+			body, _ := io.ReadAll(io.LimitReader(resp.Body, 4096))
 			resp.Body.Close()
 			if resp.StatusCode == http.StatusOK {
 				break
 			}
+			last = fmt.Sprintf("%d %s", resp.StatusCode, body)
+		} else {
+			last = err.Error()
 		}
 		if time.Now().After(deadline) {
-			t.Fatalf("service not ready within 60s (last: %v)\n%s", err, logs.String())
+			t.Fatalf("service not ready within 60s; /readyz last said: %s\nservice log:\n%s", last, logs.String())
 		}
 		time.Sleep(50 * time.Millisecond)
 	}

@@ -362,6 +362,26 @@ func TestAsyncInvoke(t *testing.T) {
 	}
 	expect(t, g.call(t, "POST", base+"/hello/invoke", tok, `{"n":2}`, key...), 409, "key reused for another body")
 
+	// Keys expire after 24 hours: the row says when, and a request after
+	// that is a new invocation (with a body the old key never saw, too).
+	var ttl int64
+	if err := g.db.QueryRow(t.Context(), `SELECT extract(epoch FROM expires_at - created_at)::bigint FROM idempotency_keys WHERE tenant = $1 AND key = 'order-42'`,
+		ten).Scan(&ttl); err != nil || ttl != 24*3600 {
+		t.Errorf("the key is kept for %ds (%v), want 24h", ttl, err)
+	}
+	if _, err := g.db.Exec(t.Context(), `UPDATE idempotency_keys SET expires_at = now() - interval '1 second' WHERE tenant = $1 AND key = 'order-42'`, ten); err != nil {
+		t.Fatal(err)
+	}
+	r3 := g.call(t, "POST", base+"/hello/invoke", tok, `{"n":2}`, key...)
+	expect(t, r3, 202, "keyed request after the key expired")
+	if r3.json(t)["invocation_id"] == r1.json(t)["invocation_id"] {
+		t.Errorf("an expired key still names invocation %s", r1.json(t)["invocation_id"])
+	}
+	r4 := g.call(t, "POST", base+"/hello/invoke", tok, `{"n":2}`, key...)
+	if r4.json(t)["invocation_id"] != r3.json(t)["invocation_id"] {
+		t.Errorf("the renewed key does not name its new invocation: %s, want %s", r4.body, r3.body)
+	}
+
 	// Callbacks only to public http(s) targets.
 	for _, cb := range []string{"http://127.0.0.1:9000/hook", "http://10.1.2.3/hook", "http://169.254.169.254/latest", "ftp://example.com/x", "http://localhost/x", "not a url"} {
 		r := g.call(t, "POST", base+"/hello/invoke", tok, "{}", "Prefer", "respond-async", "X-Callback-Url", cb)

@@ -2,6 +2,7 @@ package main
 
 import (
 	"net/netip"
+	"time"
 
 	"github.com/kube5s/sless/pkg/egress"
 	"github.com/kube5s/sless/pkg/envconf"
@@ -19,19 +20,31 @@ type config struct {
 	HistoryPrefetch int             // SLESS_HISTORY_PREFETCH: record messages being batched
 	EgressAllow     []netip.Prefix  // SLESS_EGRESS_ALLOW_CIDRS: private ranges tenant destinations may reach
 	S3              objstore.Config // results over the inline limit, dead letters' large bodies
+	// SLESS_HISTORY_RETENTION: invocation records older than this are deleted
+	HistoryRetention time.Duration
+	// SLESS_HISTORY_SWEEP_INTERVAL: how often the retention sweep runs
+	SweepInterval time.Duration
 }
 
 func loadConfig(getenv func(string) string) (config, error) {
 	r := envconf.New(getenv)
 	c := config{
-		Common:          service.ReadCommon(r, ":9093"),
-		Kubeconfig:      r.String("KUBECONFIG", ""),
-		RabbitURL:       r.URL("SLESS_RABBITMQ_URL", "amqp://guest:guest@127.0.0.1:5672/", "amqp", "amqps"),
-		PostgresURL:     r.URL("SLESS_POSTGRES_URL", "postgres://postgres@127.0.0.1:5432/sless?sslmode=disable", "postgres", "postgresql"),
-		Migrate:         r.Bool("SLESS_MIGRATE", true),
-		Concurrency:     r.Int("SLESS_INVOKER_CONCURRENCY", 64, 1, 4096),
-		HistoryPrefetch: r.Int("SLESS_HISTORY_PREFETCH", 512, 1, 65535),
-		S3:              objstore.ReadConfig(r),
+		Common:           service.ReadCommon(r, ":9093"),
+		Kubeconfig:       r.String("KUBECONFIG", ""),
+		RabbitURL:        r.URL("SLESS_RABBITMQ_URL", "amqp://guest:guest@127.0.0.1:5672/", "amqp", "amqps"),
+		PostgresURL:      r.URL("SLESS_POSTGRES_URL", "postgres://postgres@127.0.0.1:5432/sless?sslmode=disable", "postgres", "postgresql"),
+		Migrate:          r.Bool("SLESS_MIGRATE", true),
+		Concurrency:      r.Int("SLESS_INVOKER_CONCURRENCY", 64, 1, 4096),
+		HistoryPrefetch:  r.Int("SLESS_HISTORY_PREFETCH", 512, 1, 65535),
+		S3:               objstore.ReadConfig(r),
+		HistoryRetention: r.Duration("SLESS_HISTORY_RETENTION", 30*24*time.Hour),
+		SweepInterval:    r.Duration("SLESS_HISTORY_SWEEP_INTERVAL", time.Hour),
+	}
+	if c.HistoryRetention <= 0 {
+		r.Failf("SLESS_HISTORY_RETENTION=%s: must be positive", c.HistoryRetention)
+	}
+	if c.SweepInterval <= 0 {
+		r.Failf("SLESS_HISTORY_SWEEP_INTERVAL=%s: must be positive", c.SweepInterval)
 	}
 	allow, err := egress.ParseCIDRs(r.String("SLESS_EGRESS_ALLOW_CIDRS", ""))
 	if err != nil {

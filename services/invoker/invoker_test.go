@@ -53,7 +53,7 @@ func newWorld(t testing.TB, extra ...string) *world {
 	return newWorldWith(t, env)
 }
 
-// newWorldWith starts an invoker with extra settings.
+// newWorldWith is newWorld with extra settings for the invoker.
 func newWorldWith(t testing.TB, extra map[string]string) *world {
 	t.Helper()
 	vhost, cleanup, err := testenv.RabbitVhost()
@@ -92,11 +92,7 @@ func newWorldWith(t testing.TB, extra map[string]string) *world {
 func (w *world) newTenant(t testing.TB) (string, string) {
 	t.Helper()
 	tenant := testenv.Name("t")
-	ns := slessv1.NamespaceFor(tenant)
-	if err := w.kube.Create(context.Background(), &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: ns}}); err != nil {
-		t.Fatal(err)
-	}
-	return tenant, ns
+	return tenant, testenv.TenantNamespace(context.Background(), t, w.kube, tenant)
 }
 
 // reconnect opens the test's publishing channel (again, after a broker restart).
@@ -464,5 +460,86 @@ func TestQueueTriggerKeepsToItsConcurrency(t *testing.T) {
 	t.Logf("peak concurrent calls: %d (concurrency 3)", peak.Load())
 	if p := peak.Load(); p > 3 || p < 2 {
 		t.Fatalf("the function saw %d calls at once; the trigger's concurrency is 3", p)
+	}
+}
+
+// TestQueueTriggerOutsideATenantNamespaceIsIgnored: queue triggers in
+// default and in a namespace that only looks like a tenant's (no label)
+// get no consumer, and the tenant's own trigger still runs.
+func TestQueueTriggerOutsideATenantNamespaceIsIgnored(t *testing.T) {
+	w := newWorld(t)
+	w.function(t, "fx", 5)
+	lookalike := slessv1.NamespaceFor(testenv.Name("ghost"))
+	if err := w.kube.Create(t.Context(), &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: lookalike}}); err != nil {
+		t.Fatal(err)
+	}
+	queues := map[string]string{}
+	for _, where := range []string{"default", lookalike, w.ns} { // the tenant's last: the cache lists it after the others
+		q := testenv.Name("q-")
+		queues[where] = q
+		tr := &slessv1.Trigger{ObjectMeta: metav1.ObjectMeta{Name: q, Namespace: where}, Spec: slessv1.TriggerSpec{FunctionRef: slessv1.LocalRef{Name: "fx"},
+			Type: slessv1.TriggerQueue, Queue: &slessv1.QueueTrigger{Queue: q, Concurrency: 1}}}
+		if err := w.kube.Create(t.Context(), tr); err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(func() { _ = w.kube.Delete(context.Background(), tr) })
+	}
+	conn, err := amqp.Dial(w.vhost)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer conn.Close()
+	waitQueue(t, conn, queues[w.ns])
+	ch, _ := conn.Channel()
+	if err := ch.PublishWithContext(t.Context(), "", queues[w.ns], false, false, amqp.Publishing{MessageId: "m1",
+		ContentType: "application/json", Body: []byte(`{}`), DeliveryMode: amqp.Persistent}); err != nil {
+		t.Fatal(err)
+	}
+	for deadline := time.Now().Add(30 * time.Second); w.count(t, "trigger_kind = 'queue' AND trigger_name = $1", queues[w.ns]) != 1; time.Sleep(100 * time.Millisecond) {
+		if time.Now().After(deadline) {
+			t.Fatal("the tenant's queue trigger recorded nothing within 30s")
+		}
+	}
+	for _, where := range []string{"default", lookalike} {
+		probe, err := conn.Channel()
+		if err != nil {
+			t.Fatal(err)
+		}
+		if _, err := probe.QueueDeclarePassive(queues[where], true, false, false, false, nil); err == nil {
+			t.Errorf("a consumer declared queue %s of the trigger in %s", queues[where], where)
+			probe.Close()
+		}
+	}
+	if n := w.count(t, "tenant <> $1", w.tenant); n != 0 {
+		t.Errorf("%d records of other tenants", n)
+	}
+}
+
+// TestHistoryOlderThanTheRetentionIsDeleted: the invoker's sweep, run
+// through run() with a one-hour retention, deletes older records and
+// expired idempotency keys and keeps the rest.
+func TestHistoryOlderThanTheRetentionIsDeleted(t *testing.T) {
+	w := newWorld(t, "SLESS_HISTORY_RETENTION", "1h", "SLESS_HISTORY_SWEEP_INTERVAL", "100ms")
+	for id, age := range map[string]string{"old": "2 hours", "recent": "30 minutes"} {
+		if _, err := w.db.Exec(t.Context(), `INSERT INTO invocations (id, tenant, function, trigger_kind, status, started_at, finished_at)
+			VALUES ($1, $2, 'f', 'async', 'succeeded', now() - $3::interval, now() - $3::interval)`, id, w.tenant, age); err != nil {
+			t.Fatal(err)
+		}
+		if _, err := w.db.Exec(t.Context(), `INSERT INTO idempotency_keys (tenant, key, function, invocation_id, expires_at)
+			VALUES ($1, $2, 'f', $2, now() + interval '90 minutes' - $3::interval)`, w.tenant, id, age); err != nil {
+			t.Fatal(err)
+		}
+	}
+	left := func() string {
+		var ids string
+		_ = w.db.QueryRow(t.Context(), `SELECT coalesce(string_agg(x, ','  ORDER BY x), '') FROM (
+			SELECT 'inv:' || id AS x FROM invocations UNION ALL SELECT 'key:' || key FROM idempotency_keys) s`).Scan(&ids)
+		return ids
+	}
+	const want = "inv:recent,key:recent"
+	for deadline := time.Now().Add(30 * time.Second); left() != want; time.Sleep(50 * time.Millisecond) {
+		if time.Now().After(deadline) {
+			t.Fatalf("rows left = %q, want %q", left(), want)
+		}
 	}
 }

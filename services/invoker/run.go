@@ -7,6 +7,10 @@ import (
 	"net/http"
 	"time"
 
+	corev1 "k8s.io/api/core/v1"
+	"sigs.k8s.io/controller-runtime/pkg/cache"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+
 	"github.com/kube5s/sless/migrations"
 	slessv1 "github.com/kube5s/sless/pkg/apis/sless/v1alpha1"
 	"github.com/kube5s/sless/pkg/egress"
@@ -15,6 +19,7 @@ import (
 	"github.com/kube5s/sless/pkg/msg"
 	"github.com/kube5s/sless/pkg/rabbit"
 	"github.com/kube5s/sless/pkg/service"
+	"github.com/kube5s/sless/pkg/tenantns"
 	"github.com/kube5s/sless/services/invoker/internal/invoke"
 )
 
@@ -33,7 +38,9 @@ func run(ctx context.Context, getenv func(string) string, stdout io.Writer) erro
 	if err != nil {
 		return err
 	}
-	kube, watch, synced, err := svc.Kube(ctx, kcfg, &slessv1.Function{}, &slessv1.Trigger{}, &slessv1.Tenant{})
+	kube, watch, synced, err := svc.KubeWatching(ctx, kcfg, map[client.Object]cache.ByObject{
+		&slessv1.Function{}: {}, &slessv1.Trigger{}: {}, &slessv1.Tenant{}: {}, &corev1.Namespace{}: tenantns.Watch(),
+	})
 	if err != nil {
 		return err
 	}
@@ -65,7 +72,7 @@ func run(ctx context.Context, getenv func(string) string, stdout io.Writer) erro
 	deadLetters := &invoke.DeadLetters{DB: pool, Store: store}
 	policy := egress.New(cfg.EgressAllow...)
 	callbacks := &invoke.Callbacks{Secrets: pool, Client: &http.Client{Transport: callbackTransport(policy), CheckRedirect: noRedirects}}
-	triggers := &invoke.QueueTriggers{Triggers: watch, Secrets: kube, Status: kube, BrokerURL: cfg.RabbitURL, Exec: exec, Log: svc.Log, Egress: policy}
+	triggers := &invoke.QueueTriggers{Triggers: watch, Tenants: tenantns.Resolver{Namespaces: watch}, Secrets: kube, Status: kube, BrokerURL: cfg.RabbitURL, Exec: exec, Log: svc.Log, Egress: policy}
 
 	// Invocations get up to 20 retries (a message's own max_retries decides);
 	// the delay queues are the platform's.
@@ -78,6 +85,7 @@ func run(ctx context.Context, getenv func(string) string, stdout io.Writer) erro
 		{Client: mq, Queue: rabbit.PlatformQueue(msg.QueueDeadLetters, rabbit.DefaultRetry), Prefetch: 16, Handler: deadLetters.Handle},
 	}
 	svc.Go(history.Run)
+	svc.Go(invoke.NewRetention(pool, svc.Log, svc.Registry, cfg.HistoryRetention, cfg.SweepInterval).Run)
 	for _, c := range consumers {
 		svc.GoWhenSynced(synced, c.Run)
 	}

@@ -16,6 +16,8 @@ type config struct {
 	service.Common
 	Kubeconfig      string   // KUBECONFIG: empty in a cluster
 	RabbitURL       string   // SLESS_RABBITMQ_URL
+	PostgresURL     string   // SLESS_POSTGRES_URL: a deleted tenant's rows are removed there
+	Migrate         bool     // SLESS_MIGRATE: apply migrations at start
 	ExecutionDriver string   // SLESS_EXECUTION_DRIVER: local or kubernetes
 	LeaderElect     bool     // SLESS_LEADER_ELECT: on when running several replicas
 	Namespace       string   // SLESS_NAMESPACE: the sless system namespace (leases, policies)
@@ -41,6 +43,8 @@ func loadConfig(getenv func(string) string) (config, error) {
 		Common:          service.ReadCommon(r, ":9092"),
 		Kubeconfig:      r.String("KUBECONFIG", ""),
 		RabbitURL:       r.URL("SLESS_RABBITMQ_URL", "amqp://guest:guest@127.0.0.1:5672/", "amqp", "amqps"),
+		PostgresURL:     r.URL("SLESS_POSTGRES_URL", "postgres://postgres@127.0.0.1:5432/sless?sslmode=disable", "postgres", "postgresql"),
+		Migrate:         r.Bool("SLESS_MIGRATE", true),
 		ExecutionDriver: r.OneOf("SLESS_EXECUTION_DRIVER", "local", "local", "kubernetes"),
 		LeaderElect:     r.Bool("SLESS_LEADER_ELECT", false),
 		Namespace:       r.String("SLESS_NAMESPACE", "sless-system"),

@@ -13,9 +13,11 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 	dto "github.com/prometheus/client_model/go"
 	ctrl "sigs.k8s.io/controller-runtime"
+	"sigs.k8s.io/controller-runtime/pkg/cache"
 	crmetrics "sigs.k8s.io/controller-runtime/pkg/metrics"
 	metricsserver "sigs.k8s.io/controller-runtime/pkg/metrics/server"
 
+	"github.com/kube5s/sless/migrations"
 	"github.com/kube5s/sless/pkg/health"
 	"github.com/kube5s/sless/pkg/kubeclient"
 	"github.com/kube5s/sless/pkg/msg"
@@ -25,6 +27,7 @@ import (
 	"github.com/kube5s/sless/services/operator/internal/controller"
 	"github.com/kube5s/sless/services/operator/internal/driver"
 	"github.com/kube5s/sless/services/operator/internal/resources"
+	"github.com/kube5s/sless/services/operator/internal/tenantdata"
 )
 
 // run is the composition root of the operator.
@@ -48,6 +51,7 @@ func run(ctx context.Context, getenv func(string) string, stdout io.Writer) erro
 		Logger:                  logr.FromSlogHandler(svc.Log.Handler()),
 		Metrics:                 metricsserver.Options{BindAddress: "0"}, // served on the ops port
 		HealthProbeBindAddress:  "0",
+		Cache:                   cache.Options{ByObject: controller.Watches()},
 		LeaderElection:          cfg.LeaderElect,
 		LeaderElectionID:        "sless-operator",
 		LeaderElectionNamespace: cfg.Namespace,
@@ -74,6 +78,13 @@ func run(ctx context.Context, getenv func(string) string, stdout io.Writer) erro
 	mq := svc.Rabbit(cfg.RabbitURL)
 	pub := rabbit.NewPublisher(mq)
 
+	pool, err := migrations.Open(ctx, cfg.PostgresURL, cfg.Migrate)
+	if err != nil {
+		return err
+	}
+	defer pool.Close()
+	svc.Health.AddCheck(health.Check{Name: "postgres", Fn: pool.Ping})
+
 	var drv driver.Driver
 	switch cfg.ExecutionDriver {
 	case "kubernetes":
@@ -95,6 +106,7 @@ func run(ctx context.Context, getenv func(string) string, stdout io.Writer) erro
 		BrokerURL: cfg.TenantBrokerURL,
 		Publisher: pub,
 		Store:     store,
+		Data:      &tenantdata.Store{DB: pool},
 		Driver:    drv,
 		Platform:  resources.Platform{SystemNamespace: cfg.Namespace, ClusterCIDRs: cfg.ClusterCIDRs},
 		PublicURL: cfg.PublicURL,
@@ -107,7 +119,7 @@ func run(ctx context.Context, getenv func(string) string, stdout io.Writer) erro
 	}
 	svc.Go(mgr.Start)
 
-	h := &controller.Handlers{Client: mgr.GetClient(), Events: mgr.GetEventRecorder("sless-operator")}
+	h := &controller.Handlers{Client: mgr.GetClient(), Reader: mgr.GetAPIReader(), Events: mgr.GetEventRecorder("sless-operator"), Log: svc.Log}
 	for queue, handle := range map[string]rabbit.Handler{
 		msg.QueueBuildCompleted: h.BuildCompleted,
 		msg.QueueJobCompleted:   h.JobCompleted,

@@ -5,12 +5,17 @@ import (
 	"fmt"
 	"io"
 
+	corev1 "k8s.io/api/core/v1"
+	"sigs.k8s.io/controller-runtime/pkg/cache"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+
 	"github.com/kube5s/sless/migrations"
 	slessv1 "github.com/kube5s/sless/pkg/apis/sless/v1alpha1"
 	"github.com/kube5s/sless/pkg/health"
 	"github.com/kube5s/sless/pkg/kubeclient"
 	"github.com/kube5s/sless/pkg/rabbit"
 	"github.com/kube5s/sless/pkg/service"
+	"github.com/kube5s/sless/pkg/tenantns"
 	"github.com/kube5s/sless/services/scheduler/internal/schedule"
 )
 
@@ -29,7 +34,9 @@ func run(ctx context.Context, getenv func(string) string, stdout io.Writer) erro
 	if err != nil {
 		return err
 	}
-	kube, watch, synced, err := svc.Kube(ctx, kcfg, &slessv1.Trigger{})
+	kube, watch, synced, err := svc.KubeWatching(ctx, kcfg, map[client.Object]cache.ByObject{
+		&slessv1.Trigger{}: {}, &corev1.Namespace{}: tenantns.Watch(),
+	})
 	if err != nil {
 		return err
 	}
@@ -43,7 +50,7 @@ func run(ctx context.Context, getenv func(string) string, stdout io.Writer) erro
 
 	mq := svc.Rabbit(cfg.RabbitURL)
 
-	sched := &schedule.Scheduler{Triggers: watch, Status: kube, DB: pool, Publisher: rabbit.NewPublisher(mq), Log: svc.Log,
+	sched := &schedule.Scheduler{Triggers: watch, Tenants: tenantns.Resolver{Namespaces: watch}, Status: kube, DB: pool, Publisher: rabbit.NewPublisher(mq), Log: svc.Log,
 		Metrics: schedule.NewMetrics(svc.Registry)}
 	svc.GoWhenSynced(synced, sched.Run)
 	return svc.Run(ctx)

@@ -46,10 +46,7 @@ func TestTwoSchedulersFireOnceAndOnTime(t *testing.T) {
 		t.Fatal(err)
 	}
 	tenant := testenv.Name("t")
-	ns := slessv1.NamespaceFor(tenant)
-	if err := c.Create(t.Context(), &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: ns}}); err != nil {
-		t.Fatal(err)
-	}
+	ns := testenv.TenantNamespace(t.Context(), t, c, tenant)
 	conn, err := amqp.Dial(vhost)
 	if err != nil {
 		t.Fatal(err)
@@ -144,8 +141,7 @@ func TestForbidSkipsWhileThePreviousFireRuns(t *testing.T) {
 	env["LOG_LEVEL"] = "warn"
 	c, _ := client.New(kube.Config, client.Options{Scheme: testenv.Scheme()})
 	tenant := testenv.Name("t")
-	ns := slessv1.NamespaceFor(tenant)
-	_ = c.Create(t.Context(), &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: ns}})
+	ns := testenv.TenantNamespace(t.Context(), t, c, tenant)
 	stop := testenv.StartService(t, run, env)
 	defer stop()
 	tr := &slessv1.Trigger{ObjectMeta: metav1.ObjectMeta{Name: "solo", Namespace: ns}, Spec: slessv1.TriggerSpec{
@@ -164,5 +160,77 @@ func TestForbidSkipsWhileThePreviousFireRuns(t *testing.T) {
 	}
 	if f, s := count("fired"), count("skipped"); f != 1 || s < 2 {
 		t.Errorf("fired %d, skipped %d; want 1 fired and the rest skipped", f, s)
+	}
+}
+
+// TestTriggerOutsideATenantNamespaceIsIgnored: cron triggers in default
+// and in a namespace that only looks like a tenant's (no label) never
+// fire, and do not stop the scheduler from firing a tenant's trigger.
+func TestTriggerOutsideATenantNamespaceIsIgnored(t *testing.T) {
+	vhost, cleanup, err := testenv.RabbitVhost()
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer cleanup()
+	env := testenv.ServiceEnv(t, kube.KubeconfigFile(t))
+	env["SLESS_RABBITMQ_URL"] = vhost
+	env["LOG_LEVEL"] = "warn"
+	c, err := client.New(kube.Config, client.Options{Scheme: testenv.Scheme()})
+	if err != nil {
+		t.Fatal(err)
+	}
+	tenant := testenv.Name("t")
+	ns := testenv.TenantNamespace(t.Context(), t, c, tenant)
+	ghost := testenv.Name("ghost")
+	lookalike := slessv1.NamespaceFor(ghost)
+	if err := c.Create(t.Context(), &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: lookalike}}); err != nil {
+		t.Fatal(err)
+	}
+	stop := testenv.StartService(t, run, env)
+	for _, where := range []string{"default", lookalike, ns} {
+		tr := &slessv1.Trigger{ObjectMeta: metav1.ObjectMeta{Name: testenv.Name("tick"), Namespace: where}, Spec: slessv1.TriggerSpec{
+			FunctionRef: slessv1.LocalRef{Name: "f"}, Type: slessv1.TriggerCron, Cron: &slessv1.CronTrigger{Schedule: "@every 1s"}}}
+		if err := c.Create(t.Context(), tr); err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(func() { _ = c.Delete(context.Background(), tr) })
+	}
+	db, err := pgxpool.New(context.Background(), env["SLESS_POSTGRES_URL"])
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer db.Close()
+	fires := func() map[string]int {
+		got := map[string]int{}
+		rows, err := db.Query(t.Context(), `SELECT tenant, count(*) FROM cron_fires GROUP BY tenant`)
+		if err != nil {
+			return got
+		}
+		defer rows.Close()
+		for rows.Next() {
+			var k string
+			var n int
+			if rows.Scan(&k, &n) == nil {
+				got[k] = n
+			}
+		}
+		return got
+	}
+	// Two fires of the tenant's trigger: the scheduler has listed every
+	// trigger at least twice since they were created.
+	deadline := time.Now().Add(60 * time.Second)
+	for fires()[tenant] < 2 {
+		if time.Now().After(deadline) {
+			t.Fatalf("the tenant's trigger did not fire twice within 60s; fires by tenant: %v", fires())
+		}
+		time.Sleep(100 * time.Millisecond)
+	}
+	// Other tests' triggers fire too (one API server); none may be fired
+	// as the lookalike's tenant, or as no tenant.
+	if got := fires(); got[ghost] != 0 || got[""] != 0 {
+		t.Errorf("fires by tenant = %v, want none for %q or \"\"", got, ghost)
+	}
+	if err := stop(); err != nil {
+		t.Errorf("scheduler stopped with %v", err)
 	}
 }

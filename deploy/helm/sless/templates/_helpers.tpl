@@ -63,7 +63,8 @@ seccompProfile:
   value: "false"
 - name: SLESS_RABBITMQ_URL
   valueFrom: {secretKeyRef: {name: {{ .root.Values.rabbitmq.existingSecret }}, key: {{ .root.Values.rabbitmq.urlKey }}}}
-{{- if has .name (list "gateway" "builder" "invoker" "scheduler") }}
+{{- /* The operator deletes a deleted tenant's rows. */}}
+{{- if has .name (list "gateway" "builder" "operator" "invoker" "scheduler") }}
 - name: SLESS_POSTGRES_URL
   valueFrom: {secretKeyRef: {name: {{ .root.Values.postgres.existingSecret }}, key: {{ .root.Values.postgres.urlKey }}}}
 {{- end }}

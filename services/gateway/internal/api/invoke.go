@@ -105,7 +105,7 @@ func (s *Server) registerInvoke() {
 	}
 	op("invoke-function", http.MethodPost, "/v1/tenants/{t}/functions/{name}/invoke",
 		"Invoke a function: synchronously, or asynchronously with Prefer: respond-async",
-		[]*huma.Param{tenant, name, hdr("Prefer", "respond-async for a 202"), hdr("Idempotency-Key", "the same key returns the same async invocation"),
+		[]*huma.Param{tenant, name, hdr("Prefer", "respond-async for a 202"), hdr("Idempotency-Key", "the same key returns the same async invocation for 24 hours; after that it names a new one"),
 			hdr("X-Callback-Url", "async: where to POST the result (public http(s) only)")}, common)
 	path := &huma.Param{Name: "path", In: "path", Required: true, Schema: &huma.Schema{Type: "string"}, Description: "the trigger's path and below"}
 	for _, m := range publicMethods {
@@ -428,11 +428,17 @@ func (s *Server) invokeAsync(w http.ResponseWriter, r *http.Request, fn *slessv1
 		sum := sha256.Sum256(append([]byte(fn.Name+"\x00"+r.URL.RawQuery+"\x00"), body...))
 		var existing, existingFn string
 		var existingHash []byte
+		// A key is kept for idempotencyKeyTTL; an expired row is taken over
+		// by the new request (and the invoker's sweep deletes the rest).
 		err := s.DB.QueryRow(ctx, `INSERT INTO idempotency_keys (tenant, key, function, invocation_id, request_hash, expires_at)
-			VALUES ($1, $2, $3, $4, $5, now() + interval '24 hours') ON CONFLICT (tenant, key) DO NOTHING RETURNING invocation_id`,
-			tenant, key, fn.Name, id, sum[:]).Scan(&existing)
+			VALUES ($1, $2, $3, $4, $5, now() + $6::interval)
+			ON CONFLICT (tenant, key) DO UPDATE SET function = EXCLUDED.function, invocation_id = EXCLUDED.invocation_id,
+				request_hash = EXCLUDED.request_hash, created_at = now(), expires_at = EXCLUDED.expires_at
+			WHERE idempotency_keys.expires_at <= now()
+			RETURNING invocation_id`,
+			tenant, key, fn.Name, id, sum[:], fmt.Sprintf("%d seconds", int64(idempotencyKeyTTL.Seconds()))).Scan(&existing)
 		if errors.Is(err, pgx.ErrNoRows) {
-			err = s.DB.QueryRow(ctx, `SELECT invocation_id, function, request_hash FROM idempotency_keys WHERE tenant = $1 AND key = $2`,
+			err = s.DB.QueryRow(ctx, `SELECT invocation_id, function, request_hash FROM idempotency_keys WHERE tenant = $1 AND key = $2 AND expires_at > now()`,
 				tenant, key).Scan(&existing, &existingFn, &existingHash)
 			if err == nil && (existingFn != fn.Name || !bytes.Equal(existingHash, sum[:])) {
 				writeProblem(w, r, problem(409, "idempotency-key-reused", "Idempotency-Key %q was used for a different request", key))
@@ -475,6 +481,10 @@ func (s *Server) invokeAsync(w http.ResponseWriter, r *http.Request, fn *slessv1
 	s.metrics.asyncAccepted.Inc()
 	s.accepted(w, tenant, id)
 }
+
+// idempotencyKeyTTL is how long an Idempotency-Key names its invocation
+// (documented in the OpenAPI description of the header).
+const idempotencyKeyTTL = 24 * time.Hour
 
 func (s *Server) accepted(w http.ResponseWriter, tenant, id string) {
 	w.Header().Set("Location", fmt.Sprintf("/v1/tenants/%s/invocations/%s", tenant, id))

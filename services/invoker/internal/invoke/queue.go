@@ -5,9 +5,9 @@ import (
 	"crypto/sha256"
 	"encoding/hex"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"log/slog"
-	"strings"
 	"sync"
 	"time"
 
@@ -22,6 +22,7 @@ import (
 	"github.com/kube5s/sless/pkg/egress"
 	"github.com/kube5s/sless/pkg/msg"
 	"github.com/kube5s/sless/pkg/rabbit"
+	"github.com/kube5s/sless/pkg/tenantns"
 )
 
 // QueueTriggers runs one consumer per enabled queue Trigger: in the
@@ -33,6 +34,7 @@ import (
 // condition.
 type QueueTriggers struct {
 	Triggers client.Reader // watch cache
+	Tenants  Tenants
 	Secrets  client.Reader // API reads
 	// Status writes the Consuming condition of triggers.
 	Status client.Client
@@ -46,17 +48,25 @@ type QueueTriggers struct {
 
 	mu      sync.Mutex
 	running map[string]*queueConsumer
+	ignored map[string]bool // triggers outside tenant namespaces, logged once
+}
+
+// Tenants names the tenant that owns a namespace; an error wrapping
+// tenantns.ErrNotTenant means none does.
+type Tenants interface {
+	Tenant(ctx context.Context, namespace string) (string, error)
 }
 
 type queueConsumer struct {
 	hash   string
+	tenant string
 	cancel context.CancelFunc
 	done   chan struct{}
 }
 
 // Run reconciles the consumers with the triggers until ctx ends.
 func (q *QueueTriggers) Run(ctx context.Context) error {
-	q.running = map[string]*queueConsumer{}
+	q.running, q.ignored = map[string]*queueConsumer{}, map[string]bool{}
 	if q.Interval <= 0 {
 		q.Interval = 500 * time.Millisecond
 	}
@@ -96,16 +106,33 @@ func (q *QueueTriggers) reconcile(ctx context.Context) {
 		return
 	}
 	want := map[string]*slessv1.Trigger{}
-	hashes, urls := map[string]string{}, map[string]string{}
-	tenants := map[string]brokerAccount{} // each tenant's Secret is read once a pass
+	hashes, urls, tenants, listed := map[string]string{}, map[string]string{}, map[string]string{}, map[string]bool{}
+	accounts := map[string]brokerAccount{} // each tenant's Secret is read once a pass
 	for i := range list.Items {
 		t := &list.Items[i]
-		if t.Spec.Type != slessv1.TriggerQueue || t.Spec.Queue == nil || !t.IsEnabled() || !t.DeletionTimestamp.IsZero() ||
-			!strings.HasPrefix(t.Namespace, slessv1.NamespaceFor("")) { // only a tenant's namespace names a tenant
+		if t.Spec.Type != slessv1.TriggerQueue || t.Spec.Queue == nil || !t.IsEnabled() || !t.DeletionTimestamp.IsZero() {
 			continue
 		}
 		key := t.Namespace + "/" + t.Name
-		url, err := q.brokerURL(ctx, t, tenants)
+		listed[key] = true
+		tenant, err := q.Tenants.Tenant(ctx, t.Namespace)
+		if errors.Is(err, tenantns.ErrNotTenant) {
+			if !q.ignored[key] {
+				q.ignored[key] = true
+				q.Log.Warn("queue trigger outside a tenant namespace ignored", "namespace", t.Namespace, "trigger", t.Name)
+			}
+			continue
+		}
+		if err != nil {
+			q.mu.Lock()
+			if c, ok := q.running[key]; ok { // keep it running through a lookup error
+				want[key], hashes[key], tenants[key] = t, c.hash, c.tenant
+			}
+			q.mu.Unlock()
+			continue
+		}
+		tenants[key] = tenant
+		url, err := q.brokerURL(ctx, t, accounts)
 		if err != nil {
 			q.Log.Warn("queue trigger cannot start", "trigger", key, "err", err)
 			q.report(ctx, t, t.Status.Conditions, metav1.ConditionFalse, "BrokerUnavailable", err.Error())
@@ -114,6 +141,11 @@ func (q *QueueTriggers) reconcile(ctx context.Context) {
 		spec, _ := json.Marshal(t.Spec)
 		sum := sha256.Sum256(append(spec, url...))
 		want[key], hashes[key], urls[key] = t, hex.EncodeToString(sum[:8]), url
+	}
+	for k := range q.ignored {
+		if !listed[k] {
+			delete(q.ignored, k)
+		}
 	}
 	q.mu.Lock()
 	defer q.mu.Unlock()
@@ -129,7 +161,7 @@ func (q *QueueTriggers) reconcile(ctx context.Context) {
 		if _, ok := q.running[key]; ok {
 			continue
 		}
-		q.running[key] = q.start(ctx, t.DeepCopy(), urls[key], hashes[key])
+		q.running[key] = q.start(ctx, t.DeepCopy(), tenants[key], urls[key], hashes[key])
 		q.Log.Info("queue trigger consumer started", "trigger", key, "queue", t.Spec.Queue.Queue)
 	}
 }
@@ -168,9 +200,9 @@ func (q *QueueTriggers) brokerURL(ctx context.Context, t *slessv1.Trigger, tenan
 	return string(v), nil
 }
 
-func (q *QueueTriggers) start(parent context.Context, t *slessv1.Trigger, url, hash string) *queueConsumer {
+func (q *QueueTriggers) start(parent context.Context, t *slessv1.Trigger, tenant, url, hash string) *queueConsumer {
 	ctx, cancel := context.WithCancel(parent)
-	c := &queueConsumer{hash: hash, cancel: cancel, done: make(chan struct{})}
+	c := &queueConsumer{hash: hash, tenant: tenant, cancel: cancel, done: make(chan struct{})}
 	spec := t.Spec.Queue
 	var wg sync.WaitGroup
 	broker := rabbit.New(url, "sless-invoker-trigger-"+t.Name, q.Log)
@@ -186,7 +218,6 @@ func (q *QueueTriggers) start(parent context.Context, t *slessv1.Trigger, url, h
 	if spec.Exchange != "" {
 		queue.Bindings = []rabbit.Binding{{Exchange: spec.Exchange, Key: spec.RoutingKey}}
 	}
-	tenant := t.Namespace[len(slessv1.NamespaceFor("")):]
 	// The function sees at most Concurrency calls at once. Four times as
 	// many messages are in hand, so that while some wait for their record's
 	// confirm before the ack (group commit), others are being called.

@@ -6,4 +6,6 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/cache"
 )
 
-func cacheOptions(resync time.Duration) cache.Options { return cache.Options{SyncPeriod: &resync} }
+func cacheOptions(resync time.Duration) cache.Options {
+	return cache.Options{SyncPeriod: &resync, ByObject: Watches()}
+}

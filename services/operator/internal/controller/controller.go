@@ -12,8 +12,10 @@ import (
 	"net/url"
 	"time"
 
+	corev1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/api/meta"
 	"k8s.io/apimachinery/pkg/types"
+	"sigs.k8s.io/controller-runtime/pkg/cache"
 	"sigs.k8s.io/controller-runtime/pkg/handler"
 	"sigs.k8s.io/controller-runtime/pkg/reconcile"
 
@@ -25,6 +27,7 @@ import (
 
 	slessv1 "github.com/kube5s/sless/pkg/apis/sless/v1alpha1"
 	"github.com/kube5s/sless/pkg/msg"
+	"github.com/kube5s/sless/pkg/tenantns"
 	"github.com/kube5s/sless/services/operator/internal/driver"
 	"github.com/kube5s/sless/services/operator/internal/resources"
 )
@@ -40,10 +43,17 @@ type ObjectStore interface {
 	DeletePrefix(ctx context.Context, prefix string) (int, error)
 }
 
+// TenantData removes what a tenant owns in PostgreSQL and returns the rows
+// it deleted, by table.
+type TenantData interface {
+	DeleteTenant(ctx context.Context, tenant string) (map[string]int64, error)
+}
+
 // Deps are what the reconcilers need besides the manager.
 type Deps struct {
 	Publisher Publisher
 	Store     ObjectStore
+	Data      TenantData
 	Driver    driver.Driver
 	Platform  resources.Platform
 	// Broker keeps tenants' vhosts and users; BrokerURL is the broker
@@ -114,14 +124,14 @@ func Setup(ctx context.Context, mgr ctrl.Manager, d Deps) error {
 	}
 	rec := mgr.GetEventRecorder("sless-operator")
 	c := mgr.GetClient()
-	if err := (&TenantReconciler{Client: c, Store: d.Store, Platform: d.Platform, Events: rec, Metrics: d.Metrics,
+	if err := (&TenantReconciler{Client: c, Store: d.Store, Data: d.Data, Platform: d.Platform, Events: rec, Metrics: d.Metrics,
 		Broker: d.Broker, BrokerURL: d.BrokerURL, APIReader: d.APIReader}).SetupWithManager(mgr); err != nil {
 		return err
 	}
 	if err := (&FunctionReconciler{Client: c, Deps: d, Events: rec}).SetupWithManager(mgr); err != nil {
 		return err
 	}
-	if err := (&TriggerReconciler{Client: c, PublicURL: d.PublicURL, Metrics: d.Metrics}).SetupWithManager(mgr); err != nil {
+	if err := (&TriggerReconciler{Client: c, APIReader: d.APIReader, PublicURL: d.PublicURL, Metrics: d.Metrics}).SetupWithManager(mgr); err != nil {
 		return err
 	}
 	return (&FunctionJobReconciler{Client: c, APIReader: d.APIReader, Publisher: d.Publisher, Metrics: d.Metrics, Events: rec}).SetupWithManager(mgr)
@@ -135,6 +145,28 @@ func patchStatus(ctx context.Context, c client.Client, obj, before client.Object
 		return nil
 	}
 	return c.Status().Patch(ctx, obj, client.MergeFromWithOptions(before, client.MergeFromWithOptimisticLock{}))
+}
+
+// Watches is the cache configuration the reconcilers need: Namespaces
+// only as far as they are tenant namespaces (pkg/tenantns).
+func Watches() map[client.Object]cache.ByObject {
+	return map[client.Object]cache.ByObject{&corev1.Namespace{}: tenantns.Watch()}
+}
+
+// inTenantNamespace reports whether namespace belongs to a tenant, by its
+// label. Functions, Triggers and FunctionJobs anywhere else are not the
+// platform's and are left alone. A namespace the cache does not hold is
+// read again past it: an object can reach the cache before its new
+// namespace does, and nothing would reconcile it again.
+func inTenantNamespace(ctx context.Context, cached, api client.Reader, namespace string) (bool, error) {
+	_, err := tenantns.Resolver{Namespaces: cached}.Tenant(ctx, namespace)
+	if errors.Is(err, tenantns.ErrNotTenant) {
+		_, err = tenantns.Resolver{Namespaces: api}.Tenant(ctx, namespace)
+	}
+	if errors.Is(err, tenantns.ErrNotTenant) {
+		return false, nil
+	}
+	return err == nil, err
 }
 
 // errStaleCache means the informer cache lagged behind a status this

@@ -57,7 +57,7 @@ func TestExamplesDeployAndAnswer(t *testing.T) {
 				f.Spec.Env = []slessv1.EnvVar{{Name: "NOTES_DB", Value: filepath.Join(art, "notes.db")}}
 			})
 			h.build(t, fn, art)
-			h.eventually(t, name+" Ready", func() bool { h.get(t, fn); return fn.IsReady() })
+			h.waitReady(t, fn)
 			for _, r := range ex.Requests {
 				req, _ := http.NewRequestWithContext(t.Context(), r.Method, fn.Status.Endpoint+r.Path, strings.NewReader(r.Body))
 				if r.ContentType != "" {

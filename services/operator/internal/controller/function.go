@@ -59,6 +59,11 @@ func (r *FunctionReconciler) Reconcile(ctx context.Context, req ctrl.Request) (r
 	if err := r.Client.Get(ctx, req.NamespacedName, &fn); err != nil {
 		return ctrl.Result{}, client.IgnoreNotFound(err)
 	}
+	if !controllerutil.ContainsFinalizer(&fn, resources.FunctionFinalizer) {
+		if ok, err := inTenantNamespace(ctx, r.Client, r.APIReader, fn.Namespace); !ok {
+			return ctrl.Result{}, err
+		}
+	}
 	if !fn.DeletionTimestamp.IsZero() {
 		return ctrl.Result{}, r.finalize(ctx, &fn)
 	}

@@ -105,7 +105,7 @@ func TestBuildResultDeploysTheArtifact(t *testing.T) {
 		t.Errorf("status after build = %+v", fn.Status)
 	}
 	h.markAvailable(t, ns, "hello")
-	h.eventually(t, "function Ready", func() bool { h.get(t, fn); return fn.IsReady() })
+	h.waitReady(t, fn)
 	if want := "http://fn-hello." + ns + ".svc:80"; fn.Status.Endpoint != want {
 		t.Errorf("endpoint = %q, want %q", fn.Status.Endpoint, want)
 	}
@@ -143,7 +143,7 @@ func TestChangedSpecUpdatesDeployment(t *testing.T) {
 		f.Spec.Env = []slessv1.EnvVar{{Name: "GREETING", Value: "hi"}}
 	})
 	h.markAvailable(t, ns, "img")
-	h.eventually(t, "function Ready", func() bool { h.get(t, fn); return fn.IsReady() })
+	h.waitReady(t, fn)
 
 	fn.Spec.MemoryMB = 512
 	fn.Spec.Env[0].Value = "hello"

@@ -54,6 +54,9 @@ func (r *FunctionJobReconciler) Reconcile(ctx context.Context, req ctrl.Request)
 	if err := r.Client.Get(ctx, req.NamespacedName, &job); err != nil {
 		return ctrl.Result{}, client.IgnoreNotFound(err)
 	}
+	if ok, err := inTenantNamespace(ctx, r.Client, r.APIReader, job.Namespace); !ok {
+		return ctrl.Result{}, err
+	}
 	st := &job.Status
 	before := job.DeepCopy()
 	st.ObservedGeneration = job.Generation

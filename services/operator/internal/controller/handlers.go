@@ -4,11 +4,13 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
+	"log/slog"
 	"strconv"
 	"unicode/utf8"
 
 	amqp "github.com/rabbitmq/amqp091-go"
 	corev1 "k8s.io/api/core/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/api/meta"
 	v1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
@@ -23,8 +25,15 @@ import (
 
 // Handlers apply the messages that report back to the operator.
 type Handlers struct {
+	// Client reads through the manager's cache and writes.
 	Client client.Client
+	// Reader reads past the cache. A result may arrive before the cache saw
+	// the status write that made it current (a builder answering at once
+	// from its artifact cache), or before it saw the object at all; a result
+	// is dropped only when a fresh read agrees that it is stale.
+	Reader client.Reader
 	Events recorder.EventRecorder
+	Log    *slog.Logger
 }
 
 // BuildCompleted records a build result on its Function. A result for a
@@ -37,11 +46,12 @@ func (h *Handlers) BuildCompleted(ctx context.Context, d *amqp.Delivery) error {
 	key := types.NamespacedName{Namespace: m.Namespace, Name: m.Function}
 	return retry.RetryOnConflict(retry.DefaultRetry, func() error {
 		var fn slessv1.Function
-		if err := h.Client.Get(ctx, key, &fn); err != nil {
-			return client.IgnoreNotFound(err) // the function is gone; nothing to record
-		}
-		if fn.Status.LastBuildID != m.BuildID {
-			return nil
+		current := func() string { return buildResultStale(&fn, m.BuildID) }
+		if stale, err := h.read(ctx, key, &fn, current); err != nil || stale != "" {
+			if err == nil {
+				h.Log.Info("build result dropped", "namespace", m.Namespace, "function", m.Function, "buildID", m.BuildID, "reason", stale)
+			}
+			return err
 		}
 		st := &fn.Status
 		if m.Result == msg.BuildSucceeded {
@@ -61,6 +71,15 @@ func (h *Handlers) BuildCompleted(ctx context.Context, d *amqp.Delivery) error {
 	})
 }
 
+// buildResultStale says why a result of build id does not belong on fn, or
+// "" when it does.
+func buildResultStale(fn *slessv1.Function, id string) string {
+	if fn.Status.LastBuildID != id {
+		return fmt.Sprintf("the function's last requested build is %q", fn.Status.LastBuildID)
+	}
+	return ""
+}
+
 // JobCompleted records the result of a FunctionJob run. Results of runs
 // other than the current one are dropped.
 func (h *Handlers) JobCompleted(ctx context.Context, d *amqp.Delivery) error {
@@ -74,13 +93,14 @@ func (h *Handlers) JobCompleted(ctx context.Context, d *amqp.Delivery) error {
 	key := types.NamespacedName{Namespace: slessv1.NamespaceFor(m.Tenant), Name: m.Job.Name}
 	return retry.RetryOnConflict(retry.DefaultRetry, func() error {
 		var job slessv1.FunctionJob
-		if err := h.Client.Get(ctx, key, &job); err != nil {
-			return client.IgnoreNotFound(err)
+		current := func() string { return jobResultStale(&job, m.InvocationID) }
+		if stale, err := h.read(ctx, key, &job, current); err != nil || stale != "" {
+			if err == nil {
+				h.Log.Info("job result dropped", "namespace", key.Namespace, "job", key.Name, "invocationID", m.InvocationID, "reason", stale)
+			}
+			return err
 		}
 		st := &job.Status
-		if st.InvocationID != m.InvocationID || (st.Phase != slessv1.JobRunning && st.Phase != slessv1.JobWaiting) {
-			return nil
-		}
 		done := v1.NewTime(m.FinishedAt)
 		st.CompletionTime, st.Attempts = &done, m.Attempts
 		st.Result = summary(m)
@@ -93,6 +113,40 @@ func (h *Handlers) JobCompleted(ctx context.Context, d *amqp.Delivery) error {
 		}
 		return h.Client.Status().Update(ctx, &job)
 	})
+}
+
+// jobResultStale says why the result of invocation id does not belong on
+// job, or "" when it does.
+func jobResultStale(job *slessv1.FunctionJob, id string) string {
+	st := &job.Status
+	switch {
+	case st.InvocationID != id:
+		return fmt.Sprintf("the job's current run is invocation %q", st.InvocationID)
+	case st.Phase != slessv1.JobRunning && st.Phase != slessv1.JobWaiting:
+		return "the run already ended (" + string(st.Phase) + ")"
+	}
+	return ""
+}
+
+// read gets key into obj through the cache and, when the cached copy is
+// missing or stale says it cannot take the result, again past the cache.
+// It returns why the result is stale by the fresh copy ("" when it is
+// current, or "the object is gone").
+func (h *Handlers) read(ctx context.Context, key types.NamespacedName, obj client.Object, stale func() string) (string, error) {
+	err := h.Client.Get(ctx, key, obj)
+	if err == nil && stale() == "" {
+		return "", nil
+	}
+	if err != nil && !apierrors.IsNotFound(err) {
+		return "", err
+	}
+	if err := h.Reader.Get(ctx, key, obj); err != nil {
+		if apierrors.IsNotFound(err) {
+			return "the object is gone", nil
+		}
+		return "", err
+	}
+	return stale(), nil
 }
 
 // summary is the HTTP status and the head of the result or error.

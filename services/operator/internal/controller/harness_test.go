@@ -3,16 +3,19 @@ package controller
 import (
 	"bytes"
 	"context"
+	"encoding/json"
 	"fmt"
 	"io"
 	"log/slog"
 	"net/url"
 	"os"
+	"strings"
 	"sync"
 	"testing"
 	"time"
 
 	"github.com/go-logr/logr"
+	"github.com/jackc/pgx/v5/pgxpool"
 	"github.com/prometheus/client_golang/prometheus"
 	amqp "github.com/rabbitmq/amqp091-go"
 	"go.opentelemetry.io/otel/trace/noop"
@@ -20,10 +23,12 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/utils/ptr"
 	ctrl "sigs.k8s.io/controller-runtime"
+	"sigs.k8s.io/controller-runtime/pkg/cache"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	"sigs.k8s.io/controller-runtime/pkg/config"
 	metricsserver "sigs.k8s.io/controller-runtime/pkg/metrics/server"
 
+	"github.com/kube5s/sless/migrations"
 	slessv1 "github.com/kube5s/sless/pkg/apis/sless/v1alpha1"
 	"github.com/kube5s/sless/pkg/msg"
 	"github.com/kube5s/sless/pkg/objstore"
@@ -32,6 +37,7 @@ import (
 	"github.com/kube5s/sless/services/operator/internal/brokeradmin"
 	"github.com/kube5s/sless/services/operator/internal/driver"
 	"github.com/kube5s/sless/services/operator/internal/resources"
+	"github.com/kube5s/sless/services/operator/internal/tenantdata"
 )
 
 var (
@@ -66,7 +72,9 @@ type harness struct {
 	pub    *rabbit.Publisher
 	store  *objstore.Store
 	broker *brokeradmin.Admin
+	db     *pgxpool.Pool // the tenant rows the operator deletes
 	stop   func()
+	local  *driver.Local // the local driver, when the harness runs one
 
 	mu      sync.Mutex
 	tenants []string // whose broker accounts to delete after the test, even if deleted already
@@ -79,8 +87,9 @@ func newHarness(t *testing.T) *harness {
 	return newHarnessWith(t, func(mgr ctrl.Manager) driver.Driver { return &driver.Kubernetes{Client: mgr.GetClient()} })
 }
 
-// newHarnessWith runs the operator with the driver made by mkDriver.
-func newHarnessWith(t *testing.T, mkDriver func(ctrl.Manager) driver.Driver) *harness {
+// newHarnessWith runs the operator with the driver made by mkDriver and
+// its cache options changed by opts.
+func newHarnessWith(t *testing.T, mkDriver func(ctrl.Manager) driver.Driver, opts ...func(*cache.Options)) *harness {
 	t.Helper()
 	s3 := testenv.S3(t)
 	store, err := objstore.New(objstore.Config{Endpoint: s3.Endpoint, AccessKey: s3.AccessKey, SecretKey: s3.SecretKey, Bucket: s3.Bucket})
@@ -91,17 +100,22 @@ func newHarnessWith(t *testing.T, mkDriver func(ctrl.Manager) driver.Driver) *ha
 	if err != nil {
 		t.Fatal(err)
 	}
+	db, err := migrations.Open(t.Context(), testenv.Postgres(t), true)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(db.Close)
 	mq := rabbit.New(rabbitURL, t.Name(), quietLog(), rabbit.PlatformTopology(rabbit.Limits{})...)
 	endpoint, user, password := testenv.RabbitManagement(t)
 	broker, err := brokeradmin.New(endpoint, user, password, 30*time.Second)
 	if err != nil {
 		t.Fatal(err)
 	}
-	h := &harness{c: c, mq: mq, pub: rabbit.NewPublisher(mq), store: store, broker: broker}
+	h := &harness{c: c, mq: mq, pub: rabbit.NewPublisher(mq), store: store, broker: broker, db: db}
 	ctx, cancel := context.WithCancel(context.Background())
 	var wg sync.WaitGroup
 	wg.Go(func() { _ = mq.Run(ctx) })
-	h.startManager(t, ctx, &wg, mkDriver)
+	h.startManager(t, ctx, &wg, mkDriver, opts...)
 	h.stop = sync.OnceFunc(func() {
 		cancel()
 		wg.Wait()
@@ -127,21 +141,25 @@ func newHarnessWith(t *testing.T, mkDriver func(ctrl.Manager) driver.Driver) *ha
 // startManager starts a controller manager with the reconcilers and handlers.
 // Resync is set to ten hours: anything that happens in a test happens
 // because of a watch, not a periodic resync.
-func (h *harness) startManager(t *testing.T, ctx context.Context, wg *sync.WaitGroup, mkDriver func(ctrl.Manager) driver.Driver) {
+func (h *harness) startManager(t *testing.T, ctx context.Context, wg *sync.WaitGroup, mkDriver func(ctrl.Manager) driver.Driver, opts ...func(*cache.Options)) {
 	t.Helper()
 	resync := 10 * time.Hour
+	cacheOpts := cacheOptions(resync)
+	for _, o := range opts {
+		o(&cacheOpts)
+	}
 	mgr, err := ctrl.NewManager(kube.Config, ctrl.Options{
 		Scheme:     testenv.Scheme(),
 		Logger:     logr.Discard(),
 		Metrics:    metricsserver.Options{BindAddress: "0"},
 		Controller: config.Controller{SkipNameValidation: ptr.To(true)},
-		Cache:      cacheOptions(resync),
+		Cache:      cacheOpts,
 	})
 	if err != nil {
 		t.Fatal(err)
 	}
 	deps := Deps{
-		Publisher: h.pub, Store: h.store, Driver: mkDriver(mgr),
+		Publisher: h.pub, Store: h.store, Data: &tenantdata.Store{DB: h.db, Batch: 2}, Driver: mkDriver(mgr),
 		Platform: platform, PublicURL: publicURL, Broker: h.broker, BrokerURL: tenantBrokerURL, Tracer: noop.NewTracerProvider().Tracer("t"),
 		Metrics: NewMetrics(prometheus.NewRegistry()), APIReader: mgr.GetAPIReader(),
 	}
@@ -153,7 +171,7 @@ func (h *harness) startManager(t *testing.T, ctx context.Context, wg *sync.WaitG
 			t.Errorf("manager: %v", err)
 		}
 	})
-	hd := &Handlers{Client: mgr.GetClient(), Events: mgr.GetEventRecorder("sless-operator")}
+	hd := &Handlers{Client: mgr.GetClient(), Reader: mgr.GetAPIReader(), Events: mgr.GetEventRecorder("sless-operator"), Log: quietLog()}
 	for q, fn := range map[string]rabbit.Handler{msg.QueueBuildCompleted: hd.BuildCompleted, msg.QueueJobCompleted: hd.JobCompleted} {
 		cons := &rabbit.Consumer{Client: h.mq, Queue: rabbit.PlatformQueue(q, rabbit.DefaultRetry), Prefetch: 4, Handler: fn}
 		wg.Go(func() {
@@ -190,15 +208,56 @@ func (h *harness) tenant(t *testing.T) (*slessv1.Tenant, string) {
 
 func (h *harness) eventually(t *testing.T, what string, cond func() bool) {
 	t.Helper()
+	h.eventuallyShow(t, what, cond, nil)
+}
+
+// eventuallyShow is eventually that, when it times out, prints what show
+// returns: the state it last saw.
+func (h *harness) eventuallyShow(t *testing.T, what string, cond func() bool, show func() string) {
+	t.Helper()
 	// Generous: the machine is shared, and a local process start can take
 	// seconds when it is busy. Nothing here waits for a timer to expire.
-	deadline := time.Now().Add(60 * time.Second)
+	const within = 60 * time.Second
+	deadline := time.Now().Add(within)
 	for !cond() {
 		if time.Now().After(deadline) {
-			t.Fatalf("timed out waiting for %s", what)
+			if show == nil {
+				t.Fatalf("timed out after %s waiting for %s", within, what)
+			}
+			t.Fatalf("timed out after %s waiting for %s; last seen:\n%s", within, what, show())
 		}
 		time.Sleep(25 * time.Millisecond)
 	}
+}
+
+// waitReady waits for fn to be Ready. When it times out it prints the
+// Function's status and, with the local driver, the tail of the function
+// process's log: what the runtime was doing meanwhile.
+func (h *harness) waitReady(t *testing.T, fn *slessv1.Function) {
+	t.Helper()
+	h.eventuallyShow(t, fn.Name+" Ready", func() bool { h.get(t, fn); return fn.IsReady() }, func() string {
+		s := "status: " + functionStatus(fn)
+		if h.local != nil {
+			s += "\nprocess log (tail):\n" + tailFile(h.local.LogPath(fn.Namespace, fn.Name), 40)
+		}
+		return s
+	})
+}
+
+// functionStatus is a Function's status for a failure message.
+func functionStatus(fn *slessv1.Function) string {
+	b, _ := json.MarshalIndent(fn.Status, "", "  ")
+	return string(b)
+}
+
+// tailFile returns the last n lines of the file at path, or why not.
+func tailFile(path string, n int) string {
+	b, err := os.ReadFile(path)
+	if err != nil {
+		return err.Error()
+	}
+	lines := strings.Split(strings.TrimRight(string(b), "\n"), "\n")
+	return strings.Join(lines[max(len(lines)-n, 0):], "\n")
 }
 
 // markAvailable plays the deployment controller, which envtest does not run:

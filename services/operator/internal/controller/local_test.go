@@ -56,6 +56,7 @@ func localHarness(t *testing.T) (*harness, *driver.Local) {
 		return local
 	})
 	t.Cleanup(local.Shutdown)
+	h.local = local
 	return h, local
 }
 
@@ -95,7 +96,7 @@ func TestLocalDriverRunsRestartsRollsAndStops(t *testing.T) {
 		f.Spec.TimeoutSec = 2
 	})
 	h.build(t, fn, v1dir)
-	h.eventually(t, "function Ready", func() bool { h.get(t, fn); return fn.IsReady() })
+	h.waitReady(t, fn)
 	if code, body := get(t, fn.Status.Endpoint+"/"); code != 200 || body != "v1" {
 		t.Fatalf("endpoint answered %d %q, want 200 v1", code, body)
 	}
@@ -229,7 +230,7 @@ func TestContractFixturesThroughTheLocalDriver(t *testing.T) {
 				f.Spec.Runtime, f.Spec.Entrypoint = rt.runtime, rt.entry
 			})
 			h.build(t, fn, dir)
-			h.eventually(t, "function Ready", func() bool { h.get(t, fn); return fn.IsReady() })
+			h.waitReady(t, fn)
 			for _, c := range cases {
 				t.Run(c.Name, func(t *testing.T) { c.check(t, fn.Status.Endpoint, fn.Name, strings.TrimPrefix(ns, "sless-fn-")) })
 			}

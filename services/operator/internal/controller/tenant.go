@@ -26,6 +26,7 @@ import (
 type TenantReconciler struct {
 	Client   client.Client
 	Store    ObjectStore
+	Data     TenantData
 	Platform resources.Platform
 	Events   recorder.EventRecorder
 	Metrics  *Metrics
@@ -124,6 +125,9 @@ func (r *TenantReconciler) finalize(ctx context.Context, t *slessv1.Tenant) erro
 			return fmt.Errorf("delete stored objects of tenant %s: %w", t.Name, err)
 		}
 	}
+	if err := r.deleteRows(ctx, t); err != nil {
+		return err
+	}
 	if err := r.Broker.RemoveTenant(ctx, resources.TenantBroker(t.Name, "")); err != nil {
 		return fmt.Errorf("remove broker account of tenant %s: %w", t.Name, err)
 	}
@@ -149,4 +153,20 @@ func (r *TenantReconciler) ensureBroker(ctx context.Context, t *slessv1.Tenant) 
 		return err
 	}
 	return r.Broker.EnsureTenant(ctx, acc)
+}
+
+// deleteRows removes the tenant's rows from PostgreSQL (history, builds,
+// cron fires, idempotency keys, tokens), so that a new tenant of the same
+// name starts empty. A failure keeps the finalizer and is retried.
+func (r *TenantReconciler) deleteRows(ctx context.Context, t *slessv1.Tenant) error {
+	n, err := r.Data.DeleteTenant(ctx, t.Name)
+	if err != nil {
+		return fmt.Errorf("delete the database rows of tenant %s: %w", t.Name, err)
+	}
+	var total int64
+	for _, c := range n {
+		total += c
+	}
+	r.Events.Eventf(t, nil, corev1.EventTypeNormal, "RowsDeleted", "Delete", "deleted %d database rows of the tenant", total)
+	return nil
 }

@@ -29,6 +29,7 @@ const (
 // whether they are active. The gateway, invoker and scheduler act on them.
 type TriggerReconciler struct {
 	Client    client.Client
+	APIReader client.Reader // confirms a namespace the cache does not hold
 	PublicURL string
 	Metrics   *Metrics
 	Now       func() time.Time
@@ -54,6 +55,9 @@ func (r *TriggerReconciler) Reconcile(ctx context.Context, req ctrl.Request) (re
 	var t slessv1.Trigger
 	if err := r.Client.Get(ctx, req.NamespacedName, &t); err != nil {
 		return ctrl.Result{}, client.IgnoreNotFound(err)
+	}
+	if ok, err := inTenantNamespace(ctx, r.Client, r.APIReader, t.Namespace); !ok {
+		return ctrl.Result{}, err
 	}
 	before := t.DeepCopy()
 	phase, reason, message := r.evaluate(ctx, &t)

@@ -37,7 +37,7 @@ func TestTriggerTurnsActiveWhenItsFunctionIsReady(t *testing.T) {
 
 	fn := h.function(t, ns, "later", func(f *slessv1.Function) { f.Spec.Image = image })
 	h.markAvailable(t, ns, "later")
-	h.eventually(t, "function Ready", func() bool { h.get(t, fn); return fn.IsReady() })
+	h.waitReady(t, fn)
 	readyAt := time.Now()
 	h.eventually(t, "trigger Active", func() bool { h.get(t, cron); return cron.Status.Phase == slessv1.TriggerActive })
 	t.Logf("trigger turned Active %s after its function was seen Ready", time.Since(readyAt).Round(time.Millisecond))

@@ -322,7 +322,7 @@ func (p *proc) supervise() {
 
 // run starts the process; the returned channel closes when it exits.
 func (p *proc) run() (<-chan struct{}, error) {
-	logf, err := os.OpenFile(filepath.Join(p.l.LogDir, p.name.Namespace+"_"+p.name.Name+".log"), os.O_CREATE|os.O_WRONLY|os.O_APPEND, 0o644)
+	logf, err := os.OpenFile(p.l.LogPath(p.name.Namespace, p.name.Name), os.O_CREATE|os.O_WRONLY|os.O_APPEND, 0o644)
 	if err != nil {
 		return nil, err
 	}
@@ -468,6 +468,11 @@ func LocalCommands(python, node, runtimesDir string) map[slessv1.Runtime][]strin
 		slessv1.RuntimePython311: {python, filepath.Join(abs, "python3.11", "runtime.py")},
 		slessv1.RuntimeNodeJS20:  {node, filepath.Join(abs, "nodejs20", "runtime.js")},
 	}
+}
+
+// LogPath is the file that receives the output of a function's process.
+func (l *Local) LogPath(namespace, name string) string {
+	return filepath.Join(l.LogDir, namespace+"_"+name+".log")
 }
 
 // PID is the process id of the function's serving process, or 0.

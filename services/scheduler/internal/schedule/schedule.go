@@ -25,6 +25,7 @@ import (
 	slessv1 "github.com/kube5s/sless/pkg/apis/sless/v1alpha1"
 	"github.com/kube5s/sless/pkg/cronsched"
 	"github.com/kube5s/sless/pkg/msg"
+	"github.com/kube5s/sless/pkg/tenantns"
 )
 
 // Publisher sends a message and returns once the broker confirmed it.
@@ -58,9 +59,16 @@ func FireID(triggerUID string, at time.Time) string {
 	return "cron-" + hex.EncodeToString(sum[:12])
 }
 
+// Tenants names the tenant that owns a namespace; an error wrapping
+// tenantns.ErrNotTenant means none does.
+type Tenants interface {
+	Tenant(ctx context.Context, namespace string) (string, error)
+}
+
 // Scheduler fires the cron triggers it finds in Triggers.
 type Scheduler struct {
 	Triggers  client.Reader // watch cache
+	Tenants   Tenants
 	Status    client.Client // status updates
 	DB        *pgxpool.Pool
 	Publisher Publisher
@@ -68,8 +76,9 @@ type Scheduler struct {
 	Now       func() time.Time
 	Metrics   *Metrics
 
-	mu    sync.Mutex
-	state map[string]*tracked // by namespace/name
+	mu      sync.Mutex
+	state   map[string]*tracked // by namespace/name
+	ignored map[string]bool     // triggers outside tenant namespaces, logged once
 }
 
 type tracked struct {
@@ -103,7 +112,7 @@ func (s *Scheduler) Run(ctx context.Context) error {
 	if s.Now == nil {
 		s.Now = time.Now
 	}
-	s.state = map[string]*tracked{}
+	s.state, s.ignored = map[string]*tracked{}, map[string]bool{}
 	if err := s.resumePending(ctx); err != nil {
 		s.Log.Warn("resume pending fires", "err", err)
 	}
@@ -125,25 +134,37 @@ func (s *Scheduler) tick(ctx context.Context) time.Duration {
 	}
 	now := s.Now()
 	wait := 500 * time.Millisecond
-	seen := map[string]bool{}
+	seen, listed := map[string]bool{}, map[string]bool{}
 	for i := range list.Items {
 		t := &list.Items[i]
 		if t.Spec.Type != slessv1.TriggerCron || t.Spec.Cron == nil || !t.IsEnabled() || !t.DeletionTimestamp.IsZero() {
 			continue
 		}
 		key := t.Namespace + "/" + t.Name
+		listed[key] = true
+		tenant, err := s.Tenants.Tenant(ctx, t.Namespace)
+		if errors.Is(err, tenantns.ErrNotTenant) {
+			if !s.ignored[key] {
+				s.ignored[key] = true
+				s.Log.Warn("cron trigger outside a tenant namespace ignored", "namespace", t.Namespace, "trigger", t.Name)
+			}
+			continue
+		}
 		seen[key] = true
-		st, err := s.track(ctx, t, now)
+		if err != nil {
+			continue
+		}
+		st, err := s.track(ctx, t, tenant, now)
 		if err != nil {
 			continue
 		}
 		if !st.next.After(now) {
-			s.fire(ctx, t, st.next)
+			s.fire(ctx, t, tenant, st.next)
 			st.next = st.sched.Next(st.next)
 			if st.next.Before(now) { // far behind (a long pause): skip ahead
 				st.next = st.sched.Next(now)
 			}
-			s.setStatus(ctx, t, st.next)
+			s.setStatus(ctx, t, tenant, st.next)
 		}
 		wait = min(wait, max(st.next.Sub(s.Now()), time.Millisecond))
 	}
@@ -154,12 +175,17 @@ func (s *Scheduler) tick(ctx context.Context) time.Duration {
 		}
 	}
 	s.mu.Unlock()
+	for k := range s.ignored {
+		if !listed[k] {
+			delete(s.ignored, k)
+		}
+	}
 	return wait
 }
 
 // track returns the trigger's state, catching up missed fires when it is
 // first seen or its schedule changed.
-func (s *Scheduler) track(ctx context.Context, t *slessv1.Trigger, now time.Time) (*tracked, error) {
+func (s *Scheduler) track(ctx context.Context, t *slessv1.Trigger, tenant string, now time.Time) (*tracked, error) {
 	key := t.Namespace + "/" + t.Name
 	spec := t.Spec.Cron.Schedule + "|" + t.Spec.Cron.TimeZone
 	s.mu.Lock()
@@ -172,7 +198,6 @@ func (s *Scheduler) track(ctx context.Context, t *slessv1.Trigger, now time.Time
 	if err != nil {
 		return nil, err
 	}
-	tenant := t.Namespace[len(slessv1.NamespaceFor("")):]
 	since := t.CreationTimestamp.Time
 	var last *time.Time
 	if err := s.DB.QueryRow(ctx, `SELECT max(scheduled_at) FROM cron_fires WHERE tenant = $1 AND trigger_name = $2`, tenant, t.Name).Scan(&last); err != nil {
@@ -186,13 +211,13 @@ func (s *Scheduler) track(ctx context.Context, t *slessv1.Trigger, now time.Time
 		s.record(ctx, tenant, t.Name, m, "missed", "")
 	}
 	if fire != nil {
-		s.fire(ctx, t, *fire)
+		s.fire(ctx, t, tenant, *fire)
 	}
 	st = &tracked{uid: string(t.UID), spec: spec, sched: sched, next: sched.Next(now)}
 	s.mu.Lock()
 	s.state[key] = st
 	s.mu.Unlock()
-	s.setStatus(ctx, t, st.next)
+	s.setStatus(ctx, t, tenant, st.next)
 	return st, nil
 }
 
@@ -211,8 +236,7 @@ func (s *Scheduler) record(ctx context.Context, tenant, trigger string, at time.
 
 // fire runs one scheduled instant: pending row (the replica that inserts it
 // owns the fire), publish, fired.
-func (s *Scheduler) fire(ctx context.Context, t *slessv1.Trigger, at time.Time) {
-	tenant := t.Namespace[len(slessv1.NamespaceFor("")):]
+func (s *Scheduler) fire(ctx context.Context, t *slessv1.Trigger, tenant string, at time.Time) {
 	if t.Spec.Cron.ConcurrencyPolicy == slessv1.ConcurrencyForbid && s.running(ctx, tenant, t.Name) {
 		s.record(ctx, tenant, t.Name, at, "skipped", "")
 		return
@@ -287,7 +311,7 @@ func (s *Scheduler) resumePending(ctx context.Context) error {
 	return nil
 }
 
-func (s *Scheduler) setStatus(ctx context.Context, t *slessv1.Trigger, next time.Time) {
+func (s *Scheduler) setStatus(ctx context.Context, t *slessv1.Trigger, tenant string, next time.Time) {
 	if s.Status == nil {
 		return
 	}
@@ -295,7 +319,6 @@ func (s *Scheduler) setStatus(ctx context.Context, t *slessv1.Trigger, next time
 	u := t.DeepCopy()
 	u.Status.NextFireTime = &metav1.Time{Time: next.UTC()}
 	var last *time.Time
-	tenant := t.Namespace[len(slessv1.NamespaceFor("")):]
 	_ = s.DB.QueryRow(ctx, `SELECT max(scheduled_at) FROM cron_fires WHERE tenant = $1 AND trigger_name = $2 AND outcome = 'fired'`, tenant, t.Name).Scan(&last)
 	if last != nil {
 		u.Status.LastFireTime = &metav1.Time{Time: last.UTC()}

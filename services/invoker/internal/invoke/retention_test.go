@@ -1,0 +1,63 @@
+package invoke
+
+import (
+	"context"
+	"io"
+	"log/slog"
+	"testing"
+	"time"
+
+	"github.com/google/go-cmp/cmp"
+	"github.com/jackc/pgx/v5/pgxpool"
+	"github.com/prometheus/client_golang/prometheus"
+
+	"github.com/kube5s/sless/migrations"
+	"github.com/kube5s/sless/pkg/testenv"
+)
+
+// TestRetentionDeletesOldHistoryAndExpiredKeysInBatches: 25 old records
+// go in batches of 10 (three statements), recent ones and live keys stay.
+func TestRetentionDeletesOldHistoryAndExpiredKeysInBatches(t *testing.T) {
+	db, err := migrations.Open(t.Context(), testenv.Postgres(t), true)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer db.Close()
+	insertInvocations(t, db, "old", 25, "now() - interval '2 hours'")
+	insertInvocations(t, db, "new", 3, "now() - interval '59 minutes'")
+	for i, exp := range []string{"now() - interval '1 second'", "now() - interval '3 days'", "now() + interval '1 hour'"} {
+		if _, err := db.Exec(t.Context(), `INSERT INTO idempotency_keys (tenant, key, function, invocation_id, expires_at)
+			VALUES ('t', $1, 'f', $1, `+exp+`)`, "k"+string(rune('a'+i))); err != nil {
+			t.Fatal(err)
+		}
+	}
+	r := NewRetention(db, slog.New(slog.NewTextHandler(io.Discard, nil)), prometheus.NewRegistry(), time.Hour, time.Hour)
+	r.Batch = 10
+	got, err := r.Sweep(t.Context())
+	if err != nil {
+		t.Fatal(err)
+	}
+	if diff := cmp.Diff(map[string]int64{"invocations": 25, "idempotency_keys": 2}, got); diff != "" {
+		t.Errorf("deleted (-want +got):\n%s", diff)
+	}
+	var left []string
+	rows, _ := db.Query(t.Context(), `SELECT id FROM invocations UNION ALL SELECT key FROM idempotency_keys ORDER BY 1`)
+	for rows.Next() {
+		var id string
+		_ = rows.Scan(&id)
+		left = append(left, id)
+	}
+	rows.Close()
+	if diff := cmp.Diff([]string{"kc", "new-0", "new-1", "new-2"}, left); diff != "" {
+		t.Errorf("left after the sweep (-want +got):\n%s", diff)
+	}
+}
+
+func insertInvocations(t *testing.T, db *pgxpool.Pool, prefix string, n int, startedAt string) {
+	t.Helper()
+	_, err := db.Exec(context.Background(), `INSERT INTO invocations (id, tenant, function, trigger_kind, status, started_at, finished_at)
+		SELECT $1 || '-' || i, 't', 'f', 'async', 'succeeded', `+startedAt+`, `+startedAt+` FROM generate_series(0, $2 - 1) AS i`, prefix, n)
+	if err != nil {
+		t.Fatal(err)
+	}
+}

@@ -1,0 +1,160 @@
+package controller
+
+import (
+	"fmt"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	appsv1 "k8s.io/api/apps/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	ctrl "sigs.k8s.io/controller-runtime"
+	"sigs.k8s.io/controller-runtime/pkg/cache"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+
+	slessv1 "github.com/kube5s/sless/pkg/apis/sless/v1alpha1"
+	"github.com/kube5s/sless/pkg/msg"
+	"github.com/kube5s/sless/services/operator/internal/driver"
+	"github.com/kube5s/sless/services/operator/internal/resources"
+)
+
+// cacheGate holds the manager's informer of one kind at the first object
+// of one namespace that hold picks, until release: from then on the cache
+// lags behind the API server, as a busy one does. (The informer applies
+// transforms one event at a time, so holding one holds all after it.)
+type cacheGate struct {
+	kind      client.Object
+	namespace atomic.Pointer[string]
+	hold      func(client.Object) bool
+	held      chan struct{}
+	open      chan struct{}
+	heldOnce  sync.Once
+	openOnce  sync.Once
+}
+
+func newCacheGate(kind client.Object, hold func(client.Object) bool) *cacheGate {
+	return &cacheGate{kind: kind, hold: hold, held: make(chan struct{}), open: make(chan struct{})}
+}
+
+func (g *cacheGate) option(o *cache.Options) {
+	o.ByObject[g.kind] = cache.ByObject{Transform: g.transform}
+}
+
+func (g *cacheGate) transform(obj any) (any, error) {
+	o, ok := obj.(client.Object)
+	ns := g.namespace.Load()
+	if !ok || ns == nil || o.GetNamespace() != *ns || !g.hold(o) {
+		return obj, nil
+	}
+	g.heldOnce.Do(func() { close(g.held) })
+	<-g.open
+	return obj, nil
+}
+
+// waitHeld fails the test when the gate never held: it would prove nothing.
+func (g *cacheGate) waitHeld(t *testing.T) {
+	t.Helper()
+	select {
+	case <-g.held:
+	case <-time.After(30 * time.Second):
+		t.Fatal("the cache was never held; the test proves nothing")
+	}
+}
+
+func (g *cacheGate) release() { g.openOnce.Do(func() { close(g.open) }) }
+
+// TestBuildResultIsRecordedWhileTheCacheLags answers a build before the
+// operator's cache has seen the status write that requested it, or the
+// Function at all: the result must be recorded (not acked and dropped,
+// which left the Function Building forever).
+func TestBuildResultIsRecordedWhileTheCacheLags(t *testing.T) {
+	for _, tt := range []struct {
+		name string
+		hold func(client.Object) bool
+		// request returns the build id the test answers.
+		request func(t *testing.T, h *harness, fn *slessv1.Function) string
+	}{{
+		name: "the cache has not seen lastBuildID",
+		hold: func(o client.Object) bool { return o.(*slessv1.Function).Status.LastBuildID != "" },
+		request: func(t *testing.T, h *harness, fn *slessv1.Function) string {
+			h.eventually(t, "build requested", func() bool { h.get(t, fn); return fn.Status.LastBuildID != "" })
+			return fn.Status.LastBuildID
+		},
+	}, {
+		name: "the cache has not seen the function",
+		hold: func(client.Object) bool { return true },
+		request: func(t *testing.T, h *harness, fn *slessv1.Function) string {
+			// The reconciler cannot see the function; the test writes the
+			// request as it would.
+			h.get(t, fn)
+			fn.Status.LastBuildID, fn.Status.RequestedSourceSHA256 = "b-cache-lags", sha1
+			if err := h.c.Status().Update(t.Context(), fn); err != nil {
+				t.Fatal(err)
+			}
+			return fn.Status.LastBuildID
+		},
+	}} {
+		t.Run(tt.name, func(t *testing.T) {
+			gate := newCacheGate(&slessv1.Function{}, tt.hold)
+			h := newHarnessWith(t, func(mgr ctrl.Manager) driver.Driver { return &driver.Kubernetes{Client: mgr.GetClient()} }, gate.option)
+			t.Cleanup(gate.release) // before the harness stops
+			_, ns := h.tenant(t)
+			gate.namespace.Store(&ns)
+			fn := h.function(t, ns, "hello", withSource(sha1))
+			id := tt.request(t, h, fn)
+			gate.waitHeld(t)
+
+			done := &msg.BuildCompleted{BuildID: id, Namespace: ns, Function: "hello", SourceSHA256: sha1, Result: msg.BuildSucceeded, Image: image}
+			if err := h.pub.PublishMessage(t.Context(), done); err != nil {
+				t.Fatal(err)
+			}
+			h.eventuallyShow(t, "the build result recorded while the cache lags", func() bool {
+				h.get(t, fn)
+				return fn.Status.Image == image && slessv1.IsTrue(fn.Status.Conditions, slessv1.ConditionBuilt)
+			}, func() string { return functionStatus(fn) })
+
+			gate.release()
+			if tt.name != "the cache has not seen lastBuildID" {
+				return // the reconciler now requests its own build id
+			}
+			var d appsv1.Deployment
+			h.eventually(t, "deployment with the built image", func() bool {
+				err := h.c.Get(t.Context(), client.ObjectKey{Namespace: ns, Name: resources.WorkloadName("hello")}, &d)
+				return err == nil && d.Spec.Template.Spec.Containers[0].Image == image
+			})
+		})
+	}
+}
+
+// TestJobResultIsRecordedWhileTheCacheLags: a run's result arrives while
+// the operator's cache has not seen the FunctionJob; it must be recorded.
+func TestJobResultIsRecordedWhileTheCacheLags(t *testing.T) {
+	gate := newCacheGate(&slessv1.FunctionJob{}, func(client.Object) bool { return true })
+	h := newHarnessWith(t, func(mgr ctrl.Manager) driver.Driver { return &driver.Kubernetes{Client: mgr.GetClient()} }, gate.option)
+	t.Cleanup(gate.release)
+	tn, ns := h.tenant(t)
+	gate.namespace.Store(&ns)
+	job := &slessv1.FunctionJob{ObjectMeta: metav1.ObjectMeta{Name: "nightly", Namespace: ns}, Spec: slessv1.FunctionJobSpec{
+		FunctionRef: slessv1.LocalRef{Name: "worker"}, RunID: 1}}
+	if err := h.c.Create(t.Context(), job); err != nil {
+		t.Fatal(err)
+	}
+	gate.waitHeld(t)
+	// The reconciler cannot see the job; the test records the run as it would.
+	id := resources.JobInvocationID(string(job.UID), 1)
+	job.Status.LastRunID, job.Status.InvocationID, job.Status.Phase = 1, id, slessv1.JobRunning
+	if err := h.c.Status().Update(t.Context(), job); err != nil {
+		t.Fatal(err)
+	}
+	now := time.Now().UTC()
+	done := &msg.InvocationCompleted{InvocationID: id, Tenant: tn.Name, Function: "worker", Trigger: msg.TriggerJob,
+		Status: msg.StatusSucceeded, HTTPStatus: 200, Attempts: 1, StartedAt: now, FinishedAt: now, Job: &msg.JobRef{Name: "nightly", RunID: 1}}
+	if err := h.pub.PublishMessage(t.Context(), done); err != nil {
+		t.Fatal(err)
+	}
+	h.eventuallyShow(t, "the job result recorded while the cache lags", func() bool {
+		h.get(t, job)
+		return job.Status.Phase == slessv1.JobSucceeded
+	}, func() string { return fmt.Sprintf("%+v", job.Status) })
+}
