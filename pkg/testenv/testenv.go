@@ -352,11 +352,18 @@ func RabbitManagement(t testing.TB) (endpoint, user, password string) {
 	}
 	user = u.User.Username()
 	password, _ = u.User.Password()
-	req, _ := http.NewRequest(http.MethodGet, endpoint+"/api/whoami", nil)
-	req.SetBasicAuth(user, password)
-	resp, err := http.DefaultClient.Do(req)
-	if err != nil {
-		t.Fatalf("the RabbitMQ management API is not reachable at %s: %v; %s", endpoint, err, hint)
+	// A broker-restart test elsewhere (stop_app, start_app) takes the API
+	// down for a few seconds: wait for it rather than fail at once.
+	var resp *http.Response
+	for deadline := time.Now().Add(60 * time.Second); ; time.Sleep(250 * time.Millisecond) {
+		req, _ := http.NewRequest(http.MethodGet, endpoint+"/api/whoami", nil)
+		req.SetBasicAuth(user, password)
+		if resp, err = http.DefaultClient.Do(req); err == nil {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("the RabbitMQ management API is not reachable at %s within 60s: %v; %s", endpoint, err, hint)
+		}
 	}
 	resp.Body.Close()
 	if resp.StatusCode != http.StatusOK {
