@@ -22,6 +22,8 @@ type BuildRequested struct {
 	SourceKey    string    `json:"source_key"`
 	SourceSHA256 string    `json:"source_sha256"`
 	RequestedAt  time.Time `json:"requested_at"`
+	// AllowSourceBuilds: pip may build source distributions (optional).
+	AllowSourceBuilds bool `json:"allow_source_builds,omitempty"`
 }
 
 // Type implements Message.

@@ -28,6 +28,7 @@ type config struct {
 	ArtifactDir       string        // SLESS_ARTIFACT_DIR: local driver output
 	InstallTimeout    time.Duration // SLESS_BUILD_INSTALL_TIMEOUT
 	Python, Node, Npm string        // SLESS_PYTHON, SLESS_NODE, SLESS_NPM
+	InstallEnv        []string      // what pip and npm see of the environment (build.InstallEnv)
 	Kube              build.KubeConfig
 }
 
@@ -49,6 +50,7 @@ func loadConfig(getenv func(string) string) (config, error) {
 		Python:           r.String("SLESS_PYTHON", "python3"),
 		Node:             r.String("SLESS_NODE", "node"),
 		Npm:              r.String("SLESS_NPM", "npm"),
+		InstallEnv:       build.InstallEnv(getenv),
 		Kube: build.KubeConfig{
 			Namespace:      r.String("SLESS_BUILD_NAMESPACE", "sless-builds"),
 			ExecutorImage:  r.String("SLESS_BUILD_EXECUTOR_IMAGE", ""),

@@ -74,7 +74,7 @@ func run(ctx context.Context, getenv func(string) string, stdout io.Writer) erro
 	validators := []build.Validator{build.EntrypointExists{}, build.Syntax{Python: cfg.Python, Node: cfg.Node}}
 	switch cfg.Driver {
 	case "local":
-		drv = &build.Local{Root: cfg.ArtifactDir, Python: cfg.Python, Node: cfg.Node, Npm: cfg.Npm, InstallTimeout: cfg.InstallTimeout,
+		drv = &build.Local{Root: cfg.ArtifactDir, Python: cfg.Python, Node: cfg.Node, Npm: cfg.Npm, InstallTimeout: cfg.InstallTimeout, Env: cfg.InstallEnv,
 			Limits: cfg.Limits, Validators: validators}
 	case "kubernetes":
 		drv = &build.Kubernetes{Client: kube, Clientset: clientset, Config: cfg.Kube}

@@ -52,6 +52,13 @@ type FunctionSpec struct {
 	// +kubebuilder:validation:Maximum=8000
 	CPUMillis int32 `json:"cpuMillis,omitempty"`
 
+	// AllowSourceBuilds lets pip build dependencies from source
+	// distributions (running their build code); by default only wheels are
+	// installed (--only-binary=:all:). Either way, build code runs without
+	// any of the platform's settings or credentials.
+	// +optional
+	AllowSourceBuilds bool `json:"allowSourceBuilds,omitempty"`
+
 	// TimeoutSec bounds one invocation.
 	// +optional
 	// +kubebuilder:default=30

@@ -35,13 +35,9 @@ func PrepareContext(ctx context.Context, objs Sources, maxArchive int64, lim Lim
 	if err != nil {
 		return fail(ReasonUnsupportedRuntime, "%v", err)
 	}
-	data, err := fetchArchive(ctx, objs, req.SourceKey, maxArchive)
+	data, err := fetchVerified(ctx, objs, req.SourceKey, req.SHA256, maxArchive)
 	if err != nil {
 		return err
-	}
-	sum := sha256.Sum256(data)
-	if got := hex.EncodeToString(sum[:]); got != req.SHA256 {
-		return fail(ReasonSourceUnavailable, "the archive at %s has SHA-256 %s, not the requested %s; upload it again", req.SourceKey, got, req.SHA256)
 	}
 	fmt.Fprintf(log, "fetched %s (%d bytes, SHA-256 verified)\n", req.SourceKey, len(data))
 	if err := os.MkdirAll(req.Out, 0o755); err != nil {
@@ -99,6 +95,20 @@ func fetchArchive(ctx context.Context, objs Sources, key string, max int64) ([]b
 	}
 	if int64(len(data)) > max {
 		return nil, fail(ReasonTooLarge, "the archive is over the limit of %d bytes", max)
+	}
+	return data, nil
+}
+
+// fetchVerified fetches the archive and refuses it unless it has the
+// requested SHA-256.
+func fetchVerified(ctx context.Context, objs Sources, key, want string, max int64) ([]byte, error) {
+	data, err := fetchArchive(ctx, objs, key, max)
+	if err != nil {
+		return nil, err
+	}
+	sum := sha256.Sum256(data)
+	if got := hex.EncodeToString(sum[:]); got != want {
+		return nil, fail(ReasonSourceUnavailable, "the archive at %s has SHA-256 %s, not the requested %s; upload it again", key, got, want)
 	}
 	return data, nil
 }

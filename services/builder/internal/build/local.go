@@ -31,6 +31,8 @@ type Job struct {
 	Entrypoint   string
 	SourceKey    string
 	SourceSHA256 string
+	// AllowSourceBuilds lets pip build source distributions.
+	AllowSourceBuilds bool
 	// Archive is the zip (local driver; the kubernetes driver's Job fetches it).
 	Archive []byte
 	Log     io.Writer
@@ -55,6 +57,11 @@ type Local struct {
 	InstallTimeout time.Duration
 	Limits         Limits
 	Validators     []Validator
+	// Env is the whole environment of the package managers (InstallEnv):
+	// none of the builder's own settings or credentials, since a tenant's
+	// archive can make them run code (a local path in requirements.txt is
+	// built by its own build backend).
+	Env []string
 }
 
 const completeMarker = ".sless-artifact"
@@ -86,7 +93,7 @@ func (l *Local) Build(ctx context.Context, j *Job) (_ Artifact, err error) {
 	log := &scrubWriter{w: j.Log, hide: hide}
 	defer log.Flush()
 	j = &Job{ID: j.ID, Tenant: j.Tenant, Function: j.Function, Runtime: j.Runtime, Entrypoint: j.Entrypoint,
-		SourceKey: j.SourceKey, SourceSHA256: j.SourceSHA256, Archive: j.Archive, Log: log}
+		SourceKey: j.SourceKey, SourceSHA256: j.SourceSHA256, AllowSourceBuilds: j.AllowSourceBuilds, Archive: j.Archive, Log: log}
 
 	fmt.Fprintf(j.Log, "unpacking %d bytes\n", len(j.Archive))
 	files, err := Unpack(j.Archive, tmp, l.Limits)
@@ -132,6 +139,9 @@ func (l *Local) install(ctx context.Context, j *Job, dir string) error {
 		}
 		cmd = []string{l.Python, "-m", "pip", "install", "--no-input", "--disable-pip-version-check", "--no-cache-dir",
 			"--target", filepath.Join(dir, "deps"), "-r", "requirements.txt"}
+		if !j.AllowSourceBuilds {
+			cmd = append(cmd, "--only-binary=:all:")
+		}
 	case "nodejs20":
 		if !exists(filepath.Join(dir, "package.json")) {
 			return nil
@@ -151,7 +161,7 @@ func (l *Local) install(ctx context.Context, j *Job, dir string) error {
 	c.Dir, c.Stdout, c.Stderr = dir, j.Log, j.Log
 	c.SysProcAttr = childAttr()
 	c.WaitDelay = 10 * time.Second // a grandchild holding the log pipe must not stall the build
-	c.Env = append(os.Environ(), "npm_config_update_notifier=false", "HOME="+dir)
+	c.Env = append(l.installEnv(), "npm_config_update_notifier=false", "HOME="+dir, "TMPDIR="+dir)
 	if err := c.Run(); err != nil {
 		if errors.Is(ctx.Err(), context.DeadlineExceeded) {
 			return fail(ReasonDependencies, "installing dependencies took longer than %s", l.InstallTimeout)
@@ -250,4 +260,31 @@ func (s *scrubWriter) Flush() {
 		_, _ = io.WriteString(s.w, s.hide.String(string(s.pending)))
 		s.pending = s.pending[:0]
 	}
+}
+
+// installEnvKeys are what a package manager may need of the builder's
+// environment: the search path, locale, proxies, package indexes and CA
+// certificates. Nothing else (the database, broker and object store
+// settings) reaches the code that an install can run.
+var installEnvKeys = []string{"PATH", "LANG", "LC_ALL", "TZ",
+	"http_proxy", "https_proxy", "no_proxy", "HTTP_PROXY", "HTTPS_PROXY", "NO_PROXY",
+	"PIP_INDEX_URL", "PIP_EXTRA_INDEX_URL", "PIP_TRUSTED_HOST", "PIP_CERT",
+	"npm_config_registry", "NPM_CONFIG_REGISTRY", "SSL_CERT_FILE", "SSL_CERT_DIR", "NODE_EXTRA_CA_CERTS"}
+
+// InstallEnv picks the package managers' environment out of the builder's.
+func InstallEnv(getenv func(string) string) []string {
+	var env []string
+	for _, k := range installEnvKeys {
+		if v := getenv(k); v != "" {
+			env = append(env, k+"="+v)
+		}
+	}
+	return env
+}
+
+func (l *Local) installEnv() []string {
+	if l.Env == nil {
+		return []string{"PATH=/usr/local/bin:/usr/bin:/bin"}
+	}
+	return append([]string(nil), l.Env...)
 }

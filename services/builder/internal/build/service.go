@@ -8,6 +8,7 @@ import (
 	"io"
 	"log/slog"
 	"regexp"
+	"strings"
 	"sync"
 	"time"
 
@@ -184,20 +185,24 @@ func (s *Service) build(ctx context.Context, req *msg.BuildRequested, logKey str
 }
 
 func (s *Service) run(ctx context.Context, req *msg.BuildRequested, blog io.Writer) (Artifact, error) {
+	// A tenant names its source by key and digest: the key must be its
+	// function's own, and the archive must have the digest, or a tenant
+	// that declares another's digest could be handed the artifact built
+	// from the other's code.
+	if prefix := objstore.SourcePrefix(req.Tenant, req.Function); !strings.HasPrefix(req.SourceKey, prefix) || strings.Contains(req.SourceKey, "..") {
+		return Artifact{}, fail(ReasonSourceUnavailable, "the source key %q is not under the function's own prefix %s", req.SourceKey, prefix)
+	}
 	job := &Job{ID: req.BuildID, Tenant: req.Tenant, Function: req.Function, Runtime: req.Runtime, Entrypoint: req.Entrypoint,
-		SourceKey: req.SourceKey, SourceSHA256: req.SourceSHA256, Log: blog}
+		SourceKey: req.SourceKey, SourceSHA256: req.SourceSHA256, AllowSourceBuilds: req.AllowSourceBuilds, Log: blog}
 	if s.Driver.Name() == "local" {
-		data, err := s.fetch(ctx, req.SourceKey)
+		data, err := fetchVerified(ctx, s.Objects, req.SourceKey, req.SourceSHA256, s.MaxArchive)
 		if err != nil {
 			return Artifact{}, err
 		}
+		fmt.Fprintf(blog, "fetched %s (%d bytes, SHA-256 verified)\n", req.SourceKey, len(data))
 		job.Archive = data
 	}
 	return s.Driver.Build(ctx, job)
-}
-
-func (s *Service) fetch(ctx context.Context, key string) ([]byte, error) {
-	return fetchArchive(ctx, s.Objects, key, s.MaxArchive)
 }
 
 // heartbeat renews the lease; when it is lost, the build is cancelled,

@@ -3,6 +3,8 @@ package build
 import (
 	"bytes"
 	"context"
+	"crypto/sha256"
+	"encoding/hex"
 	"encoding/json"
 	"fmt"
 	"io"
@@ -122,19 +124,26 @@ func newEnv(t *testing.T, drv Driver) *env {
 // request uploads archive and publishes a build request for it.
 func (e *env) request(t *testing.T, function, runtime, entrypoint string, archive []byte) *msg.BuildRequested {
 	t.Helper()
-	sha := fmt.Sprintf("%064x", time.Now().UnixNano()) // distinct per request unless reused
+	sum := sha256.Sum256(archive)
+	sha := hex.EncodeToString(sum[:]) // the builder checks it
 	key := objstore.SourceKey("acme", function, sha)
 	if err := e.store.Put(t.Context(), key, bytes.NewReader(archive), int64(len(archive)), "application/zip"); err != nil {
 		t.Fatal(err)
 	}
-	r := &msg.BuildRequested{BuildID: "b-" + sha[52:], Tenant: "acme", Namespace: "sless-fn-acme", Function: function, Runtime: runtime,
-		Entrypoint: entrypoint, SourceKey: key, SourceSHA256: sha, RequestedAt: time.Now().UTC()}
+	r := &msg.BuildRequested{BuildID: fmt.Sprintf("b-%012x", time.Now().UnixNano()&(1<<48-1)), Tenant: "acme", Namespace: "sless-fn-acme",
+		Function: function, Runtime: runtime, Entrypoint: entrypoint, SourceKey: key, SourceSHA256: sha, RequestedAt: time.Now().UTC()}
+	e.publish(t, r)
+	return r
+}
+
+// publish publishes a build request as the operator would.
+func (e *env) publish(t *testing.T, r *msg.BuildRequested) {
+	t.Helper()
 	ctx, cancel := context.WithTimeout(t.Context(), 30*time.Second)
 	defer cancel()
 	if err := e.pub.PublishMessage(ctx, r); err != nil {
 		t.Fatalf("publish the build request: %v", err)
 	}
-	return r
 }
 
 func (e *env) result(t *testing.T, id string) msg.BuildCompleted {
@@ -153,7 +162,7 @@ func (e *env) result(t *testing.T, id string) msg.BuildCompleted {
 
 func localDriver(t *testing.T) *Local {
 	return &Local{Root: t.TempDir(), Python: "python3", Node: "node", Npm: "npm", InstallTimeout: 3 * time.Minute, Limits: DefaultLimits,
-		Validators: []Validator{EntrypointExists{}, Syntax{Python: "python3", Node: "node"}}}
+		Validators: []Validator{EntrypointExists{}, Syntax{Python: "python3", Node: "node"}}, Env: InstallEnv(os.Getenv)}
 }
 
 var runtimesDir, _ = filepath.Abs(filepath.Join("..", "..", "..", "..", "runtimes"))

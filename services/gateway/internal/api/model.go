@@ -117,17 +117,18 @@ type SecretRef struct {
 
 // FunctionSpec is what a developer sets on a function.
 type FunctionSpec struct {
-	Runtime       string               `json:"runtime" enum:"python3.11,nodejs20"`
-	Entrypoint    string               `json:"entrypoint" minLength:"3" maxLength:"256" pattern:"^[A-Za-z0-9_][A-Za-z0-9_./-]*\\.[A-Za-z_$][A-Za-z0-9_$]*$" doc:"module.function (Python) or file.export (Node)"`
-	Image         string               `json:"image,omitempty" maxLength:"512" pattern:"^[^\\s@]+@sha256:[a-f0-9]{64}$" doc:"a prebuilt image, pinned by digest"`
-	MemoryMB      *int32               `json:"memory_mb,omitempty" minimum:"32" maximum:"8192"`
-	CPUMillis     *int32               `json:"cpu_millis,omitempty" minimum:"10" maximum:"8000"`
-	TimeoutSec    *int32               `json:"timeout_sec,omitempty" minimum:"1" maximum:"900"`
-	Concurrency   *int32               `json:"concurrency,omitempty" minimum:"1" maximum:"1000"`
-	MinReplicas   *int32               `json:"min_replicas,omitempty" minimum:"0" maximum:"100"`
-	MaxReplicas   *int32               `json:"max_replicas,omitempty" minimum:"1" maximum:"100"`
-	EnvVars       map[string]string    `json:"env_vars,omitempty"`
-	SecretEnvVars map[string]SecretRef `json:"secret_env_vars,omitempty"`
+	Runtime           string               `json:"runtime" enum:"python3.11,nodejs20"`
+	Entrypoint        string               `json:"entrypoint" minLength:"3" maxLength:"256" pattern:"^[A-Za-z0-9_][A-Za-z0-9_./-]*\\.[A-Za-z_$][A-Za-z0-9_$]*$" doc:"module.function (Python) or file.export (Node)"`
+	Image             string               `json:"image,omitempty" maxLength:"512" pattern:"^[^\\s@]+@sha256:[a-f0-9]{64}$" doc:"a prebuilt image, pinned by digest"`
+	MemoryMB          *int32               `json:"memory_mb,omitempty" minimum:"32" maximum:"8192"`
+	CPUMillis         *int32               `json:"cpu_millis,omitempty" minimum:"10" maximum:"8000"`
+	TimeoutSec        *int32               `json:"timeout_sec,omitempty" minimum:"1" maximum:"900"`
+	Concurrency       *int32               `json:"concurrency,omitempty" minimum:"1" maximum:"1000"`
+	MinReplicas       *int32               `json:"min_replicas,omitempty" minimum:"0" maximum:"100"`
+	MaxReplicas       *int32               `json:"max_replicas,omitempty" minimum:"1" maximum:"100"`
+	EnvVars           map[string]string    `json:"env_vars,omitempty"`
+	SecretEnvVars     map[string]SecretRef `json:"secret_env_vars,omitempty"`
+	AllowSourceBuilds bool                 `json:"allow_source_builds,omitempty" doc:"let pip build source distributions; by default only wheels are installed"`
 }
 
 // FunctionInput creates a function.
@@ -183,7 +184,8 @@ func (s *FunctionSpec) missingForPut() []string {
 // optional fields are left for the API server's defaults.
 func applyFunctionSpec(dst *slessv1.FunctionSpec, in *FunctionSpec) {
 	source := dst.Source
-	*dst = slessv1.FunctionSpec{Runtime: slessv1.Runtime(in.Runtime), Entrypoint: in.Entrypoint, Image: in.Image, Source: source}
+	*dst = slessv1.FunctionSpec{Runtime: slessv1.Runtime(in.Runtime), Entrypoint: in.Entrypoint, Image: in.Image, Source: source,
+		AllowSourceBuilds: in.AllowSourceBuilds}
 	if in.Image != "" {
 		dst.Source = nil
 	}
@@ -224,7 +226,7 @@ func functionREST(f *slessv1.Function) Function {
 	out := Function{Name: f.Name, CreatedAt: f.CreationTimestamp.Time, FunctionSpec: FunctionSpec{
 		Runtime: string(s.Runtime), Entrypoint: s.Entrypoint, Image: s.Image,
 		MemoryMB: ptr(s.MemoryMB), CPUMillis: ptr(s.CPUMillis), TimeoutSec: ptr(s.TimeoutSec), Concurrency: ptr(s.Concurrency),
-		EnvVars: map[string]string{},
+		EnvVars: map[string]string{}, AllowSourceBuilds: s.AllowSourceBuilds,
 	}}
 	if s.Scaling != nil {
 		out.MinReplicas, out.MaxReplicas = ptr(s.Scaling.MinReplicas), ptr(s.Scaling.MaxReplicas)

@@ -160,7 +160,7 @@ func (r *FunctionReconciler) source(ctx context.Context, fn *slessv1.Function) e
 	err := r.Publisher.PublishMessage(ctx, &msg.BuildRequested{
 		BuildID: want, Tenant: resources.TenantOf(fn.Namespace), Namespace: fn.Namespace, Function: fn.Name,
 		FunctionUID: string(fn.UID), Runtime: string(fn.Spec.Runtime), Entrypoint: fn.Spec.Entrypoint,
-		SourceKey: src.S3Key, SourceSHA256: src.SHA256, RequestedAt: time.Now().UTC(),
+		SourceKey: src.S3Key, SourceSHA256: src.SHA256, RequestedAt: time.Now().UTC(), AllowSourceBuilds: fn.Spec.AllowSourceBuilds,
 	})
 	if err != nil {
 		span.RecordError(err)
