@@ -14,6 +14,7 @@ import (
 
 	"github.com/kube5s/sless/services/gateway/internal/auth"
 	"github.com/kube5s/sless/services/gateway/internal/proxy"
+	"github.com/kube5s/sless/services/gateway/internal/store"
 )
 
 // ProblemBase prefixes every problem type; the rest is a stable slug.
@@ -121,6 +122,7 @@ func problemOf(ctx context.Context, err error) *Problem {
 	var p *Problem
 	var limited *auth.RateLimited
 	var failed *proxy.Failure
+	var unavailable *store.Unavailable
 	switch {
 	case errors.As(err, &p):
 	case errors.As(err, &limited):
@@ -131,6 +133,9 @@ func problemOf(ctx context.Context, err error) *Problem {
 		if failed.RetryAfter > 0 {
 			p.retry(failed.RetryAfter)
 		}
+	case errors.As(err, &unavailable):
+		p = problem(503, "", "%s", unavailable.Detail)
+		p.cause = err
 	default:
 		p = problem(500, "", "the request failed")
 		p.cause = err

@@ -68,7 +68,7 @@ func withResultURLs(tenant string, items []Invocation) []Invocation {
 func storeProblem(ctx context.Context, err error, what string) *Problem {
 	var u *store.Unavailable
 	if errors.As(err, &u) {
-		p := withID(ctx, problem(503, "", "%s", u.Detail))
+		p := withID(ctx, problem(503, "", "%s", u.Detail)) // as problemOf maps it
 		p.cause = err
 		return p
 	}
