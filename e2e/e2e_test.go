@@ -8,6 +8,7 @@ import (
 	"bytes"
 	"context"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"io"
 	"net/http"
@@ -61,18 +62,15 @@ func startPlatform(t *testing.T) *platform {
 	}
 	var logs bytes.Buffer
 	var mu sync.Mutex
-	ready := make(chan struct{})
+	exited := make(chan struct{}) // the output closed: dev.sh ended
 	go func() {
+		defer close(exited)
 		sc := bufio.NewScanner(out)
 		sc.Buffer(make([]byte, 1<<20), 1<<20)
-		once := sync.Once{}
 		for sc.Scan() {
 			mu.Lock()
 			logs.WriteString(sc.Text() + "\n")
 			mu.Unlock()
-			if strings.Contains(sc.Text(), "sless is running") {
-				once.Do(func() { close(ready) })
-			}
 		}
 	}()
 	stopped := false
@@ -99,12 +97,7 @@ func startPlatform(t *testing.T) *platform {
 			mu.Unlock()
 		}
 	})
-	select {
-	case <-ready:
-	case <-time.After(10 * time.Minute):
-		t.Fatal("make dev did not come up within 10 minutes")
-	}
-	adm, err := os.ReadFile(filepath.Join(state, "admin-token"))
+	ready, err := waitReady(filepath.Join(state, "ready.json"), exited, 10*time.Minute)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -113,7 +106,39 @@ func startPlatform(t *testing.T) *platform {
 	if err != nil {
 		t.Fatal(err)
 	}
-	return &platform{base: "http://127.0.0.1:" + port, admin: strings.TrimSpace(string(adm)), state: state, amqp: vhost, store: store}
+	return &platform{base: ready.Gateway, admin: ready.AdminToken, state: state, amqp: vhost, store: store}
+}
+
+// ready is what hack/dev.sh writes to $STATE/ready.json once the platform
+// serves the demo.
+type ready struct {
+	Gateway    string `json:"gateway"`
+	AdminToken string `json:"admin_token"`
+	DemoToken  string `json:"demo_token"`
+}
+
+// waitReady waits for dev.sh's ready file (written atomically), failing
+// early when dev.sh ends first.
+func waitReady(path string, exited <-chan struct{}, within time.Duration) (ready, error) {
+	var r ready
+	deadline := time.After(within)
+	tick := time.NewTicker(200 * time.Millisecond)
+	defer tick.Stop()
+	for {
+		if b, err := os.ReadFile(path); err == nil {
+			if err := json.Unmarshal(b, &r); err != nil {
+				return r, fmt.Errorf("ready file %s: %w", path, err)
+			}
+			return r, nil
+		}
+		select {
+		case <-exited:
+			return r, errors.New("make dev ended before it was ready")
+		case <-deadline:
+			return r, fmt.Errorf("make dev did not come up within %s", within)
+		case <-tick.C:
+		}
+	}
 }
 
 func tail(s string, n int) string {
