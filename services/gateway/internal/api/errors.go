@@ -45,7 +45,6 @@ type ProblemField struct {
 func (p *Problem) Error() string             { return p.Detail }
 func (p *Problem) GetStatus() int            { return p.Status }
 func (p *Problem) ContentType(string) string { return "application/problem+json" }
-func (p *Problem) with(c string) *Problem    { p.Component = c; return p }
 func (p *Problem) retry(sec int) *Problem    { p.retryAfter = max(sec, 1); return p }
 
 // GetHeaders lets huma write Retry-After.

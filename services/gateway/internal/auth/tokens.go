@@ -124,9 +124,9 @@ func (c *Tokens) Known(tok string) (string, bool) {
 	if !strings.HasPrefix(tok, TokenPrefix) {
 		return "", false
 	}
-	key := string(HashToken(tok))
+	h := HashToken(tok)
 	c.mu.RLock()
-	e, ok := c.m[key]
+	e, ok := c.m[string(h)] // no copy of the key for the lookup
 	c.mu.RUnlock()
 	if !ok || e.tenant == "" || !time.Now().Before(e.expires) {
 		return "", false
