@@ -8,6 +8,7 @@ import (
 	"bytes"
 	"context"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"io"
 	"net/http"
@@ -64,7 +65,6 @@ func startPlatform(t *testing.T) *platform {
 	}
 	var logs bytes.Buffer
 	var mu sync.Mutex
-	ready := make(chan struct{})
 	// exited is closed when make dev ends; waitErr says how.
 	exited := make(chan struct{})
 	var waitErr error
@@ -73,14 +73,10 @@ func startPlatform(t *testing.T) *platform {
 		defer close(scanned)
 		sc := bufio.NewScanner(out)
 		sc.Buffer(make([]byte, 1<<20), 1<<20)
-		once := sync.Once{}
 		for sc.Scan() {
 			mu.Lock()
 			logs.WriteString(sc.Text() + "\n")
 			mu.Unlock()
-			if strings.Contains(sc.Text(), "sless is running") {
-				once.Do(func() { close(ready) })
-			}
 		}
 	}()
 	go func() {
@@ -116,14 +112,10 @@ func startPlatform(t *testing.T) *platform {
 			}
 		}
 	})
-	select {
-	case <-ready:
-	case <-exited:
-		t.Fatalf("make dev exited before it was up: %v", waitErr)
-	case <-time.After(10 * time.Minute):
-		t.Fatal("make dev did not come up within 10 minutes")
+	rd, err := waitReady(filepath.Join(state, "ready.json"), exited, 10*time.Minute)
+	if err != nil {
+		t.Fatalf("%v (%v)", err, waitErr)
 	}
-	adm, err := os.ReadFile(filepath.Join(state, "admin-token"))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -134,7 +126,39 @@ func startPlatform(t *testing.T) *platform {
 	}
 	u, _ := neturl.Parse(testenv.PostgresAdminURL())
 	u.Path = "/" + db
-	return &platform{db: u.String(), base: "http://127.0.0.1:" + port, admin: strings.TrimSpace(string(adm)), state: state, amqp: vhost, store: store}
+	return &platform{db: u.String(), base: rd.Gateway, admin: rd.AdminToken, state: state, amqp: vhost, store: store}
+}
+
+// ready is what hack/dev.sh writes to $STATE/ready.json once the platform
+// serves the demo.
+type ready struct {
+	Gateway    string `json:"gateway"`
+	AdminToken string `json:"admin_token"`
+	DemoToken  string `json:"demo_token"`
+}
+
+// waitReady waits for dev.sh's ready file (written atomically), failing
+// early when dev.sh ends first.
+func waitReady(path string, exited <-chan struct{}, within time.Duration) (ready, error) {
+	var r ready
+	deadline := time.After(within)
+	tick := time.NewTicker(200 * time.Millisecond)
+	defer tick.Stop()
+	for {
+		if b, err := os.ReadFile(path); err == nil {
+			if err := json.Unmarshal(b, &r); err != nil {
+				return r, fmt.Errorf("ready file %s: %w", path, err)
+			}
+			return r, nil
+		}
+		select {
+		case <-exited:
+			return r, errors.New("make dev ended before it was ready")
+		case <-deadline:
+			return r, fmt.Errorf("make dev did not come up within %s", within)
+		case <-tick.C:
+		}
+	}
 }
 
 func tail(s string, n int) string {

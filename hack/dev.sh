@@ -29,6 +29,10 @@ eval "$(hack/deps.sh env)"
 STATE=${SLESS_DEV_STATE:-${SLESS_STATE_DIR:-$SLESS_CACHE_DIR/state}/dev}
 DATABASE=${SLESS_DEV_DATABASE:-sless}
 mkdir -p "$STATE/logs" "$STATE/functions"
+# $STATE/ready.json appears once the platform serves the demo (gateway URL
+# and tokens); scripts and the end-to-end tests wait for it, not for the banner.
+READY="$STATE/ready.json"
+rm -f "$READY"
 GATEWAY_PORT=${SLESS_DEV_PORT:-8080}
 OPS=${SLESS_DEV_OPS_BASE:-9190} # the services' ops ports are OPS..OPS+4
 GATEWAY="http://127.0.0.1:$GATEWAY_PORT"
@@ -181,6 +185,9 @@ for f in hello-node simple-node simple-python notes-python; do
 	say "  $f: $phase"
 done
 
+(umask 077; printf '{"gateway":"%s","admin_token":"%s","demo_token":"%s","state":"%s"}\n' "$GATEWAY" "$ADMIN" "$TOKEN" "$STATE" >"$READY.tmp")
+mv "$READY.tmp" "$READY" # atomic: a reader sees all of it or nothing
+
 cat <<EOT
 
   sless is running (local profile).
@@ -191,6 +198,7 @@ cat <<EOT
   traces       http://127.0.0.1:16686 (Jaeger; every service reports there)
   logs         $STATE/logs/*.log, function logs in $STATE/functions/
   kubectl      KUBECONFIG=$STATE/kubeconfig
+  ready file   $READY
 
   Try:
     export SLESS_TOKEN=$TOKEN

@@ -12,7 +12,7 @@ import (
 	cron "github.com/netresearch/go-cron"
 )
 
-var parser = cron.NewParser(cron.Minute | cron.Hour | cron.Dom | cron.Month | cron.Dow | cron.Descriptor)
+var parser = cron.MustNewParser(cron.Minute | cron.Hour | cron.Dom | cron.Month | cron.Dow | cron.Descriptor)
 
 // Schedule is a parsed schedule in its time zone.
 type Schedule struct {

@@ -12,7 +12,6 @@ import (
 	"fmt"
 	"io"
 	"net/http"
-	neturl "net/url"
 	"os/exec"
 	"strings"
 	"sync"
@@ -321,9 +320,9 @@ func CheckConfigErrors(t *testing.T, run RunFunc) {
 // package or a test), so that platform queues it declares and fills do not
 // reach other tests, and returns its URL and a function that deletes it.
 // It needs rabbitmqctl, as the broker-restart tests do.
-func RabbitVhost() (url string, cleanup func(), err error) {
+func RabbitVhost() (vhostURL string, cleanup func(), err error) {
 	base := env("SLESS_TEST_RABBITMQ_URL", "amqp://guest:guest@127.0.0.1:5672/")
-	u, err := neturl.Parse(base)
+	u, err := url.Parse(base)
 	if err != nil {
 		return "", nil, err
 	}

@@ -98,12 +98,10 @@ func gateway(t testing.TB) *gw {
 // serviceEnvForPackage is testenv.ServiceEnv whose database and bucket
 // outlive the first test (the gateway is shared by the package).
 func serviceEnvForPackage(t testing.TB, kubeconfig string) map[string]string {
-	var env map[string]string
 	// A throwaway testing.T scope would drop them at its end, so run
 	// ServiceEnv in a subtest-free way: create them through the helpers of
 	// a long-lived fake TB.
-	env = testenv.ServiceEnv(keepTB{t}, kubeconfig)
-	return env
+	return testenv.ServiceEnv(keepTB{t}, kubeconfig)
 }
 
 // keepTB ignores Cleanup, so resources made for the shared gateway stay.

@@ -14,7 +14,7 @@ import (
 	"github.com/kube5s/sless/pkg/loadgen"
 	"github.com/kube5s/sless/pkg/msg"
 	"github.com/kube5s/sless/pkg/rabbit"
-	"github.com/kube5s/sless/services/gateway/internal/api"
+	"github.com/kube5s/sless/services/gateway/internal/proxy"
 )
 
 // fastFunction is an endpoint that answers at once, so that the benchmark
@@ -48,7 +48,7 @@ func BenchmarkSyncInvoke(b *testing.B) {
 
 	target, _ := url.Parse(fn)
 	bare := httputil.NewSingleHostReverseProxy(target)
-	bare.Transport = api.DefaultTransport()
+	bare.Transport = proxy.DefaultTransport()
 	ln, _ := net.Listen("tcp", "127.0.0.1:0")
 	srv := &http.Server{Handler: bare}
 	go srv.Serve(ln)

@@ -13,6 +13,7 @@ import (
 	"github.com/kube5s/sless/pkg/rabbit"
 	"github.com/kube5s/sless/pkg/service"
 	"github.com/kube5s/sless/services/gateway/internal/api"
+	"github.com/kube5s/sless/services/gateway/internal/record"
 )
 
 // run is the composition root of the gateway.
@@ -62,7 +63,7 @@ func run(ctx context.Context, getenv func(string) string, stdout io.Writer) erro
 	// One publisher: fewer, fuller batches. With 8, each batch held ~30
 	// records and recording cost 8.6%-17.2% of sync invoke throughput;
 	// with 1, -8.6%-7.4% (BenchmarkHistoryCost, five runs each).
-	recorder := api.NewRecorder(pub, svc.Log, svc.Registry, cfg.RecordBuffer, 1)
+	recorder := record.NewRecorder(pub, svc.Log, svc.Registry, cfg.RecordBuffer, 1)
 	recorder.Disabled = !cfg.RecordSync
 	svc.Go(recorder.Run)
 

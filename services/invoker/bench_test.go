@@ -98,7 +98,6 @@ func BenchmarkQueueTrigger(b *testing.B) {
 		// Platform: a queue trigger with the same concurrency.
 		fill(b, tenantURL, "plat-q", n)
 		calls.Store(0)
-		start = time.Now()
 		tr := &slessv1.Trigger{ObjectMeta: metav1.ObjectMeta{Name: "plat", Namespace: w.ns}, Spec: slessv1.TriggerSpec{
 			FunctionRef: slessv1.LocalRef{Name: "fast"}, Type: slessv1.TriggerQueue, Queue: &slessv1.QueueTrigger{Queue: "plat-q", Concurrency: prefetch}}}
 		if err := w.kube.Create(context.Background(), tr); err != nil {

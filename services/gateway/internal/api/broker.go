@@ -2,9 +2,7 @@ package api
 
 import (
 	"context"
-	"net/http"
 
-	"github.com/danielgtaylor/huma/v2"
 	corev1 "k8s.io/api/core/v1"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
@@ -23,9 +21,7 @@ type TenantBrokerOut struct {
 }
 
 func (s *Server) registerBroker() {
-	register(s, huma.Operation{OperationID: "get-tenant-broker", Method: http.MethodGet, Path: "/v1/tenants/{t}/broker", Tags: []string{"tenants"},
-		Summary:     "The tenant's vhost on the platform broker and its credentials",
-		Description: "Publish to the tenant's own vhost with these credentials; queue triggers without broker_secret consume there."},
+	register(s, s.route("get-tenant-broker"),
 		func(ctx context.Context, in *TenantPath) (*TenantBrokerOut, error) {
 			if err := s.requireTenant(ctx, in.Tenant); err != nil {
 				return nil, err

@@ -2,9 +2,6 @@ package api
 
 import (
 	"context"
-	"net/http"
-
-	"github.com/danielgtaylor/huma/v2"
 
 	"github.com/kube5s/sless/pkg/callback"
 )
@@ -24,8 +21,7 @@ func (s *Server) registerCallbackSecret() {
 		o.Body.Secret, o.Body.Header, o.Body.Tolerance = secret, callback.SignatureHeader, int(callback.Tolerance.Seconds())
 		return o
 	}
-	register(s, huma.Operation{OperationID: "get-callback-secret", Method: http.MethodGet, Path: "/v1/tenants/{t}/callback-secret",
-		Tags: []string{"invoke"}, Summary: "The secret the tenant's callbacks are signed with (made on first read)"},
+	register(s, s.route("get-callback-secret"),
 		func(ctx context.Context, in *TenantPath) (*CallbackSecretOut, error) {
 			if err := s.requireTenant(ctx, in.Tenant); err != nil {
 				return nil, err
@@ -39,8 +35,7 @@ func (s *Server) registerCallbackSecret() {
 			}
 			return out(secret), nil
 		})
-	register(s, huma.Operation{OperationID: "rotate-callback-secret", Method: http.MethodPost, Path: "/v1/tenants/{t}/callback-secret/rotate",
-		Tags: []string{"invoke"}, Summary: "Replace the callback secret; callbacks signed from now on use the new one"},
+	register(s, s.route("rotate-callback-secret"),
 		func(ctx context.Context, in *TenantPath) (*CallbackSecretOut, error) {
 			if err := s.requireTenant(ctx, in.Tenant); err != nil {
 				return nil, err

@@ -10,70 +10,18 @@ import (
 	"strings"
 	"time"
 
-	"github.com/danielgtaylor/huma/v2"
 	"github.com/google/uuid"
-	"github.com/jackc/pgx/v5"
 
 	"github.com/kube5s/sless/pkg/msg"
 	"github.com/kube5s/sless/pkg/objstore"
+	"github.com/kube5s/sless/services/gateway/internal/store"
 )
 
-// DeadLetter is an invocation given up on, which can be replayed.
-type DeadLetter struct {
-	ID                 string     `json:"id" doc:"the id of the invocation that died; its record is at /invocations/{id}"`
-	Function           string     `json:"function"`
-	Trigger            string     `json:"trigger" doc:"the trigger kind: async, cron, queue or job"`
-	TriggerName        string     `json:"trigger_name,omitempty"`
-	Reason             string     `json:"reason" doc:"why it died, e.g. retries-exhausted"`
-	Error              string     `json:"error,omitempty" doc:"the last attempt's error"`
-	Attempts           int        `json:"attempts"`
-	RequestBytes       int64      `json:"request_bytes"`
-	DeadLetteredAt     time.Time  `json:"dead_lettered_at"`
-	ReplayedAt         *time.Time `json:"replayed_at,omitempty"`
-	ReplayInvocationID string     `json:"replay_invocation_id,omitempty"`
-}
-
-const deadLetterColumns = `id, function, trigger_kind, trigger_name, reason, coalesce(error, ''), attempts, request_bytes, dead_lettered_at,
-	replayed_at, coalesce(replay_invocation_id, '')`
-
-func scanDeadLetter(row pgx.Row) (DeadLetter, error) {
-	var d DeadLetter
-	err := row.Scan(&d.ID, &d.Function, &d.Trigger, &d.TriggerName, &d.Reason, &d.Error, &d.Attempts, &d.RequestBytes, &d.DeadLetteredAt,
-		&d.ReplayedAt, &d.ReplayInvocationID)
-	return d, err
-}
-
-// DeadLetterFilter selects dead letters.
-type DeadLetterFilter struct {
-	Function    string `query:"function" maxLength:"63" json:"function,omitempty"`
-	Trigger     string `query:"trigger" enum:"async,cron,queue,job," json:"trigger,omitempty" doc:"trigger kind"`
-	TriggerName string `query:"trigger_name" maxLength:"63" json:"trigger_name,omitempty" doc:"e.g. one queue trigger"`
-	Replayed    string `query:"replayed" enum:"true,false," json:"replayed,omitempty" doc:"only replayed (true) or not yet replayed (false) ones"`
-}
-
-// where adds the filter's conditions to a query on the tenant's dead letters.
-func (f DeadLetterFilter) where(q string, args []any) (string, []any) {
-	add := func(cond string, v any) {
-		args = append(args, v)
-		q += fmt.Sprintf(" AND "+cond, len(args))
-	}
-	if f.Function != "" {
-		add("function = $%d", f.Function)
-	}
-	if f.Trigger != "" {
-		add("trigger_kind = $%d", f.Trigger)
-	}
-	if f.TriggerName != "" {
-		add("trigger_name = $%d", f.TriggerName)
-	}
-	switch f.Replayed {
-	case "true":
-		q += " AND replayed_at IS NOT NULL"
-	case "false":
-		q += " AND replayed_at IS NULL"
-	}
-	return q, args
-}
+// DeadLetter is an invocation given up on; DeadLetterFilter selects them.
+type (
+	DeadLetter       = store.DeadLetter
+	DeadLetterFilter = store.DeadLetterFilter
+)
 
 // Replayed names the invocation a dead letter was replayed as.
 type Replayed struct {
@@ -83,9 +31,7 @@ type Replayed struct {
 }
 
 func (s *Server) registerDeadLetters() {
-	tag := []string{"dead-letters"}
-	register(s, huma.Operation{OperationID: "list-dead-letters", Method: http.MethodGet, Path: "/v1/tenants/{t}/dead-letters", Tags: tag,
-		Summary: "List invocations given up on, newest first, with the reason each died"},
+	register(s, s.route("list-dead-letters"),
 		func(ctx context.Context, in *struct {
 			TenantPath
 			Page
@@ -94,31 +40,16 @@ func (s *Server) registerDeadLetters() {
 			if err := s.requireTenant(ctx, in.Tenant); err != nil {
 				return nil, err
 			}
-			q, args := in.DeadLetterFilter.where(`SELECT `+deadLetterColumns+` FROM dead_letters WHERE tenant = $1`, []any{in.Tenant})
-			if in.Cursor != "" {
-				t, id, err := decodeCursor(in.Cursor)
-				if err != nil {
-					return nil, withID(ctx, problem(400, "bad-cursor", "the cursor is malformed"))
-				}
-				args = append(args, t, id)
-				q += fmt.Sprintf(" AND (dead_lettered_at, id) < ($%d, $%d)", len(args)-1, len(args))
-			}
-			args = append(args, in.Limit+1)
-			q += fmt.Sprintf(" ORDER BY dead_lettered_at DESC, id DESC LIMIT $%d", len(args))
-			rows, err := s.DB.Query(ctx, q, args...)
+			after, err := afterCursor(ctx, in.Cursor)
 			if err != nil {
-				return nil, withID(ctx, problem(503, "", "the dead letters are unavailable"))
+				return nil, err
 			}
-			defer rows.Close()
+			items, err := s.sql.DeadLetters(ctx, in.Tenant, in.DeadLetterFilter, after, in.Limit+1)
+			if err != nil {
+				return nil, storeProblem(ctx, err, "the dead letters could not be read")
+			}
 			out := &ListOut[DeadLetter]{}
-			out.Body.Items = []DeadLetter{}
-			for rows.Next() {
-				d, err := scanDeadLetter(rows)
-				if err != nil {
-					return nil, withID(ctx, problem(500, "", "read dead letters: %v", err))
-				}
-				out.Body.Items = append(out.Body.Items, d)
-			}
+			out.Body.Items = items
 			if int64(len(out.Body.Items)) > in.Limit {
 				out.Body.Items = out.Body.Items[:in.Limit]
 				last := out.Body.Items[len(out.Body.Items)-1]
@@ -130,23 +61,21 @@ func (s *Server) registerDeadLetters() {
 		TenantPath
 		ID string `path:"id" maxLength:"128"`
 	}
-	register(s, huma.Operation{OperationID: "get-dead-letter", Method: http.MethodGet, Path: "/v1/tenants/{t}/dead-letters/{id}", Tags: tag,
-		Summary: "Read one dead letter"},
+	register(s, s.route("get-dead-letter"),
 		func(ctx context.Context, in *LetterPath) (*One[DeadLetter], error) {
 			if err := s.requireTenant(ctx, in.Tenant); err != nil {
 				return nil, err
 			}
-			d, err := scanDeadLetter(s.DB.QueryRow(ctx, `SELECT `+deadLetterColumns+` FROM dead_letters WHERE tenant = $1 AND id = $2`, in.Tenant, in.ID))
-			if errors.Is(err, pgx.ErrNoRows) {
+			d, err := s.sql.DeadLetter(ctx, in.Tenant, in.ID)
+			if errors.Is(err, store.ErrNotFound) {
 				return nil, withID(ctx, problem(404, "", "dead letter %s not found", in.ID))
 			}
 			if err != nil {
-				return nil, withID(ctx, problem(503, "", "the dead letters are unavailable"))
+				return nil, storeProblem(ctx, err, "the dead letter could not be read")
 			}
 			return &One[DeadLetter]{Status: 200, Body: d}, nil
 		})
-	register(s, huma.Operation{OperationID: "replay-dead-letter", Method: http.MethodPost, Path: "/v1/tenants/{t}/dead-letters/{id}/replay", Tags: tag,
-		Summary: "Run a dead letter's request again, as a new invocation (once per dead letter)", DefaultStatus: http.StatusAccepted},
+	register(s, s.route("replay-dead-letter"),
 		func(ctx context.Context, in *LetterPath) (*One[Replayed], error) {
 			if err := s.requireTenant(ctx, in.Tenant); err != nil {
 				return nil, err
@@ -157,8 +86,7 @@ func (s *Server) registerDeadLetters() {
 			}
 			return &One[Replayed]{Status: http.StatusAccepted, Location: fmt.Sprintf("/v1/tenants/%s/invocations/%s", in.Tenant, r.InvocationID), Body: r}, nil
 		})
-	register(s, huma.Operation{OperationID: "replay-dead-letters", Method: http.MethodPost, Path: "/v1/tenants/{t}/dead-letters/replay", Tags: tag,
-		Summary: "Replay the dead letters not replayed yet that match a filter, oldest first, up to limit"},
+	register(s, s.route("replay-dead-letters"),
 		func(ctx context.Context, in *struct {
 			TenantPath
 			Body struct {
@@ -169,22 +97,13 @@ func (s *Server) registerDeadLetters() {
 			if err := s.requireTenant(ctx, in.Tenant); err != nil {
 				return nil, err
 			}
-			f := in.Body.DeadLetterFilter
-			f.Replayed = "false"
-			q, args := f.where(`SELECT id FROM dead_letters WHERE tenant = $1`, []any{in.Tenant})
 			limit := in.Body.Limit
 			if limit <= 0 {
 				limit = 100
 			}
-			args = append(args, limit)
-			q += fmt.Sprintf(" ORDER BY dead_lettered_at, id LIMIT $%d", len(args))
-			rows, err := s.DB.Query(ctx, q, args...)
+			ids, err := s.sql.NotReplayed(ctx, in.Tenant, in.Body.DeadLetterFilter, limit)
 			if err != nil {
-				return nil, withID(ctx, problem(503, "", "the dead letters are unavailable"))
-			}
-			ids, err := pgx.CollectRows(rows, pgx.RowTo[string])
-			if err != nil {
-				return nil, withID(ctx, problem(503, "", "the dead letters are unavailable"))
+				return nil, storeProblem(ctx, err, "the dead letters could not be read")
 			}
 			out := &ListOut[Replayed]{}
 			out.Body.Items = []Replayed{}
@@ -207,16 +126,14 @@ func (s *Server) registerDeadLetters() {
 // id (the old one has its record), and marks the letter replayed first, so
 // that two replays of one letter cannot both run it.
 func (s *Server) replay(ctx context.Context, tenant, id string) (Replayed, error) {
-	var raw []byte
-	var key, replayedAs string
-	err := s.DB.QueryRow(ctx, `SELECT request, coalesce(request_key, ''), coalesce(replay_invocation_id, '') FROM dead_letters
-		WHERE tenant = $1 AND id = $2`, tenant, id).Scan(&raw, &key, &replayedAs)
-	if errors.Is(err, pgx.ErrNoRows) {
+	dl, err := s.sql.DeadLetterRequest(ctx, tenant, id)
+	if errors.Is(err, store.ErrNotFound) {
 		return Replayed{}, withID(ctx, problem(404, "", "dead letter %s not found", id))
 	}
 	if err != nil {
-		return Replayed{}, withID(ctx, problem(503, "", "the dead letters are unavailable"))
+		return Replayed{}, storeProblem(ctx, err, "the dead letter could not be read")
 	}
+	raw, key, replayedAs := dl.Raw, dl.Key, dl.ReplayedAs
 	if replayedAs != "" {
 		return Replayed{}, withID(ctx, problem(409, "already-replayed", "dead letter %s was replayed as invocation %s", id, replayedAs))
 	}
@@ -239,19 +156,17 @@ func (s *Server) replay(ctx context.Context, tenant, id string) (Replayed, error
 		return Replayed{}, withID(ctx, problem(500, "", "dead letter %s holds no request of tenant %s", id, tenant))
 	}
 	newID := uuid.NewString()
-	tag, err := s.DB.Exec(ctx, `UPDATE dead_letters SET replayed_at = now(), replay_invocation_id = $3
-		WHERE tenant = $1 AND id = $2 AND replayed_at IS NULL`, tenant, id, newID)
+	marked, err := s.sql.MarkReplayed(ctx, tenant, id, newID)
 	if err != nil {
-		return Replayed{}, withID(ctx, problem(503, "", "the dead letters are unavailable"))
+		return Replayed{}, storeProblem(ctx, err, "the dead letter could not be marked")
 	}
-	if tag.RowsAffected() == 0 {
+	if !marked {
 		return Replayed{}, withID(ctx, problem(409, "already-replayed", "dead letter %s was replayed meanwhile", id))
 	}
 	req.InvocationID, req.EnqueuedAt = newID, time.Now().UTC()
 	if err := s.Publisher.PublishMessage(ctx, &req); err != nil {
-		_, _ = s.DB.Exec(context.WithoutCancel(ctx), `UPDATE dead_letters SET replayed_at = NULL, replay_invocation_id = NULL
-			WHERE tenant = $1 AND id = $2 AND replay_invocation_id = $3`, tenant, id, newID)
-		return Replayed{}, withID(ctx, problem(503, "", "the replay could not be queued: %v", err))
+		s.sql.UnmarkReplayed(context.WithoutCancel(ctx), tenant, id, newID)
+		return Replayed{}, s.internal(ctx, 503, err, "the replay could not be queued")
 	}
 	return Replayed{ID: id, InvocationID: newID, Status: "queued"}, nil
 }

@@ -6,10 +6,15 @@ import (
 	"errors"
 	"fmt"
 	"net/http"
+	"strconv"
 	"strings"
 
 	"github.com/danielgtaylor/huma/v2"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
+
+	"github.com/kube5s/sless/services/gateway/internal/auth"
+	"github.com/kube5s/sless/services/gateway/internal/proxy"
+	"github.com/kube5s/sless/services/gateway/internal/store"
 )
 
 // ProblemBase prefixes every problem type; the rest is a stable slug.
@@ -25,6 +30,9 @@ type Problem struct {
 	Component string          `json:"component"`
 	RequestID string          `json:"request_id,omitempty"`
 	Errors    []*ProblemField `json:"errors,omitempty"`
+
+	cause      error // logged with a 5xx, never written
+	retryAfter int   // seconds; 0 writes no Retry-After
 }
 
 // ProblemField names one invalid field.
@@ -37,7 +45,16 @@ type ProblemField struct {
 func (p *Problem) Error() string             { return p.Detail }
 func (p *Problem) GetStatus() int            { return p.Status }
 func (p *Problem) ContentType(string) string { return "application/problem+json" }
-func (p *Problem) with(c string) *Problem    { p.Component = c; return p }
+func (p *Problem) retry(sec int) *Problem    { p.retryAfter = max(sec, 1); return p }
+
+// GetHeaders lets huma write Retry-After.
+func (p *Problem) GetHeaders() http.Header {
+	if p.retryAfter == 0 {
+		return nil
+	}
+	return http.Header{"Retry-After": {strconv.Itoa(p.retryAfter)}}
+}
+
 func (p *Problem) field(loc, m string) *Problem {
 	p.Errors = append(p.Errors, &ProblemField{Location: loc, Message: m})
 	return p
@@ -58,12 +75,18 @@ func problem(status int, slug, format string, args ...any) *Problem {
 }
 
 // installErrors makes huma produce Problems, including for its own request
-// validation, with the request id.
+// validation, with the request id. Its own 5xx (a response it could not
+// encode, ...) keep their cause out of the body and go through problemOf.
 func installErrors() {
 	huma.NewErrorWithContext = func(hctx huma.Context, status int, message string, errs ...error) huma.StatusError {
 		p := problem(status, "", "%s", message)
+		ctx := context.Background()
 		if hctx != nil {
-			p.RequestID = RequestID(hctx.Context())
+			ctx = hctx.Context()
+		}
+		if status >= 500 {
+			p.cause = errors.Join(errs...)
+			return problemOf(ctx, p)
 		}
 		for _, e := range errs {
 			if e == nil {
@@ -76,22 +99,62 @@ func installErrors() {
 				p.Errors = append(p.Errors, &ProblemField{Message: e.Error()})
 			}
 		}
-		return p
+		return problemOf(ctx, p)
 	}
 }
 
-// internal logs err with the request id and returns a problem whose detail
-// says only what failed: internal addresses, SQL and broker errors stay in
-// the log, where the request id finds them.
+// internal returns a problem whose detail says only what failed: the
+// cause (internal addresses, SQL and broker errors) goes to the log when
+// the problem is written, where the request id finds it.
 func (s *Server) internal(ctx context.Context, status int, err error, format string, args ...any) *Problem {
 	p := withID(ctx, problem(status, "", format, args...))
-	s.Log.ErrorContext(ctx, "request failed", "requestID", p.RequestID, "status", status, "detail", p.Detail, "err", err)
+	p.cause = err
 	return p
 }
 
-// writeProblem writes p for handlers outside huma (invoke, public triggers).
-func writeProblem(w http.ResponseWriter, r *http.Request, p *Problem) {
-	p.RequestID = RequestID(r.Context())
+// problemOf is the one mapping of an error to the problem written for it,
+// for huma's operations (through register and installErrors) and for the
+// handlers outside huma (through writeError). Every 5xx is logged here with
+// the request id and the cause; an error that is not a problem becomes a
+// 500 whose detail does not carry its text.
+func problemOf(ctx context.Context, err error) *Problem {
+	var p *Problem
+	var limited *auth.RateLimited
+	var failed *proxy.Failure
+	var unavailable *store.Unavailable
+	switch {
+	case errors.As(err, &p):
+	case errors.As(err, &limited):
+		p = problem(429, "", "%s", limited.Error()).retry(limited.RetryAfter)
+	case errors.As(err, &failed):
+		p = problem(failed.Status, failed.Slug, "%s", failed.Detail)
+		p.cause = failed.Cause
+		if failed.RetryAfter > 0 {
+			p.retry(failed.RetryAfter)
+		}
+	case errors.As(err, &unavailable):
+		p = problem(503, "", "%s", unavailable.Detail)
+		p.cause = err
+	default:
+		p = problem(500, "", "the request failed")
+		p.cause = err
+	}
+	if p.RequestID == "" {
+		p.RequestID = RequestID(ctx)
+	}
+	if p.Status >= 500 {
+		logOf(ctx).ErrorContext(ctx, "request failed", "requestID", p.RequestID, "status", p.Status, "detail", p.Detail, "err", p.cause)
+	}
+	return p
+}
+
+// writeError writes the problem for err, for handlers outside huma
+// (invoke, public triggers, the authentication middleware).
+func (s *Server) writeError(w http.ResponseWriter, r *http.Request, err error) {
+	p := problemOf(r.Context(), err)
+	for k, v := range p.GetHeaders() {
+		w.Header()[k] = v
+	}
 	w.Header().Set("Content-Type", "application/problem+json")
 	w.WriteHeader(p.Status)
 	_ = json.NewEncoder(w).Encode(p)
@@ -123,6 +186,7 @@ func fromKube(ctx context.Context, what string, err error) error {
 		p = problem(403, "quota-exceeded", "%s: the tenant's quota is exhausted: %v", what, err)
 	default:
 		p = problem(500, "", "%s: the Kubernetes API failed", what)
+		p.cause = err
 	}
 	p.RequestID = RequestID(ctx)
 	return p

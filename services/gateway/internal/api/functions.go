@@ -2,10 +2,8 @@ package api
 
 import (
 	"context"
-	"net/http"
 	"strings"
 
-	"github.com/danielgtaylor/huma/v2"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
@@ -26,17 +24,14 @@ var functionKind = kind[Function, *slessv1.Function, *slessv1.FunctionList]{
 }
 
 func (s *Server) registerFunctions() {
-	tag := []string{"functions"}
-	base := "/v1/tenants/{t}/functions"
-	register(s, huma.Operation{OperationID: "list-functions", Method: http.MethodGet, Path: base, Tags: tag, Summary: "List functions"},
+	register(s, s.route("list-functions"),
 		func(ctx context.Context, in *struct {
 			TenantPath
 			Page
 		}) (*ListOut[Function], error) {
 			return functionKind.list(ctx, s, in.Tenant, in.Page)
 		})
-	register(s, huma.Operation{OperationID: "create-function", Method: http.MethodPost, Path: base, Tags: tag,
-		Summary: "Create a function (409 if it exists)", DefaultStatus: http.StatusCreated, MaxBodyBytes: 256 << 10},
+	register(s, s.route("create-function"),
 		func(ctx context.Context, in *struct {
 			TenantPath
 			Body FunctionInput
@@ -52,10 +47,9 @@ func (s *Server) registerFunctions() {
 			applyFunctionSpec(&f.Spec, &in.Body.FunctionSpec)
 			return functionKind.create(ctx, s, in.Tenant, f)
 		})
-	register(s, huma.Operation{OperationID: "get-function", Method: http.MethodGet, Path: base + "/{name}", Tags: tag, Summary: "Read a function"},
+	register(s, s.route("get-function"),
 		func(ctx context.Context, in *NamedPath) (*One[Function], error) { return functionKind.get(ctx, s, in) })
-	register(s, huma.Operation{OperationID: "replace-function", Method: http.MethodPut, Path: base + "/{name}", Tags: tag,
-		Summary: "Create or fully replace a function; every field is required", MaxBodyBytes: 256 << 10},
+	register(s, s.route("replace-function"),
 		func(ctx context.Context, in *struct {
 			NamedPath
 			Body FunctionSpec
@@ -69,8 +63,7 @@ func (s *Server) registerFunctions() {
 			}
 			return s.putFunction(ctx, &in.NamedPath, &in.Body)
 		})
-	register(s, huma.Operation{OperationID: "patch-function", Method: http.MethodPatch, Path: base + "/{name}", Tags: tag,
-		Summary: "Change some fields with a JSON merge patch (RFC 7396)", MaxBodyBytes: 256 << 10},
+	register(s, s.route("patch-function"),
 		func(ctx context.Context, in *PatchIn) (*One[Function], error) {
 			if err := s.requireTenant(ctx, in.Tenant); err != nil {
 				return nil, err
@@ -93,8 +86,7 @@ func (s *Server) registerFunctions() {
 			}
 			return &One[Function]{Status: 200, Body: functionREST(&f)}, nil
 		})
-	register(s, huma.Operation{OperationID: "delete-function", Method: http.MethodDelete, Path: base + "/{name}", Tags: tag,
-		Summary: "Delete a function; it disappears when its cleanup is done", DefaultStatus: http.StatusAccepted},
+	register(s, s.route("delete-function"),
 		func(ctx context.Context, in *NamedPath) (*Accepted, error) { return functionKind.delete(ctx, s, in) })
 }
 

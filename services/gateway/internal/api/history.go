@@ -4,84 +4,23 @@ import (
 	"context"
 	"encoding/base64"
 	"errors"
-	"fmt"
 	"io"
 	"net/http"
 	"strconv"
 	"strings"
 	"time"
-	"unicode/utf8"
 
 	"github.com/danielgtaylor/huma/v2"
-	"github.com/jackc/pgx/v5"
 
 	"github.com/kube5s/sless/pkg/objstore"
-	"github.com/kube5s/sless/pkg/pgtext"
+	"github.com/kube5s/sless/services/gateway/internal/store"
 )
 
-// Invocation is one record of the history.
-type Invocation struct {
-	ID                string     `json:"id"`
-	Function          string     `json:"function"`
-	Trigger           string     `json:"trigger"`
-	TriggerName       string     `json:"trigger_name,omitempty"`
-	Status            string     `json:"status" enum:"succeeded,failed,timeout,rejected"`
-	HTTPStatus        *int       `json:"http_status,omitempty"`
-	Attempts          int        `json:"attempts"`
-	EnqueuedAt        *time.Time `json:"enqueued_at,omitempty"`
-	StartedAt         time.Time  `json:"started_at"`
-	FinishedAt        time.Time  `json:"finished_at"`
-	QueueWaitMs       int64      `json:"queue_wait_ms"`
-	DurationMs        int64      `json:"duration_ms"`
-	ColdStart         bool       `json:"cold_start"`
-	RequestBytes      int64      `json:"request_bytes"`
-	ResponseBytes     int64      `json:"response_bytes"`
-	Error             string     `json:"error,omitempty"`
-	TraceID           string     `json:"trace_id,omitempty"`
-	Result            string     `json:"result,omitempty" doc:"text, or base64 when result_base64 is true; absent when large"`
-	ResultBase64      bool       `json:"result_base64,omitempty"`
-	ResultContentType string     `json:"result_content_type,omitempty"`
-	ResultKey         string     `json:"result_key,omitempty"`
-	ResultURL         string     `json:"result_url,omitempty" doc:"where the stored result is read, large ones included"`
-}
-
-// Build is one build of a function.
-type Build struct {
-	ID           string     `json:"id"`
-	Function     string     `json:"function"`
-	SourceSHA256 string     `json:"source_sha256"`
-	Runtime      string     `json:"runtime"`
-	Driver       string     `json:"driver"`
-	State        string     `json:"state" enum:"queued,running,succeeded,failed"`
-	Reason       string     `json:"reason,omitempty"`
-	Message      string     `json:"message,omitempty"`
-	Artifact     string     `json:"artifact,omitempty"`
-	Image        string     `json:"image,omitempty"`
-	Attempts     int        `json:"attempts"`
-	RequestedAt  time.Time  `json:"requested_at"`
-	StartedAt    *time.Time `json:"started_at,omitempty"`
-	FinishedAt   *time.Time `json:"finished_at,omitempty"`
-}
-
-const invocationColumns = `id, function, trigger_kind, trigger_name, status, http_status, attempts, enqueued_at, started_at, finished_at,
-	queue_wait_ms, duration_ms, cold_start, request_bytes, response_bytes, coalesce(error, ''), coalesce(trace_id, ''), result,
-	coalesce(result_content_type, ''), coalesce(result_key, '')`
-
-func scanInvocation(row pgx.Row, tenant string) (Invocation, error) {
-	var v Invocation
-	var result []byte
-	err := row.Scan(&v.ID, &v.Function, &v.Trigger, &v.TriggerName, &v.Status, &v.HTTPStatus, &v.Attempts, &v.EnqueuedAt, &v.StartedAt, &v.FinishedAt,
-		&v.QueueWaitMs, &v.DurationMs, &v.ColdStart, &v.RequestBytes, &v.ResponseBytes, &v.Error, &v.TraceID, &result, &v.ResultContentType, &v.ResultKey)
-	if utf8.Valid(result) {
-		v.Result = string(result)
-	} else {
-		v.Result, v.ResultBase64 = base64.StdEncoding.EncodeToString(result), true
-	}
-	if v.ResultKey != "" || result != nil {
-		v.ResultURL = resultURL(tenant, v.ID)
-	}
-	return v, err
-}
+// The records of the history are read by the store.
+type (
+	Invocation = store.Invocation
+	Build      = store.Build
+)
 
 // invocation cursors are (started_at, id) of the last item.
 func encodeCursor(t time.Time, id string) string {
@@ -101,10 +40,45 @@ func decodeCursor(c string) (time.Time, string, error) {
 	return time.Unix(0, n), id, nil
 }
 
+// afterCursor decodes a page cursor into the store's position (nil for
+// the first page).
+func afterCursor(ctx context.Context, cursor string) (*store.After, error) {
+	if cursor == "" {
+		return nil, nil
+	}
+	t, id, err := decodeCursor(cursor)
+	if err != nil {
+		return nil, withID(ctx, problem(400, "bad-cursor", "the cursor is malformed"))
+	}
+	return &store.After{Time: t, ID: id}, nil
+}
+
+// withResultURLs sets where each invocation's stored result is read.
+func withResultURLs(tenant string, items []Invocation) []Invocation {
+	for i := range items {
+		if items[i].HasResult {
+			items[i].ResultURL = resultURL(tenant, items[i].ID)
+		}
+	}
+	return items
+}
+
+// storeProblem maps a store error: the database not answering is a 503
+// with what could not be done; anything else a 500 saying what failed.
+func storeProblem(ctx context.Context, err error, what string) *Problem {
+	var u *store.Unavailable
+	if errors.As(err, &u) {
+		p := withID(ctx, problem(503, "", "%s", u.Detail)) // as problemOf maps it
+		p.cause = err
+		return p
+	}
+	p := withID(ctx, problem(500, "", "%s", what))
+	p.cause = err
+	return p
+}
+
 func (s *Server) registerHistory() {
-	tag := []string{"invocations"}
-	register(s, huma.Operation{OperationID: "list-invocations", Method: http.MethodGet, Path: "/v1/tenants/{t}/invocations", Tags: tag,
-		Summary: "List invocations, newest first"},
+	register(s, s.route("list-invocations"),
 		func(ctx context.Context, in *struct {
 			TenantPath
 			Page
@@ -116,48 +90,17 @@ func (s *Server) registerHistory() {
 			if err := s.requireTenant(ctx, in.Tenant); err != nil {
 				return nil, err
 			}
-			q := `SELECT ` + invocationColumns + ` FROM invocations WHERE tenant = $1`
-			args := []any{in.Tenant}
-			add := func(cond string, v any) {
-				args = append(args, v)
-				q += fmt.Sprintf(" AND "+cond, len(args))
-			}
-			if in.Function != "" {
-				add("function = $%d", pgtext.Clean(in.Function))
-			}
-			if in.Status != "" {
-				add("status = $%d", in.Status)
-			}
-			if in.Trigger != "" {
-				add("trigger_kind = $%d", in.Trigger)
-			}
-			if !in.Since.IsZero() {
-				add("started_at >= $%d", in.Since)
-			}
-			if in.Cursor != "" {
-				t, id, err := decodeCursor(in.Cursor)
-				if err != nil {
-					return nil, withID(ctx, problem(400, "bad-cursor", "the cursor is malformed"))
-				}
-				args = append(args, t, pgtext.Clean(id))
-				q += fmt.Sprintf(" AND (started_at, id) < ($%d, $%d)", len(args)-1, len(args))
-			}
-			args = append(args, in.Limit+1)
-			q += fmt.Sprintf(" ORDER BY started_at DESC, id DESC LIMIT $%d", len(args))
-			rows, err := s.DB.Query(ctx, q, args...)
+			after, err := afterCursor(ctx, in.Cursor)
 			if err != nil {
-				return nil, withID(ctx, problem(503, "", "the invocation history is unavailable"))
+				return nil, err
 			}
-			defer rows.Close()
+			items, err := s.sql.Invocations(ctx, in.Tenant, store.InvocationFilter{Function: in.Function, Status: in.Status, Trigger: in.Trigger, Since: in.Since},
+				after, in.Limit+1)
+			if err != nil {
+				return nil, storeProblem(ctx, err, "the invocations could not be read")
+			}
 			out := &ListOut[Invocation]{}
-			out.Body.Items = []Invocation{}
-			for rows.Next() {
-				v, err := scanInvocation(rows, in.Tenant)
-				if err != nil {
-					return nil, s.internal(ctx, 500, err, "the invocations could not be read")
-				}
-				out.Body.Items = append(out.Body.Items, v)
-			}
+			out.Body.Items = withResultURLs(in.Tenant, items)
 			if int64(len(out.Body.Items)) > in.Limit {
 				out.Body.Items = out.Body.Items[:in.Limit]
 				last := out.Body.Items[len(out.Body.Items)-1]
@@ -165,8 +108,7 @@ func (s *Server) registerHistory() {
 			}
 			return out, nil
 		})
-	register(s, huma.Operation{OperationID: "get-invocation", Method: http.MethodGet, Path: "/v1/tenants/{t}/invocations/{id}", Tags: tag,
-		Summary: "Read one invocation with its timings and stored result"},
+	register(s, s.route("get-invocation"),
 		func(ctx context.Context, in *struct {
 			TenantPath
 			ID string `path:"id" maxLength:"128"`
@@ -174,27 +116,17 @@ func (s *Server) registerHistory() {
 			if err := s.requireTenant(ctx, in.Tenant); err != nil {
 				return nil, err
 			}
-			v, err := scanInvocation(s.DB.QueryRow(ctx, `SELECT `+invocationColumns+` FROM invocations WHERE tenant = $1 AND id = $2`, in.Tenant, pgtext.Clean(in.ID)), in.Tenant)
-			if errors.Is(err, pgx.ErrNoRows) {
+			v, err := s.sql.Invocation(ctx, in.Tenant, in.ID)
+			if errors.Is(err, store.ErrNotFound) {
 				return nil, withID(ctx, problem(404, "", "invocation %s is not recorded (yet): an async invocation appears once it has run", in.ID))
 			}
 			if err != nil {
-				return nil, withID(ctx, problem(503, "", "the invocation history is unavailable"))
+				return nil, storeProblem(ctx, err, "the invocation could not be read")
 			}
-			return &One[Invocation]{Status: 200, Body: v}, nil
+			return &One[Invocation]{Status: 200, Body: withResultURLs(in.Tenant, []Invocation{v})[0]}, nil
 		})
 
-	btag := []string{"builds"}
-	const buildColumns = `id, function, source_sha256, runtime, driver, state, coalesce(reason, ''), coalesce(message, ''), coalesce(artifact, ''),
-		coalesce(image, ''), attempts, requested_at, started_at, finished_at`
-	scanBuild := func(row pgx.Row) (Build, error) {
-		var b Build
-		err := row.Scan(&b.ID, &b.Function, &b.SourceSHA256, &b.Runtime, &b.Driver, &b.State, &b.Reason, &b.Message, &b.Artifact, &b.Image,
-			&b.Attempts, &b.RequestedAt, &b.StartedAt, &b.FinishedAt)
-		return b, err
-	}
-	register(s, huma.Operation{OperationID: "list-builds", Method: http.MethodGet, Path: "/v1/tenants/{t}/functions/{name}/builds", Tags: btag,
-		Summary: "List a function's builds, newest first"},
+	register(s, s.route("list-builds"),
 		func(ctx context.Context, in *struct {
 			NamedPath
 			Page
@@ -202,32 +134,16 @@ func (s *Server) registerHistory() {
 			if err := s.requireTenant(ctx, in.Tenant); err != nil {
 				return nil, err
 			}
-			q := `SELECT ` + buildColumns + ` FROM builds WHERE tenant = $1 AND function = $2`
-			args := []any{in.Tenant, pgtext.Clean(in.Name)}
-			if in.Cursor != "" {
-				t, id, err := decodeCursor(in.Cursor)
-				if err != nil {
-					return nil, withID(ctx, problem(400, "bad-cursor", "the cursor is malformed"))
-				}
-				args = append(args, t, id)
-				q += ` AND (requested_at, id) < ($3, $4)`
-			}
-			args = append(args, in.Limit+1)
-			q += fmt.Sprintf(" ORDER BY requested_at DESC, id DESC LIMIT $%d", len(args))
-			rows, err := s.DB.Query(ctx, q, args...)
+			after, err := afterCursor(ctx, in.Cursor)
 			if err != nil {
-				return nil, withID(ctx, problem(503, "", "the build history is unavailable"))
+				return nil, err
 			}
-			defer rows.Close()
+			items, err := s.sql.Builds(ctx, in.Tenant, in.Name, after, in.Limit+1)
+			if err != nil {
+				return nil, storeProblem(ctx, err, "the builds could not be read")
+			}
 			out := &ListOut[Build]{}
-			out.Body.Items = []Build{}
-			for rows.Next() {
-				b, err := scanBuild(rows)
-				if err != nil {
-					return nil, s.internal(ctx, 500, err, "the builds could not be read")
-				}
-				out.Body.Items = append(out.Body.Items, b)
-			}
+			out.Body.Items = items
 			if int64(len(out.Body.Items)) > in.Limit {
 				out.Body.Items = out.Body.Items[:in.Limit]
 				last := out.Body.Items[len(out.Body.Items)-1]
@@ -240,17 +156,16 @@ func (s *Server) registerHistory() {
 		ID string `path:"id" maxLength:"64"`
 	}
 	getBuild := func(ctx context.Context, in *BuildPath) (Build, error) {
-		b, err := scanBuild(s.DB.QueryRow(ctx, `SELECT `+buildColumns+` FROM builds WHERE tenant = $1 AND function = $2 AND id = $3`, in.Tenant, pgtext.Clean(in.Name), pgtext.Clean(in.ID)))
-		if errors.Is(err, pgx.ErrNoRows) {
+		b, err := s.sql.Build(ctx, in.Tenant, in.Name, in.ID)
+		if errors.Is(err, store.ErrNotFound) {
 			return b, withID(ctx, problem(404, "", "build %s of function %s not found", in.ID, in.Name))
 		}
 		if err != nil {
-			return b, withID(ctx, problem(503, "", "the build history is unavailable"))
+			return b, storeProblem(ctx, err, "the build could not be read")
 		}
 		return b, nil
 	}
-	register(s, huma.Operation{OperationID: "get-build", Method: http.MethodGet, Path: "/v1/tenants/{t}/functions/{name}/builds/{id}", Tags: btag,
-		Summary: "Read one build"},
+	register(s, s.route("get-build"),
 		func(ctx context.Context, in *BuildPath) (*One[Build], error) {
 			if err := s.requireTenant(ctx, in.Tenant); err != nil {
 				return nil, err
@@ -261,8 +176,7 @@ func (s *Server) registerHistory() {
 			}
 			return &One[Build]{Status: 200, Body: b}, nil
 		})
-	register(s, huma.Operation{OperationID: "get-build-log", Method: http.MethodGet, Path: "/v1/tenants/{t}/functions/{name}/builds/{id}/log", Tags: btag,
-		Summary: "The build log as text; follow=true streams it until the build ends"},
+	register(s, s.route("get-build-log"),
 		func(ctx context.Context, in *struct {
 			BuildPath
 			Follow bool `query:"follow"`

@@ -1,30 +1,20 @@
 package api
 
 import (
-	"bytes"
 	"context"
 	"crypto/sha256"
 	"encoding/json"
 	"errors"
 	"fmt"
 	"io"
-	"net"
 	"net/http"
 	"net/url"
-	"strconv"
 	"strings"
-	"sync"
-	"syscall"
 	"time"
 
 	"github.com/danielgtaylor/huma/v2"
 	"github.com/go-chi/chi/v5"
 	"github.com/google/uuid"
-	"github.com/jackc/pgx/v5"
-	"go.opentelemetry.io/otel/attribute"
-	"go.opentelemetry.io/otel/codes"
-	"go.opentelemetry.io/otel/propagation"
-	"go.opentelemetry.io/otel/trace"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
@@ -33,44 +23,9 @@ import (
 	"github.com/kube5s/sless/pkg/msg"
 	"github.com/kube5s/sless/pkg/pgtext"
 	"github.com/kube5s/sless/pkg/rabbit"
+	"github.com/kube5s/sless/services/gateway/internal/proxy"
+	"github.com/kube5s/sless/services/gateway/internal/store"
 )
-
-// DefaultTransport is the shared transport to functions: many idle
-// keep-alive connections per endpoint, no compression, HTTP/1.1.
-func DefaultTransport() *http.Transport {
-	return &http.Transport{
-		Proxy:               nil,
-		DialContext:         (&net.Dialer{Timeout: 5 * time.Second, KeepAlive: 30 * time.Second}).DialContext,
-		MaxIdleConns:        4096,
-		MaxIdleConnsPerHost: 512,
-		IdleConnTimeout:     90 * time.Second,
-		DisableCompression:  true,
-		ForceAttemptHTTP2:   false,
-		WriteBufferSize:     32 << 10,
-		ReadBufferSize:      32 << 10,
-	}
-}
-
-// hop-by-hop headers, and headers a function must not see.
-var dropRequest = []string{"Connection", "Keep-Alive", "Proxy-Connection", "Transfer-Encoding", "Te", "Trailer", "Upgrade",
-	"Authorization", "Prefer", "Idempotency-Key", "X-Callback-Url", "X-Sless-Invocation-Id", "X-Sless-Trigger", "Traceparent", "Tracestate"}
-var dropResponse = []string{"Connection", "Keep-Alive", "Transfer-Encoding", "Trailer", "Upgrade", "Content-Length", coldStartHeader}
-
-// coldStartHeader marks the first invocation a runtime process serves
-// (runtimes/README.md); it is recorded, not passed on.
-const coldStartHeader = "X-Sless-Cold-Start"
-
-// originWide are the response headers that act on the whole origin, not
-// on the one response: on the platform's shared origin a function could
-// set cookies for the API's host, pin it to HTTPS, register a service
-// worker over other tenants' paths, clear their storage or move the
-// origin's traffic elsewhere (Alt-Svc). They pass only on a tenant's own
-// host (FunctionsDomain).
-var originWide = []string{"Set-Cookie", "Set-Cookie2", "Strict-Transport-Security", "Service-Worker-Allowed", "Clear-Site-Data",
-	"Alt-Svc", "Nel", "Report-To", "Reporting-Endpoints", "Accept-Ch", "Critical-Ch", "Origin-Agent-Cluster",
-	"Public-Key-Pins", "Public-Key-Pins-Report-Only", "Expect-Ct"}
-
-const maxInvokeBody = 6 << 20
 
 // publicMethods are the methods an http trigger can take.
 var publicMethods = []string{http.MethodGet, http.MethodHead, http.MethodPost, http.MethodPut, http.MethodPatch, http.MethodDelete, http.MethodOptions}
@@ -133,19 +88,19 @@ func (s *Server) function(ctx context.Context, tenant, name string) (*slessv1.Fu
 func (s *Server) invoke(w http.ResponseWriter, r *http.Request) {
 	tenant, name := chi.URLParam(r, "t"), chi.URLParam(r, "name")
 	if err := s.requireTenant(r.Context(), tenant); err != nil {
-		s.fail(w, r, err)
+		s.writeError(w, r, err)
 		return
 	}
 	fn, err := s.function(r.Context(), tenant, name)
 	if err != nil {
-		writeProblem(w, r, problem(404, "", "function %s of tenant %s not found", name, tenant))
+		s.writeError(w, r, problem(404, "", "function %s of tenant %s not found", name, tenant))
 		return
 	}
 	if strings.Contains(strings.ToLower(r.Header.Get("Prefer")), "respond-async") {
 		s.invokeAsync(w, r, fn, tenant)
 		return
 	}
-	s.proxy(w, r, fn, tenant, "/", msg.TriggerHTTP, "")
+	s.forward(w, r, fn, proxy.Call{Tenant: tenant, Path: "/", Kind: msg.TriggerHTTP})
 }
 
 // publicTrigger serves ANY /fn/{t}/{path...} through the tenant's http
@@ -155,7 +110,7 @@ func (s *Server) publicTrigger(w http.ResponseWriter, r *http.Request) {
 	sub := "/" + chi.URLParam(r, "*")
 	var list slessv1.TriggerList
 	if err := s.Cache.List(r.Context(), &list, client.InNamespace(slessv1.NamespaceFor(tenant)), client.UnsafeDisableDeepCopy); err != nil {
-		writeProblem(w, r, problem(503, "", "triggers are not loaded yet"))
+		s.writeError(w, r, problem(503, "", "triggers are not loaded yet"))
 		return
 	}
 	var tr *slessv1.Trigger
@@ -172,27 +127,27 @@ func (s *Server) publicTrigger(w http.ResponseWriter, r *http.Request) {
 		}
 	}
 	if tr == nil {
-		writeProblem(w, r, problem(404, "", "no enabled http trigger of tenant %s serves %s", tenant, sub))
+		s.writeError(w, r, problem(404, "", "no enabled http trigger of tenant %s serves %s", tenant, sub))
 		return
 	}
 	if ms := tr.Spec.HTTP.Methods; len(ms) > 0 && !contains(ms, r.Method) {
 		w.Header().Set("Allow", strings.Join(ms, ", "))
-		writeProblem(w, r, problem(405, "", "trigger %s takes %s", tr.Name, strings.Join(ms, ", ")))
+		s.writeError(w, r, problem(405, "", "trigger %s takes %s", tr.Name, strings.Join(ms, ", ")))
 		return
 	}
 	var err error
 	if tr.Spec.HTTP.Auth == slessv1.HTTPAuthNone {
-		err = s.limits.allow(r.Context(), tenant, "anonymous/"+tenant)
+		err = s.limits.Allow(r.Context(), tenant, "anonymous/"+tenant)
 	} else {
 		err = s.requireTenant(r.Context(), tenant)
 	}
 	if err != nil {
-		s.fail(w, r, err)
+		s.writeError(w, r, err)
 		return
 	}
 	fn, ferr := s.function(r.Context(), tenant, tr.Spec.FunctionRef.Name)
 	if ferr != nil {
-		writeProblem(w, r, problem(404, "", "the function %s of trigger %s does not exist", tr.Spec.FunctionRef.Name, tr.Name))
+		s.writeError(w, r, problem(404, "", "the function %s of trigger %s does not exist", tr.Spec.FunctionRef.Name, tr.Name))
 		return
 	}
 	// The trigger's path is where the function is mounted: below it, the
@@ -201,7 +156,17 @@ func (s *Server) publicTrigger(w http.ResponseWriter, r *http.Request) {
 	if !strings.HasPrefix(rest, "/") {
 		rest = "/" + rest
 	}
-	s.proxy(w, r, fn, tenant, rest, msg.TriggerHTTP, tr.Name)
+	s.forward(w, r, fn, proxy.Call{Tenant: tenant, Path: rest, Kind: msg.TriggerHTTP, Trigger: tr.Name})
+}
+
+// forward passes the call to proxy.Forwarder and writes the failure it
+// returns.
+func (s *Server) forward(w http.ResponseWriter, r *http.Request, fn *slessv1.Function, c proxy.Call) {
+	c.RequestID = RequestID(r.Context())
+	c.OwnHost, _ = r.Context().Value(keyOwnHost).(bool)
+	if err := s.forwarder.Forward(w, r, fn, c); err != nil {
+		s.writeError(w, r, err)
+	}
 }
 
 func contains(list []string, s string) bool {
@@ -212,185 +177,6 @@ func contains(list []string, s string) bool {
 	}
 	return false
 }
-
-// fail writes an auth or rate-limit error.
-func (s *Server) fail(w http.ResponseWriter, r *http.Request, err error) {
-	var rl *rateLimited
-	if errors.As(err, &rl) {
-		w.Header().Set("Retry-After", strconv.Itoa(max(rl.retryAfter, 1)))
-		writeProblem(w, r, rl.Problem)
-		return
-	}
-	var p *Problem
-	if errors.As(err, &p) {
-		writeProblem(w, r, p)
-		return
-	}
-	writeProblem(w, r, s.internal(r.Context(), 500, err, "the request failed"))
-}
-
-// proxy forwards one synchronous invocation to the function's endpoint and
-// records it without waiting for the record.
-func (s *Server) proxy(w http.ResponseWriter, r *http.Request, fn *slessv1.Function, tenant, path string, kind msg.TriggerKind, trigger string) {
-	if !fn.IsReady() {
-		w.Header().Set("Retry-After", "1")
-		writeProblem(w, r, problem(503, "not-ready", "function %s is %s; try again shortly", fn.Name, strings.ToLower(string(phaseOf(fn)))))
-		return
-	}
-	start := time.Now()
-	id := uuid.NewString()
-	ctx, span := s.Tracer.Start(r.Context(), "invoke "+fn.Name, trace.WithSpanKind(trace.SpanKindClient), trace.WithAttributes(
-		attribute.String("faas.invoked_name", fn.Name), attribute.String("faas.invocation_id", id),
-		attribute.String("faas.trigger", "http"), attribute.String("sless.tenant", tenant)))
-	defer span.End()
-	timeout := time.Duration(fn.Spec.TimeoutSec)*time.Second + time.Second
-	ctx, cancel := context.WithTimeout(ctx, timeout)
-	defer cancel()
-
-	body := http.MaxBytesReader(w, r.Body, maxInvokeBody)
-	target := fn.Status.Endpoint + path
-	if r.URL.RawQuery != "" {
-		target += "?" + r.URL.RawQuery
-	}
-	out, err := http.NewRequestWithContext(ctx, r.Method, target, body)
-	if err != nil {
-		writeProblem(w, r, s.internal(ctx, 502, err, "function %s has an unusable endpoint", fn.Name))
-		return
-	}
-	out.ContentLength = r.ContentLength
-	out.Header = r.Header.Clone()
-	for _, h := range dropRequest {
-		out.Header.Del(h)
-	}
-	out.Header.Set("X-Sless-Invocation-Id", id)
-	out.Header.Set("X-Sless-Trigger", string(kind))
-	s.prop.Inject(ctx, propagation.HeaderCarrier(out.Header))
-
-	rec := &msg.InvocationCompleted{InvocationID: id, Tenant: tenant, Function: fn.Name, Trigger: kind, TriggerName: trigger,
-		Attempts: 1, StartedAt: start.UTC(), RequestSize: max(r.ContentLength, 0), TraceID: span.SpanContext().TraceID().String()}
-	defer func() {
-		rec.FinishedAt = time.Now().UTC()
-		rec.DurationMs = rec.FinishedAt.Sub(start).Milliseconds()
-		s.Recorder.Record(rec)
-		s.metrics.observe(tenant, fn.Name, string(rec.Status), time.Since(start))
-	}()
-
-	resp, err := s.Transport.RoundTrip(out)
-	if err != nil {
-		var mbe *http.MaxBytesError
-		switch {
-		case errors.As(err, &mbe):
-			rec.Status, rec.HTTPStatus, rec.Error = msg.StatusRejected, 413, "request body too large"
-			writeProblem(w, r, problem(413, "", "the request body is over %d bytes", maxInvokeBody))
-		case errors.Is(ctx.Err(), context.DeadlineExceeded):
-			rec.Status, rec.HTTPStatus, rec.Error = msg.StatusTimeout, 504, "timed out"
-			writeProblem(w, r, problem(504, "", "function %s did not answer within %ds", fn.Name, fn.Spec.TimeoutSec))
-		case errors.Is(err, syscall.ECONNREFUSED):
-			rec.Status, rec.HTTPStatus, rec.Error = msg.StatusFailed, 503, "function not reachable"
-			w.Header().Set("Retry-After", "1")
-			writeProblem(w, r, problem(503, "not-ready", "function %s is restarting; try again shortly", fn.Name))
-		default:
-			// The error names the function's address inside the cluster:
-			// logged, not returned.
-			rec.Status, rec.HTTPStatus, rec.Error = msg.StatusFailed, 502, "the call to the function failed"
-			writeProblem(w, r, s.internal(ctx, 502, err, "the call to function %s failed", fn.Name))
-		}
-		span.SetStatus(codes.Error, rec.Error)
-		return
-	}
-	defer resp.Body.Close()
-	if resp.ContentLength > s.Config.MaxResponseBytes {
-		rec.Status, rec.HTTPStatus, rec.Error = msg.StatusFailed, 502, "response too large"
-		writeProblem(w, r, problem(502, "response-too-large", "function %s answered %d bytes; the limit is %d", fn.Name, resp.ContentLength, s.Config.MaxResponseBytes))
-		return
-	}
-	h := w.Header()
-	for k, v := range resp.Header {
-		h[k] = v
-	}
-	for _, k := range dropResponse {
-		h.Del(k)
-	}
-	if own, _ := r.Context().Value(keyOwnHost).(bool); !own {
-		for _, k := range originWide {
-			h.Del(k)
-		}
-	}
-	h.Set("X-Sless-Invocation-Id", id)
-	if resp.ContentLength >= 0 {
-		h.Set("Content-Length", strconv.FormatInt(resp.ContentLength, 10))
-	}
-	w.WriteHeader(resp.StatusCode)
-	capture := &headWriter{max: s.Config.MaxInlineResult}
-	buf := copyBufs.Get().(*[]byte)
-	n, err := io.CopyBuffer(w, io.TeeReader(io.LimitReader(resp.Body, s.Config.MaxResponseBytes+1), capture), *buf)
-	copyBufs.Put(buf)
-	rec.HTTPStatus, rec.ResponseSize = resp.StatusCode, n
-	rec.ResultContentType = resp.Header.Get("Content-Type")
-	rec.ColdStart = resp.Header.Get(coldStartHeader) == "true"
-	if capture.complete() {
-		rec.Result = capture.buf.Bytes()
-	}
-	switch {
-	case n > s.Config.MaxResponseBytes:
-		rec.Status, rec.Error = msg.StatusFailed, "response too large"
-		panic(http.ErrAbortHandler) // cut the stream: the status line is already sent
-	case err != nil:
-		rec.Status, rec.Error = msg.StatusFailed, "response interrupted"
-		s.Log.WarnContext(ctx, "function response interrupted", "requestID", RequestID(ctx), "tenant", tenant, "function", fn.Name, "err", err)
-	case resp.StatusCode == http.StatusGatewayTimeout:
-		rec.Status, rec.Error = msg.StatusTimeout, "function timed out"
-	case resp.StatusCode == http.StatusTooManyRequests:
-		rec.Status, rec.Error = msg.StatusRejected, "over the function's concurrency"
-	case resp.StatusCode >= 500:
-		rec.Status, rec.Error = msg.StatusFailed, errorOf(rec.Result)
-		span.SetStatus(codes.Error, resp.Status)
-	default:
-		rec.Status = msg.StatusSucceeded
-	}
-	span.SetAttributes(attribute.Int("http.response.status_code", resp.StatusCode))
-}
-
-func phaseOf(fn *slessv1.Function) slessv1.FunctionPhase {
-	if fn.Status.Phase == "" {
-		return slessv1.FunctionPending
-	}
-	return fn.Status.Phase
-}
-
-// errorOf reads the runtime's {"error": ...} body.
-func errorOf(body []byte) string {
-	var e struct {
-		Error string `json:"error"`
-	}
-	if json.Unmarshal(body, &e) == nil && e.Error != "" {
-		return e.Error
-	}
-	return "the function failed"
-}
-
-// headWriter keeps the first max bytes of a stream.
-// copyBufs are the buffers responses are copied through: io.Copy would
-// allocate 32 KiB per response, since neither side of this copy has a
-// ReadFrom/WriteTo shortcut.
-var copyBufs = sync.Pool{New: func() any { b := make([]byte, 32<<10); return &b }}
-
-type headWriter struct {
-	buf  bytes.Buffer
-	max  int
-	over bool
-}
-
-func (h *headWriter) Write(p []byte) (int, error) {
-	if h.buf.Len()+len(p) > h.max {
-		h.over = true
-		return len(p), nil
-	}
-	h.buf.Write(p)
-	return len(p), nil
-}
-
-func (h *headWriter) complete() bool { return !h.over }
 
 // AsyncAccepted is the 202 body.
 type AsyncAccepted struct {
@@ -406,13 +192,13 @@ func (s *Server) invokeAsync(w http.ResponseWriter, r *http.Request, fn *slessv1
 	ctx := r.Context()
 	body, err := io.ReadAll(http.MaxBytesReader(w, r.Body, maxAsyncBody))
 	if err != nil {
-		writeProblem(w, r, problem(413, "", "an async request body is limited to %d bytes", maxAsyncBody))
+		s.writeError(w, r, problem(413, "", "an async request body is limited to %d bytes", maxAsyncBody))
 		return
 	}
 	callback := r.Header.Get("X-Callback-Url")
 	if callback != "" {
 		if err := checkCallback(ctx, callback, s.Config.Egress); err != nil {
-			writeProblem(w, r, problem(422, "bad-callback", "X-Callback-Url: %v", err))
+			s.writeError(w, r, problem(422, "bad-callback", "X-Callback-Url: %v", err))
 			return
 		}
 	}
@@ -422,41 +208,27 @@ func (s *Server) invokeAsync(w http.ResponseWriter, r *http.Request, fn *slessv1
 	key := pgtext.Clean(r.Header.Get("Idempotency-Key"))
 	if key != "" {
 		if len(key) > 128 {
-			writeProblem(w, r, problem(422, "", "Idempotency-Key is longer than 128 characters"))
+			s.writeError(w, r, problem(422, "", "Idempotency-Key is longer than 128 characters"))
 			return
 		}
 		sum := sha256.Sum256(append([]byte(fn.Name+"\x00"+r.URL.RawQuery+"\x00"), body...))
-		var existing, existingFn string
-		var existingHash []byte
-		// A key is kept for idempotencyKeyTTL; an expired row is taken over
-		// by the new request (and the invoker's sweep deletes the rest).
-		err := s.DB.QueryRow(ctx, `INSERT INTO idempotency_keys (tenant, key, function, invocation_id, request_hash, expires_at)
-			VALUES ($1, $2, $3, $4, $5, now() + $6::interval)
-			ON CONFLICT (tenant, key) DO UPDATE SET function = EXCLUDED.function, invocation_id = EXCLUDED.invocation_id,
-				request_hash = EXCLUDED.request_hash, created_at = now(), expires_at = EXCLUDED.expires_at
-			WHERE idempotency_keys.expires_at <= now()
-			RETURNING invocation_id`,
-			tenant, key, fn.Name, id, sum[:], fmt.Sprintf("%d seconds", int64(idempotencyKeyTTL.Seconds()))).Scan(&existing)
-		if errors.Is(err, pgx.ErrNoRows) {
-			err = s.DB.QueryRow(ctx, `SELECT invocation_id, function, request_hash FROM idempotency_keys WHERE tenant = $1 AND key = $2 AND expires_at > now()`,
-				tenant, key).Scan(&existing, &existingFn, &existingHash)
-			if err == nil && (existingFn != fn.Name || !bytes.Equal(existingHash, sum[:])) {
-				writeProblem(w, r, problem(409, "idempotency-key-reused", "Idempotency-Key %q was used for a different request", key))
-				return
-			}
-			if err == nil {
-				s.accepted(w, tenant, existing)
-				return
-			}
+		existing, err := s.sql.ClaimKey(ctx, tenant, key, fn.Name, id, sum[:])
+		if errors.Is(err, store.ErrKeyReused) {
+			s.writeError(w, r, problem(409, "idempotency-key-reused", "Idempotency-Key %q was used for a different request", key))
+			return
 		}
 		if err != nil {
-			writeProblem(w, r, problem(503, "", "idempotency keys cannot be checked right now"))
+			s.writeError(w, r, storeProblem(ctx, err, "idempotency keys cannot be checked right now"))
+			return
+		}
+		if existing != id {
+			s.accepted(w, tenant, existing)
 			return
 		}
 	}
 	headers := map[string][]string{}
 	for k, v := range r.Header {
-		if !contains(dropRequest, http.CanonicalHeaderKey(k)) {
+		if !proxy.Hidden(http.CanonicalHeaderKey(k)) {
 			headers[k] = v
 		}
 	}
@@ -465,26 +237,20 @@ func (s *Server) invokeAsync(w http.ResponseWriter, r *http.Request, fn *slessv1
 		CallbackURL: callback, MaxRetries: 3, EnqueuedAt: time.Now().UTC()}
 	if err := s.Publisher.PublishMessage(ctx, m); err != nil {
 		if key != "" {
-			_, _ = s.DB.Exec(context.WithoutCancel(ctx), `DELETE FROM idempotency_keys WHERE tenant = $1 AND key = $2 AND invocation_id = $3`, tenant, key, id)
+			s.sql.ReleaseKey(context.WithoutCancel(ctx), tenant, key, id)
 		}
 		if errors.Is(err, rabbit.ErrRejected) {
 			// The queue is at its length limit: shed the load until the
 			// invokers have caught up.
-			w.Header().Set("Retry-After", "5")
-			writeProblem(w, r, problem(503, "queue-full", "the invocation queue is full; retry later"))
+			s.writeError(w, r, problem(503, "queue-full", "the invocation queue is full; retry later").retry(5))
 			return
 		}
-		w.Header().Set("Retry-After", "1")
-		writeProblem(w, r, s.internal(ctx, 503, err, "the invocation could not be queued; retry"))
+		s.writeError(w, r, s.internal(ctx, 503, err, "the invocation could not be queued; retry").retry(1))
 		return
 	}
-	s.metrics.asyncAccepted.Inc()
+	s.metrics.AsyncAccepted()
 	s.accepted(w, tenant, id)
 }
-
-// idempotencyKeyTTL is how long an Idempotency-Key names its invocation
-// (documented in the OpenAPI description of the header).
-const idempotencyKeyTTL = 24 * time.Hour
 
 func (s *Server) accepted(w http.ResponseWriter, tenant, id string) {
 	w.Header().Set("Location", fmt.Sprintf("/v1/tenants/%s/invocations/%s", tenant, id))

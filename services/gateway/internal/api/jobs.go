@@ -2,9 +2,7 @@ package api
 
 import (
 	"context"
-	"net/http"
 
-	"github.com/danielgtaylor/huma/v2"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/client-go/util/retry"
 	"sigs.k8s.io/controller-runtime/pkg/client"
@@ -33,17 +31,14 @@ type RunOut struct {
 }
 
 func (s *Server) registerJobs() {
-	tag := []string{"jobs"}
-	base := "/v1/tenants/{t}/jobs"
-	register(s, huma.Operation{OperationID: "list-jobs", Method: http.MethodGet, Path: base, Tags: tag, Summary: "List jobs"},
+	register(s, s.route("list-jobs"),
 		func(ctx context.Context, in *struct {
 			TenantPath
 			Page
 		}) (*ListOut[Job], error) {
 			return jobKind.list(ctx, s, in.Tenant, in.Page)
 		})
-	register(s, huma.Operation{OperationID: "create-job", Method: http.MethodPost, Path: base, Tags: tag,
-		Summary: "Create a job (409 if it exists)", DefaultStatus: http.StatusCreated, MaxBodyBytes: 1 << 20},
+	register(s, s.route("create-job"),
 		func(ctx context.Context, in *struct {
 			TenantPath
 			Body JobInput
@@ -58,10 +53,9 @@ func (s *Server) registerJobs() {
 			j := &slessv1.FunctionJob{ObjectMeta: metav1.ObjectMeta{Name: in.Body.Name, Namespace: ns}, Spec: jobSpecCR(&in.Body.JobSpec)}
 			return jobKind.create(ctx, s, in.Tenant, j)
 		})
-	register(s, huma.Operation{OperationID: "get-job", Method: http.MethodGet, Path: base + "/{name}", Tags: tag, Summary: "Read a job"},
+	register(s, s.route("get-job"),
 		func(ctx context.Context, in *NamedPath) (*One[Job], error) { return jobKind.get(ctx, s, in) })
-	register(s, huma.Operation{OperationID: "replace-job", Method: http.MethodPut, Path: base + "/{name}", Tags: tag,
-		Summary: "Create or fully replace a job", MaxBodyBytes: 1 << 20},
+	register(s, s.route("replace-job"),
 		func(ctx context.Context, in *struct {
 			NamedPath
 			Body JobSpec
@@ -88,8 +82,7 @@ func (s *Server) registerJobs() {
 			}
 			return &One[Job]{Status: 200, Body: jobREST(&j)}, nil
 		})
-	register(s, huma.Operation{OperationID: "patch-job", Method: http.MethodPatch, Path: base + "/{name}", Tags: tag,
-		Summary: "Change some fields with a JSON merge patch", MaxBodyBytes: 1 << 20},
+	register(s, s.route("patch-job"),
 		func(ctx context.Context, in *PatchIn) (*One[Job], error) {
 			if err := s.requireTenant(ctx, in.Tenant); err != nil {
 				return nil, err
@@ -112,11 +105,9 @@ func (s *Server) registerJobs() {
 			}
 			return &One[Job]{Status: 200, Body: jobREST(&j)}, nil
 		})
-	register(s, huma.Operation{OperationID: "delete-job", Method: http.MethodDelete, Path: base + "/{name}", Tags: tag,
-		Summary: "Delete a job", DefaultStatus: http.StatusAccepted},
+	register(s, s.route("delete-job"),
 		func(ctx context.Context, in *NamedPath) (*Accepted, error) { return jobKind.delete(ctx, s, in) })
-	register(s, huma.Operation{OperationID: "run-job", Method: http.MethodPost, Path: base + "/{name}/run", Tags: tag,
-		Summary: "Start a new run (run_id + 1)", DefaultStatus: http.StatusAccepted},
+	register(s, s.route("run-job"),
 		func(ctx context.Context, in *NamedPath) (*RunOut, error) {
 			if err := s.requireTenant(ctx, in.Tenant); err != nil {
 				return nil, err

@@ -197,5 +197,11 @@ func register[I, O any](s *Server, op huma.Operation, h func(context.Context, *I
 	if op.Tags == nil {
 		op.Tags = []string{strings.Split(strings.TrimPrefix(op.Path, "/v1/"), "/")[0]}
 	}
-	huma.Register(s.api, op, h)
+	huma.Register(s.api, op, func(ctx context.Context, in *I) (*O, error) {
+		out, err := h(ctx, in)
+		if err != nil {
+			return nil, problemOf(ctx, err)
+		}
+		return out, nil
+	})
 }

@@ -10,9 +10,9 @@ import (
 	"strings"
 
 	"github.com/danielgtaylor/huma/v2"
-	"github.com/jackc/pgx/v5"
 
 	"github.com/kube5s/sless/pkg/objstore"
+	"github.com/kube5s/sless/services/gateway/internal/store"
 )
 
 // resultURL is where an invocation's stored result is read.
@@ -21,9 +21,7 @@ func resultURL(tenant, id string) string {
 }
 
 func (s *Server) registerResults() {
-	register(s, huma.Operation{OperationID: "get-invocation-result", Method: http.MethodGet, Path: "/v1/tenants/{t}/invocations/{id}/result",
-		Tags: []string{"invocations"}, Summary: "The stored result of an invocation, as the function answered it (large ones come from the object store)",
-		Responses: map[string]*huma.Response{"200": {Description: "the result, with the function's content type"}}},
+	register(s, s.route("get-invocation-result"),
 		func(ctx context.Context, in *struct {
 			TenantPath
 			ID string `path:"id" maxLength:"128"`
@@ -31,16 +29,14 @@ func (s *Server) registerResults() {
 			if err := s.requireTenant(ctx, in.Tenant); err != nil {
 				return nil, err
 			}
-			var inline []byte
-			var key, ct string
-			err := s.DB.QueryRow(ctx, `SELECT result, coalesce(result_key, ''), coalesce(result_content_type, '') FROM invocations
-				WHERE tenant = $1 AND id = $2`, in.Tenant, in.ID).Scan(&inline, &key, &ct)
-			if errors.Is(err, pgx.ErrNoRows) {
+			res, err := s.sql.Result(ctx, in.Tenant, in.ID)
+			if errors.Is(err, store.ErrNotFound) {
 				return nil, withID(ctx, problem(404, "", "invocation %s is not recorded (yet): an async invocation appears once it has run", in.ID))
 			}
 			if err != nil {
-				return nil, withID(ctx, problem(503, "", "the invocation history is unavailable"))
+				return nil, storeProblem(ctx, err, "the invocation could not be read")
 			}
+			inline, key, ct := res.Inline, res.Key, res.ContentType
 			var body io.ReadCloser
 			var size int64
 			switch {

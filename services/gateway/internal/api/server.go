@@ -1,7 +1,9 @@
 // Package api is the gateway's public HTTP surface: the REST API v1 (huma
-// on chi, with the OpenAPI document generated from the operations), token
-// auth and per-tenant rate limits, source upload, sync and async invoke,
-// public HTTP triggers and the invocation and build read API.
+// on chi, with the OpenAPI document generated from the operations; every
+// operation is in routes.go), thin handlers that authorize, call and map,
+// and the one error writer (errors.go). Tokens and rate limits are in
+// auth, forwarding to functions in proxy, invocation records in record,
+// SQL in store.
 package api
 
 import (
@@ -31,6 +33,10 @@ import (
 	"github.com/kube5s/sless/pkg/msg"
 	"github.com/kube5s/sless/pkg/objstore"
 	"github.com/kube5s/sless/pkg/telemetry"
+	"github.com/kube5s/sless/services/gateway/internal/auth"
+	"github.com/kube5s/sless/services/gateway/internal/proxy"
+	"github.com/kube5s/sless/services/gateway/internal/record"
+	"github.com/kube5s/sless/services/gateway/internal/store"
 )
 
 // Publisher sends a message and returns once the broker confirmed it.
@@ -64,7 +70,7 @@ type Deps struct {
 	DB        *pgxpool.Pool
 	Store     *objstore.Store
 	Publisher Publisher
-	Recorder  *Recorder
+	Recorder  *record.Recorder
 	Health    *health.Handler
 	Registry  *prometheus.Registry
 	Tracer    trace.Tracer
@@ -75,25 +81,31 @@ type Deps struct {
 // Server holds the handlers' state.
 type Server struct {
 	Deps
-	tokens  *tokenCache
-	limits  *limiter
-	guesses *failures
-	metrics *metrics
-	prop    propagation.TextMapPropagator
-	router  chi.Router
-	api     huma.API
+	tokens    *auth.Tokens
+	limits    *auth.Limiter
+	guesses   *auth.Failures
+	metrics   *record.Metrics
+	forwarder *proxy.Forwarder
+	sql       *store.Store
+	routes    map[string]*routeEntry // the route table, by operation id
+	prop      propagation.TextMapPropagator
+	router    chi.Router
+	api       huma.API
 }
 
 // New builds the router with every route of the REST API v1.
 func New(d Deps) *Server {
 	installErrors()
-	s := &Server{Deps: d, prop: telemetry.Propagator(), metrics: newMetrics(d.Registry)}
-	s.tokens = newTokenCache(d.DB, 30*time.Second, d.Log)
-	s.limits = newLimiter(d.Cache)
-	s.guesses = newFailures(failedLookupsPerSecond, failedLookupsBurst)
+	s := &Server{Deps: d, prop: telemetry.Propagator(), metrics: record.NewMetrics(d.Registry)}
+	s.sql = store.New(d.DB)
+	s.tokens = auth.NewTokens(d.DB, 30*time.Second, d.Log)
+	s.limits = auth.NewLimiter(d.Cache)
+	s.guesses = auth.NewFailures(auth.FailedLookupsPerSecond, auth.FailedLookupsBurst)
 	if s.Transport == nil {
-		s.Transport = DefaultTransport()
+		s.Transport = proxy.DefaultTransport()
 	}
+	s.forwarder = &proxy.Forwarder{Transport: s.Transport, Tracer: d.Tracer, Prop: s.prop, Recorder: d.Recorder, Metrics: s.metrics,
+		Log: d.Log, MaxResponseBytes: d.Config.MaxResponseBytes, MaxInlineResult: d.Config.MaxInlineResult}
 
 	r := chi.NewRouter()
 	r.Use(s.requestID)
@@ -133,6 +145,7 @@ func New(d Deps) *Server {
 	s.registerDeadLetters()
 	s.registerInvoke()
 	s.registerCallbackSecret()
+	s.checkRoutes()
 	return s
 }
 
@@ -186,6 +199,7 @@ const (
 	keyRequest
 	keyPrincipal
 	keyOwnHost
+	keyLog
 )
 
 // requestID gives every request an id, in the response and in errors.
@@ -196,7 +210,7 @@ func (s *Server) requestID(next http.Handler) http.Handler {
 			id = newID(8)
 		}
 		w.Header().Set("X-Request-Id", id)
-		ctx := context.WithValue(r.Context(), keyRequestID, id)
+		ctx := context.WithValue(context.WithValue(r.Context(), keyRequestID, id), keyLog, s.Log)
 		r = r.WithContext(ctx)
 		// Handlers read the Authorization header through the request.
 		next.ServeHTTP(w, r.WithContext(context.WithValue(ctx, keyRequest, r)))
@@ -207,6 +221,15 @@ func (s *Server) requestID(next http.Handler) http.Handler {
 func RequestID(ctx context.Context) string {
 	id, _ := ctx.Value(keyRequestID).(string)
 	return id
+}
+
+// logOf is the logger of the request of ctx, for problemOf, which huma
+// calls without the server at hand.
+func logOf(ctx context.Context) *slog.Logger {
+	if l, ok := ctx.Value(keyLog).(*slog.Logger); ok && l != nil {
+		return l
+	}
+	return slog.Default() // outside a request: nothing else to log to
 }
 
 func newID(n int) string {

@@ -8,10 +8,8 @@ import (
 	"encoding/hex"
 	"encoding/json"
 	"errors"
-	"net/http"
 	"strings"
 
-	"github.com/danielgtaylor/huma/v2"
 	"go.opentelemetry.io/otel/propagation"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
@@ -34,9 +32,7 @@ type SourceOut struct {
 const TraceparentAnnotation = "sless.kube5s.ru/traceparent"
 
 func (s *Server) registerSource() {
-	register(s, huma.Operation{OperationID: "upload-source", Method: http.MethodPut, Path: "/v1/tenants/{t}/functions/{name}/source",
-		Tags: []string{"functions"}, Summary: "Upload the function's source as a zip; the same bytes again change nothing",
-		MaxBodyBytes: s.Config.MaxSourceBytes},
+	register(s, s.route("upload-source"),
 		func(ctx context.Context, in *struct {
 			NamedPath
 			ContentType string `header:"Content-Type"`

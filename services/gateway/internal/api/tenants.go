@@ -3,17 +3,15 @@ package api
 import (
 	"context"
 	"errors"
-	"net/http"
 	"time"
 
-	"github.com/danielgtaylor/huma/v2"
-	"github.com/jackc/pgx/v5"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	slessv1 "github.com/kube5s/sless/pkg/apis/sless/v1alpha1"
 	"github.com/kube5s/sless/pkg/callback"
 	"github.com/kube5s/sless/pkg/pgtext"
+	"github.com/kube5s/sless/services/gateway/internal/auth"
 )
 
 var tenantKind = kind[Tenant, *slessv1.Tenant, *slessv1.TenantList]{
@@ -41,16 +39,14 @@ type TokenOut struct {
 }
 
 func (s *Server) registerTenants() {
-	tag := []string{"tenants"}
-	register(s, huma.Operation{OperationID: "create-tenant", Method: http.MethodPost, Path: "/v1/tenants", Tags: tag,
-		Summary: "Create a tenant (admin)", DefaultStatus: http.StatusCreated, MaxBodyBytes: 64 << 10},
+	register(s, s.route("create-tenant"),
 		func(ctx context.Context, in *struct{ Body TenantInput }) (*One[Tenant], error) {
 			if err := s.requireAdmin(ctx); err != nil {
 				return nil, err
 			}
 			return tenantKind.create(ctx, s, in.Body.Name, tenantCR(&in.Body))
 		})
-	register(s, huma.Operation{OperationID: "list-tenants", Method: http.MethodGet, Path: "/v1/tenants", Tags: tag, Summary: "List tenants (admin)"},
+	register(s, s.route("list-tenants"),
 		func(ctx context.Context, in *Page) (*ListOut[Tenant], error) {
 			if err := s.requireAdmin(ctx); err != nil {
 				return nil, err
@@ -67,7 +63,7 @@ func (s *Server) registerTenants() {
 			out.Body.NextCursor = l.Continue
 			return out, nil
 		})
-	register(s, huma.Operation{OperationID: "get-tenant", Method: http.MethodGet, Path: "/v1/tenants/{t}", Tags: tag, Summary: "Read a tenant"},
+	register(s, s.route("get-tenant"),
 		func(ctx context.Context, in *TenantPath) (*One[Tenant], error) {
 			if err := s.requireTenant(ctx, in.Tenant); err != nil {
 				return nil, err
@@ -78,8 +74,7 @@ func (s *Server) registerTenants() {
 			}
 			return &One[Tenant]{Status: 200, Body: tenantREST(&t)}, nil
 		})
-	register(s, huma.Operation{OperationID: "delete-tenant", Method: http.MethodDelete, Path: "/v1/tenants/{t}", Tags: tag,
-		Summary: "Delete a tenant and everything it owns (admin)", DefaultStatus: http.StatusAccepted},
+	register(s, s.route("delete-tenant"),
 		func(ctx context.Context, in *TenantPath) (*Accepted, error) {
 			if err := s.requireAdmin(ctx); err != nil {
 				return nil, err
@@ -89,11 +84,9 @@ func (s *Server) registerTenants() {
 				return nil, fromKube(ctx, "tenant "+in.Tenant, err)
 			}
 			// The notification goes out with the commit, to every gateway.
-			if _, err := s.DB.Exec(ctx, `WITH r AS (UPDATE api_tokens SET revoked_at = now() WHERE tenant = $1 AND revoked_at IS NULL)
-				SELECT pg_notify('`+tokenChannel+`', $1::text || '/')`, in.Tenant); err != nil {
+			if err := s.tokens.RevokeAll(ctx, in.Tenant); err != nil {
 				return nil, s.internal(ctx, 500, err, "the tenant's tokens could not be revoked")
 			}
-			s.tokens.forget(in.Tenant, "")
 			// A tenant made again under this name must not verify with the old secret.
 			if err := callback.Forget(ctx, s.DB, in.Tenant); err != nil {
 				return nil, s.internal(ctx, 500, err, "the tenant's callback secret could not be deleted")
@@ -109,8 +102,7 @@ func (s *Server) registerTenants() {
 			Name string `json:"name,omitempty" maxLength:"64"`
 		}
 	}
-	register(s, huma.Operation{OperationID: "create-token", Method: http.MethodPost, Path: "/v1/tenants/{t}/tokens", Tags: []string{"tokens"},
-		Summary: "Issue a tenant token (admin); the token is shown once", DefaultStatus: http.StatusCreated, MaxBodyBytes: 4 << 10},
+	register(s, s.route("create-token"),
 		func(ctx context.Context, in *tokenIn) (*TokenOut, error) {
 			if err := s.requireAdmin(ctx); err != nil {
 				return nil, err
@@ -118,10 +110,9 @@ func (s *Server) registerTenants() {
 			if _, err := s.namespace(ctx, in.Tenant); err != nil {
 				return nil, err
 			}
-			tok, id := newToken()
 			out := &TokenOut{}
-			err := s.DB.QueryRow(ctx, `INSERT INTO api_tokens (id, tenant, name, token_hash) VALUES ($1, $2, $3, $4) RETURNING created_at`,
-				id, in.Tenant, pgtext.Clean(in.Body.Name), hashToken(tok)).Scan(&out.Body.CreatedAt)
+			tok, id, created, err := s.tokens.Issue(ctx, in.Tenant, pgtext.Clean(in.Body.Name))
+			out.Body.CreatedAt = created
 			if err != nil {
 				return nil, s.internal(ctx, 500, err, "the token could not be stored")
 			}
@@ -132,22 +123,18 @@ func (s *Server) registerTenants() {
 		TenantPath
 		ID string `path:"id" maxLength:"64"`
 	}
-	register(s, huma.Operation{OperationID: "revoke-token", Method: http.MethodDelete, Path: "/v1/tenants/{t}/tokens/{id}", Tags: []string{"tokens"},
-		Summary: "Revoke a tenant token (admin)", DefaultStatus: http.StatusNoContent},
+	register(s, s.route("revoke-token"),
 		func(ctx context.Context, in *tokenPath) (*struct{}, error) {
 			if err := s.requireAdmin(ctx); err != nil {
 				return nil, err
 			}
-			var id string
-			err := s.DB.QueryRow(ctx, `WITH r AS (UPDATE api_tokens SET revoked_at = now() WHERE id = $1 AND tenant = $2 AND revoked_at IS NULL RETURNING id)
-				SELECT r.id FROM r, LATERAL (SELECT pg_notify('`+tokenChannel+`', $2::text || '/' || r.id)) AS n`, in.ID, in.Tenant).Scan(&id)
-			if errors.Is(err, pgx.ErrNoRows) {
+			err := s.tokens.Revoke(ctx, in.Tenant, in.ID)
+			if errors.Is(err, auth.ErrNotFound) {
 				return nil, withID(ctx, problem(404, "", "token %s of tenant %s not found or already revoked", in.ID, in.Tenant))
 			}
 			if err != nil {
 				return nil, s.internal(ctx, 500, err, "the token could not be revoked")
 			}
-			s.tokens.forget(in.Tenant, in.ID)
 			return &struct{}{}, nil
 		})
 }

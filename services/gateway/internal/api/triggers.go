@@ -2,9 +2,7 @@ package api
 
 import (
 	"context"
-	"net/http"
 
-	"github.com/danielgtaylor/huma/v2"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
@@ -48,17 +46,14 @@ func checkTrigger(ctx context.Context, spec *TriggerSpec) error {
 }
 
 func (s *Server) registerTriggers() {
-	tag := []string{"triggers"}
-	base := "/v1/tenants/{t}/triggers"
-	register(s, huma.Operation{OperationID: "list-triggers", Method: http.MethodGet, Path: base, Tags: tag, Summary: "List triggers"},
+	register(s, s.route("list-triggers"),
 		func(ctx context.Context, in *struct {
 			TenantPath
 			Page
 		}) (*ListOut[Trigger], error) {
 			return triggerKind.list(ctx, s, in.Tenant, in.Page)
 		})
-	register(s, huma.Operation{OperationID: "create-trigger", Method: http.MethodPost, Path: base, Tags: tag,
-		Summary: "Create a trigger (409 if it exists)", DefaultStatus: http.StatusCreated, MaxBodyBytes: 256 << 10},
+	register(s, s.route("create-trigger"),
 		func(ctx context.Context, in *struct {
 			TenantPath
 			Body TriggerInput
@@ -76,18 +71,16 @@ func (s *Server) registerTriggers() {
 			t := &slessv1.Trigger{ObjectMeta: metav1.ObjectMeta{Name: in.Body.Name, Namespace: ns}, Spec: triggerSpecCR(&in.Body.TriggerSpec)}
 			return triggerKind.create(ctx, s, in.Tenant, t)
 		})
-	register(s, huma.Operation{OperationID: "get-trigger", Method: http.MethodGet, Path: base + "/{name}", Tags: tag, Summary: "Read a trigger"},
+	register(s, s.route("get-trigger"),
 		func(ctx context.Context, in *NamedPath) (*One[Trigger], error) { return triggerKind.get(ctx, s, in) })
-	register(s, huma.Operation{OperationID: "replace-trigger", Method: http.MethodPut, Path: base + "/{name}", Tags: tag,
-		Summary: "Create or fully replace a trigger", MaxBodyBytes: 256 << 10},
+	register(s, s.route("replace-trigger"),
 		func(ctx context.Context, in *struct {
 			NamedPath
 			Body TriggerSpec
 		}) (*One[Trigger], error) {
 			return s.putTrigger(ctx, &in.NamedPath, &in.Body)
 		})
-	register(s, huma.Operation{OperationID: "patch-trigger", Method: http.MethodPatch, Path: base + "/{name}", Tags: tag,
-		Summary: "Change some fields with a JSON merge patch", MaxBodyBytes: 256 << 10},
+	register(s, s.route("patch-trigger"),
 		func(ctx context.Context, in *PatchIn) (*One[Trigger], error) {
 			if err := s.requireTenant(ctx, in.Tenant); err != nil {
 				return nil, err
@@ -113,8 +106,7 @@ func (s *Server) registerTriggers() {
 			}
 			return &One[Trigger]{Status: 200, Body: triggerREST(&t)}, nil
 		})
-	register(s, huma.Operation{OperationID: "delete-trigger", Method: http.MethodDelete, Path: base + "/{name}", Tags: tag,
-		Summary: "Delete a trigger", DefaultStatus: http.StatusAccepted},
+	register(s, s.route("delete-trigger"),
 		func(ctx context.Context, in *NamedPath) (*Accepted, error) { return triggerKind.delete(ctx, s, in) })
 }
 

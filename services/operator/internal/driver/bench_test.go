@@ -160,7 +160,6 @@ func BenchmarkColdStart(b *testing.B) {
 					l := NewLocal(LocalCommands(rt.interp, "node", runtimesDir), nil, b.TempDir(), slog.New(slog.NewTextHandler(io.Discard, nil)))
 					fn := &slessv1.Function{ObjectMeta: metav1.ObjectMeta{Name: fmt.Sprintf("cold%d", i), Namespace: "sless-fn-bench"},
 						Spec: slessv1.FunctionSpec{Runtime: rt.runtime, Entrypoint: "hello.handler", TimeoutSec: 5, Concurrency: 4, MemoryMB: 256}}
-					t0 = time.Now()
 					drv += timeToFirst200(b, l, fn, bench)
 					l.Shutdown()
 				}

@@ -1,4 +1,6 @@
-package api
+// Package record publishes the records of synchronous invocations off the
+// request path, and counts invocations for the gateway's metrics.
+package record
 
 import (
 	"context"
@@ -10,6 +12,11 @@ import (
 
 	"github.com/kube5s/sless/pkg/msg"
 )
+
+// Publisher sends a message and returns once the broker confirmed it.
+type Publisher interface {
+	PublishMessage(ctx context.Context, m msg.Message) error
+}
 
 // Recorder publishes invocation records off the request path: Record puts
 // the record in a bounded buffer and never blocks; workers (the gateway
@@ -113,15 +120,16 @@ func (r *Recorder) publish(ctx context.Context, b *msg.InvocationBatch) {
 	}
 }
 
-// metrics are the gateway's invocation metrics.
-type metrics struct {
+// Metrics are the gateway's invocation metrics.
+type Metrics struct {
 	invocations   *prometheus.CounterVec
 	duration      *prometheus.HistogramVec
 	asyncAccepted prometheus.Counter
 }
 
-func newMetrics(reg prometheus.Registerer) *metrics {
-	m := &metrics{
+// NewMetrics registers the invocation metrics with reg.
+func NewMetrics(reg prometheus.Registerer) *Metrics {
+	m := &Metrics{
 		invocations: prometheus.NewCounterVec(prometheus.CounterOpts{Name: "sless_gateway_invocations_total",
 			Help: "Synchronous invocations by tenant, function and outcome."}, []string{"tenant", "function", "status"}),
 		duration: prometheus.NewHistogramVec(prometheus.HistogramOpts{Name: "sless_gateway_invocation_duration_seconds",
@@ -134,7 +142,11 @@ func newMetrics(reg prometheus.Registerer) *metrics {
 	return m
 }
 
-func (m *metrics) observe(tenant, function, status string, d time.Duration) {
+// Observe counts one synchronous invocation and its latency.
+func (m *Metrics) Observe(tenant, function, status string, d time.Duration) {
 	m.invocations.WithLabelValues(tenant, function, status).Inc()
 	m.duration.WithLabelValues(tenant, function).Observe(d.Seconds())
 }
+
+// AsyncAccepted counts one asynchronous invocation accepted (202).
+func (m *Metrics) AsyncAccepted() { m.asyncAccepted.Inc() }

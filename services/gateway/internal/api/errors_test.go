@@ -1,0 +1,75 @@
+package api
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"errors"
+	"log/slog"
+	"net/http"
+	"net/http/httptest"
+	"strings"
+	"testing"
+
+	"github.com/kube5s/sless/services/gateway/internal/auth"
+	"github.com/kube5s/sless/services/gateway/internal/proxy"
+	"github.com/kube5s/sless/services/gateway/internal/store"
+)
+
+// TestErrorWriterKeepsCausesOutOfDetailAndLogsThem: whatever the error, the
+// problem written names what failed, never the internal error's text, and
+// every 5xx is logged once with the request id and the cause.
+func TestErrorWriterKeepsCausesOutOfDetailAndLogsThem(t *testing.T) {
+	secret := errors.New("dial tcp 10.1.2.3:8080: connection refused")
+	cases := []struct {
+		name       string
+		err        error
+		status     int
+		retryAfter string
+		logged     bool
+	}{
+		{"plain error", secret, 500, "", true},
+		{"store unavailable", &store.Unavailable{Detail: "the dead letters are unavailable", Err: secret}, 503, "", true},
+		{"proxy failure", &proxy.Failure{Status: 502, Detail: "the call to function f failed", Cause: secret}, 502, "", true},
+		{"proxy not ready", &proxy.Failure{Status: 503, Slug: "not-ready", Detail: "function f is pending", RetryAfter: 1}, 503, "1", true},
+		{"rate limited", &auth.RateLimited{Tenant: "t", PerSecond: 5, RetryAfter: 2}, 429, "2", false},
+		{"caller's problem", problem(404, "", "function f of tenant t not found"), 404, "", false},
+	}
+	for _, c := range cases {
+		t.Run(c.name, func(t *testing.T) {
+			var log bytes.Buffer
+			s := &Server{Deps: Deps{Log: slog.New(slog.NewJSONHandler(&log, nil))}}
+			r := httptest.NewRequest(http.MethodPost, "/v1/tenants/t/functions/f/invoke", nil)
+			r = r.WithContext(context.WithValue(context.WithValue(r.Context(), keyRequestID, "req-1"), keyLog, s.Log))
+			w := httptest.NewRecorder()
+			s.writeError(w, r, c.err)
+
+			if w.Code != c.status {
+				t.Errorf("status = %d, want %d", w.Code, c.status)
+			}
+			if got := w.Header().Get("Retry-After"); got != c.retryAfter {
+				t.Errorf("Retry-After = %q, want %q", got, c.retryAfter)
+			}
+			var p Problem
+			if err := json.Unmarshal(w.Body.Bytes(), &p); err != nil {
+				t.Fatal(err)
+			}
+			if strings.Contains(w.Body.String(), "10.1.2.3") {
+				t.Errorf("the body carries the internal error: %s", w.Body)
+			}
+			if p.RequestID != "req-1" {
+				t.Errorf("request_id = %q", p.RequestID)
+			}
+			lines := strings.Count(log.String(), "\n")
+			if c.logged && (lines != 1 || !strings.Contains(log.String(), `"requestID":"req-1"`)) {
+				t.Errorf("want one log line with the request id, got %q", log.String())
+			}
+			if c.logged && c.name != "proxy not ready" && !strings.Contains(log.String(), "10.1.2.3") {
+				t.Errorf("the cause is not logged: %q", log.String())
+			}
+			if !c.logged && lines != 0 {
+				t.Errorf("a %d is logged: %q", c.status, log.String())
+			}
+		})
+	}
+}

@@ -1,0 +1,99 @@
+package api
+
+import (
+	"fmt"
+	"net/http"
+
+	"github.com/danielgtaylor/huma/v2"
+)
+
+// routeTable is every operation of the REST API v1, in one place: method,
+// path, summary and limits. The handlers are in the file of their
+// resource (tenants.go, functions.go, ...), registered by operation id
+// through register(s, s.route(id), handler); New fails if an operation
+// has no handler. The routes outside huma (GET /healthz, the invoke
+// endpoint and the public triggers under /fn/{t}) are mounted in New and
+// registerInvoke, which adds them to the OpenAPI document.
+func (s *Server) routeTable() []huma.Operation {
+	return []huma.Operation{
+		// tenants.go
+		{OperationID: "create-tenant", Method: http.MethodPost, Path: "/v1/tenants", Tags: []string{"tenants"}, Summary: "Create a tenant (admin)", DefaultStatus: http.StatusCreated, MaxBodyBytes: 64 << 10},
+		{OperationID: "list-tenants", Method: http.MethodGet, Path: "/v1/tenants", Tags: []string{"tenants"}, Summary: "List tenants (admin)"},
+		{OperationID: "get-tenant", Method: http.MethodGet, Path: "/v1/tenants/{t}", Tags: []string{"tenants"}, Summary: "Read a tenant"},
+		{OperationID: "delete-tenant", Method: http.MethodDelete, Path: "/v1/tenants/{t}", Tags: []string{"tenants"}, Summary: "Delete a tenant and everything it owns (admin)", DefaultStatus: http.StatusAccepted},
+		{OperationID: "create-token", Method: http.MethodPost, Path: "/v1/tenants/{t}/tokens", Tags: []string{"tokens"}, Summary: "Issue a tenant token (admin); the token is shown once", DefaultStatus: http.StatusCreated, MaxBodyBytes: 4 << 10},
+		{OperationID: "revoke-token", Method: http.MethodDelete, Path: "/v1/tenants/{t}/tokens/{id}", Tags: []string{"tokens"}, Summary: "Revoke a tenant token (admin)", DefaultStatus: http.StatusNoContent},
+		// broker.go
+		{OperationID: "get-tenant-broker", Method: http.MethodGet, Path: "/v1/tenants/{t}/broker", Tags: []string{"tenants"}, Summary: "The tenant's vhost on the platform broker and its credentials", Description: "Publish to the tenant's own vhost with these credentials; queue triggers without broker_secret consume there."},
+		// functions.go
+		{OperationID: "list-functions", Method: http.MethodGet, Path: "/v1/tenants/{t}/functions", Tags: []string{"functions"}, Summary: "List functions"},
+		{OperationID: "create-function", Method: http.MethodPost, Path: "/v1/tenants/{t}/functions", Tags: []string{"functions"}, Summary: "Create a function (409 if it exists)", DefaultStatus: http.StatusCreated, MaxBodyBytes: 256 << 10},
+		{OperationID: "get-function", Method: http.MethodGet, Path: "/v1/tenants/{t}/functions/{name}", Tags: []string{"functions"}, Summary: "Read a function"},
+		{OperationID: "replace-function", Method: http.MethodPut, Path: "/v1/tenants/{t}/functions/{name}", Tags: []string{"functions"}, Summary: "Create or fully replace a function; every field is required", MaxBodyBytes: 256 << 10},
+		{OperationID: "patch-function", Method: http.MethodPatch, Path: "/v1/tenants/{t}/functions/{name}", Tags: []string{"functions"}, Summary: "Change some fields with a JSON merge patch (RFC 7396)", MaxBodyBytes: 256 << 10},
+		{OperationID: "delete-function", Method: http.MethodDelete, Path: "/v1/tenants/{t}/functions/{name}", Tags: []string{"functions"}, Summary: "Delete a function; it disappears when its cleanup is done", DefaultStatus: http.StatusAccepted},
+		// source.go
+		{OperationID: "upload-source", Method: http.MethodPut, Path: "/v1/tenants/{t}/functions/{name}/source", Tags: []string{"functions"}, Summary: "Upload the function's source as a zip; the same bytes again change nothing", MaxBodyBytes: s.Config.MaxSourceBytes},
+		// triggers.go
+		{OperationID: "list-triggers", Method: http.MethodGet, Path: "/v1/tenants/{t}/triggers", Tags: []string{"triggers"}, Summary: "List triggers"},
+		{OperationID: "create-trigger", Method: http.MethodPost, Path: "/v1/tenants/{t}/triggers", Tags: []string{"triggers"}, Summary: "Create a trigger (409 if it exists)", DefaultStatus: http.StatusCreated, MaxBodyBytes: 256 << 10},
+		{OperationID: "get-trigger", Method: http.MethodGet, Path: "/v1/tenants/{t}/triggers/{name}", Tags: []string{"triggers"}, Summary: "Read a trigger"},
+		{OperationID: "replace-trigger", Method: http.MethodPut, Path: "/v1/tenants/{t}/triggers/{name}", Tags: []string{"triggers"}, Summary: "Create or fully replace a trigger", MaxBodyBytes: 256 << 10},
+		{OperationID: "patch-trigger", Method: http.MethodPatch, Path: "/v1/tenants/{t}/triggers/{name}", Tags: []string{"triggers"}, Summary: "Change some fields with a JSON merge patch", MaxBodyBytes: 256 << 10},
+		{OperationID: "delete-trigger", Method: http.MethodDelete, Path: "/v1/tenants/{t}/triggers/{name}", Tags: []string{"triggers"}, Summary: "Delete a trigger", DefaultStatus: http.StatusAccepted},
+		// jobs.go
+		{OperationID: "list-jobs", Method: http.MethodGet, Path: "/v1/tenants/{t}/jobs", Tags: []string{"jobs"}, Summary: "List jobs"},
+		{OperationID: "create-job", Method: http.MethodPost, Path: "/v1/tenants/{t}/jobs", Tags: []string{"jobs"}, Summary: "Create a job (409 if it exists)", DefaultStatus: http.StatusCreated, MaxBodyBytes: 1 << 20},
+		{OperationID: "get-job", Method: http.MethodGet, Path: "/v1/tenants/{t}/jobs/{name}", Tags: []string{"jobs"}, Summary: "Read a job"},
+		{OperationID: "replace-job", Method: http.MethodPut, Path: "/v1/tenants/{t}/jobs/{name}", Tags: []string{"jobs"}, Summary: "Create or fully replace a job", MaxBodyBytes: 1 << 20},
+		{OperationID: "patch-job", Method: http.MethodPatch, Path: "/v1/tenants/{t}/jobs/{name}", Tags: []string{"jobs"}, Summary: "Change some fields with a JSON merge patch", MaxBodyBytes: 1 << 20},
+		{OperationID: "delete-job", Method: http.MethodDelete, Path: "/v1/tenants/{t}/jobs/{name}", Tags: []string{"jobs"}, Summary: "Delete a job", DefaultStatus: http.StatusAccepted},
+		{OperationID: "run-job", Method: http.MethodPost, Path: "/v1/tenants/{t}/jobs/{name}/run", Tags: []string{"jobs"}, Summary: "Start a new run (run_id + 1)", DefaultStatus: http.StatusAccepted},
+		// history.go
+		{OperationID: "list-invocations", Method: http.MethodGet, Path: "/v1/tenants/{t}/invocations", Tags: []string{"invocations"}, Summary: "List invocations, newest first"},
+		{OperationID: "get-invocation", Method: http.MethodGet, Path: "/v1/tenants/{t}/invocations/{id}", Tags: []string{"invocations"}, Summary: "Read one invocation with its timings and stored result"},
+		{OperationID: "list-builds", Method: http.MethodGet, Path: "/v1/tenants/{t}/functions/{name}/builds", Tags: []string{"builds"}, Summary: "List a function's builds, newest first"},
+		{OperationID: "get-build", Method: http.MethodGet, Path: "/v1/tenants/{t}/functions/{name}/builds/{id}", Tags: []string{"builds"}, Summary: "Read one build"},
+		{OperationID: "get-build-log", Method: http.MethodGet, Path: "/v1/tenants/{t}/functions/{name}/builds/{id}/log", Tags: []string{"builds"}, Summary: "The build log as text; follow=true streams it until the build ends"},
+		// results.go
+		{OperationID: "get-invocation-result", Method: http.MethodGet, Path: "/v1/tenants/{t}/invocations/{id}/result", Tags: []string{"invocations"}, Summary: "The stored result of an invocation, as the function answered it (large ones come from the object store)", Responses: map[string]*huma.Response{"200": {Description: "the result, with the function's content type"}}},
+		// deadletters.go
+		{OperationID: "list-dead-letters", Method: http.MethodGet, Path: "/v1/tenants/{t}/dead-letters", Tags: []string{"dead-letters"}, Summary: "List invocations given up on, newest first, with the reason each died"},
+		{OperationID: "get-dead-letter", Method: http.MethodGet, Path: "/v1/tenants/{t}/dead-letters/{id}", Tags: []string{"dead-letters"}, Summary: "Read one dead letter"},
+		{OperationID: "replay-dead-letter", Method: http.MethodPost, Path: "/v1/tenants/{t}/dead-letters/{id}/replay", Tags: []string{"dead-letters"}, Summary: "Run a dead letter's request again, as a new invocation (once per dead letter)", DefaultStatus: http.StatusAccepted},
+		{OperationID: "replay-dead-letters", Method: http.MethodPost, Path: "/v1/tenants/{t}/dead-letters/replay", Tags: []string{"dead-letters"}, Summary: "Replay the dead letters not replayed yet that match a filter, oldest first, up to limit"},
+		// callbacks.go
+		{OperationID: "get-callback-secret", Method: http.MethodGet, Path: "/v1/tenants/{t}/callback-secret", Tags: []string{"invoke"}, Summary: "The secret the tenant's callbacks are signed with (made on first read)"},
+		{OperationID: "rotate-callback-secret", Method: http.MethodPost, Path: "/v1/tenants/{t}/callback-secret/rotate", Tags: []string{"invoke"}, Summary: "Replace the callback secret; callbacks signed from now on use the new one"},
+	}
+}
+
+// route returns the operation of the table with id.
+func (s *Server) route(id string) huma.Operation {
+	if s.routes == nil {
+		s.routes = map[string]*routeEntry{}
+		for _, op := range s.routeTable() {
+			s.routes[op.OperationID] = &routeEntry{op: op}
+		}
+	}
+	e, ok := s.routes[id]
+	if !ok {
+		panic(fmt.Sprintf("operation %q is not in the route table", id))
+	}
+	e.used = true
+	return e.op
+}
+
+type routeEntry struct {
+	op   huma.Operation
+	used bool
+}
+
+// checkRoutes panics when an operation of the table has no handler.
+func (s *Server) checkRoutes() {
+	for id, e := range s.routes {
+		if !e.used {
+			panic(fmt.Sprintf("operation %q of the route table has no handler", id))
+		}
+	}
+}

@@ -1,0 +1,215 @@
+// Package auth holds the gateway's token store: the cache of token lookups
+// with its revocation listener (PostgreSQL LISTEN), the per-tenant rate
+// limiter and the limiter of failed lookups per client address.
+package auth
+
+import (
+	"context"
+	"crypto/rand"
+	"crypto/sha256"
+	"encoding/base64"
+	"encoding/hex"
+	"errors"
+	"fmt"
+	"log/slog"
+	"strings"
+	"sync"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgxpool"
+
+	"github.com/kube5s/sless/pkg/jitter"
+)
+
+// TokenPrefix starts every tenant token.
+const TokenPrefix = "slt_"
+
+// hashToken is what the tokens table stores.
+func HashToken(tok string) []byte {
+	h := sha256.Sum256([]byte(tok))
+	return h[:]
+}
+
+// NewToken returns a token and its id.
+func NewToken() (token, id string) {
+	raw := make([]byte, 38) // 32 for the token, 6 for its id
+	_, _ = rand.Read(raw)
+	return TokenPrefix + base64.RawURLEncoding.EncodeToString(raw[6:]), "tok-" + hex.EncodeToString(raw[:6])
+}
+
+// Tokens remembers token lookups for a short while. A revocation
+// through any gateway drops the entries at once on every gateway: the
+// revoking statement sends a PostgreSQL notification (channel sless_tokens,
+// payload "<tenant>/<token id>", the id empty for all of a tenant's tokens)
+// that Listen receives. The TTL bounds staleness while Listen is down.
+type Tokens struct {
+	db  *pgxpool.Pool
+	ttl time.Duration
+	log *slog.Logger
+	mu  sync.RWMutex
+	m   map[string]tokenEntry
+}
+
+// tokenChannel is the PostgreSQL notification channel of revocations.
+const tokenChannel = "sless_tokens"
+
+type tokenEntry struct {
+	tenant  string
+	id      string
+	expires time.Time
+}
+
+// NewTokens returns an empty cache over the api_tokens table.
+func NewTokens(db *pgxpool.Pool, ttl time.Duration, log *slog.Logger) *Tokens {
+	return &Tokens{db: db, ttl: ttl, log: log, m: map[string]tokenEntry{}}
+}
+
+// Listen applies revocations made by any gateway until ctx ends. It
+// redials with backoff, and empties the cache whenever it (re)starts
+// listening, since notifications sent meanwhile are lost.
+func (c *Tokens) Listen(ctx context.Context) error {
+	redial := jitter.Backoff(100*time.Millisecond, 5*time.Second)
+	for {
+		began := time.Now()
+		err := c.listen(ctx)
+		if ctx.Err() != nil {
+			return nil
+		}
+		if time.Since(began) > time.Minute {
+			redial.Reset() // it was listening; this is a new outage
+		}
+		wait := redial.NextBackOff()
+		c.log.Warn("token revocation listener interrupted", "err", err, "retryIn", wait.String())
+		select {
+		case <-ctx.Done():
+			return nil
+		case <-time.After(wait):
+		}
+	}
+}
+
+func (c *Tokens) listen(ctx context.Context) error {
+	pc, err := c.db.Acquire(ctx)
+	if err != nil {
+		return err
+	}
+	conn := pc.Hijack() // a listening session is not returned to the pool
+	defer conn.Close(context.WithoutCancel(ctx))
+	if _, err := conn.Exec(ctx, "LISTEN "+tokenChannel); err != nil {
+		return err
+	}
+	c.clear()
+	for {
+		n, err := conn.WaitForNotification(ctx)
+		if err != nil {
+			return err
+		}
+		tenant, id, _ := strings.Cut(n.Payload, "/")
+		c.forget(tenant, id)
+	}
+}
+
+func (c *Tokens) clear() {
+	c.mu.Lock()
+	c.m = map[string]tokenEntry{}
+	c.mu.Unlock()
+}
+
+// ErrBadToken: the token is not one of a tenant.
+var ErrBadToken = errors.New("the token is unknown or revoked")
+
+// Known returns the tenant of a token the cache holds as valid.
+func (c *Tokens) Known(tok string) (string, bool) {
+	if !strings.HasPrefix(tok, TokenPrefix) {
+		return "", false
+	}
+	h := HashToken(tok)
+	c.mu.RLock()
+	e, ok := c.m[string(h)] // no copy of the key for the lookup
+	c.mu.RUnlock()
+	if !ok || e.tenant == "" || !time.Now().Before(e.expires) {
+		return "", false
+	}
+	return e.tenant, true
+}
+
+// Lookup returns the tenant of a token, from the cache or the database.
+func (c *Tokens) Lookup(ctx context.Context, tok string) (string, error) {
+	key := string(HashToken(tok))
+	c.mu.RLock()
+	e, ok := c.m[key]
+	c.mu.RUnlock()
+	if ok && time.Now().Before(e.expires) {
+		if e.tenant == "" {
+			return "", ErrBadToken
+		}
+		return e.tenant, nil
+	}
+	var tenant, id string
+	err := c.db.QueryRow(ctx, `SELECT tenant, id FROM api_tokens WHERE token_hash = $1 AND revoked_at IS NULL`, []byte(key)).Scan(&tenant, &id)
+	if err != nil && !errors.Is(err, pgx.ErrNoRows) {
+		return "", errors.New("tokens cannot be checked right now")
+	}
+	c.mu.Lock()
+	if len(c.m) > 100000 {
+		c.m = map[string]tokenEntry{}
+	}
+	c.m[key] = tokenEntry{tenant: tenant, id: id, expires: time.Now().Add(c.ttl)}
+	c.mu.Unlock()
+	if tenant == "" {
+		return "", ErrBadToken
+	}
+	return tenant, nil
+}
+
+// ErrNotFound: no such token, or it is revoked already.
+var ErrNotFound = errors.New("token not found")
+
+// Issue stores a new token of tenant and returns it, once.
+func (c *Tokens) Issue(ctx context.Context, tenant, name string) (token, id string, created time.Time, err error) {
+	token, id = NewToken()
+	err = c.db.QueryRow(ctx, `INSERT INTO api_tokens (id, tenant, name, token_hash) VALUES ($1, $2, $3, $4) RETURNING created_at`,
+		id, tenant, name, HashToken(token)).Scan(&created)
+	if err != nil {
+		return "", "", time.Time{}, fmt.Errorf("store token of %s: %w", tenant, err)
+	}
+	return token, id, created, nil
+}
+
+// Revoke revokes one token of tenant, on every gateway: the notification
+// goes out with the commit.
+func (c *Tokens) Revoke(ctx context.Context, tenant, id string) error {
+	var revoked string
+	err := c.db.QueryRow(ctx, `WITH r AS (UPDATE api_tokens SET revoked_at = now() WHERE id = $1 AND tenant = $2 AND revoked_at IS NULL RETURNING id)
+		SELECT r.id FROM r, LATERAL (SELECT pg_notify('`+tokenChannel+`', $2::text || '/' || r.id)) AS n`, id, tenant).Scan(&revoked)
+	if errors.Is(err, pgx.ErrNoRows) {
+		return ErrNotFound
+	}
+	if err != nil {
+		return fmt.Errorf("revoke token %s/%s: %w", tenant, id, err)
+	}
+	c.forget(tenant, id)
+	return nil
+}
+
+// RevokeAll revokes every token of tenant, on every gateway.
+func (c *Tokens) RevokeAll(ctx context.Context, tenant string) error {
+	if _, err := c.db.Exec(ctx, `WITH r AS (UPDATE api_tokens SET revoked_at = now() WHERE tenant = $1 AND revoked_at IS NULL)
+		SELECT pg_notify('`+tokenChannel+`', $1::text || '/')`, tenant); err != nil {
+		return fmt.Errorf("revoke tokens of %s: %w", tenant, err)
+	}
+	c.forget(tenant, "")
+	return nil
+}
+
+// forget drops every cached token of a tenant, or one token by id.
+func (c *Tokens) forget(tenant, id string) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	for k, e := range c.m {
+		if e.tenant == tenant && (id == "" || e.id == id) {
+			delete(c.m, k)
+		}
+	}
+}

@@ -1,0 +1,290 @@
+// Package proxy forwards a synchronous invocation to a function's endpoint,
+// passes its answer on and classifies the outcome for the invocation record.
+package proxy
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"log/slog"
+	"net"
+	"net/http"
+	"strconv"
+	"strings"
+	"sync"
+	"syscall"
+	"time"
+
+	"github.com/google/uuid"
+	"go.opentelemetry.io/otel/attribute"
+	"go.opentelemetry.io/otel/codes"
+	"go.opentelemetry.io/otel/propagation"
+	"go.opentelemetry.io/otel/trace"
+
+	slessv1 "github.com/kube5s/sless/pkg/apis/sless/v1alpha1"
+	"github.com/kube5s/sless/pkg/msg"
+)
+
+// Recorder takes invocation records without blocking.
+type Recorder interface {
+	Record(m *msg.InvocationCompleted)
+}
+
+// Observer counts invocations by outcome.
+type Observer interface {
+	Observe(tenant, function, status string, d time.Duration)
+}
+
+// Forwarder forwards synchronous invocations to functions.
+type Forwarder struct {
+	Transport        http.RoundTripper
+	Tracer           trace.Tracer
+	Prop             propagation.TextMapPropagator
+	Recorder         Recorder
+	Metrics          Observer
+	Log              *slog.Logger
+	MaxResponseBytes int64
+	MaxInlineResult  int
+}
+
+// Call is one invocation: whose, through which trigger, at which path
+// below the function's root.
+type Call struct {
+	Tenant    string
+	Path      string
+	Kind      msg.TriggerKind
+	Trigger   string
+	RequestID string
+	// OwnHost: the request came to the tenant's own host, where the
+	// function's origin-wide headers pass.
+	OwnHost bool
+}
+
+// Failure is an invocation whose answer could not be passed on: the
+// status, problem slug and detail the caller is told, and the cause that
+// is logged, not told.
+type Failure struct {
+	Status     int
+	Slug       string
+	Detail     string
+	RetryAfter int // seconds; 0 for none
+	Cause      error
+}
+
+func (f *Failure) Error() string { return f.Detail }
+
+// Hidden tells whether a request header is kept from the function
+// (hop-by-hop headers and the platform's own).
+func Hidden(name string) bool {
+	for _, h := range dropRequest {
+		if h == name {
+			return true
+		}
+	}
+	return false
+}
+
+// DefaultTransport is the shared transport to functions: many idle
+// keep-alive connections per endpoint, no compression, HTTP/1.1.
+func DefaultTransport() *http.Transport {
+	return &http.Transport{
+		Proxy:               nil,
+		DialContext:         (&net.Dialer{Timeout: 5 * time.Second, KeepAlive: 30 * time.Second}).DialContext,
+		MaxIdleConns:        4096,
+		MaxIdleConnsPerHost: 512,
+		IdleConnTimeout:     90 * time.Second,
+		DisableCompression:  true,
+		ForceAttemptHTTP2:   false,
+		WriteBufferSize:     32 << 10,
+		ReadBufferSize:      32 << 10,
+	}
+}
+
+// hop-by-hop headers, and headers a function must not see.
+var dropRequest = []string{"Connection", "Keep-Alive", "Proxy-Connection", "Transfer-Encoding", "Te", "Trailer", "Upgrade",
+	"Authorization", "Prefer", "Idempotency-Key", "X-Callback-Url", "X-Sless-Invocation-Id", "X-Sless-Trigger", "Traceparent", "Tracestate"}
+var dropResponse = []string{"Connection", "Keep-Alive", "Transfer-Encoding", "Trailer", "Upgrade", "Content-Length", coldStartHeader}
+
+// coldStartHeader marks the first invocation a runtime process serves
+// (runtimes/README.md); it is recorded, not passed on.
+const coldStartHeader = "X-Sless-Cold-Start"
+
+// originWide are the response headers that act on the whole origin, not
+// on the one response: on the platform's shared origin a function could
+// set cookies for the API's host, pin it to HTTPS, register a service
+// worker over other tenants' paths, clear their storage or move the
+// origin's traffic elsewhere (Alt-Svc). They pass only on a tenant's own
+// host (FunctionsDomain).
+var originWide = []string{"Set-Cookie", "Set-Cookie2", "Strict-Transport-Security", "Service-Worker-Allowed", "Clear-Site-Data",
+	"Alt-Svc", "Nel", "Report-To", "Reporting-Endpoints", "Accept-Ch", "Critical-Ch", "Origin-Agent-Cluster",
+	"Public-Key-Pins", "Public-Key-Pins-Report-Only", "Expect-Ct"}
+
+// MaxBody is the largest request body forwarded to a function.
+const MaxBody = 6 << 20
+
+// Forward forwards one synchronous invocation to the function's endpoint
+// and records it without waiting for the record. It returns a *Failure,
+// and writes nothing, when the function's answer cannot be passed on.
+func (f *Forwarder) Forward(w http.ResponseWriter, r *http.Request, fn *slessv1.Function, c Call) error {
+	tenant, path, kind, trigger := c.Tenant, c.Path, c.Kind, c.Trigger
+	if !fn.IsReady() {
+		return &Failure{Status: 503, Slug: "not-ready", RetryAfter: 1,
+			Detail: fmt.Sprintf("function %s is %s; try again shortly", fn.Name, strings.ToLower(string(phaseOf(fn))))}
+	}
+	start := time.Now()
+	id := uuid.NewString()
+	ctx, span := f.Tracer.Start(r.Context(), "invoke "+fn.Name, trace.WithSpanKind(trace.SpanKindClient), trace.WithAttributes(
+		attribute.String("faas.invoked_name", fn.Name), attribute.String("faas.invocation_id", id),
+		attribute.String("faas.trigger", "http"), attribute.String("sless.tenant", tenant)))
+	defer span.End()
+	timeout := time.Duration(fn.Spec.TimeoutSec)*time.Second + time.Second
+	ctx, cancel := context.WithTimeout(ctx, timeout)
+	defer cancel()
+
+	body := http.MaxBytesReader(w, r.Body, MaxBody)
+	target := fn.Status.Endpoint + path
+	if r.URL.RawQuery != "" {
+		target += "?" + r.URL.RawQuery
+	}
+	out, err := http.NewRequestWithContext(ctx, r.Method, target, body)
+	if err != nil {
+		return &Failure{Status: 502, Detail: fmt.Sprintf("function %s has an unusable endpoint", fn.Name), Cause: err}
+	}
+	out.ContentLength = r.ContentLength
+	out.Header = r.Header.Clone()
+	for _, h := range dropRequest {
+		out.Header.Del(h)
+	}
+	out.Header.Set("X-Sless-Invocation-Id", id)
+	out.Header.Set("X-Sless-Trigger", string(kind))
+	f.Prop.Inject(ctx, propagation.HeaderCarrier(out.Header))
+
+	rec := &msg.InvocationCompleted{InvocationID: id, Tenant: tenant, Function: fn.Name, Trigger: kind, TriggerName: trigger,
+		Attempts: 1, StartedAt: start.UTC(), RequestSize: max(r.ContentLength, 0), TraceID: span.SpanContext().TraceID().String()}
+	defer func() {
+		rec.FinishedAt = time.Now().UTC()
+		rec.DurationMs = rec.FinishedAt.Sub(start).Milliseconds()
+		f.Recorder.Record(rec)
+		f.Metrics.Observe(tenant, fn.Name, string(rec.Status), time.Since(start))
+	}()
+
+	resp, err := f.Transport.RoundTrip(out)
+	if err != nil {
+		var mbe *http.MaxBytesError
+		var failure *Failure
+		switch {
+		case errors.As(err, &mbe):
+			rec.Status, rec.HTTPStatus, rec.Error = msg.StatusRejected, 413, "request body too large"
+			failure = &Failure{Status: 413, Detail: fmt.Sprintf("the request body is over %d bytes", MaxBody)}
+		case errors.Is(ctx.Err(), context.DeadlineExceeded):
+			rec.Status, rec.HTTPStatus, rec.Error = msg.StatusTimeout, 504, "timed out"
+			failure = &Failure{Status: 504, Detail: fmt.Sprintf("function %s did not answer within %ds", fn.Name, fn.Spec.TimeoutSec)}
+		case errors.Is(err, syscall.ECONNREFUSED):
+			rec.Status, rec.HTTPStatus, rec.Error = msg.StatusFailed, 503, "function not reachable"
+			failure = &Failure{Status: 503, Slug: "not-ready", RetryAfter: 1, Detail: fmt.Sprintf("function %s is restarting; try again shortly", fn.Name)}
+		default:
+			// The error names the function's address inside the cluster:
+			// logged, not returned.
+			rec.Status, rec.HTTPStatus, rec.Error = msg.StatusFailed, 502, "the call to the function failed"
+			failure = &Failure{Status: 502, Detail: fmt.Sprintf("the call to function %s failed", fn.Name), Cause: err}
+		}
+		span.SetStatus(codes.Error, rec.Error)
+		return failure
+	}
+	defer resp.Body.Close()
+	if resp.ContentLength > f.MaxResponseBytes {
+		rec.Status, rec.HTTPStatus, rec.Error = msg.StatusFailed, 502, "response too large"
+		return &Failure{Status: 502, Slug: "response-too-large",
+			Detail: fmt.Sprintf("function %s answered %d bytes; the limit is %d", fn.Name, resp.ContentLength, f.MaxResponseBytes)}
+	}
+	h := w.Header()
+	for k, v := range resp.Header {
+		h[k] = v
+	}
+	for _, k := range dropResponse {
+		h.Del(k)
+	}
+	if !c.OwnHost {
+		for _, k := range originWide {
+			h.Del(k)
+		}
+	}
+	h.Set("X-Sless-Invocation-Id", id)
+	if resp.ContentLength >= 0 {
+		h.Set("Content-Length", strconv.FormatInt(resp.ContentLength, 10))
+	}
+	w.WriteHeader(resp.StatusCode)
+	capture := &headWriter{max: f.MaxInlineResult}
+	buf := copyBufs.Get().(*[]byte)
+	n, err := io.CopyBuffer(w, io.TeeReader(io.LimitReader(resp.Body, f.MaxResponseBytes+1), capture), *buf)
+	copyBufs.Put(buf)
+	rec.HTTPStatus, rec.ResponseSize = resp.StatusCode, n
+	rec.ResultContentType = resp.Header.Get("Content-Type")
+	rec.ColdStart = resp.Header.Get(coldStartHeader) == "true"
+	if capture.complete() {
+		rec.Result = capture.buf.Bytes()
+	}
+	switch {
+	case n > f.MaxResponseBytes:
+		rec.Status, rec.Error = msg.StatusFailed, "response too large"
+		panic(http.ErrAbortHandler) // cut the stream: the status line is already sent
+	case err != nil:
+		rec.Status, rec.Error = msg.StatusFailed, "response interrupted"
+		f.Log.WarnContext(ctx, "function response interrupted", "requestID", c.RequestID, "tenant", tenant, "function", fn.Name, "err", err)
+	case resp.StatusCode == http.StatusGatewayTimeout:
+		rec.Status, rec.Error = msg.StatusTimeout, "function timed out"
+	case resp.StatusCode == http.StatusTooManyRequests:
+		rec.Status, rec.Error = msg.StatusRejected, "over the function's concurrency"
+	case resp.StatusCode >= 500:
+		rec.Status, rec.Error = msg.StatusFailed, errorOf(rec.Result)
+		span.SetStatus(codes.Error, resp.Status)
+	default:
+		rec.Status = msg.StatusSucceeded
+	}
+	span.SetAttributes(attribute.Int("http.response.status_code", resp.StatusCode))
+	return nil
+}
+
+func phaseOf(fn *slessv1.Function) slessv1.FunctionPhase {
+	if fn.Status.Phase == "" {
+		return slessv1.FunctionPending
+	}
+	return fn.Status.Phase
+}
+
+// errorOf reads the runtime's {"error": ...} body.
+func errorOf(body []byte) string {
+	var e struct {
+		Error string `json:"error"`
+	}
+	if json.Unmarshal(body, &e) == nil && e.Error != "" {
+		return e.Error
+	}
+	return "the function failed"
+}
+
+// headWriter keeps the first max bytes of a stream.
+// copyBufs are the buffers responses are copied through: io.Copy would
+// allocate 32 KiB per response, since neither side of this copy has a
+// ReadFrom/WriteTo shortcut.
+var copyBufs = sync.Pool{New: func() any { b := make([]byte, 32<<10); return &b }}
+
+type headWriter struct {
+	buf  bytes.Buffer
+	max  int
+	over bool
+}
+
+func (h *headWriter) Write(p []byte) (int, error) {
+	if h.buf.Len()+len(p) > h.max {
+		h.over = true
+		return len(p), nil
+	}
+	h.buf.Write(p)
+	return len(p), nil
+}
+
+func (h *headWriter) complete() bool { return !h.over }

@@ -1,0 +1,109 @@
+package proxy
+
+import (
+	"io"
+	"log/slog"
+	"net"
+	"net/http"
+	"net/http/httptest"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/google/go-cmp/cmp"
+	"go.opentelemetry.io/otel/propagation"
+	"go.opentelemetry.io/otel/trace/noop"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+
+	slessv1 "github.com/kube5s/sless/pkg/apis/sless/v1alpha1"
+	"github.com/kube5s/sless/pkg/msg"
+)
+
+type records struct {
+	mu  sync.Mutex
+	got []*msg.InvocationCompleted
+}
+
+func (r *records) Record(m *msg.InvocationCompleted) {
+	r.mu.Lock()
+	r.got = append(r.got, m)
+	r.mu.Unlock()
+}
+
+type nobody struct{}
+
+func (nobody) Observe(string, string, string, time.Duration) {}
+
+func readyFunction(endpoint string) *slessv1.Function {
+	fn := &slessv1.Function{ObjectMeta: metav1.ObjectMeta{Name: "f", Namespace: "sless-fn-t"}, Spec: slessv1.FunctionSpec{TimeoutSec: 5}}
+	fn.Status.Endpoint = endpoint
+	fn.Status.Phase = slessv1.FunctionReady
+	fn.Status.Conditions = []metav1.Condition{{Type: slessv1.ConditionReady, Status: metav1.ConditionTrue}}
+	return fn
+}
+
+// TestForwardClassifiesTheOutcome: what the function did decides the
+// record's status and error, and whether the caller gets the function's
+// answer or a Failure to map to a problem.
+func TestForwardClassifiesTheOutcome(t *testing.T) {
+	answer := func(status int, body string) http.HandlerFunc {
+		return func(w http.ResponseWriter, r *http.Request) { w.WriteHeader(status); _, _ = io.WriteString(w, body) }
+	}
+	// A loopback port nothing listens on: the connection is refused.
+	l, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	refused := "http://" + l.Addr().String()
+	l.Close()
+
+	type outcome struct {
+		Failure   *Failure
+		Status    msg.InvocationStatus
+		Error     string
+		HTTPCode  int
+		Forwarded bool
+	}
+	for _, tc := range []struct {
+		name    string
+		handler http.HandlerFunc // nil: the refused address
+		want    outcome
+	}{
+		{"succeeded", answer(200, `{"ok":true}`), outcome{Status: msg.StatusSucceeded, HTTPCode: 200, Forwarded: true}},
+		{"the runtime's error body", answer(500, `{"error":"boom"}`), outcome{Status: msg.StatusFailed, Error: "boom", HTTPCode: 500, Forwarded: true}},
+		{"over the function's concurrency", answer(429, ``), outcome{Status: msg.StatusRejected, Error: "over the function's concurrency", HTTPCode: 429, Forwarded: true}},
+		{"the function's own timeout", answer(504, ``), outcome{Status: msg.StatusTimeout, Error: "function timed out", HTTPCode: 504, Forwarded: true}},
+		{"connection refused", nil, outcome{
+			Failure: &Failure{Status: 503, Slug: "not-ready", RetryAfter: 1, Detail: "function f is restarting; try again shortly"},
+			Status:  msg.StatusFailed, Error: "function not reachable", HTTPCode: 503}},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			endpoint := refused
+			if tc.handler != nil {
+				srv := httptest.NewServer(tc.handler)
+				defer srv.Close()
+				endpoint = srv.URL
+			}
+			rec := &records{}
+			f := &Forwarder{Transport: DefaultTransport(), Tracer: noop.NewTracerProvider().Tracer("test"), Prop: propagation.TraceContext{},
+				Recorder: rec, Metrics: nobody{}, Log: slog.New(slog.NewTextHandler(io.Discard, nil)), MaxResponseBytes: 1 << 20, MaxInlineResult: 1024}
+			w := httptest.NewRecorder()
+			r := httptest.NewRequest(http.MethodPost, "/v1/tenants/t/functions/f/invoke", strings.NewReader("{}"))
+			err := f.Forward(w, r, readyFunction(endpoint), Call{Tenant: "t", Path: "/", Kind: msg.TriggerHTTP})
+
+			got := outcome{Forwarded: w.Code == tc.want.HTTPCode && err == nil}
+			if err != nil {
+				got.Failure = err.(*Failure)
+				got.Failure.Cause = nil
+			}
+			if len(rec.got) != 1 {
+				t.Fatalf("%d records, want 1", len(rec.got))
+			}
+			got.Status, got.Error, got.HTTPCode = rec.got[0].Status, rec.got[0].Error, rec.got[0].HTTPStatus
+			if diff := cmp.Diff(tc.want, got); diff != "" {
+				t.Errorf("outcome (-want +got):\n%s", diff)
+			}
+		})
+	}
+}
