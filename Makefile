@@ -30,7 +30,7 @@ build: ## build the five service binaries into bin/
 test: deps verify test-runtimes ## start the real dependencies and run every test
 	@$(DEPS_ENV); for m in $(MODULES); do \
 		echo "== go test $$m"; \
-		(cd $$m && go test -count=1 ./...) || exit 1; \
+		(cd $$m && go test -count=1 -timeout 25m ./...) || exit 1; \
 	done
 
 .PHONY: test-runtimes
