@@ -43,7 +43,7 @@ cd "$ROOT"
 for s in "${SERVICES[@]}"; do
 	# -B names the image <repo>/<service>; the tag is the commit, for
 	# people; the chart takes the digest. No SBOM: nothing here reads it.
-	ref=$(KO_DOCKER_REPO=$REPO KO_DEFAULTBASEIMAGE=$base GOFLAGS=-trimpath \
+	ref=$(GOWORK=$ROOT/go.work KO_DOCKER_REPO=$REPO KO_DEFAULTBASEIMAGE=$base GOFLAGS=-trimpath \
 		"$KO" build -B --sbom=none --platform="linux/$(go env GOARCH)" --tags="$(git rev-parse --short=12 HEAD 2>/dev/null || echo dev)" \
 		"./services/$s" 2> >(grep -v -e '^[0-9/: ]*Using base' -e 'Building ' -e 'Publishing ' -e 'Published ' -e 'pushed blob' -e 'existing blob' >&2)) ||
 		die "ko build of $s failed"

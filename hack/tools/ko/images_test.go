@@ -99,7 +99,7 @@ func extractFile(r io.Reader, name, dst string) error {
 		if err != nil {
 			return err
 		}
-		n := strings.TrimPrefix(h.Name, "./")
+		n := strings.TrimPrefix(strings.TrimPrefix(h.Name, "./"), "/")
 		switch h.Typeflag {
 		case tar.TypeSymlink:
 			links[n] = h.Linkname
