@@ -31,6 +31,17 @@ import (
 // Docker ones.
 func testBase(t *testing.T, reg string, oci bool) string {
 	t.Helper()
+	return testBaseImage(t, reg, oci, []string{"PATH=/usr/local/bin:/usr/bin:/bin", "PORT=1"})
+}
+
+// testBaseEnv is a Docker-typed test base with the given environment.
+func testBaseEnv(t *testing.T, reg string, env []string) string {
+	t.Helper()
+	return testBaseImage(t, reg, false, env)
+}
+
+func testBaseImage(t *testing.T, reg string, oci bool, env []string) string {
+	t.Helper()
 	img := empty.Image
 	layerType := types.DockerLayer
 	if oci {
@@ -56,7 +67,7 @@ func testBase(t *testing.T, reg string, oci bool) string {
 	if err != nil {
 		t.Fatal(err)
 	}
-	img, err = mutate.Config(img, v1.Config{Env: []string{"PATH=/usr/local/bin:/usr/bin:/bin", "PORT=1"}, Cmd: []string{"sh"},
+	img, err = mutate.Config(img, v1.Config{Env: env, Cmd: []string{"sh"},
 		Labels: map[string]string{"org.debian.release": "test"}})
 	if err != nil {
 		t.Fatal(err)
