@@ -26,6 +26,16 @@ build: ## build the five service binaries into bin/
 	@for s in $(SERVICES); do (cd services/$$s && go build -o ../../bin/$$s .); done
 	@echo "built: $(addprefix bin/,$(SERVICES))"
 
+.PHONY: images
+images: ## build the five platform images with ko into the local registry and print their digests
+	@hack/deps.sh registry up
+	@hack/images.sh
+
+.PHONY: test-images
+test-images: ## build the platform images (make images) and check each one pulled back from the registry
+	@hack/deps.sh registry up
+	@$(DEPS_ENV); cd hack/tools/ko && GOWORK=off go test -count=1 ./...
+
 .PHONY: test
 test: deps verify test-runtimes ## start the real dependencies and run every test
 	@$(DEPS_ENV); for m in $(MODULES); do \

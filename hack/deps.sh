@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # Builds (once, cached by version) and starts the real servers that the tests
 # and `make dev` use: PostgreSQL, RabbitMQ, MinIO, etcd and kube-apiserver,
-# and builds Jaeger, which make dev starts.
+# the CNCF Distribution registry (images), and builds Jaeger, which make dev
+# starts.
 #
 #   hack/deps.sh up      build what is missing and start what is not running
 #   hack/deps.sh env     print the export lines that point tests at them
@@ -10,6 +11,7 @@
 #                        PostgreSQL/RabbitMQ only if it started them)
 #   hack/deps.sh postgres stop|start   for the database outage tests
 #   hack/deps.sh postgres up | rabbitmq up   only that server (the fallback test)
+#   hack/deps.sh registry up   build and start only the registry
 #
 # Servers already listening on their ports are used as they are; when none
 # answers, a private one is installed (Debian packages) and started.
@@ -27,6 +29,7 @@ KUBE_VERSION=$(awk '/^require k8s.io\/kubernetes/ {print $3}' "$ROOT/hack/tools/
 ETCD_VERSION=$(awk '/^require go.etcd.io\/etcd\/server\/v3/ {print $3}' "$ROOT/hack/tools/etcd/go.mod")
 MINIO_VERSION=v0.0.0-20260212201848-7aac2a2c5b7c # MinIO has no semver tags; a pinned pseudo-version.
 JAEGER_VERSION=$(awk '$1 == "github.com/jaegertracing/jaeger" {print $2}' "$ROOT/hack/tools/jaeger/go.mod")
+REGISTRY_VERSION=$(awk '$1 == "github.com/distribution/distribution/v3" {print $2}' "$ROOT/hack/tools/registry/go.mod")
 
 PG_PORT=${SLESS_PG_PORT:-5432}
 RABBIT_PORT=${SLESS_RABBITMQ_PORT:-5672}
@@ -34,12 +37,14 @@ RABBIT_MGMT_PORT=15672
 # The management API listens on loopback only, whoever enables the plugin.
 RABBIT_MGMT_LISTENER="[{ip,\"127.0.0.1\"},{port,$RABBIT_MGMT_PORT}]"
 MINIO_PORT=${SLESS_MINIO_PORT:-9100}
+REGISTRY_PORT=${SLESS_REGISTRY_PORT:-5001}
 
 KUBE_DIR=$CACHE/kube-apiserver-$KUBE_VERSION
 ETCD_DIR=$CACHE/etcd-$ETCD_VERSION
 MINIO_DIR=$CACHE/minio-$MINIO_VERSION
 ASSETS=$CACHE/envtest-$KUBE_VERSION-etcd-$ETCD_VERSION
 JAEGER_DIR=$CACHE/jaeger-$JAEGER_VERSION
+REGISTRY_DIR=$CACHE/registry-$REGISTRY_VERSION
 
 say() { printf 'deps: %s\n' "$*" >&2; }
 die() { printf 'deps: ERROR: %s\n' "$*" >&2; exit 1; }
@@ -86,6 +91,7 @@ build_all() {
 	build kube-apiserver "$KUBE_DIR" k8s.io/kubernetes/cmd/kube-apiserver "$ROOT/hack/tools/kube"
 	build etcd "$ETCD_DIR" ./cmd/etcd "$ROOT/hack/tools/etcd"
 	build jaeger "$JAEGER_DIR" github.com/jaegertracing/jaeger/cmd/jaeger "$ROOT/hack/tools/jaeger"
+	build registry "$REGISTRY_DIR" github.com/distribution/distribution/v3/cmd/registry "$ROOT/hack/tools/registry"
 	if [ ! -x "$MINIO_DIR/minio" ]; then
 		say "building minio $MINIO_VERSION into $MINIO_DIR (first time only)"
 		local start=$SECONDS
@@ -286,6 +292,41 @@ minio_up() {
 	die "MinIO is not ready; see $STATE/minio/server.log"
 }
 
+# registry_up starts the Distribution registry on loopback (plain HTTP,
+# which clients allow for 127.0.0.1 without configuration), its blobs under
+# the state directory, deletes enabled so that tests can clean up.
+registry_up() {
+	listening "$REGISTRY_PORT" && return 0
+	local dir=$STATE/registry
+	say "starting the registry on 127.0.0.1:$REGISTRY_PORT (data in $dir/data)"
+	mkdir -p "$dir/data"
+	cat >"$dir/config.yml" <<EOC
+version: 0.1
+log:
+  level: warn
+  accesslog:
+    disabled: true
+storage:
+  filesystem:
+    rootdirectory: $dir/data
+  delete:
+    enabled: true
+http:
+  addr: 127.0.0.1:$REGISTRY_PORT
+EOC
+	# Its tracing is off: it would export to an OTLP collector by default.
+	OTEL_TRACES_EXPORTER=none setsid nohup "$REGISTRY_DIR/registry" serve "$dir/config.yml" \
+		>"$dir/server.log" 2>&1 </dev/null &
+	echo $! >"$dir/pid"
+	wait_port "$REGISTRY_PORT" 30 "the registry"
+	local i
+	for ((i = 0; i < 50; i++)); do
+		curl -fsS "http://127.0.0.1:$REGISTRY_PORT/v2/" >/dev/null 2>&1 && return 0
+		sleep 0.2
+	done
+	die "the registry does not answer /v2/; see $dir/server.log"
+}
+
 print_env() {
 	minio_creds
 	cat <<EOT
@@ -299,6 +340,7 @@ export SLESS_TEST_S3_ACCESS_KEY='$MINIO_ROOT_USER'
 export SLESS_TEST_S3_SECRET_KEY='$MINIO_ROOT_PASSWORD'
 export SLESS_DEPS_SCRIPT='$ROOT/hack/deps.sh'
 export SLESS_JAEGER_BIN='$JAEGER_DIR/jaeger'
+export SLESS_TEST_REGISTRY='127.0.0.1:$REGISTRY_PORT'
 EOT
 }
 
@@ -321,6 +363,7 @@ postgres_ctl() {
 
 down() {
 	if [ -f "$STATE/minio/pid" ]; then kill "$(cat "$STATE/minio/pid")" 2>/dev/null || true; rm -f "$STATE/minio/pid"; fi
+	if [ -f "$STATE/registry/pid" ]; then kill "$(cat "$STATE/registry/pid")" 2>/dev/null || true; rm -f "$STATE/registry/pid"; fi
 	if [ -f "$STATE/postgres.ours" ]; then
 		as_postgres "$(ls -d /usr/lib/postgresql/*/bin | sort -V | tail -1)/pg_ctl" -D "$(pg_datadir)" stop -m fast >/dev/null || true
 		rm -f "$STATE/postgres.ours"
@@ -342,6 +385,7 @@ up)
 	rabbitmq_management
 	rabbitmq_gc
 	minio_up
+	registry_up
 	;;
 build) build_all ;;
 env) print_env ;;
@@ -355,6 +399,11 @@ postgres)
 rabbitmq)
 	[ "${2:-}" = up ] || die "usage: hack/deps.sh rabbitmq up"
 	rabbitmq_up
+	;;
+registry)
+	[ "${2:-}" = up ] || die "usage: hack/deps.sh registry up"
+	build_all
+	registry_up
 	;;
 down) down ;;
 *) die "usage: hack/deps.sh [up|env|build|down]" ;;

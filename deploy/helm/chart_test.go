@@ -179,9 +179,9 @@ func unpinnedImages(manifests string) []string {
 func TestUnpinnedImagesFindsTags(t *testing.T) {
 	manifests := "      image: registry.example.com/sless/gateway:v1.0\n" +
 		"      image: registry.example.com/sless/gateway@sha256:" + strings.Repeat("a", 64) + "\n" +
-		"        - {name: SLESS_BUILD_EXECUTOR_IMAGE, value: \"gcr.io/kaniko-project/executor\"}\n"
+		"        - {name: SLESS_BUILD_BASE_PYTHON311_IMAGE, value: \"docker.io/library/python:3.11\"}\n"
 	got := unpinnedImages(manifests)
-	want := []string{"registry.example.com/sless/gateway:v1.0", "gcr.io/kaniko-project/executor"}
+	want := []string{"registry.example.com/sless/gateway:v1.0", "docker.io/library/python:3.11"}
 	if diff := cmp.Diff(want, got); diff != "" {
 		t.Errorf("unpinned images (-want +got):\n%s", diff)
 	}
@@ -193,8 +193,8 @@ func TestSchemaRejectsBadValues(t *testing.T) {
 		"unknown key":         {"gatewy": map[string]any{"replicas": 1}},
 		"unknown nested key":  {"gateway": map[string]any{"replica": 1}},
 		"wrong type":          {"gateway": map[string]any{"replicas": "two"}},
-		"executor by tag":     {"build": map[string]any{"executorImage": "gcr.io/kaniko-project/executor:v1.23.2"}},
-		"executor untagged":   {"build": map[string]any{"executorImage": "gcr.io/kaniko-project/executor"}},
+		"base image by tag":   {"build": map[string]any{"baseImages": map[string]any{"python311": "docker.io/library/python:3.11-slim-bookworm"}}},
+		"base image untagged": {"build": map[string]any{"baseImages": map[string]any{"nodejs20": "docker.io/library/node"}}},
 		"short admin token":   {"adminToken": map[string]any{"value": "short"}},
 		"digest not a digest": {"image": map[string]any{"digests": map[string]any{"gateway": "v1.0"}}},
 	} {

@@ -102,7 +102,8 @@ func TestServicesRunAsTheirServiceAccounts(t *testing.T) {
 		case "builder":
 			e["SLESS_BUILD_DRIVER"] = "kubernetes"
 			e["SLESS_BUILD_NAMESPACE"] = "sless-builds"
-			e["SLESS_BUILD_EXECUTOR_IMAGE"] = "registry.example/executor@sha256:" + zeros
+			e["SLESS_BUILD_BASE_PYTHON311_IMAGE"] = "registry.example/python@sha256:" + zeros
+			e["SLESS_BUILD_BASE_NODEJS20_IMAGE"] = "registry.example/node@sha256:" + zeros
 			e["SLESS_BUILD_HELPER_IMAGE"] = "registry.example/builder@sha256:" + zeros
 			e["SLESS_REGISTRY"] = "registry.example/functions"
 		}

@@ -1,8 +1,10 @@
 package main
 
 import (
+	"maps"
 	"os"
 	"path/filepath"
+	"slices"
 	"strconv"
 	"time"
 
@@ -52,15 +54,19 @@ func loadConfig(getenv func(string) string) (config, error) {
 		Npm:              r.String("SLESS_NPM", "npm"),
 		InstallEnv:       build.InstallEnv(getenv),
 		Kube: build.KubeConfig{
-			Namespace:      r.String("SLESS_BUILD_NAMESPACE", "sless-builds"),
-			ExecutorImage:  r.String("SLESS_BUILD_EXECUTOR_IMAGE", ""),
-			HelperImage:    r.String("SLESS_BUILD_HELPER_IMAGE", ""),
-			Registry:       r.String("SLESS_REGISTRY", ""),
-			RegistrySecret: r.String("SLESS_REGISTRY_SECRET", "sless-registry"),
-			S3Secret:       r.String("SLESS_BUILD_S3_SECRET", "sless-s3"),
-			Deadline:       r.Duration("SLESS_BUILD_DEADLINE", 15*time.Minute),
-			CPU:            r.String("SLESS_BUILD_CPU", "1"),
-			Memory:         r.String("SLESS_BUILD_MEMORY", "2Gi"),
+			Namespace:   r.String("SLESS_BUILD_NAMESPACE", "sless-builds"),
+			HelperImage: r.String("SLESS_BUILD_HELPER_IMAGE", ""),
+			BaseImages: map[string]string{
+				"python3.11": r.String("SLESS_BUILD_BASE_PYTHON311_IMAGE", ""),
+				"nodejs20":   r.String("SLESS_BUILD_BASE_NODEJS20_IMAGE", ""),
+			},
+			Registry:         r.String("SLESS_REGISTRY", ""),
+			RegistryInsecure: r.Bool("SLESS_REGISTRY_INSECURE", false),
+			RegistrySecret:   r.String("SLESS_REGISTRY_SECRET", "sless-registry"),
+			S3Secret:         r.String("SLESS_BUILD_S3_SECRET", "sless-s3"),
+			Deadline:         r.Duration("SLESS_BUILD_DEADLINE", 15*time.Minute),
+			CPU:              r.String("SLESS_BUILD_CPU", "1"),
+			Memory:           r.String("SLESS_BUILD_MEMORY", "2Gi"),
 		},
 	}
 	c.MaxArchiveBytes, c.Limits = archiveLimits(r)
@@ -77,13 +83,13 @@ func loadConfig(getenv func(string) string) (config, error) {
 		r.Failf("SLESS_BUILD_LEASE must be at least 3s")
 	}
 	if c.Driver == "kubernetes" {
-		for k, v := range map[string]string{"SLESS_BUILD_EXECUTOR_IMAGE": c.Kube.ExecutorImage, "SLESS_BUILD_HELPER_IMAGE": c.Kube.HelperImage, "SLESS_REGISTRY": c.Kube.Registry} {
-			if v == "" {
+		required := map[string]string{"SLESS_REGISTRY": c.Kube.Registry, "SLESS_BUILD_HELPER_IMAGE": c.Kube.HelperImage,
+			"SLESS_BUILD_BASE_PYTHON311_IMAGE": c.Kube.BaseImages["python3.11"], "SLESS_BUILD_BASE_NODEJS20_IMAGE": c.Kube.BaseImages["nodejs20"]}
+		for _, k := range slices.Sorted(maps.Keys(required)) {
+			switch v := required[k]; {
+			case v == "":
 				r.Failf("%s is required with SLESS_BUILD_DRIVER=kubernetes", k)
-			}
-		}
-		for k, v := range map[string]string{"SLESS_BUILD_EXECUTOR_IMAGE": c.Kube.ExecutorImage, "SLESS_BUILD_HELPER_IMAGE": c.Kube.HelperImage} {
-			if v != "" && !digestPinned.MatchString(v) {
+			case k != "SLESS_REGISTRY" && !digestPinned.MatchString(v):
 				r.Failf("%s=%s must be pinned by digest (name@sha256:...)", k, v)
 			}
 		}

@@ -2,23 +2,36 @@
 package main
 
 import (
+	"bytes"
 	"context"
 	"fmt"
 	"os"
 	"os/signal"
+	"strings"
 	"syscall"
 )
 
 func main() {
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
 	defer stop()
-	if len(os.Args) > 1 && os.Args[1] == "prepare-context" {
-		if err := prepareContext(ctx, os.Args[2:], os.Getenv, os.Stdout); err != nil {
-			// The termination message is what the builder reports as the reason.
-			fmt.Fprintln(os.Stderr, "prepare-context:", err)
-			if _, serr := os.Stat("/dev/termination-log"); serr == nil { // in a pod only
-				_ = os.WriteFile("/dev/termination-log", []byte(err.Error()), 0o644)
+	if len(os.Args) > 1 && (os.Args[1] == "prepare-context" || os.Args[1] == "assemble") {
+		// A step of a build Job (kubernetes profile). Its termination
+		// message is what the builder reads: the pushed digest, or the
+		// error it reports as the reason.
+		var err error
+		if os.Args[1] == "prepare-context" {
+			err = prepareContext(ctx, os.Args[2:], os.Getenv, os.Stdout)
+		} else {
+			var digest bytes.Buffer
+			if err = assemble(ctx, os.Args[2:], os.Getenv, &digest, os.Stderr); err == nil {
+				fmt.Print(digest.String())
+				terminationMessage(strings.TrimSpace(digest.String()))
 			}
+		}
+		if err != nil {
+			fmt.Fprintf(os.Stderr, "%s: %v\n", os.Args[1], err)
+			terminationMessage(err.Error())
+			stop()
 			os.Exit(1)
 		}
 		return
@@ -26,5 +39,12 @@ func main() {
 	if err := run(ctx, os.Getenv, os.Stdout); err != nil {
 		fmt.Fprintln(os.Stderr, "builder:", err)
 		os.Exit(1)
+	}
+}
+
+// terminationMessage writes the container's termination message, in a pod only.
+func terminationMessage(m string) {
+	if _, err := os.Stat("/dev/termination-log"); err == nil {
+		_ = os.WriteFile("/dev/termination-log", []byte(m), 0o644)
 	}
 }

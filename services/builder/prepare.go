@@ -13,8 +13,8 @@ import (
 )
 
 // prepareContext is `builder prepare-context`, the init container of a
-// build Job (kubernetes profile): it writes the executor's build context
-// from the source archive in S3. The object store settings and archive
+// build Job (kubernetes profile): it writes the checked code of the source
+// archive in S3 into the workspace. The object store settings and archive
 // limits come from the same SLESS_* variables as the service's.
 func prepareContext(ctx context.Context, args []string, getenv func(string) string, out io.Writer) error {
 	fs := flag.NewFlagSet("prepare-context", flag.ContinueOnError)

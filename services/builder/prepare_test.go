@@ -44,7 +44,7 @@ func TestPrepareContextCommand(t *testing.T) {
 	if err := prepareContext(t.Context(), args, getenv, &log); err != nil {
 		t.Fatalf("%v\n%s", err, log.String())
 	}
-	for _, f := range []string{"Dockerfile", "runtime.py", "code/main.py"} {
+	for _, f := range []string{"code/main.py"} {
 		if _, err := os.Stat(filepath.Join(out, f)); err != nil {
 			t.Error(err)
 		}

@@ -15,24 +15,23 @@ import (
 )
 
 // ContextRequest is one `builder prepare-context` run: the init container of
-// a build Job turns the source archive into the executor's build context.
+// a build Job turns the source archive into the checked code that the deps
+// and assemble steps read.
 type ContextRequest struct {
 	SourceKey  string // sources/<tenant>/<function>/<sha256>.zip
 	SHA256     string // the digest the archive must have
 	Runtime    string
 	Entrypoint string
-	Out        string // the build context directory (the Job's /workspace)
+	Out        string // the Job's workspace; the code goes to Out/code
 }
 
 // PrepareContext fetches the archive, checks that it is the one requested
 // (its SHA-256), unpacks and checks it as the local driver does, and writes
-// the build context into req.Out: code/ (the function), the runtime wrapper
-// and the runtime's Dockerfile, which installs the dependencies. The
-// Dockerfile is written last: on any failure there is none, so the executor
-// cannot build from a half-written context.
+// the function's code into req.Out/code. The directory is renamed into
+// place last: on any failure there is none, so the later steps cannot build
+// from half-written code.
 func PrepareContext(ctx context.Context, objs Sources, maxArchive int64, lim Limits, validators []Validator, req ContextRequest, log io.Writer) error {
-	img, err := runtimes.ImageFiles(req.Runtime)
-	if err != nil {
+	if _, err := runtimes.WrapperOf(req.Runtime); err != nil {
 		return fail(ReasonUnsupportedRuntime, "%v", err)
 	}
 	data, err := fetchVerified(ctx, objs, req.SourceKey, req.SHA256, maxArchive)
@@ -66,13 +65,7 @@ func PrepareContext(ctx context.Context, objs Sources, maxArchive int64, lim Lim
 	if err := os.Rename(tmp, code); err != nil {
 		return err
 	}
-	if err := os.WriteFile(filepath.Join(req.Out, img.WrapperName), img.Wrapper, 0o644); err != nil {
-		return err
-	}
-	if err := os.WriteFile(filepath.Join(req.Out, "Dockerfile"), img.Dockerfile, 0o644); err != nil {
-		return err
-	}
-	fmt.Fprintf(log, "build context ready in %s: %d files, %s, Dockerfile of %s\n", req.Out, len(files), img.WrapperName, req.Runtime)
+	fmt.Fprintf(log, "code ready in %s: %d files of a %s function\n", code, len(files), req.Runtime)
 	return nil
 }
 

@@ -15,9 +15,8 @@ import (
 )
 
 // TestPrepareContext runs the build Job's context step against real MinIO:
-// a good archive becomes code/, the runtime wrapper and the runtime's own
-// Dockerfile; each bad request fails with its reason and leaves no
-// Dockerfile for the executor to build from.
+// a good archive becomes code/ and nothing else; each bad request fails with
+// its reason and leaves no code/ for the later steps to build from.
 func TestPrepareContext(t *testing.T) {
 	s3 := testenv.S3(t)
 	store, err := objstore.New(objstore.Config{Endpoint: s3.Endpoint, AccessKey: s3.AccessKey, SecretKey: s3.SecretKey, Bucket: s3.Bucket})
@@ -36,7 +35,6 @@ func TestPrepareContext(t *testing.T) {
 	prepare := func(req ContextRequest) error {
 		return PrepareContext(t.Context(), store, 1<<20, DefaultLimits, []Validator{EntrypointExists{}}, req, io.Discard)
 	}
-	runtimesDir := filepath.Join("..", "..", "..", "..", "runtimes")
 
 	t.Run("node", func(t *testing.T) {
 		key, sum := put(zipOf(t, entry{name: "index.js", body: "exports.handler = async () => 'hi';\n"},
@@ -46,21 +44,14 @@ func TestPrepareContext(t *testing.T) {
 		if err := prepare(ContextRequest{SourceKey: key, SHA256: sum, Runtime: "nodejs20", Entrypoint: "index.handler", Out: out}); err != nil {
 			t.Fatal(err)
 		}
-		for ctxFile, repoFile := range map[string]string{"Dockerfile": "nodejs20/Dockerfile", "runtime.js": "nodejs20/runtime.js"} {
-			got, _ := os.ReadFile(filepath.Join(out, ctxFile))
-			want, err := os.ReadFile(filepath.Join(runtimesDir, repoFile))
-			if err != nil || !bytes.Equal(got, want) {
-				t.Errorf("%s is not runtimes/%s (%v)", ctxFile, repoFile, err)
-			}
-		}
 		for _, f := range []string{"code/index.js", "code/package.json", "code/lib/util.js"} {
 			if _, err := os.Stat(filepath.Join(out, f)); err != nil {
 				t.Error(err)
 			}
 		}
 		entries, _ := os.ReadDir(out)
-		if len(entries) != 3 {
-			t.Errorf("the context holds %d entries, want Dockerfile, runtime.js and code/", len(entries))
+		if len(entries) != 1 {
+			t.Errorf("the workspace holds %d entries, want code/ alone", len(entries))
 		}
 		// A retried init container starts over in the same directory.
 		if err := prepare(ContextRequest{SourceKey: key, SHA256: sum, Runtime: "nodejs20", Entrypoint: "index.handler", Out: out}); err != nil {
@@ -74,10 +65,8 @@ func TestPrepareContext(t *testing.T) {
 		if err := prepare(ContextRequest{SourceKey: key, SHA256: sum, Runtime: "python3.11", Entrypoint: "main.handler", Out: out}); err != nil {
 			t.Fatal(err)
 		}
-		got, _ := os.ReadFile(filepath.Join(out, "runtime.py"))
-		want, _ := os.ReadFile(filepath.Join(runtimesDir, "python3.11", "runtime.py"))
-		if !bytes.Equal(got, want) {
-			t.Error("runtime.py is not the Python wrapper")
+		if _, err := os.Stat(filepath.Join(out, "code", "main.py")); err != nil {
+			t.Error(err)
 		}
 	})
 
@@ -105,8 +94,8 @@ func TestPrepareContext(t *testing.T) {
 			if !errors.As(err, &be) || be.Reason != tc.reason {
 				t.Fatalf("error %v, want reason %s", err, tc.reason)
 			}
-			if _, err := os.Stat(filepath.Join(tc.req.Out, "Dockerfile")); err == nil {
-				t.Error("a Dockerfile was written for a refused archive")
+			if _, err := os.Stat(filepath.Join(tc.req.Out, "code")); err == nil {
+				t.Error("code/ was written for a refused archive")
 			}
 			// Nothing outside the workspace, nothing left inside it.
 			entries, _ := os.ReadDir(parent)

@@ -21,15 +21,20 @@ import (
 // KubeConfig configures the in-cluster build driver.
 type KubeConfig struct {
 	Namespace string
-	// ExecutorImage builds and pushes the image (kaniko-compatible flags),
-	// pinned by digest.
-	ExecutorImage string
-	// HelperImage is the builder's own image; its prepare-context command
-	// fetches and checks the archive and writes the build context.
+	// HelperImage is the builder's own image, pinned by digest: its
+	// prepare-context command fetches and checks the archive, its assemble
+	// command makes and pushes the function image.
 	HelperImage string
-	// Registry is where function images go: <Registry>/<tenant>/<function>:<sha[:12]>.
+	// BaseImages are the runtime base images by runtime, pinned by digest:
+	// the deps step runs in them and function images are built on them.
+	BaseImages map[string]string
+	// Registry is where function images go: <Registry>/<tenant>/<function>.
 	Registry string
-	// RegistrySecret holds a .dockerconfigjson for the push.
+	// RegistryInsecure pushes over plain HTTP (a registry inside the
+	// cluster without TLS; loopback registries are plain HTTP anyway).
+	RegistryInsecure bool
+	// RegistrySecret holds a .dockerconfigjson for the push; only the
+	// assemble container mounts it.
 	RegistrySecret string
 	// S3Secret holds the object store credentials for the helper
 	// (SLESS_S3_ACCESS_KEY and SLESS_S3_SECRET_KEY).
@@ -56,28 +61,77 @@ func (k *Kubernetes) Name() string { return "kubernetes" }
 // JobName is the name of a build's Job.
 func JobName(buildID string) string { return "sless-build-" + strings.TrimPrefix(buildID, "b-") }
 
-// ImageRef is the destination of a build.
-func ImageRef(registry, tenant, function, sha string) string {
-	return fmt.Sprintf("%s/%s/%s:%s", strings.TrimSuffix(registry, "/"), tenant, function, sha[:12])
+// Repository is where the images of a function go.
+func Repository(registry, tenant, function string) string {
+	return fmt.Sprintf("%s/%s/%s", strings.TrimSuffix(registry, "/"), tenant, function)
 }
 
-// BuildJob is the Job that builds j: an init container (the builder image)
-// fetches the archive, checks it and writes the context with a Dockerfile
-// generated from runtimes/<runtime>/Dockerfile; the executor builds and
-// pushes. The pod gets no service-account token, runs as non-root with no
-// capabilities, has limits and a deadline, and the Job is removed a while
-// after it finished.
+// ImageRef is the tag a build pushes besides its digest, for people
+// browsing the registry; the build's result names the digest.
+func ImageRef(registry, tenant, function, sha string) string {
+	return Repository(registry, tenant, function) + ":" + sha[:12]
+}
+
+// depsScripts install a function's dependencies in the deps step, in the
+// runtime base image, from the checked code in /workspace/code into
+// /workspace/deps. No user input is in them. pip takes wheels only and npm
+// runs no scripts: nothing of the packages runs at build time.
+var depsScripts = map[string]string{
+	"python3.11": `set -eu
+if [ -f /workspace/code/requirements.txt ]; then
+  python3 -m pip install --no-input --disable-pip-version-check --no-cache-dir --only-binary=:all: \
+    --target /workspace/deps -r /workspace/code/requirements.txt
+else echo "no requirements.txt: no dependencies"; fi`,
+	"nodejs20": `set -eu
+if [ -f /workspace/code/package.json ]; then
+  mkdir -p /workspace/deps && cp /workspace/code/package.json /workspace/deps/ && cd /workspace/deps
+  if [ -f /workspace/code/package-lock.json ]; then
+    cp /workspace/code/package-lock.json . && npm ci --omit=dev --ignore-scripts --no-audit --no-fund
+  else npm install --omit=dev --ignore-scripts --no-audit --no-fund; fi
+else echo "no package.json: no dependencies"; fi`,
+}
+
+// Container names of a build pod.
+const (
+	stepContext  = "context"
+	stepDeps     = "deps"
+	stepAssemble = "assemble"
+)
+
+// BuildJob is the Job that builds j, in three steps of one pod:
+//   - context (builder image): fetches the archive, checks it, writes the
+//     code into the workspace; holds the object store credentials;
+//   - deps (the runtime base image): installs the dependencies into
+//     /workspace/deps; no credentials at all, as it runs package managers
+//     on tenant input;
+//   - assemble (builder image): appends wrapper, deps and code to the base
+//     and pushes; the only container that mounts the push secret.
+//
+// The pod gets no service-account token, runs as 10001 with no
+// capabilities and read-only root filesystems (writing only to emptyDirs),
+// has limits and a deadline, and the Job is removed a while after it
+// finished. The base image must be known (BaseImages) for j.Runtime.
 func BuildJob(cfg KubeConfig, j *Job) *batchv1.Job {
-	dest := ImageRef(cfg.Registry, j.Tenant, j.Function, j.SourceSHA256)
 	limits := corev1.ResourceList{corev1.ResourceCPU: resource.MustParse(cfg.CPU), corev1.ResourceMemory: resource.MustParse(cfg.Memory)}
+	res := corev1.ResourceRequirements{Requests: limits, Limits: limits}
 	sec := &corev1.SecurityContext{
 		AllowPrivilegeEscalation: ptr.To(false),
 		RunAsNonRoot:             ptr.To(true),
+		ReadOnlyRootFilesystem:   ptr.To(true),
 		Capabilities:             &corev1.Capabilities{Drop: []corev1.Capability{"ALL"}},
 		SeccompProfile:           &corev1.SeccompProfile{Type: corev1.SeccompProfileTypeRuntimeDefault},
 	}
 	labels := map[string]string{"app.kubernetes.io/managed-by": "sless", "sless.kube5s.ru/build": j.ID,
 		"sless.kube5s.ru/tenant": j.Tenant, "sless.kube5s.ru/function": j.Function}
+	workspace := corev1.VolumeMount{Name: "workspace", MountPath: "/workspace"}
+	tmp := corev1.VolumeMount{Name: "tmp", MountPath: "/tmp"}
+	assembleArgs := []string{"assemble", "--runtime", j.Runtime, "--base", cfg.BaseImages[j.Runtime],
+		"--code", "/workspace/code", "--deps", "/workspace/deps",
+		"--destination", Repository(cfg.Registry, j.Tenant, j.Function), "--tag", j.SourceSHA256[:12],
+		"--source-sha256", j.SourceSHA256, "--tenant", j.Tenant, "--function", j.Function}
+	if cfg.RegistryInsecure {
+		assembleArgs = append(assembleArgs, "--insecure")
+	}
 	return &batchv1.Job{
 		ObjectMeta: metav1.ObjectMeta{Name: JobName(j.ID), Namespace: cfg.Namespace, Labels: labels},
 		Spec: batchv1.JobSpec{
@@ -95,31 +149,44 @@ func BuildJob(cfg KubeConfig, j *Job) *batchv1.Job {
 						SeccompProfile: &corev1.SeccompProfile{Type: corev1.SeccompProfileTypeRuntimeDefault},
 					},
 					InitContainers: []corev1.Container{{
-						Name:  "context",
+						Name:  stepContext,
 						Image: cfg.HelperImage,
 						Args: []string{"prepare-context", "--source-key", j.SourceKey, "--sha256", j.SourceSHA256,
 							"--runtime", j.Runtime, "--entrypoint", j.Entrypoint, "--out", "/workspace"},
 						Env:             envVars(cfg.HelperEnv),
 						EnvFrom:         []corev1.EnvFromSource{{SecretRef: &corev1.SecretEnvSource{LocalObjectReference: corev1.LocalObjectReference{Name: cfg.S3Secret}}}},
-						VolumeMounts:    []corev1.VolumeMount{{Name: "workspace", MountPath: "/workspace"}, {Name: "tmp", MountPath: "/tmp"}},
-						Resources:       corev1.ResourceRequirements{Requests: limits, Limits: limits},
+						VolumeMounts:    []corev1.VolumeMount{workspace, tmp},
+						Resources:       res,
+						SecurityContext: sec,
+					}, {
+						Name:       stepDeps,
+						Image:      cfg.BaseImages[j.Runtime],
+						Command:    []string{"sh", "-c", depsScripts[j.Runtime]},
+						WorkingDir: "/workspace",
+						// HOME and the caches on the tmp emptyDir (the root
+						// filesystem is read-only); compiled .pyc files carry
+						// hashes, not times (SOURCE_DATE_EPOCH), so that the
+						// same packages give the same layer.
+						Env: envVars(map[string]string{"HOME": "/tmp", "TMPDIR": "/tmp", "npm_config_cache": "/tmp/.npm",
+							"npm_config_update_notifier": "false", "SOURCE_DATE_EPOCH": "315532800"}),
+						VolumeMounts:    []corev1.VolumeMount{workspace, tmp},
+						Resources:       res,
 						SecurityContext: sec,
 					}},
 					Containers: []corev1.Container{{
-						Name:  "executor",
-						Image: cfg.ExecutorImage,
-						Args: []string{"--context=dir:///workspace", "--dockerfile=/workspace/Dockerfile", "--destination=" + dest,
-							"--digest-file=/dev/termination-log", "--snapshot-mode=redo", "--cache=false", "--verbosity=info"},
-						Env: []corev1.EnvVar{{Name: "DOCKER_CONFIG", Value: "/docker"}},
-						VolumeMounts: []corev1.VolumeMount{{Name: "workspace", MountPath: "/workspace"}, {Name: "docker", MountPath: "/docker", ReadOnly: true},
-							{Name: "tmp", MountPath: "/tmp"}},
-						Resources:                corev1.ResourceRequirements{Requests: limits, Limits: limits},
+						Name:  stepAssemble,
+						Image: cfg.HelperImage,
+						Args:  assembleArgs,
+						Env:   envVars(map[string]string{"DOCKER_CONFIG": "/docker", "TMPDIR": "/tmp"}),
+						VolumeMounts: []corev1.VolumeMount{{Name: "workspace", MountPath: "/workspace", ReadOnly: true}, tmp,
+							{Name: "docker", MountPath: "/docker", ReadOnly: true}},
+						Resources:                res,
 						SecurityContext:          sec,
 						TerminationMessagePolicy: corev1.TerminationMessageReadFile,
 					}},
 					Volumes: []corev1.Volume{
 						{Name: "workspace", VolumeSource: corev1.VolumeSource{EmptyDir: &corev1.EmptyDirVolumeSource{SizeLimit: ptr.To(resource.MustParse("2Gi"))}}},
-						{Name: "tmp", VolumeSource: corev1.VolumeSource{EmptyDir: &corev1.EmptyDirVolumeSource{}}},
+						{Name: "tmp", VolumeSource: corev1.VolumeSource{EmptyDir: &corev1.EmptyDirVolumeSource{SizeLimit: ptr.To(resource.MustParse("2Gi"))}}},
 						{Name: "docker", VolumeSource: corev1.VolumeSource{Secret: &corev1.SecretVolumeSource{SecretName: cfg.RegistrySecret,
 							Items: []corev1.KeyToPath{{Key: corev1.DockerConfigJsonKey, Path: "config.json"}}}}},
 					},
@@ -133,11 +200,14 @@ func BuildJob(cfg KubeConfig, j *Job) *batchv1.Job {
 // same build is adopted), wait for it, and turn its outcome and pod logs
 // into the result. Finished Jobs are deleted; the TTL is a fallback.
 func (k *Kubernetes) Build(ctx context.Context, j *Job) (Artifact, error) {
+	if k.Config.BaseImages[j.Runtime] == "" || depsScripts[j.Runtime] == "" {
+		return Artifact{}, fail(ReasonUnsupportedRuntime, "no base image is configured for runtime %q", j.Runtime)
+	}
 	job := BuildJob(k.Config, j)
 	if err := k.Client.Create(ctx, job); err != nil && !apierrors.IsAlreadyExists(err) {
 		return Artifact{}, fmt.Errorf("create build job: %w", err)
 	}
-	fmt.Fprintf(j.Log, "build job %s/%s pushes %s\n", job.Namespace, job.Name, ImageRef(k.Config.Registry, j.Tenant, j.Function, j.SourceSHA256))
+	fmt.Fprintf(j.Log, "build job %s/%s pushes to %s on %s\n", job.Namespace, job.Name, Repository(k.Config.Registry, j.Tenant, j.Function), k.Config.BaseImages[j.Runtime])
 	poll := k.Poll
 	if poll <= 0 {
 		poll = 2 * time.Second
@@ -148,25 +218,27 @@ func (k *Kubernetes) Build(ctx context.Context, j *Job) (Artifact, error) {
 			return Artifact{}, fmt.Errorf("read build job: %w", err)
 		}
 		if done, failed, msg := jobOutcome(&cur); done {
-			digest, contextErr := k.collect(ctx, &cur, j)
+			digest, stepErr := k.collect(ctx, &cur, j)
 			_ = k.Client.Delete(context.WithoutCancel(ctx), &cur, client.PropagationPolicy(metav1.DeletePropagationBackground))
 			if failed {
-				// The context step failed on the archive: its reason is the
-				// user's to act on (MissingEntrypoint, UnsafePath, ...).
-				if contextErr != nil {
-					return Artifact{}, contextErr
+				// The context step failed on the archive or the deps step on
+				// the dependencies: the reason is the user's to act on
+				// (MissingEntrypoint, UnsafePath, DependencyInstallFailed...).
+				if stepErr != nil {
+					return Artifact{}, stepErr
 				}
 				reason := ReasonBuildJobFailed
 				if strings.Contains(msg, "DeadlineExceeded") {
 					reason = ReasonBuildDeadline
 				}
-				return Artifact{}, fail(reason, "%s; the build log has the executor's output", msg)
+				return Artifact{}, fail(reason, "%s; the build log has the steps' output", msg)
 			}
-			image := ImageRef(k.Config.Registry, j.Tenant, j.Function, j.SourceSHA256)
-			if digest != "" {
-				image = image[:strings.LastIndex(image, ":")] + "@" + digest
+			if digest == "" {
+				// No floating tag may stand for the image: without the
+				// digest there is no result to deploy.
+				return Artifact{}, fail(ReasonBuildJobFailed, "the build job finished without reporting the pushed digest")
 			}
-			return Artifact{Image: image}, nil
+			return Artifact{Image: Repository(k.Config.Registry, j.Tenant, j.Function) + "@" + digest}, nil
 		}
 		select {
 		case <-ctx.Done():
@@ -192,8 +264,8 @@ func jobOutcome(j *batchv1.Job) (done, failed bool, message string) {
 }
 
 // collect copies the build pod's logs into the build log and returns the
-// pushed digest the executor wrote to its termination message, and the
-// error prepare-context wrote to its own when it refused the archive.
+// pushed digest assemble wrote to its termination message, and the user's
+// error when prepare-context refused the archive or the deps step failed.
 func (k *Kubernetes) collect(ctx context.Context, job *batchv1.Job, j *Job) (string, *Error) {
 	if k.Clientset == nil {
 		return "", nil
@@ -204,24 +276,31 @@ func (k *Kubernetes) collect(ctx context.Context, job *batchv1.Job, j *Job) (str
 		return "", nil
 	}
 	pod := pods.Items[0]
-	for _, c := range []string{"context", "executor"} {
+	for _, c := range []string{stepContext, stepDeps, stepAssemble} {
 		b, err := k.Clientset.CoreV1().Pods(pod.Namespace).GetLogs(pod.Name, &corev1.PodLogOptions{Container: c}).DoRaw(ctx)
 		if err == nil {
 			fmt.Fprintf(j.Log, "--- %s ---\n%s", c, b)
 		}
 	}
-	var contextErr *Error
+	var stepErr *Error
 	for _, cs := range pod.Status.InitContainerStatuses {
-		if t := cs.State.Terminated; cs.Name == "context" && t != nil && t.ExitCode != 0 {
-			contextErr = contextFailure(t.Message)
+		t := cs.State.Terminated
+		if t == nil || t.ExitCode == 0 {
+			continue
+		}
+		switch cs.Name {
+		case stepContext:
+			stepErr = contextFailure(t.Message)
+		case stepDeps:
+			stepErr = fail(ReasonDependencies, "installing the dependencies failed (exit code %d); the build log has the package manager's output", t.ExitCode)
 		}
 	}
 	for _, cs := range pod.Status.ContainerStatuses {
-		if cs.Name == "executor" && cs.State.Terminated != nil && strings.HasPrefix(cs.State.Terminated.Message, "sha256:") {
-			return strings.TrimSpace(cs.State.Terminated.Message), contextErr
+		if cs.Name == stepAssemble && cs.State.Terminated != nil && strings.HasPrefix(cs.State.Terminated.Message, "sha256:") {
+			return strings.TrimSpace(cs.State.Terminated.Message), stepErr
 		}
 	}
-	return "", contextErr
+	return "", stepErr
 }
 
 // contextFailure reads prepare-context's termination message ("Reason:
