@@ -373,7 +373,25 @@ func RabbitManagement(t testing.TB) (endpoint, user, password string) {
 
 // DeleteTenantBroker deletes the vhost and user an operator creates on the
 // broker for tenant, for tests whose tenants outlive them.
+// It asks the management API: a rabbitmqctl call starts an Erlang VM
+// (a second or more each), and a harness deletes every tenant it saw.
 func DeleteTenantBroker(tenant string) {
-	_ = exec.Command("rabbitmqctl", "-q", "delete_user", slessv1.BrokerUserFor(tenant)).Run()
-	_ = exec.Command("rabbitmqctl", "-q", "delete_vhost", slessv1.BrokerVhostFor(tenant)).Run()
+	endpoint := env("SLESS_TEST_RABBITMQ_MANAGEMENT_URL", "http://127.0.0.1:15672")
+	u, err := url.Parse(env("SLESS_TEST_RABBITMQ_URL", "amqp://guest:guest@127.0.0.1:5672/"))
+	if err != nil || u.User == nil {
+		return
+	}
+	password, _ := u.User.Password()
+	c := &http.Client{Timeout: 10 * time.Second}
+	for _, path := range []string{"/api/users/" + url.PathEscape(slessv1.BrokerUserFor(tenant)), "/api/vhosts/" + url.PathEscape(slessv1.BrokerVhostFor(tenant))} {
+		req, err := http.NewRequest(http.MethodDelete, endpoint+path, nil)
+		if err != nil {
+			return
+		}
+		req.SetBasicAuth(u.User.Username(), password)
+		if resp, err := c.Do(req); err == nil {
+			_, _ = io.Copy(io.Discard, resp.Body)
+			resp.Body.Close()
+		}
+	}
 }
