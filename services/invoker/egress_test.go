@@ -18,7 +18,7 @@ import (
 
 // loopbackServer serves h on 127.0.0.1 until the test ends and returns its
 // base URL.
-func loopbackServer(t *testing.T, h http.Handler) string {
+func loopbackServer(t testing.TB, h http.Handler) string {
 	t.Helper()
 	ln, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {

@@ -2,7 +2,6 @@ package main
 
 import (
 	"fmt"
-	"net"
 	"net/http"
 	"os"
 	"path/filepath"
@@ -20,14 +19,7 @@ import (
 // serveFunction runs h as a function's endpoint on loopback.
 func serveFunction(t testing.TB, h http.HandlerFunc) string {
 	t.Helper()
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	srv := &http.Server{Handler: h}
-	go srv.Serve(ln)
-	t.Cleanup(func() { srv.Close() })
-	return "http://" + ln.Addr().String()
+	return loopbackServer(t, h)
 }
 
 // waitCount waits until count(cond) reaches want.
