@@ -16,6 +16,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"strconv"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -37,6 +38,8 @@ type platform struct {
 	state string
 	amqp  string
 	store *objstore.Store
+	pgid  int           // make dev's process group
+	logs  func() string // what make dev printed so far
 }
 
 // startPlatform runs hack/dev.sh with a state, database, bucket, vhost and
@@ -126,7 +129,35 @@ func startPlatform(t *testing.T) *platform {
 	}
 	u, _ := neturl.Parse(testenv.PostgresAdminURL())
 	u.Path = "/" + db
-	return &platform{db: u.String(), base: rd.Gateway, admin: rd.AdminToken, state: state, amqp: vhost, store: store}
+	output := func() string { mu.Lock(); defer mu.Unlock(); return logs.String() }
+	return &platform{db: u.String(), base: rd.Gateway, admin: rd.AdminToken, state: state, amqp: vhost, store: store,
+		pgid: cmd.Process.Pid, logs: output}
+}
+
+// killService SIGKILLs the platform process whose command is bin/<name>
+// (in make dev's process group), as a crash would end it.
+func (p *platform) killService(t *testing.T, name string) int {
+	t.Helper()
+	dirs, _ := os.ReadDir("/proc")
+	for _, d := range dirs {
+		pid, err := strconv.Atoi(d.Name())
+		if err != nil {
+			continue
+		}
+		cmdline, err := os.ReadFile(filepath.Join("/proc", d.Name(), "cmdline"))
+		if err != nil || !strings.HasSuffix(strings.SplitN(string(cmdline), "\x00", 2)[0], "bin/"+name) {
+			continue
+		}
+		if pgid, err := syscall.Getpgid(pid); err != nil || pgid != p.pgid {
+			continue
+		}
+		if err := syscall.Kill(pid, syscall.SIGKILL); err != nil {
+			t.Fatalf("kill %s (%d): %v", name, pid, err)
+		}
+		return pid
+	}
+	t.Fatalf("no %s process in make dev's process group %d", name, p.pgid)
+	return 0
 }
 
 // ready is what hack/dev.sh writes to $STATE/ready.json once the platform
@@ -312,6 +343,14 @@ func TestUserJourney(t *testing.T) {
 	if r.status != 200 || r.obj(t)["version"] != "v1" || r.obj(t)["trigger"] != "http" {
 		t.Fatalf("sync invoke: %d %s", r.status, r.body)
 	}
+
+	// make dev notices a service that dies and starts it again: the
+	// invoker is killed here, and the async call below needs it.
+	p.killService(t, "invoker")
+	eventuallySaw(t, 30*time.Second, "make dev reporting the invoker's exit", func() (bool, string) {
+		out := p.logs()
+		return strings.Contains(out, "invoker EXITED (status 137); restarting it"), tail(out, 5)
+	})
 
 	// Async invoke, polled until recorded.
 	r = p.do(t, "POST", fn+"/invoke", tok, "application/json", []byte(`{"async":true}`), "Prefer", "respond-async")
