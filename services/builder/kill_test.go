@@ -4,6 +4,8 @@ import (
 	"archive/zip"
 	"bytes"
 	"context"
+	"crypto/sha256"
+	"encoding/hex"
 	"encoding/json"
 	"fmt"
 	"net/http"
@@ -88,7 +90,8 @@ func TestKilledMidBuildCompletesOnce(t *testing.T) {
 		}
 		time.Sleep(50 * time.Millisecond)
 	}
-	sha := fmt.Sprintf("%064x", time.Now().UnixNano())
+	sum := sha256.Sum256(buf.Bytes())
+	sha := hex.EncodeToString(sum[:]) // the builder checks it
 	key := objstore.SourceKey("acme", "k", sha)
 	if err := store.Put(t.Context(), key, bytes.NewReader(buf.Bytes()), int64(buf.Len()), "application/zip"); err != nil {
 		t.Fatal(err)
@@ -100,7 +103,7 @@ func TestKilledMidBuildCompletesOnce(t *testing.T) {
 	defer func() { _ = conn.CloseDeadline(time.Now().Add(5 * time.Second)) }()
 	ch, _ := conn.Channel()
 	results := observe(t, ch, msg.TypeBuildCompleted)
-	req := &msg.BuildRequested{BuildID: "b-kill" + sha[58:], Tenant: "acme", Namespace: "sless-fn-acme", Function: "k", Runtime: "nodejs20",
+	req := &msg.BuildRequested{BuildID: fmt.Sprintf("b-kill%06x", time.Now().UnixNano()&0xffffff), Tenant: "acme", Namespace: "sless-fn-acme", Function: "k", Runtime: "nodejs20",
 		Entrypoint: "index.handler", SourceKey: key, SourceSHA256: sha, RequestedAt: time.Now().UTC()}
 	body, _ := json.Marshal(req)
 	// Ready means connected, which means the topology with its bindings is declared.
