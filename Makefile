@@ -37,10 +37,17 @@ test-images: ## build the platform images (make images) and check each one pulle
 	@$(DEPS_ENV); cd hack/tools/ko && GOWORK=off go test -count=1 ./...
 
 .PHONY: test
+# pkg/ and the services' internal packages run under the race detector (the
+# concurrent code lives there); a service's main package, whose tests start
+# whole services and kill them, runs without it (see docs/decisions.md).
 test: deps verify test-runtimes ## start the real dependencies and run every test
 	@$(DEPS_ENV); for m in $(MODULES); do \
 		echo "== go test $$m"; \
-		(cd $$m && go test -count=1 -timeout 25m ./...) || exit 1; \
+		case $$m in \
+		pkg) (cd $$m && go test -race -count=1 -timeout 25m ./...) || exit 1 ;; \
+		services/*) (cd $$m && go test -count=1 -timeout 25m . && go test -race -count=1 -timeout 25m ./internal/...) || exit 1 ;; \
+		*) (cd $$m && go test -count=1 -timeout 25m ./...) || exit 1 ;; \
+		esac; \
 	done
 
 .PHONY: test-runtimes

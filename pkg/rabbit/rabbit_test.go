@@ -56,10 +56,20 @@ func deleteQueues(t *testing.T, queues ...Queue) {
 
 func waitFor(t *testing.T, d time.Duration, what string, cond func() bool) {
 	t.Helper()
+	eventually(t, d, what, func() (bool, string) { return cond(), "" })
+}
+
+// eventually waits for cond; on timeout it says what cond last saw.
+func eventually(t *testing.T, d time.Duration, what string, cond func() (ok bool, saw string)) {
+	t.Helper()
 	deadline := time.Now().Add(d)
-	for !cond() {
+	for {
+		ok, saw := cond()
+		if ok {
+			return
+		}
 		if time.Now().After(deadline) {
-			t.Fatalf("timed out after %s waiting for %s", d, what)
+			t.Fatalf("timed out after %s waiting for %s; last saw: %s", d, what, saw)
 		}
 		time.Sleep(20 * time.Millisecond)
 	}
@@ -253,8 +263,12 @@ func TestDelay(t *testing.T) {
 }
 
 // TestBrokerRestartLosesNothing stops and starts the RabbitMQ application in
-// the middle of a publish/consume stream. Every message whose publish was
-// confirmed must be consumed, and both sides must resume on their own.
+// the middle of a publish/consume stream: messages are published before the
+// stop, while the broker is down and after it is back. Every message whose
+// publish was confirmed must be consumed, the client must have seen the
+// connection drop and come back on its own, and the only duplicates allowed
+// are the deliveries that were unacked when the connection went (at most the
+// prefetch) plus the one publish in flight that may be sent again.
 func TestBrokerRestartLosesNothing(t *testing.T) {
 	ctl, err := exec.LookPath("rabbitmqctl")
 	if err != nil {
@@ -265,14 +279,30 @@ func TestBrokerRestartLosesNothing(t *testing.T) {
 	pub := NewPublisher(c)
 	defer pub.Close()
 
+	const prefetch = 16
 	var mu sync.Mutex
 	received := map[string]int{}
-	consume(t, c, q, 16, func(_ context.Context, d *amqp.Delivery) error {
+	consume(t, c, q, prefetch, func(_ context.Context, d *amqp.Delivery) error {
 		mu.Lock()
 		received[d.MessageId]++
 		mu.Unlock()
 		return nil
 	})
+
+	// The client's own view of the connection, sampled often enough to see
+	// an outage that lasts seconds.
+	var sawDown, watching atomic.Bool
+	watching.Store(true)
+	var watch sync.WaitGroup
+	watch.Go(func() {
+		for watching.Load() {
+			if !c.Connected() {
+				sawDown.Store(true)
+			}
+			time.Sleep(5 * time.Millisecond)
+		}
+	})
+	defer func() { watching.Store(false); watch.Wait() }()
 
 	const total = 3000
 	var confirmed []string
@@ -283,10 +313,13 @@ func TestBrokerRestartLosesNothing(t *testing.T) {
 	defer func() { restart.Wait(); _ = exec.Command(ctl, "start_app").Run() }()
 	ctx, cancel := context.WithTimeout(t.Context(), 3*time.Minute)
 	defer cancel()
+	stopped := make(chan struct{})
 	for i := range total {
-		if i == total/3 {
+		switch i {
+		case total / 3:
 			restart.Go(func() {
 				out, err := exec.Command(ctl, "stop_app").CombinedOutput()
+				close(stopped)
 				if err != nil {
 					restarted <- fmt.Errorf("stop_app: %v: %s", err, out)
 					return
@@ -299,6 +332,16 @@ func TestBrokerRestartLosesNothing(t *testing.T) {
 				}
 				restarted <- nil
 			})
+		case total/3 + 1:
+			// The next publish goes to a stopped broker: it waits for the
+			// restart and is confirmed by the new connection.
+			<-stopped
+		case 2 * total / 3:
+			// The last third is published once the broker is back, so the
+			// outage lies inside the stream, never after it.
+			if err := <-restarted; err != nil {
+				t.Fatal(err)
+			}
 		}
 		id := fmt.Sprintf("m-%05d", i)
 		err := pub.Publish(ctx, "", q.Name, amqp.Publishing{MessageId: id, DeliveryMode: amqp.Persistent, Body: []byte(id)})
@@ -307,18 +350,19 @@ func TestBrokerRestartLosesNothing(t *testing.T) {
 		}
 		confirmed = append(confirmed, id)
 	}
-	if err := <-restarted; err != nil {
-		t.Fatal(err)
-	}
-	waitFor(t, 2*time.Minute, "every confirmed message to be consumed", func() bool {
+	eventually(t, 2*time.Minute, "every confirmed message to be consumed", func() (bool, string) {
 		mu.Lock()
 		defer mu.Unlock()
+		var missing []string
 		for _, id := range confirmed {
 			if received[id] == 0 {
-				return false
+				missing = append(missing, id)
 			}
 		}
-		return true
+		if len(missing) > 0 {
+			return false, fmt.Sprintf("%d confirmed messages not consumed, the first %s", len(missing), missing[0])
+		}
+		return true, ""
 	})
 	mu.Lock()
 	dups := 0
@@ -327,8 +371,14 @@ func TestBrokerRestartLosesNothing(t *testing.T) {
 	}
 	mu.Unlock()
 	t.Logf("%d messages confirmed and consumed across a broker restart; %d redelivered duplicates", len(confirmed), dups)
+	if !sawDown.Load() {
+		t.Error("the client never saw its connection drop: the broker was not stopped mid-stream")
+	}
 	if !c.Connected() {
 		t.Error("client is not connected after the restart")
+	}
+	if dups > prefetch+1 {
+		t.Errorf("%d duplicates; at most %d deliveries were unacked and 1 publish unconfirmed when the connection went", dups, prefetch)
 	}
 }
 

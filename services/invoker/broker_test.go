@@ -28,8 +28,14 @@ import (
 // holds their credentials. It returns the tenant's AMQP URL.
 func (w *world) tenantBroker(t testing.TB) string {
 	t.Helper()
-	vhost, user, password := slessv1.BrokerVhostFor(w.tenant), slessv1.BrokerUserFor(w.tenant), testenv.Name("pw")
-	t.Cleanup(func() { testenv.DeleteTenantBroker(w.tenant) })
+	return w.tenantBrokerFor(t, w.tenant, w.ns)
+}
+
+// tenantBrokerFor is tenantBroker for another tenant, in namespace ns.
+func (w *world) tenantBrokerFor(t testing.TB, tenant, ns string) string {
+	t.Helper()
+	vhost, user, password := slessv1.BrokerVhostFor(tenant), slessv1.BrokerUserFor(tenant), testenv.Name("pw")
+	t.Cleanup(func() { testenv.DeleteTenantBroker(tenant) })
 	for _, args := range [][]string{{"add_vhost", vhost}, {"add_user", user, password}, {"set_permissions", "-p", vhost, user, ".*", ".*", ".*"}} {
 		if out, err := exec.Command("rabbitmqctl", args...).CombinedOutput(); err != nil {
 			t.Fatalf("rabbitmqctl %s: %v: %s", args[0], err, out)
@@ -37,7 +43,7 @@ func (w *world) tenantBroker(t testing.TB) string {
 	}
 	base, _ := url.Parse(w.vhost)
 	u := url.URL{Scheme: base.Scheme, Host: base.Host, User: url.UserPassword(user, password), Path: "/" + vhost}
-	if err := w.kube.Create(t.Context(), &corev1.Secret{ObjectMeta: metav1.ObjectMeta{Name: slessv1.BrokerSecretName, Namespace: w.ns},
+	if err := w.kube.Create(t.Context(), &corev1.Secret{ObjectMeta: metav1.ObjectMeta{Name: slessv1.BrokerSecretName, Namespace: ns},
 		StringData: map[string]string{slessv1.BrokerKeyURL: u.String(), slessv1.BrokerKeyUsername: user, slessv1.BrokerKeyPassword: password, slessv1.BrokerKeyVhost: vhost}}); err != nil {
 		t.Fatal(err)
 	}

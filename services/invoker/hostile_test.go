@@ -51,7 +51,7 @@ func TestNulByteErrorDoesNotStopHistory(t *testing.T) {
 	w.pythonFunction(t, "nul", dir, 5)
 	other, otherNS := w.newTenant(t)
 	w.readyFunctionIn(t, otherNS, "fine", serveFunction(t, func(rw http.ResponseWriter, _ *http.Request) { _, _ = rw.Write([]byte("ok")) }), 5)
-	time.Sleep(300 * time.Millisecond) // the watch cache
+	w.waitSeen(t, other, "fine")
 
 	w.request(t, "nul-1", "nul", "/bad", 1, "")
 	r := w.record(t, "nul-1", 30*time.Second)

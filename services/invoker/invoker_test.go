@@ -2,7 +2,6 @@ package main
 
 import (
 	"context"
-	"encoding/json"
 	"fmt"
 	"net"
 	"net/http"
@@ -39,6 +38,7 @@ type world struct {
 	tenant string
 	ns     string
 	pub    *amqp.Channel
+	stop   func() error // stops the in-process invoker
 }
 
 // newWorld starts an invoker whose egress policy allows loopback (tests
@@ -77,14 +77,23 @@ func newWorldWith(t testing.TB, extra map[string]string) *world {
 	}
 	w := &world{env: env, vhost: vhost, kube: c}
 	w.tenant, w.ns = w.newTenant(t)
-	stop := testenv.StartService(t, run, env)
-	t.Cleanup(func() { _ = stop() })
+	w.start(t)
 	if w.db, err = pgxpool.New(context.Background(), env["SLESS_POSTGRES_URL"]); err != nil {
 		t.Fatal(err)
 	}
 	t.Cleanup(w.db.Close)
 	w.reconnect(t)
 	return w
+}
+
+// start starts the world's in-process invoker (again).
+func (w *world) start(t testing.TB) {
+	t.Helper()
+	stop := testenv.StartService(t, run, w.env)
+	var once sync.Once
+	var err error
+	w.stop = func() error { once.Do(func() { err = stop() }); return err }
+	t.Cleanup(func() { _ = w.stop() }) // the newest; an older one was stopped before start
 }
 
 // newTenant makes a tenant's namespace (the operator's part) and returns
@@ -146,7 +155,53 @@ func (w *world) pythonFunction(t *testing.T, name, codeDir string, timeout int32
 		time.Sleep(30 * time.Millisecond)
 	}
 	w.readyFunction(t, name, ep, timeout)
-	time.Sleep(300 * time.Millisecond) // the invoker's watch cache
+	w.waitSeen(t, w.tenant, name)
+}
+
+// waitSeen waits until the invoker's watch cache has tenant's function
+// name, Ready: a probe invocation (id probe-...) is answered by the
+// function rather than refused as "does not exist". The probes' records
+// stay; tests count their own ids.
+func (w *world) waitSeen(t *testing.T, tenant, name string) {
+	t.Helper()
+	deadline := time.Now().Add(20 * time.Second)
+	for i := 0; ; i++ {
+		id := fmt.Sprintf("probe-%s-%d", name, i)
+		w.requestFor(t, tenant, id, name, "/text", 0, "")
+		r := w.record(t, id, 20*time.Second)
+		if !strings.Contains(r.errText, "does not exist") {
+			return
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("the invoker does not see function %s: the last probe %s was recorded %+v", name, id, *r)
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
+}
+
+// calls counts the calls a function served, by invocation id: what the
+// platform's at-least-once promise is about, counted where it matters.
+type calls struct {
+	mu sync.Mutex
+	n  map[string]int
+}
+
+// callCounter serves a function that counts its calls by invocation id and answers ok.
+func callCounter(t testing.TB) (*calls, string) {
+	c := &calls{n: map[string]int{}}
+	return c, serveFunction(t, func(rw http.ResponseWriter, r *http.Request) {
+		c.mu.Lock()
+		c.n[r.Header.Get("X-Sless-Invocation-Id")]++
+		c.mu.Unlock()
+		_, _ = rw.Write([]byte("ok"))
+	})
+}
+
+// of returns how many times invocation id ran.
+func (c *calls) of(id string) int {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return c.n[id]
 }
 
 // readyFunction plays the operator: a Function, Ready at endpoint.
@@ -275,11 +330,89 @@ func TestAsyncInvocationIsRecorded(t *testing.T) {
 	if !strings.Contains(result, `"invocationId": "inv-ok"`) || !strings.Contains(result, `"trigger": "async"`) {
 		t.Errorf("the function did not see the invocation headers: %s", result)
 	}
-	// A redelivery of a recorded invocation does not run it again.
-	w.request(t, "inv-ok", "fx", "/echo", 2, `{"a":1}`)
-	time.Sleep(time.Second)
-	if n := w.count(t, "id = 'inv-ok'"); n != 1 {
+}
+
+// TestRedeliveryOfRecordedInvocationDoesNotRunAgain: an invocation that
+// ran and was recorded comes back as a real redelivery (Redelivered set by
+// the broker, because a consumer that held it went away without an ack, as
+// when an invoker dies between the record and the ack), and the function is
+// not called a second time.
+func TestRedeliveryOfRecordedInvocationDoesNotRunAgain(t *testing.T) {
+	w := newWorld(t)
+	calls, ep := callCounter(t)
+	w.readyFunction(t, "counted", ep, 5)
+	w.waitSeen(t, w.tenant, "counted")
+	w.request(t, "inv-once", "counted", "/", 2, "")
+	w.record(t, "inv-once", 20*time.Second)
+	if n := calls.of("inv-once"); n != 1 {
+		t.Fatalf("the function ran %d times before any redelivery", n)
+	}
+
+	// With the invoker stopped, the same message is taken by a consumer of
+	// ours that goes away without an ack: the broker puts it back marked
+	// Redelivered, for the next invoker.
+	if err := w.stop(); err != nil {
+		t.Fatal(err)
+	}
+	w.request(t, "inv-once", "counted", "/", 2, "")
+	conn, err := amqp.Dial(w.vhost)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer conn.Close()
+	for _, wantRedelivered := range []bool{false, true} {
+		ch, err := conn.Channel()
+		if err != nil {
+			t.Fatal(err)
+		}
+		var d amqp.Delivery
+		ok := false
+		for deadline := time.Now().Add(10 * time.Second); !ok; time.Sleep(20 * time.Millisecond) {
+			if d, ok, err = ch.Get(msg.QueueInvocationRequest, false); err != nil {
+				t.Fatal(err)
+			}
+			if !ok && time.Now().After(deadline) {
+				t.Fatal("the republished request never reached the queue")
+			}
+		}
+		if d.Redelivered != wantRedelivered || !strings.Contains(string(d.Body), "inv-once") {
+			t.Fatalf("got %s redelivered=%t, want inv-once redelivered=%t", d.Body, d.Redelivered, wantRedelivered)
+		}
+		_ = ch.Close() // no ack: the broker requeues it as a redelivery
+	}
+
+	w.start(t)
+	w.waitQueueDrained(t, msg.QueueInvocationRequest)
+	if n := calls.of("inv-once"); n != 1 {
+		t.Errorf("the function ran %d times; a redelivery of a recorded invocation ran it again", n)
+	}
+	if n := w.count(t, "id = 'inv-once'"); n != 1 {
 		t.Errorf("%d records of one invocation", n)
+	}
+}
+
+// waitQueueDrained waits until queue of the world's vhost holds no message,
+// ready or unacked: everything in it was handled and acked.
+func (w *world) waitQueueDrained(t *testing.T, queue string) {
+	t.Helper()
+	vhost := w.vhost[strings.LastIndex(w.vhost, "/")+1:]
+	var last string
+	for deadline := time.Now().Add(30 * time.Second); ; time.Sleep(100 * time.Millisecond) {
+		out, err := exec.Command("rabbitmqctl", "list_queues", "-q", "-p", vhost, "name", "messages").CombinedOutput()
+		if err != nil {
+			t.Fatalf("list queues: %v %s", err, out)
+		}
+		for _, line := range strings.Split(string(out), "\n") {
+			if f := strings.Fields(line); len(f) == 2 && f[0] == queue {
+				last = line
+				if f[1] == "0" {
+					return
+				}
+			}
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("queue %s never drained; last seen (name messages): %q", queue, last)
+		}
 	}
 }
 
@@ -409,7 +542,6 @@ func TestQueueTriggers(t *testing.T) {
 	if n := w.count(t, "trigger_name = 'orders'"); n != 50 {
 		t.Errorf("a disabled trigger still consumed: %d records", n)
 	}
-	_ = json.Valid
 }
 
 // TestQueueTriggerKeepsToItsConcurrency: a queue trigger holds more

@@ -59,6 +59,9 @@ func run(ctx context.Context, getenv func(string) string, stdout io.Writer) erro
 		// once instead of after its 15 s duration; run returns, and the
 		// process ends, right after the manager stops.
 		LeaderElectionReleaseOnCancel: true,
+		LeaseDuration:                 ptr(leaseDuration),
+		RenewDeadline:                 ptr(renewDeadline),
+		RetryPeriod:                   ptr(retryPeriod),
 	})
 	if err != nil {
 		return fmt.Errorf("controller manager: %w", err)
@@ -150,3 +153,16 @@ func controllerRuntimeMetrics() prometheus.Gatherer {
 		return out, err
 	})
 }
+
+// The leader election's timing (controller-runtime's defaults, stated so
+// that the tests' handover bounds derive from them): a leader that dies
+// without releasing the Lease is replaced after leaseDuration, seen by a
+// follower that retries every retryPeriod; a leader that cannot renew for
+// renewDeadline stops leading.
+const (
+	leaseDuration = 15 * time.Second
+	renewDeadline = 10 * time.Second
+	retryPeriod   = 2 * time.Second
+)
+
+func ptr[T any](v T) *T { return &v }

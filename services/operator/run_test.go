@@ -1,15 +1,17 @@
 package main
 
 import (
-	"bytes"
-	"errors"
+	"fmt"
 	"os"
 	"os/exec"
 	"path/filepath"
+	"slices"
+	"strings"
 	"syscall"
 	"testing"
 	"time"
 
+	"github.com/google/go-cmp/cmp"
 	coordinationv1 "k8s.io/api/coordination/v1"
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
@@ -32,12 +34,14 @@ func TestRunServesOpsAndStops(t *testing.T) {
 
 func TestRunReportsEveryConfigProblem(t *testing.T) { testenv.CheckConfigErrors(t, run) }
 
-// TestLeaderElectionHandsOver runs two operator replicas with leader
-// election against the real API server: one holds the Lease and
-// reconciles; when it stops (SIGTERM), the other takes the Lease over and
-// reconciles what comes next. The stopping leader releases the Lease, so
-// the handover takes the follower's retry period, not the Lease's 15 s
-// duration (logged: 3.3 s with the release, 14.4 s without).
+// TestLeaderElectionHandsOver runs operator replicas with leader election
+// against the real API server: one holds the Lease and reconciles, and only
+// it writes. When it stops (SIGTERM) it releases the Lease and the next
+// takes over within the followers' retry period; when the leader is
+// SIGKILLed, the Lease is taken over once it expires. Each handover is
+// bounded by the lease settings (generously: a retry period more and 5 s
+// for a loaded machine), and each tenant's status is written by the replica
+// that held the Lease when it was created, no other.
 func TestLeaderElectionHandsOver(t *testing.T) {
 	c, err := client.New(kube.Config, client.Options{Scheme: testenv.Scheme()})
 	if err != nil {
@@ -47,21 +51,33 @@ func TestLeaderElectionHandsOver(t *testing.T) {
 	if err := c.Create(t.Context(), &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: system}}); err != nil {
 		t.Fatal(err)
 	}
-	// Separate processes, as replicas are (controller names are unique per process).
-	bin := filepath.Join(t.TempDir(), "operator")
+	// Separate processes, as replicas are (controller names are unique per
+	// process), each built under its own name: the API server names the
+	// field manager of an update after the client's program, so the
+	// managed fields say which replica wrote.
+	dir := t.TempDir()
+	bin := filepath.Join(dir, "operator")
 	if out, err := exec.Command("go", "build", "-o", bin, ".").CombinedOutput(); err != nil {
 		t.Fatalf("build the operator: %v\n%s", err, out)
 	}
-	replica := func() (stop func() error) {
+	type proc struct {
+		name       string
+		stop, kill func() error
+	}
+	replica := func(name string) proc {
+		exe := filepath.Join(dir, name)
+		if err := os.Link(bin, exe); err != nil {
+			t.Fatal(err)
+		}
 		env := testenv.ServiceEnv(t, kube.KubeconfigFile(t))
 		env["SLESS_EXECUTION_DRIVER"] = "kubernetes"
 		env["SLESS_LEADER_ELECT"] = "true"
 		env["SLESS_NAMESPACE"] = system
-		cmd := exec.Command(bin)
+		cmd := exec.Command(exe)
 		for k, v := range env {
 			cmd.Env = append(cmd.Env, k+"="+v)
 		}
-		var logs bytes.Buffer
+		var logs testenv.SyncBuffer
 		cmd.Stdout, cmd.Stderr = &logs, &logs
 		cmd.WaitDelay = 10 * time.Second
 		if err := cmd.Start(); err != nil {
@@ -71,21 +87,23 @@ func TestLeaderElectionHandsOver(t *testing.T) {
 		go func() { done <- cmd.Wait() }()
 		t.Cleanup(func() {
 			_ = cmd.Process.Kill()
-			<-done
+			err := <-done
+			done <- err
 			if t.Failed() {
-				t.Logf("replica log:\n%s", logs.String())
+				t.Logf("replica %s log:\n%s", name, logs.String())
 			}
 		})
-		return func() error {
-			_ = cmd.Process.Signal(syscall.SIGTERM)
+		wait := func(sig syscall.Signal) error {
+			_ = cmd.Process.Signal(sig)
 			select {
 			case err := <-done:
 				done <- err // for the cleanup
 				return err
 			case <-time.After(60 * time.Second):
-				return errors.New("did not stop within 60s of SIGTERM")
+				return fmt.Errorf("did not stop within 60s of %s", sig)
 			}
 		}
+		return proc{name: name, stop: func() error { return wait(syscall.SIGTERM) }, kill: func() error { _ = wait(syscall.SIGKILL); return nil }}
 	}
 	holder := func() string {
 		var l coordinationv1.Lease
@@ -94,15 +112,15 @@ func TestLeaderElectionHandsOver(t *testing.T) {
 		}
 		return *l.Spec.HolderIdentity
 	}
-	waitFor := func(what string, ok func() bool) {
+	waitFor := func(within time.Duration, what string, ok func() bool) time.Duration {
 		t.Helper()
-		deadline := time.Now().Add(60 * time.Second)
-		for !ok() {
+		start := time.Now()
+		for deadline := start.Add(within); !ok(); time.Sleep(50 * time.Millisecond) {
 			if time.Now().After(deadline) {
-				t.Fatalf("timed out waiting for %s", what)
+				t.Fatalf("timed out after %s waiting for %s (lease holder %q)", within, what, holder())
 			}
-			time.Sleep(50 * time.Millisecond)
 		}
+		return time.Since(start)
 	}
 	reconciled := func(tenant string) func() bool {
 		return func() bool {
@@ -110,31 +128,58 @@ func TestLeaderElectionHandsOver(t *testing.T) {
 			return c.Get(t.Context(), client.ObjectKey{Name: slessv1.NamespaceFor(tenant)}, &ns) == nil
 		}
 	}
-	tenant := func() string {
+	// writers are the replicas (by program name) that wrote the tenant.
+	writers := func(tenant string) []string {
+		var tn slessv1.Tenant
+		if err := c.Get(t.Context(), client.ObjectKey{Name: tenant}, &tn); err != nil {
+			t.Fatal(err)
+		}
+		var out []string
+		for _, f := range tn.ManagedFields {
+			if strings.HasPrefix(f.Manager, "replica-") && !slices.Contains(out, f.Manager) {
+				out = append(out, f.Manager)
+			}
+		}
+		return out
+	}
+	// onlyWriter creates a tenant, waits until it is reconciled and its
+	// status written, and checks that leader alone wrote it.
+	onlyWriter := func(leader string) {
+		t.Helper()
 		name := testenv.Name("le")
 		if err := c.Create(t.Context(), &slessv1.Tenant{ObjectMeta: metav1.ObjectMeta{Name: name}}); err != nil {
 			t.Fatal(err)
 		}
 		t.Cleanup(func() { testenv.DeleteTenantBroker(name) })
-		return name
+		waitFor(60*time.Second, "the leader to reconcile tenant "+name, reconciled(name))
+		waitFor(60*time.Second, "the leader to write tenant "+name, func() bool { return len(writers(name)) > 0 })
+		if diff := cmp.Diff([]string{leader}, writers(name)); diff != "" {
+			t.Errorf("writers of tenant %s (-want +got):\n%s", name, diff)
+		}
 	}
+	released := 2*retryPeriod + 5*time.Second                // a follower's next try, and another
+	expired := leaseDuration + 2*retryPeriod + 5*time.Second // the Lease runs out first
 
-	stopFirst := replica()
-	waitFor("the first replica to take the lease", func() bool { return holder() != "" })
+	a := replica("replica-a")
+	waitFor(60*time.Second, "the first replica to take the lease", func() bool { return holder() != "" })
 	first := holder()
-	replica()
-	t1 := tenant()
-	waitFor("the leader to reconcile a tenant", reconciled(t1))
+	b := replica("replica-b")
+	onlyWriter(a.name)
 	if h := holder(); h != first {
 		t.Fatalf("the lease moved from %s to %s while its holder ran", first, h)
 	}
 
-	start := time.Now()
-	if err := stopFirst(); err != nil {
+	if err := a.stop(); err != nil {
 		t.Fatalf("the first replica stopped with %v", err)
 	}
-	waitFor("the second replica to take the lease", func() bool { h := holder(); return h != "" && h != first })
-	t.Logf("lease handed over %s after the leader stopped", time.Since(start).Round(time.Millisecond))
-	t2 := tenant()
-	waitFor("the new leader to reconcile a tenant", reconciled(t2))
+	took := waitFor(released, "the second replica to take the released lease", func() bool { h := holder(); return h != "" && h != first })
+	t.Logf("lease handed over %s after the leader stopped (bound %s)", took.Round(time.Millisecond), released)
+	second := holder()
+	onlyWriter(b.name)
+
+	replica("replica-c")
+	_ = b.kill()
+	took = waitFor(expired, "the third replica to take the lease of the killed leader", func() bool { h := holder(); return h != "" && h != second })
+	t.Logf("lease taken over %s after the leader was SIGKILLed (bound %s)", took.Round(time.Millisecond), expired)
+	onlyWriter("replica-c")
 }

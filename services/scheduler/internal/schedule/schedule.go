@@ -113,10 +113,16 @@ func (s *Scheduler) Run(ctx context.Context) error {
 		s.Now = time.Now
 	}
 	s.state, s.ignored = map[string]*tracked{}, map[string]bool{}
-	if err := s.resumePending(ctx); err != nil {
-		s.Log.Warn("resume pending fires", "err", err)
-	}
+	var resumed time.Time
 	for {
+		// Not only at start: a replica that dies between a fire's row and
+		// its publish leaves the fire to the replicas still running.
+		if time.Since(resumed) >= ResumeEvery {
+			if err := s.resumePending(ctx); err != nil {
+				s.Log.Warn("resume pending fires", "err", err)
+			}
+			resumed = time.Now()
+		}
 		wait := s.tick(ctx)
 		select {
 		case <-ctx.Done():
@@ -125,6 +131,13 @@ func (s *Scheduler) Run(ctx context.Context) error {
 		}
 	}
 }
+
+// A fire left pending for PendingStale is taken over (its owner died or
+// could not publish); replicas look for such fires every ResumeEvery.
+const (
+	PendingStale = 10 * time.Second
+	ResumeEvery  = 2 * time.Second
+)
 
 // tick fires what is due and returns how long to sleep.
 func (s *Scheduler) tick(ctx context.Context) time.Duration {
@@ -281,9 +294,15 @@ func (s *Scheduler) running(ctx context.Context, tenant, trigger string) bool {
 	return s.DB.QueryRow(ctx, `SELECT 1 FROM invocations WHERE id = $1`, id).Scan(&one) != nil
 }
 
-// resumePending republishes fires that were recorded but not confirmed.
+// resumePending republishes fires that were recorded but not confirmed for
+// PendingStale. Taking one over moves its fired_at (for a pending fire, when
+// it was last claimed) to now, so that one replica republishes it, not
+// every replica at once; if that replica dies too, the fire is stale again
+// PendingStale later.
 func (s *Scheduler) resumePending(ctx context.Context) error {
-	rows, err := s.DB.Query(ctx, `SELECT tenant, trigger_name, scheduled_at FROM cron_fires WHERE outcome = 'pending' AND fired_at < now() - interval '10 seconds'`)
+	rows, err := s.DB.Query(ctx, `UPDATE cron_fires SET fired_at = now()
+		WHERE outcome = 'pending' AND fired_at < now() - make_interval(secs => $1)
+		RETURNING tenant, trigger_name, scheduled_at`, PendingStale.Seconds())
 	if err != nil {
 		return err
 	}
