@@ -195,7 +195,7 @@ cat <<EOT
   gateway      $GATEWAY        (OpenAPI: $GATEWAY/openapi.json)
   admin token  $ADMIN
   demo token   $TOKEN
-  traces       http://127.0.0.1:16686/api/traces?service=sless-gateway (Jaeger query API; this build has no UI)
+  traces       http://127.0.0.1:16686/api/traces?service=gateway (Jaeger query API; this build has no UI)
   logs         $STATE/logs/*.log, function logs in $STATE/functions/
   kubectl      KUBECONFIG=$STATE/kubeconfig
   ready file   $READY
