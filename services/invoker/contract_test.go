@@ -68,20 +68,38 @@ func TestLargeResultIsStoredAndNamed(t *testing.T) {
 func TestColdStartIsRecordedForTheFirstCall(t *testing.T) {
 	w := newWorld(t)
 	w.function(t, "fx", 5)
-	var got []bool
 	for _, id := range []string{"cold-1", "cold-2", "cold-3"} {
 		w.request(t, id, "fx", "/text", 0, "")
 		w.record(t, id, 20*time.Second)
+	}
+	// The probes that waited for the invoker to see the function were
+	// calls too: the first call the runtime served, whichever it was, is
+	// the cold one, and no other.
+	rows, err := w.db.Query(t.Context(), `SELECT id, cold_start FROM invocations WHERE tenant = $1 AND function = 'fx' AND status = 'succeeded'
+		ORDER BY started_at, id`, w.tenant)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var got []string
+	for rows.Next() {
+		var id string
 		var cold bool
-		if err := w.db.QueryRow(t.Context(), `SELECT cold_start FROM invocations WHERE id = $1`, id).Scan(&cold); err != nil {
+		if err := rows.Scan(&id, &cold); err != nil {
 			t.Fatal(err)
 		}
-		got = append(got, cold)
+		got = append(got, fmt.Sprintf("%s=%v", id, cold))
+		if cold != (len(got) == 1) {
+			t.Errorf("cold_start of the calls in order: want only the first true")
+		}
 	}
-	if got[0] != true || got[1] != false || got[2] != false {
-		t.Errorf("cold_start of three calls in a row: %v, want [true false false]", got)
+	if len(got) < 3 {
+		t.Errorf("recorded calls %v, want at least the three", got)
+	}
+	if t.Failed() {
+		t.Logf("calls in order: %v", got)
 	}
 }
+
 
 type deadLetter struct {
 	function, trigger, triggerName, reason, errText, key string
@@ -163,7 +181,7 @@ func TestDeadLettersAreRecordedWithTheirRequest(t *testing.T) {
 	if err := w.kube.Create(t.Context(), tr); err != nil {
 		t.Fatal(err)
 	}
-	conn, err := amqp.Dial(w.vhost)
+	conn, err := amqp.Dial(w.tenantBroker(t)) // queue triggers consume in the tenant's own vhost
 	if err != nil {
 		t.Fatal(err)
 	}

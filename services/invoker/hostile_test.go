@@ -83,7 +83,7 @@ func TestEmptyHeaderKeyDoesNotStopTheInvoker(t *testing.T) {
 	if err := w.kube.Create(t.Context(), tr); err != nil {
 		t.Fatal(err)
 	}
-	conn, err := amqp.Dial(w.vhost)
+	conn, err := amqp.Dial(w.tenantBroker(t)) // queue triggers consume in the tenant's own vhost
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -616,7 +616,7 @@ func TestQueueTriggerOutsideATenantNamespaceIsIgnored(t *testing.T) {
 		}
 		t.Cleanup(func() { _ = w.kube.Delete(context.Background(), tr) })
 	}
-	conn, err := amqp.Dial(w.vhost)
+	conn, err := amqp.Dial(w.tenantBroker(t)) // queue triggers consume in the tenant's own vhost
 	if err != nil {
 		t.Fatal(err)
 	}
