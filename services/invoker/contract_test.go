@@ -100,7 +100,6 @@ func TestColdStartIsRecordedForTheFirstCall(t *testing.T) {
 	}
 }
 
-
 type deadLetter struct {
 	function, trigger, triggerName, reason, errText, key string
 	attempts                                             int
