@@ -395,3 +395,17 @@ func DeleteTenantBroker(tenant string) {
 		}
 	}
 }
+
+// Serve runs h on 127.0.0.1 until the test ends and returns its base URL:
+// a function endpoint, a callback receiver. Tests reach nothing else.
+func Serve(t testing.TB, h http.Handler) string {
+	t.Helper()
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	srv := &http.Server{Handler: h, ReadHeaderTimeout: 10 * time.Second}
+	go func() { _ = srv.Serve(ln) }()
+	t.Cleanup(func() { _ = srv.Close() })
+	return "http://" + ln.Addr().String()
+}

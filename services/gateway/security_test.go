@@ -10,6 +10,8 @@ import (
 	"sync/atomic"
 	"testing"
 	"time"
+
+	"github.com/kube5s/sless/pkg/testenv"
 )
 
 // rawExchange writes raw to the gateway at addr and returns the status line
@@ -40,14 +42,7 @@ func rawExchange(t *testing.T, addr, raw string, window time.Duration) string {
 // serve runs h on loopback for the test and returns its base URL.
 func serve(t *testing.T, h http.HandlerFunc) string {
 	t.Helper()
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	srv := &http.Server{Handler: h}
-	go srv.Serve(ln)
-	t.Cleanup(func() { srv.Close() })
-	return "http://" + ln.Addr().String()
+	return testenv.Serve(t, h)
 }
 
 // withPublicTrigger makes function fx of a new tenant Ready at endpoint,

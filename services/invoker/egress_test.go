@@ -14,20 +14,14 @@ import (
 	"github.com/kube5s/sless/pkg/callback"
 	"github.com/kube5s/sless/pkg/msg"
 	"github.com/kube5s/sless/pkg/rabbit"
+	"github.com/kube5s/sless/pkg/testenv"
 )
 
 // loopbackServer serves h on 127.0.0.1 until the test ends and returns its
 // base URL.
 func loopbackServer(t testing.TB, h http.Handler) string {
 	t.Helper()
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	srv := &http.Server{Handler: h}
-	go srv.Serve(ln)
-	t.Cleanup(func() { srv.Close() })
-	return "http://" + ln.Addr().String()
+	return testenv.Serve(t, h)
 }
 
 // okFunction is a function endpoint that answers 200 "done".

@@ -154,7 +154,10 @@ func (e *env) result(t *testing.T, id string) msg.BuildCompleted {
 			return got[0]
 		}
 		if time.Now().After(deadline) {
-			t.Fatalf("no build.completed for %s", id)
+			// Say where the build stands, so that a slow machine's CI log shows
+			// whether it never started, ran long or finished unpublished.
+			rec, err := e.svc.Store.Get(context.Background(), id)
+			t.Fatalf("no build.completed for %s within 2m; its row: %+v (%v)", id, rec, err)
 		}
 		time.Sleep(20 * time.Millisecond)
 	}
