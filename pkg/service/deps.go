@@ -4,11 +4,22 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"strings"
 
+	"github.com/go-logr/logr"
+	"github.com/jackc/pgx/v5/pgxpool"
+	"github.com/prometheus/client_golang/prometheus"
+	dto "github.com/prometheus/client_model/go"
 	"k8s.io/client-go/rest"
+	"k8s.io/utils/ptr"
 	"sigs.k8s.io/controller-runtime/pkg/cache"
 	"sigs.k8s.io/controller-runtime/pkg/client"
+	"sigs.k8s.io/controller-runtime/pkg/controller"
+	crmetrics "sigs.k8s.io/controller-runtime/pkg/metrics"
+	"sigs.k8s.io/controller-runtime/pkg/reconcile"
 
+	"github.com/kube5s/sless/migrations"
+	"github.com/kube5s/sless/pkg/envconf"
 	"github.com/kube5s/sless/pkg/health"
 	"github.com/kube5s/sless/pkg/kubeclient"
 	"github.com/kube5s/sless/pkg/objstore"
@@ -17,6 +28,37 @@ import (
 
 // The dependencies most services share, each wired the same way: created,
 // run by the service's errgroup where they run, and reported in /readyz.
+
+// Deps are the settings of the dependencies every service has, read the
+// same way by each (embedded in its config).
+type Deps struct {
+	Kubeconfig  string // KUBECONFIG: empty in a cluster
+	RabbitURL   string // SLESS_RABBITMQ_URL
+	PostgresURL string // SLESS_POSTGRES_URL
+	Migrate     bool   // SLESS_MIGRATE: apply migrations at start
+}
+
+// ReadDeps reads the shared dependency settings.
+func ReadDeps(r *envconf.Reader) Deps {
+	return Deps{
+		Kubeconfig:  r.String("KUBECONFIG", ""),
+		RabbitURL:   r.URL("SLESS_RABBITMQ_URL", "amqp://guest:guest@127.0.0.1:5672/", "amqp", "amqps"),
+		PostgresURL: r.URL("SLESS_POSTGRES_URL", "postgres://postgres@127.0.0.1:5432/sless?sslmode=disable", "postgres", "postgresql"),
+		Migrate:     r.Bool("SLESS_MIGRATE", true),
+	}
+}
+
+// Postgres opens the database pool of d, first bringing the schema up to
+// date when d.Migrate says so, and makes it part of readiness. The caller
+// closes it.
+func (s *Service) Postgres(ctx context.Context, d Deps) (*pgxpool.Pool, error) {
+	pool, err := migrations.Open(ctx, d.PostgresURL, d.Migrate)
+	if err != nil {
+		return nil, err
+	}
+	s.Health.AddCheck(health.Check{Name: "postgres", Fn: pool.Ping})
+	return pool, nil
+}
 
 // Rabbit returns a broker client that declares the platform topology,
 // runs with the service and is part of readiness.
@@ -87,4 +129,35 @@ func (s *Service) GoWhenSynced(synced func(context.Context) bool, task func(cont
 		}
 		return task(ctx)
 	})
+}
+
+// Controller returns a controller-runtime controller outside any manager
+// (the caller adds its watches and runs Start as a task): it logs through
+// the service's logger and its reconcile and work-queue metrics are served
+// with the service's.
+func (s *Service) Controller(name string, r reconcile.Reconciler, workers int) (controller.Controller, error) {
+	s.ServeControllerRuntimeMetrics()
+	return controller.NewUnmanaged(name, controller.Options{Reconciler: r, MaxConcurrentReconciles: workers,
+		SkipNameValidation: ptr.To(true), Logger: logr.FromSlogHandler(s.Log.Handler())})
+}
+
+// ServeControllerRuntimeMetrics serves controller-runtime's own registry
+// (reconcile counts, work queues, client calls) on the ops port, without
+// the Go and process collectors it also registers, which the service
+// registry already has. Calling it again does nothing.
+func (s *Service) ServeControllerRuntimeMetrics() {
+	if s.crMetrics {
+		return
+	}
+	s.crMetrics = true
+	s.AddGatherer(prometheus.GathererFunc(func() ([]*dto.MetricFamily, error) {
+		mfs, err := crmetrics.Registry.Gather()
+		out := mfs[:0]
+		for _, mf := range mfs {
+			if n := mf.GetName(); !strings.HasPrefix(n, "go_") && !strings.HasPrefix(n, "process_") {
+				out = append(out, mf)
+			}
+		}
+		return out, err
+	}))
 }

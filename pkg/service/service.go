@@ -71,6 +71,7 @@ type Service struct {
 	cfg       Common
 	tasks     []func(context.Context) error
 	gatherers prometheus.Gatherers
+	crMetrics bool // controller-runtime's registry is among the gatherers
 }
 
 // New builds the shared parts of a service.

@@ -16,11 +16,8 @@ import (
 
 type config struct {
 	service.Common
+	service.Deps
 	Driver            string // SLESS_BUILD_DRIVER: local or kubernetes
-	Kubeconfig        string // KUBECONFIG: used by the kubernetes driver and for tenant quotas
-	RabbitURL         string // SLESS_RABBITMQ_URL
-	PostgresURL       string // SLESS_POSTGRES_URL
-	Migrate           bool   // SLESS_MIGRATE
 	S3                objstore.Config
 	Concurrency       int           // SLESS_BUILD_CONCURRENCY: builds at once on this replica
 	DefaultTenantMax  int           // SLESS_BUILD_TENANT_DEFAULT: per-tenant limit when no Tenant quota is readable
@@ -38,11 +35,8 @@ func loadConfig(getenv func(string) string) (config, error) {
 	r := envconf.New(getenv)
 	c := config{
 		Common:           service.ReadCommon(r, ":9091"),
+		Deps:             service.ReadDeps(r),
 		Driver:           r.OneOf("SLESS_BUILD_DRIVER", "local", "local", "kubernetes"),
-		Kubeconfig:       r.String("KUBECONFIG", ""),
-		RabbitURL:        r.URL("SLESS_RABBITMQ_URL", "amqp://guest:guest@127.0.0.1:5672/", "amqp", "amqps"),
-		PostgresURL:      r.URL("SLESS_POSTGRES_URL", "postgres://postgres@127.0.0.1:5432/sless?sslmode=disable", "postgres", "postgresql"),
-		Migrate:          r.Bool("SLESS_MIGRATE", true),
 		S3:               objstore.ReadConfig(r),
 		Concurrency:      r.Int("SLESS_BUILD_CONCURRENCY", 2, 1, 64),
 		DefaultTenantMax: r.Int("SLESS_BUILD_TENANT_DEFAULT", 2, 1, 64),

@@ -11,7 +11,6 @@ import (
 	"k8s.io/client-go/kubernetes"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
-	"github.com/kube5s/sless/migrations"
 	slessv1 "github.com/kube5s/sless/pkg/apis/sless/v1alpha1"
 	"github.com/kube5s/sless/pkg/health"
 	"github.com/kube5s/sless/pkg/kubeclient"
@@ -57,12 +56,11 @@ func run(ctx context.Context, getenv func(string) string, stdout io.Writer) erro
 		svc.Health.AddCheck(health.Check{Name: "kubernetes", Fn: kubeCheck})
 	}
 
-	pool, err := migrations.Open(ctx, cfg.PostgresURL, cfg.Migrate)
+	pool, err := svc.Postgres(ctx, cfg.Deps)
 	if err != nil {
 		return err
 	}
 	defer pool.Close()
-	svc.Health.AddCheck(health.Check{Name: "postgres", Fn: pool.Ping})
 
 	store, err := svc.ObjectStore(ctx, cfg.S3)
 	if err != nil {

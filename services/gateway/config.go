@@ -13,13 +13,10 @@ import (
 
 type config struct {
 	service.Common
+	service.Deps
 	HTTPAddr         string // SLESS_HTTP_ADDR: the public API
 	AdminToken       string // SLESS_ADMIN_TOKEN: manages tenants
 	PublicURL        string // SLESS_PUBLIC_URL: base of function URLs
-	Kubeconfig       string // KUBECONFIG: empty in a cluster
-	RabbitURL        string // SLESS_RABBITMQ_URL
-	PostgresURL      string // SLESS_POSTGRES_URL
-	Migrate          bool   // SLESS_MIGRATE: apply migrations at start
 	MigrateOnly      bool   // SLESS_MIGRATE_ONLY: apply migrations and exit (the Helm hook Job)
 	S3               objstore.Config
 	MaxSourceBytes   int            // SLESS_MAX_SOURCE_BYTES
@@ -37,13 +34,10 @@ func loadConfig(getenv func(string) string) (config, error) {
 	r := envconf.New(getenv)
 	c := config{
 		Common:           service.ReadCommon(r, ":9090"),
+		Deps:             service.ReadDeps(r),
 		HTTPAddr:         r.String("SLESS_HTTP_ADDR", ":8080"),
 		AdminToken:       r.Required("SLESS_ADMIN_TOKEN", "the installation's admin token"),
 		PublicURL:        strings.TrimSuffix(r.URL("SLESS_PUBLIC_URL", "http://127.0.0.1:8080", "http", "https"), "/"),
-		Kubeconfig:       r.String("KUBECONFIG", ""),
-		RabbitURL:        r.URL("SLESS_RABBITMQ_URL", "amqp://guest:guest@127.0.0.1:5672/", "amqp", "amqps"),
-		PostgresURL:      r.URL("SLESS_POSTGRES_URL", "postgres://postgres@127.0.0.1:5432/sless?sslmode=disable", "postgres", "postgresql"),
-		Migrate:          r.Bool("SLESS_MIGRATE", true),
 		MigrateOnly:      r.Bool("SLESS_MIGRATE_ONLY", false),
 		S3:               objstore.ReadConfig(r),
 		MaxSourceBytes:   r.Int("SLESS_MAX_SOURCE_BYTES", 50<<20, 1024, 1<<30),

@@ -8,7 +8,6 @@ import (
 	"github.com/kube5s/sless/migrations"
 	slessv1 "github.com/kube5s/sless/pkg/apis/sless/v1alpha1"
 	"github.com/kube5s/sless/pkg/egress"
-	"github.com/kube5s/sless/pkg/health"
 	"github.com/kube5s/sless/pkg/kubeclient"
 	"github.com/kube5s/sless/pkg/rabbit"
 	"github.com/kube5s/sless/pkg/service"
@@ -48,12 +47,11 @@ func run(ctx context.Context, getenv func(string) string, stdout io.Writer) erro
 		return err
 	}
 
-	pool, err := migrations.Open(ctx, cfg.PostgresURL, cfg.Migrate)
+	pool, err := svc.Postgres(ctx, cfg.Deps)
 	if err != nil {
 		return err
 	}
 	defer pool.Close()
-	svc.Health.AddCheck(health.Check{Name: "postgres", Fn: pool.Ping})
 
 	store, err := svc.ObjectStore(ctx, cfg.S3)
 	if err != nil {

@@ -12,10 +12,7 @@ import (
 
 type config struct {
 	service.Common
-	Kubeconfig      string          // KUBECONFIG: empty in a cluster
-	RabbitURL       string          // SLESS_RABBITMQ_URL
-	PostgresURL     string          // SLESS_POSTGRES_URL
-	Migrate         bool            // SLESS_MIGRATE: apply migrations at start
+	service.Deps
 	Concurrency     int             // SLESS_INVOKER_CONCURRENCY: invocations in flight (the prefetch)
 	HistoryPrefetch int             // SLESS_HISTORY_PREFETCH: record messages being batched
 	EgressAllow     []netip.Prefix  // SLESS_EGRESS_ALLOW_CIDRS: private ranges tenant destinations may reach
@@ -30,10 +27,7 @@ func loadConfig(getenv func(string) string) (config, error) {
 	r := envconf.New(getenv)
 	c := config{
 		Common:           service.ReadCommon(r, ":9093"),
-		Kubeconfig:       r.String("KUBECONFIG", ""),
-		RabbitURL:        r.URL("SLESS_RABBITMQ_URL", "amqp://guest:guest@127.0.0.1:5672/", "amqp", "amqps"),
-		PostgresURL:      r.URL("SLESS_POSTGRES_URL", "postgres://postgres@127.0.0.1:5432/sless?sslmode=disable", "postgres", "postgresql"),
-		Migrate:          r.Bool("SLESS_MIGRATE", true),
+		Deps:             service.ReadDeps(r),
 		Concurrency:      r.Int("SLESS_INVOKER_CONCURRENCY", 64, 1, 4096),
 		HistoryPrefetch:  r.Int("SLESS_HISTORY_PREFETCH", 512, 1, 65535),
 		S3:               objstore.ReadConfig(r),

@@ -11,10 +11,8 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/cache"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
-	"github.com/kube5s/sless/migrations"
 	slessv1 "github.com/kube5s/sless/pkg/apis/sless/v1alpha1"
 	"github.com/kube5s/sless/pkg/egress"
-	"github.com/kube5s/sless/pkg/health"
 	"github.com/kube5s/sless/pkg/kubeclient"
 	"github.com/kube5s/sless/pkg/msg"
 	"github.com/kube5s/sless/pkg/rabbit"
@@ -40,17 +38,17 @@ func run(ctx context.Context, getenv func(string) string, stdout io.Writer) erro
 	}
 	kube, watch, synced, err := svc.KubeWatching(ctx, kcfg, map[client.Object]cache.ByObject{
 		&slessv1.Function{}: {}, &slessv1.Trigger{}: {}, &slessv1.Tenant{}: {}, &corev1.Namespace{}: tenantns.Watch(),
+		invoke.SecretMetadata(): {}, // changes to broker Secrets restart queue triggers; the data is read when needed
 	})
 	if err != nil {
 		return err
 	}
 
-	pool, err := migrations.Open(ctx, cfg.PostgresURL, cfg.Migrate)
+	pool, err := svc.Postgres(ctx, cfg.Deps)
 	if err != nil {
 		return err
 	}
 	defer pool.Close()
-	svc.Health.AddCheck(health.Check{Name: "postgres", Fn: pool.Ping})
 
 	store, err := svc.ObjectStore(ctx, cfg.S3)
 	if err != nil {
@@ -89,7 +87,11 @@ func run(ctx context.Context, getenv func(string) string, stdout io.Writer) erro
 	for _, c := range consumers {
 		svc.GoWhenSynced(synced, c.Run)
 	}
-	svc.GoWhenSynced(synced, triggers.Run)
+	triggerCtrl, err := svc.Controller("queue-triggers", triggers, 4)
+	if err != nil {
+		return err
+	}
+	svc.GoWhenSynced(synced, func(ctx context.Context) error { return triggers.Run(ctx, triggerCtrl, watch) })
 	return svc.Run(ctx)
 }
 

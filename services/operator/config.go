@@ -14,10 +14,7 @@ import (
 
 type config struct {
 	service.Common
-	Kubeconfig      string   // KUBECONFIG: empty in a cluster
-	RabbitURL       string   // SLESS_RABBITMQ_URL
-	PostgresURL     string   // SLESS_POSTGRES_URL: a deleted tenant's rows are removed there
-	Migrate         bool     // SLESS_MIGRATE: apply migrations at start
+	service.Deps
 	ExecutionDriver string   // SLESS_EXECUTION_DRIVER: local or kubernetes
 	LeaderElect     bool     // SLESS_LEADER_ELECT: on when running several replicas
 	Namespace       string   // SLESS_NAMESPACE: the sless system namespace (leases, policies)
@@ -41,10 +38,7 @@ func loadConfig(getenv func(string) string) (config, error) {
 	r := envconf.New(getenv)
 	c := config{
 		Common:          service.ReadCommon(r, ":9092"),
-		Kubeconfig:      r.String("KUBECONFIG", ""),
-		RabbitURL:       r.URL("SLESS_RABBITMQ_URL", "amqp://guest:guest@127.0.0.1:5672/", "amqp", "amqps"),
-		PostgresURL:     r.URL("SLESS_POSTGRES_URL", "postgres://postgres@127.0.0.1:5432/sless?sslmode=disable", "postgres", "postgresql"),
-		Migrate:         r.Bool("SLESS_MIGRATE", true),
+		Deps:            service.ReadDeps(r),
 		ExecutionDriver: r.OneOf("SLESS_EXECUTION_DRIVER", "local", "local", "kubernetes"),
 		LeaderElect:     r.Bool("SLESS_LEADER_ELECT", false),
 		Namespace:       r.String("SLESS_NAMESPACE", "sless-system"),

@@ -6,18 +6,13 @@ import (
 	"fmt"
 	"io"
 	"os"
-	"strings"
 	"time"
 
 	"github.com/go-logr/logr"
-	"github.com/prometheus/client_golang/prometheus"
-	dto "github.com/prometheus/client_model/go"
 	ctrl "sigs.k8s.io/controller-runtime"
 	"sigs.k8s.io/controller-runtime/pkg/cache"
-	crmetrics "sigs.k8s.io/controller-runtime/pkg/metrics"
 	metricsserver "sigs.k8s.io/controller-runtime/pkg/metrics/server"
 
-	"github.com/kube5s/sless/migrations"
 	"github.com/kube5s/sless/pkg/health"
 	"github.com/kube5s/sless/pkg/kubeclient"
 	"github.com/kube5s/sless/pkg/msg"
@@ -40,7 +35,7 @@ func run(ctx context.Context, getenv func(string) string, stdout io.Writer) erro
 	if err != nil {
 		return err
 	}
-	svc.AddGatherer(controllerRuntimeMetrics())
+	svc.ServeControllerRuntimeMetrics()
 
 	kcfg, err := kubeclient.Config(cfg.Kubeconfig, 50, 100)
 	if err != nil {
@@ -81,12 +76,11 @@ func run(ctx context.Context, getenv func(string) string, stdout io.Writer) erro
 	mq := svc.Rabbit(cfg.RabbitURL)
 	pub := rabbit.NewPublisher(mq)
 
-	pool, err := migrations.Open(ctx, cfg.PostgresURL, cfg.Migrate)
+	pool, err := svc.Postgres(ctx, cfg.Deps)
 	if err != nil {
 		return err
 	}
 	defer pool.Close()
-	svc.Health.AddCheck(health.Check{Name: "postgres", Fn: pool.Ping})
 
 	var drv driver.Driver
 	switch cfg.ExecutionDriver {
@@ -136,22 +130,6 @@ func run(ctx context.Context, getenv func(string) string, stdout io.Writer) erro
 		})
 	}
 	return svc.Run(ctx)
-}
-
-// controllerRuntimeMetrics serves controller-runtime's own registry
-// (reconcile counts, work queues, client calls) without the Go and process
-// collectors it also registers, which the service registry already has.
-func controllerRuntimeMetrics() prometheus.Gatherer {
-	return prometheus.GathererFunc(func() ([]*dto.MetricFamily, error) {
-		mfs, err := crmetrics.Registry.Gather()
-		out := mfs[:0]
-		for _, mf := range mfs {
-			if n := mf.GetName(); !strings.HasPrefix(n, "go_") && !strings.HasPrefix(n, "process_") {
-				out = append(out, mf)
-			}
-		}
-		return out, err
-	})
 }
 
 // The leader election's timing (controller-runtime's defaults, stated so

@@ -7,20 +7,14 @@ import (
 
 type config struct {
 	service.Common
-	Kubeconfig  string // KUBECONFIG: empty in a cluster
-	RabbitURL   string // SLESS_RABBITMQ_URL
-	PostgresURL string // SLESS_POSTGRES_URL
-	Migrate     bool   // SLESS_MIGRATE: apply migrations at start
+	service.Deps
 }
 
 func loadConfig(getenv func(string) string) (config, error) {
 	r := envconf.New(getenv)
 	c := config{
-		Common:      service.ReadCommon(r, ":9094"),
-		Kubeconfig:  r.String("KUBECONFIG", ""),
-		RabbitURL:   r.URL("SLESS_RABBITMQ_URL", "amqp://guest:guest@127.0.0.1:5672/", "amqp", "amqps"),
-		PostgresURL: r.URL("SLESS_POSTGRES_URL", "postgres://postgres@127.0.0.1:5432/sless?sslmode=disable", "postgres", "postgresql"),
-		Migrate:     r.Bool("SLESS_MIGRATE", true),
+		Common: service.ReadCommon(r, ":9094"),
+		Deps:   service.ReadDeps(r),
 	}
 	return c, r.Err()
 }

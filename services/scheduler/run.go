@@ -8,10 +8,12 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	"sigs.k8s.io/controller-runtime/pkg/cache"
 	"sigs.k8s.io/controller-runtime/pkg/client"
+	"sigs.k8s.io/controller-runtime/pkg/handler"
+	"sigs.k8s.io/controller-runtime/pkg/predicate"
+	"sigs.k8s.io/controller-runtime/pkg/reconcile"
+	"sigs.k8s.io/controller-runtime/pkg/source"
 
-	"github.com/kube5s/sless/migrations"
 	slessv1 "github.com/kube5s/sless/pkg/apis/sless/v1alpha1"
-	"github.com/kube5s/sless/pkg/health"
 	"github.com/kube5s/sless/pkg/kubeclient"
 	"github.com/kube5s/sless/pkg/rabbit"
 	"github.com/kube5s/sless/pkg/service"
@@ -41,17 +43,42 @@ func run(ctx context.Context, getenv func(string) string, stdout io.Writer) erro
 		return err
 	}
 
-	pool, err := migrations.Open(ctx, cfg.PostgresURL, cfg.Migrate)
+	pool, err := svc.Postgres(ctx, cfg.Deps)
 	if err != nil {
 		return err
 	}
 	defer pool.Close()
-	svc.Health.AddCheck(health.Check{Name: "postgres", Fn: pool.Ping})
 
 	mq := svc.Rabbit(cfg.RabbitURL)
 
-	sched := &schedule.Scheduler{Triggers: watch, Tenants: tenantns.Resolver{Namespaces: watch}, Status: kube, DB: pool, Publisher: rabbit.NewPublisher(mq), Log: svc.Log,
-		Metrics: schedule.NewMetrics(svc.Registry)}
-	svc.GoWhenSynced(synced, sched.Run)
+	sched := &schedule.Scheduler{Triggers: watch, Tenants: tenantns.Resolver{Namespaces: watch}, Status: kube, DB: pool,
+		Publisher: rabbit.NewPublisher(mq), Log: svc.Log, Metrics: schedule.NewMetrics(svc.Registry)}
+	ctrl, err := svc.Controller("cron", sched, 4)
+	if err != nil {
+		return err
+	}
+	// Every trigger of a namespace is looked at again when the namespace
+	// changes: it may have become (or stopped being) a tenant's.
+	triggersOf := func(ctx context.Context, ns *corev1.Namespace) []reconcile.Request {
+		var list slessv1.TriggerList
+		if err := watch.List(ctx, &list, client.InNamespace(ns.Name)); err != nil {
+			return nil
+		}
+		reqs := make([]reconcile.Request, 0, len(list.Items))
+		for _, t := range list.Items {
+			reqs = append(reqs, reconcile.Request{NamespacedName: client.ObjectKeyFromObject(&t)})
+		}
+		return reqs
+	}
+	if err := ctrl.Watch(source.Kind(watch, &slessv1.Trigger{}, &handler.TypedEnqueueRequestForObject[*slessv1.Trigger]{},
+		predicate.TypedGenerationChangedPredicate[*slessv1.Trigger]{})); err != nil {
+		return err
+	}
+	if err := ctrl.Watch(source.Kind(watch, &corev1.Namespace{}, handler.TypedEnqueueRequestsFromMapFunc(triggersOf),
+		predicate.TypedLabelChangedPredicate[*corev1.Namespace]{})); err != nil {
+		return err
+	}
+	svc.GoWhenSynced(synced, ctrl.Start)
+	svc.GoWhenSynced(synced, sched.ResumePending)
 	return svc.Run(ctx)
 }

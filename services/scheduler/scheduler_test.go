@@ -119,10 +119,6 @@ func (w *schedWorld) startBinary(t *testing.T, bin string) *exec.Cmd {
 	return c
 }
 
-// maxTickSleep is the longest the scheduler sleeps between looks at its
-// triggers (it wakes at the next instant, or after this).
-const maxTickSleep = 500 * time.Millisecond
-
 // TestTwoSchedulersFireOnceAndOnTime runs two schedulers side by side on one
 // database and broker, with a trigger firing every second, and SIGKILLs one
 // of them in the middle of the window: every instant of the window is fired
@@ -215,8 +211,8 @@ func TestTwoSchedulersFireOnceAndOnTime(t *testing.T) {
 	p99 := time.Duration(late[len(late)*99/100] * float64(time.Second))
 	t.Logf("%d fires in %s by two schedulers, one SIGKILLed at %s; %d taken over; lateness p50 %.0fms p99 %s",
 		n, window, killedAt.Sub(start).Round(time.Second), len(resumed), late[len(late)/2]*1000, p99.Round(time.Millisecond))
-	if bound := maxTickSleep + time.Second; p99 > bound {
-		t.Errorf("lateness p99 %s, want at most %s (a tick's sleep and a second for the row and the publish)", p99, bound)
+	if bound := time.Second; p99 > bound {
+		t.Errorf("lateness p99 %s, want at most %s (each trigger is reconciled at its instant; a second for the row and the confirmed publish on a loaded machine)", p99, bound)
 	}
 }
 

@@ -15,8 +15,15 @@ import (
 	amqp "github.com/rabbitmq/amqp091-go"
 	"golang.org/x/net/http/httpguts"
 	corev1 "k8s.io/api/core/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"sigs.k8s.io/controller-runtime/pkg/cache"
 	"sigs.k8s.io/controller-runtime/pkg/client"
+	"sigs.k8s.io/controller-runtime/pkg/controller"
+	"sigs.k8s.io/controller-runtime/pkg/handler"
+	"sigs.k8s.io/controller-runtime/pkg/predicate"
+	"sigs.k8s.io/controller-runtime/pkg/reconcile"
+	"sigs.k8s.io/controller-runtime/pkg/source"
 
 	slessv1 "github.com/kube5s/sless/pkg/apis/sless/v1alpha1"
 	"github.com/kube5s/sless/pkg/egress"
@@ -32,6 +39,11 @@ import (
 // trigger stops its consumer; editing it (or its Secret) restarts it.
 // Whether the queue is consumed, and why not, is the trigger's Consuming
 // condition.
+//
+// It is a controller-runtime reconciler of Triggers, woken by changes to a
+// trigger, to the Secrets of its namespace (watched as metadata only: the
+// data is read when a trigger needs it) and to its Namespace (which may
+// become, or stop being, a tenant's). Nothing is listed on a timer.
 type QueueTriggers struct {
 	Triggers client.Reader // watch cache
 	Tenants  Tenants
@@ -43,9 +55,9 @@ type QueueTriggers struct {
 	BrokerURL string
 	Exec      *Executor
 	Log       *slog.Logger
-	Interval  time.Duration
 	Egress    *egress.Policy // applies to external brokers, never to the platform's
 
+	base    context.Context // consumers run until it ends (Run's)
 	mu      sync.Mutex
 	running map[string]*queueConsumer
 	ignored map[string]bool // triggers outside tenant namespaces, logged once
@@ -64,29 +76,59 @@ type queueConsumer struct {
 	done   chan struct{}
 }
 
-// Run reconciles the consumers with the triggers until ctx ends.
-func (q *QueueTriggers) Run(ctx context.Context) error {
-	q.running, q.ignored = map[string]*queueConsumer{}, map[string]bool{}
-	if q.Interval <= 0 {
-		q.Interval = 500 * time.Millisecond
-	}
-	t := time.NewTicker(q.Interval)
-	defer t.Stop()
-	for {
-		q.reconcile(ctx)
-		select {
-		case <-ctx.Done():
-			q.mu.Lock()
-			for k, c := range q.running {
-				c.cancel()
-				<-c.done
-				delete(q.running, k)
-			}
-			q.mu.Unlock()
+// Run reconciles, with ctrl (a controller whose reconciler is q), the
+// consumers with the triggers in watch until ctx ends, then stops every
+// consumer.
+func (q *QueueTriggers) Run(ctx context.Context, ctrl controller.Controller, watch cache.Cache) error {
+	q.mu.Lock()
+	q.base, q.running, q.ignored = ctx, map[string]*queueConsumer{}, map[string]bool{}
+	q.mu.Unlock()
+	inNamespace := func(ctx context.Context, ns string) []reconcile.Request {
+		var list slessv1.TriggerList
+		if err := watch.List(ctx, &list, client.InNamespace(ns)); err != nil {
 			return nil
-		case <-t.C:
 		}
+		var reqs []reconcile.Request
+		for _, t := range list.Items {
+			if t.Spec.Type == slessv1.TriggerQueue {
+				reqs = append(reqs, reconcile.Request{NamespacedName: client.ObjectKeyFromObject(&t)})
+			}
+		}
+		return reqs
 	}
+	if err := ctrl.Watch(source.Kind(watch, &slessv1.Trigger{}, &handler.TypedEnqueueRequestForObject[*slessv1.Trigger]{},
+		predicate.TypedGenerationChangedPredicate[*slessv1.Trigger]{})); err != nil {
+		return err
+	}
+	if err := ctrl.Watch(source.Kind(watch, SecretMetadata(), handler.TypedEnqueueRequestsFromMapFunc(
+		func(ctx context.Context, s *metav1.PartialObjectMetadata) []reconcile.Request {
+			return inNamespace(ctx, s.Namespace)
+		}),
+		predicate.TypedResourceVersionChangedPredicate[*metav1.PartialObjectMetadata]{})); err != nil {
+		return err
+	}
+	if err := ctrl.Watch(source.Kind(watch, &corev1.Namespace{}, handler.TypedEnqueueRequestsFromMapFunc(
+		func(ctx context.Context, ns *corev1.Namespace) []reconcile.Request { return inNamespace(ctx, ns.Name) }),
+		predicate.TypedLabelChangedPredicate[*corev1.Namespace]{})); err != nil {
+		return err
+	}
+	err := ctrl.Start(ctx)
+	q.mu.Lock()
+	for k, c := range q.running {
+		c.cancel()
+		<-c.done
+		delete(q.running, k)
+	}
+	q.mu.Unlock()
+	return err
+}
+
+// SecretMetadata is the object to watch Secrets as: metadata only, so that
+// no tenant's secret data sits in the invoker's memory.
+func SecretMetadata() *metav1.PartialObjectMetadata {
+	m := &metav1.PartialObjectMetadata{}
+	m.SetGroupVersionKind(corev1.SchemeGroupVersion.WithKind("Secret"))
+	return m
 }
 
 // Running lists the triggers consumed now (namespace/name).
@@ -100,102 +142,115 @@ func (q *QueueTriggers) Running() []string {
 	return out
 }
 
-func (q *QueueTriggers) reconcile(ctx context.Context) {
-	var list slessv1.TriggerList
-	if err := q.Triggers.List(ctx, &list); err != nil {
-		return
+// Reconcile starts, restarts (its spec or its broker URL changed) or stops
+// the consumer of one trigger.
+func (q *QueueTriggers) Reconcile(ctx context.Context, req reconcile.Request) (reconcile.Result, error) {
+	key := req.String()
+	var t slessv1.Trigger
+	if err := q.Triggers.Get(ctx, req.NamespacedName, &t); err != nil {
+		if !apierrors.IsNotFound(err) {
+			return reconcile.Result{}, err
+		}
+		q.stop(key, true)
+		return reconcile.Result{}, nil
 	}
-	want := map[string]*slessv1.Trigger{}
-	hashes, urls, tenants, listed := map[string]string{}, map[string]string{}, map[string]string{}, map[string]bool{}
-	accounts := map[string]brokerAccount{} // each tenant's Secret is read once a pass
-	for i := range list.Items {
-		t := &list.Items[i]
-		if t.Spec.Type != slessv1.TriggerQueue || t.Spec.Queue == nil || !t.IsEnabled() || !t.DeletionTimestamp.IsZero() {
-			continue
-		}
-		key := t.Namespace + "/" + t.Name
-		listed[key] = true
-		tenant, err := q.Tenants.Tenant(ctx, t.Namespace)
-		if errors.Is(err, tenantns.ErrNotTenant) {
-			if !q.ignored[key] {
-				q.ignored[key] = true
-				q.Log.Warn("queue trigger outside a tenant namespace ignored", "namespace", t.Namespace, "trigger", t.Name)
-			}
-			continue
-		}
-		if err != nil {
-			q.mu.Lock()
-			if c, ok := q.running[key]; ok { // keep it running through a lookup error
-				want[key], hashes[key], tenants[key] = t, c.hash, c.tenant
-			}
-			q.mu.Unlock()
-			continue
-		}
-		tenants[key] = tenant
-		url, err := q.brokerURL(ctx, t, accounts)
-		if err != nil {
-			q.Log.Warn("queue trigger cannot start", "trigger", key, "err", err)
-			q.report(ctx, t, t.Status.Conditions, metav1.ConditionFalse, "BrokerUnavailable", err.Error())
-			continue
-		}
-		spec, _ := json.Marshal(t.Spec)
-		sum := sha256.Sum256(append(spec, url...))
-		want[key], hashes[key], urls[key] = t, hex.EncodeToString(sum[:8]), url
+	if t.Spec.Type != slessv1.TriggerQueue || t.Spec.Queue == nil || !t.IsEnabled() || !t.DeletionTimestamp.IsZero() {
+		q.stop(key, true)
+		return reconcile.Result{}, nil
 	}
-	for k := range q.ignored {
-		if !listed[k] {
-			delete(q.ignored, k)
+	tenant, err := q.Tenants.Tenant(ctx, t.Namespace)
+	if errors.Is(err, tenantns.ErrNotTenant) {
+		q.stop(key, false)
+		q.mu.Lock()
+		logged := q.ignored[key]
+		q.ignored[key] = true
+		q.mu.Unlock()
+		if !logged {
+			q.Log.Warn("queue trigger outside a tenant namespace ignored", "namespace", t.Namespace, "trigger", t.Name)
 		}
+		return reconcile.Result{}, nil
 	}
+	if err != nil {
+		return reconcile.Result{}, err // a running consumer keeps running through a lookup error
+	}
+	url, err := q.brokerURL(ctx, &t)
+	if err != nil {
+		q.stop(key, false)
+		q.Log.Warn("queue trigger cannot start", "trigger", key, "err", err)
+		q.report(ctx, &t, t.Status.Conditions, metav1.ConditionFalse, "BrokerUnavailable", err.Error())
+		var missing errMissingSecret
+		if errors.As(err, &missing) {
+			return reconcile.Result{}, nil // the Secret watch brings the trigger back
+		}
+		return reconcile.Result{}, err
+	}
+	spec, _ := json.Marshal(t.Spec)
+	sum := sha256.Sum256(append(spec, url...))
+	hash := hex.EncodeToString(sum[:8])
+	q.mu.Lock()
+	c, ok := q.running[key]
+	q.mu.Unlock()
+	if ok && c.hash == hash {
+		return reconcile.Result{}, nil
+	}
+	q.stop(key, false)
 	q.mu.Lock()
 	defer q.mu.Unlock()
-	for key, c := range q.running {
-		if h, ok := hashes[key]; !ok || h != c.hash {
-			c.cancel()
-			<-c.done
-			delete(q.running, key)
-			q.Log.Info("queue trigger consumer stopped", "trigger", key)
-		}
+	if q.base.Err() != nil {
+		return reconcile.Result{}, nil // stopping
 	}
-	for key, t := range want {
-		if _, ok := q.running[key]; ok {
-			continue
-		}
-		q.running[key] = q.start(ctx, t.DeepCopy(), tenants[key], urls[key], hashes[key])
-		q.Log.Info("queue trigger consumer started", "trigger", key, "queue", t.Spec.Queue.Queue)
+	q.running[key] = q.start(q.base, t.DeepCopy(), tenant, url, hash)
+	q.Log.Info("queue trigger consumer started", "trigger", key, "queue", t.Spec.Queue.Queue)
+	return reconcile.Result{}, nil
+}
+
+// stop stops the trigger's consumer if it runs; forget also drops what is
+// remembered about the trigger (it is gone or no longer a queue trigger).
+func (q *QueueTriggers) stop(key string, forget bool) {
+	q.mu.Lock()
+	c, ok := q.running[key]
+	delete(q.running, key)
+	if forget {
+		delete(q.ignored, key)
+	}
+	q.mu.Unlock()
+	if ok {
+		c.cancel()
+		<-c.done
+		q.Log.Info("queue trigger consumer stopped", "trigger", key)
 	}
 }
 
-type brokerAccount struct {
-	url string
-	err error
-}
+// errMissingSecret is a broker Secret (or its key) that does not exist:
+// nothing to retry until the Secret changes.
+type errMissingSecret struct{ error }
 
 // brokerURL is the external broker's URL from the trigger's Secret, or
-// the URL of the tenant's vhost on the platform broker (remembered in
-// tenants by namespace).
-func (q *QueueTriggers) brokerURL(ctx context.Context, t *slessv1.Trigger, tenants map[string]brokerAccount) (string, error) {
+// the URL of the tenant's vhost on the platform broker.
+func (q *QueueTriggers) brokerURL(ctx context.Context, t *slessv1.Trigger) (string, error) {
 	ref := t.Spec.Queue.BrokerSecretRef
-	if ref == nil {
-		a, ok := tenants[t.Namespace]
-		if !ok {
-			var s corev1.Secret
-			if a.err = q.Secrets.Get(ctx, client.ObjectKey{Namespace: t.Namespace, Name: slessv1.BrokerSecretName}, &s); a.err != nil {
-				a.err = fmt.Errorf("the tenant's broker secret %s: %w", slessv1.BrokerSecretName, a.err)
-			} else {
-				a.url, a.err = tenantVhostURL(q.BrokerURL, s.Data)
-			}
-			tenants[t.Namespace] = a
-		}
-		return a.url, a.err
+	name := slessv1.BrokerSecretName
+	if ref != nil {
+		name = ref.Name
 	}
 	var s corev1.Secret
-	if err := q.Secrets.Get(ctx, client.ObjectKey{Namespace: t.Namespace, Name: ref.Name}, &s); err != nil {
-		return "", fmt.Errorf("broker secret %s: %w", ref.Name, err)
+	if err := q.Secrets.Get(ctx, client.ObjectKey{Namespace: t.Namespace, Name: name}, &s); err != nil {
+		err = fmt.Errorf("broker secret %s: %w", name, err)
+		if apierrors.IsNotFound(err) {
+			return "", errMissingSecret{err}
+		}
+		return "", err
+	}
+	if ref == nil {
+		url, err := tenantVhostURL(q.BrokerURL, s.Data)
+		if err != nil {
+			return "", errMissingSecret{fmt.Errorf("the tenant's broker secret %s: %w", name, err)}
+		}
+		return url, nil
 	}
 	v, ok := s.Data[ref.Key]
 	if !ok || len(v) == 0 {
-		return "", fmt.Errorf("broker secret %s has no key %s", ref.Name, ref.Key)
+		return "", errMissingSecret{fmt.Errorf("broker secret %s has no key %s", ref.Name, ref.Key)}
 	}
 	return string(v), nil
 }

@@ -71,9 +71,9 @@ type Deps struct {
 	APIReader client.Reader
 }
 
-// Metrics are the operator's own counters.
+// Metrics are the operator's own counters (controller-runtime counts the
+// reconciles: controller_runtime_reconcile_total).
 type Metrics struct {
-	reconciles      *prometheus.CounterVec
 	buildsRequested prometheus.Counter
 	jobRuns         prometheus.Counter
 }
@@ -81,9 +81,6 @@ type Metrics struct {
 // NewMetrics registers the operator metrics on reg.
 func NewMetrics(reg prometheus.Registerer) *Metrics {
 	m := &Metrics{
-		reconciles: prometheus.NewCounterVec(prometheus.CounterOpts{
-			Name: "sless_operator_reconciles_total", Help: "Reconciles by kind and result (ok, error).",
-		}, []string{"kind", "result"}),
 		buildsRequested: prometheus.NewCounter(prometheus.CounterOpts{
 			Name: "sless_operator_builds_requested_total", Help: "build.requested.v1 messages published.",
 		}),
@@ -91,16 +88,8 @@ func NewMetrics(reg prometheus.Registerer) *Metrics {
 			Name: "sless_operator_job_runs_total", Help: "FunctionJob runs dispatched.",
 		}),
 	}
-	reg.MustRegister(m.reconciles, m.buildsRequested, m.jobRuns)
+	reg.MustRegister(m.buildsRequested, m.jobRuns)
 	return m
-}
-
-func (m *Metrics) observe(kind string, err error) {
-	result := "ok"
-	if err != nil {
-		result = "error"
-	}
-	m.reconciles.WithLabelValues(kind, result).Inc()
 }
 
 // Field index names.

@@ -54,7 +54,6 @@ func (r *FunctionReconciler) SetupWithManager(mgr ctrl.Manager) error {
 
 // Reconcile implements reconcile.Reconciler.
 func (r *FunctionReconciler) Reconcile(ctx context.Context, req ctrl.Request) (res ctrl.Result, err error) {
-	defer func() { r.Metrics.observe("Function", err) }()
 	var fn slessv1.Function
 	if err := r.Client.Get(ctx, req.NamespacedName, &fn); err != nil {
 		return ctrl.Result{}, client.IgnoreNotFound(err)

@@ -49,7 +49,6 @@ func (r *FunctionJobReconciler) SetupWithManager(mgr ctrl.Manager) error {
 // True. A crash between the two publishes again with the same invocation
 // id, which the invoker deduplicates; a recorded run is never started anew.
 func (r *FunctionJobReconciler) Reconcile(ctx context.Context, req ctrl.Request) (res ctrl.Result, err error) {
-	defer func() { r.Metrics.observe("FunctionJob", err) }()
 	var job slessv1.FunctionJob
 	if err := r.Client.Get(ctx, req.NamespacedName, &job); err != nil {
 		return ctrl.Result{}, client.IgnoreNotFound(err)

@@ -19,8 +19,10 @@ import (
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgxpool"
 	"github.com/prometheus/client_golang/prometheus"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"sigs.k8s.io/controller-runtime/pkg/client"
+	"sigs.k8s.io/controller-runtime/pkg/reconcile"
 
 	slessv1 "github.com/kube5s/sless/pkg/apis/sless/v1alpha1"
 	"github.com/kube5s/sless/pkg/cronsched"
@@ -106,28 +108,18 @@ func NewMetrics(reg prometheus.Registerer) *Metrics {
 	return m
 }
 
-// Run fires until ctx ends. It first republishes fires a dead replica
-// left pending.
-func (s *Scheduler) Run(ctx context.Context) error {
-	if s.Now == nil {
-		s.Now = time.Now
-	}
-	s.state, s.ignored = map[string]*tracked{}, map[string]bool{}
-	var resumed time.Time
+// ResumePending republishes, every ResumeEvery until ctx ends, fires a
+// replica left pending (not only at start: a replica that dies between a
+// fire's row and its publish leaves the fire to the replicas still running).
+func (s *Scheduler) ResumePending(ctx context.Context) error {
 	for {
-		// Not only at start: a replica that dies between a fire's row and
-		// its publish leaves the fire to the replicas still running.
-		if time.Since(resumed) >= ResumeEvery {
-			if err := s.resumePending(ctx); err != nil {
-				s.Log.Warn("resume pending fires", "err", err)
-			}
-			resumed = time.Now()
+		if err := s.resumePending(ctx); err != nil {
+			s.Log.Warn("resume pending fires", "err", err)
 		}
-		wait := s.tick(ctx)
 		select {
 		case <-ctx.Done():
 			return nil
-		case <-time.After(wait):
+		case <-time.After(ResumeEvery):
 		}
 	}
 }
@@ -139,67 +131,75 @@ const (
 	ResumeEvery  = 2 * time.Second
 )
 
-// tick fires what is due and returns how long to sleep.
-func (s *Scheduler) tick(ctx context.Context) time.Duration {
-	var list slessv1.TriggerList
-	if err := s.Triggers.List(ctx, &list); err != nil {
-		return time.Second
+// Reconcile fires the trigger when an instant is due and asks to be called
+// again at the next one. A trigger is looked at when it changes, when its
+// namespace changes (it may become a tenant's) and at its next instant;
+// nothing is listed on a timer.
+func (s *Scheduler) Reconcile(ctx context.Context, req reconcile.Request) (reconcile.Result, error) {
+	key := req.String()
+	var t slessv1.Trigger
+	if err := s.Triggers.Get(ctx, req.NamespacedName, &t); err != nil {
+		if apierrors.IsNotFound(err) {
+			s.forget(key)
+			return reconcile.Result{}, nil
+		}
+		return reconcile.Result{}, err
 	}
-	now := s.Now()
-	wait := 500 * time.Millisecond
-	seen, listed := map[string]bool{}, map[string]bool{}
-	for i := range list.Items {
-		t := &list.Items[i]
-		if t.Spec.Type != slessv1.TriggerCron || t.Spec.Cron == nil || !t.IsEnabled() || !t.DeletionTimestamp.IsZero() {
-			continue
-		}
-		key := t.Namespace + "/" + t.Name
-		listed[key] = true
-		tenant, err := s.Tenants.Tenant(ctx, t.Namespace)
-		if errors.Is(err, tenantns.ErrNotTenant) {
-			if !s.ignored[key] {
-				s.ignored[key] = true
-				s.Log.Warn("cron trigger outside a tenant namespace ignored", "namespace", t.Namespace, "trigger", t.Name)
-			}
-			continue
-		}
-		seen[key] = true
-		if err != nil {
-			continue
-		}
-		st, err := s.track(ctx, t, tenant, now)
-		if err != nil {
-			continue
-		}
-		if !st.next.After(now) {
-			s.fire(ctx, t, tenant, st.next)
-			st.next = st.sched.Next(st.next)
-			if st.next.Before(now) { // far behind (a long pause): skip ahead
-				st.next = st.sched.Next(now)
-			}
-			s.setStatus(ctx, t, tenant, st.next)
-		}
-		wait = min(wait, max(st.next.Sub(s.Now()), time.Millisecond))
+	if t.Spec.Type != slessv1.TriggerCron || t.Spec.Cron == nil || !t.IsEnabled() || !t.DeletionTimestamp.IsZero() {
+		s.forget(key)
+		return reconcile.Result{}, nil
 	}
+	tenant, err := s.Tenants.Tenant(ctx, t.Namespace)
+	if errors.Is(err, tenantns.ErrNotTenant) {
+		s.mu.Lock()
+		logged := s.ignored[key]
+		if s.ignored == nil {
+			s.ignored = map[string]bool{}
+		}
+		s.ignored[key] = true
+		s.mu.Unlock()
+		if !logged {
+			s.Log.Warn("cron trigger outside a tenant namespace ignored", "namespace", t.Namespace, "trigger", t.Name)
+		}
+		return reconcile.Result{}, nil // the namespace watch brings it back if that changes
+	}
+	if err != nil {
+		return reconcile.Result{}, err
+	}
+	now := s.now()
+	st, err := s.track(ctx, &t, tenant, now)
+	if err != nil {
+		return reconcile.Result{}, err
+	}
+	if !st.next.After(now) {
+		s.fire(ctx, &t, tenant, st.next)
+		st.next = st.sched.Next(st.next)
+		if st.next.Before(now) { // far behind (a long pause): skip ahead
+			st.next = st.sched.Next(now)
+		}
+		s.setStatus(ctx, &t, tenant, st.next)
+	}
+	return reconcile.Result{RequeueAfter: max(st.next.Sub(s.now()), time.Millisecond)}, nil
+}
+
+func (s *Scheduler) forget(key string) {
 	s.mu.Lock()
-	for k := range s.state {
-		if !seen[k] {
-			delete(s.state, k)
-		}
+	defer s.mu.Unlock()
+	delete(s.state, key)
+	delete(s.ignored, key)
+}
+
+func (s *Scheduler) now() time.Time {
+	if s.Now == nil {
+		return time.Now()
 	}
-	s.mu.Unlock()
-	for k := range s.ignored {
-		if !listed[k] {
-			delete(s.ignored, k)
-		}
-	}
-	return wait
+	return s.Now()
 }
 
 // track returns the trigger's state, catching up missed fires when it is
 // first seen or its schedule changed.
 func (s *Scheduler) track(ctx context.Context, t *slessv1.Trigger, tenant string, now time.Time) (*tracked, error) {
-	key := t.Namespace + "/" + t.Name
+	key := client.ObjectKeyFromObject(t).String()
 	spec := t.Spec.Cron.Schedule + "|" + t.Spec.Cron.TimeZone
 	s.mu.Lock()
 	st := s.state[key]
@@ -208,8 +208,8 @@ func (s *Scheduler) track(ctx context.Context, t *slessv1.Trigger, tenant string
 		return st, nil
 	}
 	sched, err := cronsched.Parse(t.Spec.Cron.Schedule, t.Spec.Cron.TimeZone)
-	if err != nil {
-		return nil, err
+	if err != nil { // the API server's validation lets none through; an edit is a new event
+		return nil, reconcile.TerminalError(fmt.Errorf("schedule %q: %w", t.Spec.Cron.Schedule, err))
 	}
 	since := t.CreationTimestamp.Time
 	var last *time.Time
@@ -228,6 +228,9 @@ func (s *Scheduler) track(ctx context.Context, t *slessv1.Trigger, tenant string
 	}
 	st = &tracked{uid: string(t.UID), spec: spec, sched: sched, next: sched.Next(now)}
 	s.mu.Lock()
+	if s.state == nil {
+		s.state = map[string]*tracked{}
+	}
 	s.state[key] = st
 	s.mu.Unlock()
 	s.setStatus(ctx, t, tenant, st.next)
@@ -271,12 +274,12 @@ func (s *Scheduler) publish(ctx context.Context, t *slessv1.Trigger, tenant, id 
 		body = t.Spec.Cron.Payload.Raw
 	}
 	m := &msg.InvocationRequested{InvocationID: id, Tenant: tenant, Namespace: t.Namespace, Function: t.Spec.FunctionRef.Name,
-		Trigger: msg.TriggerCron, TriggerName: t.Name, ScheduledAt: at.UTC(), EnqueuedAt: s.Now().UTC(),
+		Trigger: msg.TriggerCron, TriggerName: t.Name, ScheduledAt: at.UTC(), EnqueuedAt: s.now().UTC(),
 		Request: msg.Request{Method: "POST", Path: "/", Body: body, Headers: map[string][]string{"Content-Type": {"application/json"}}}}
 	if err := s.Publisher.PublishMessage(ctx, m); err != nil {
 		return err
 	}
-	s.Metrics.lateness.Observe(s.Now().Sub(at).Seconds())
+	s.Metrics.lateness.Observe(s.now().Sub(at).Seconds())
 	_, err := s.DB.Exec(ctx, `UPDATE cron_fires SET outcome = 'fired', fired_at = now() WHERE tenant = $1 AND trigger_name = $2 AND scheduled_at = $3`,
 		tenant, t.Name, at)
 	return err
