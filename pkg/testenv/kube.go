@@ -6,6 +6,7 @@ import (
 	"os"
 	"path/filepath"
 	"testing"
+	"time"
 
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
@@ -49,12 +50,23 @@ func StartKube() (*Kube, error) {
 		CRDs:                  defs,
 		ErrorIfCRDPathMissing: true,
 		Scheme:                Scheme(),
+		// envtest gives etcd and the API server 20 s each (retried five
+		// times); on a loaded 2-core machine one start can take longer.
+		ControlPlaneStartTimeout: startTimeout(),
 	}
 	cfg, err := env.Start()
 	if err != nil {
 		return nil, fmt.Errorf("start envtest control plane: %w", err)
 	}
 	return &Kube{Config: cfg, env: env}, nil
+}
+
+// startTimeout is KUBEBUILDER_CONTROLPLANE_START_TIMEOUT, or 3 minutes.
+func startTimeout() time.Duration {
+	if d, err := time.ParseDuration(os.Getenv("KUBEBUILDER_CONTROLPLANE_START_TIMEOUT")); err == nil && d > 0 {
+		return d
+	}
+	return 3 * time.Minute
 }
 
 // Stop stops the control plane.

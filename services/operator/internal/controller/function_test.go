@@ -5,7 +5,6 @@ import (
 	"encoding/json"
 	"strings"
 	"testing"
-	"time"
 
 	appsv1 "k8s.io/api/apps/v1"
 	corev1 "k8s.io/api/core/v1"
@@ -51,12 +50,16 @@ func TestSameDigestIsBuiltOnce(t *testing.T) {
 		t.Fatal(err)
 	}
 	h.stop()
+	before, listed := reconciles(t, "function"), h.count(t, &slessv1.FunctionList{})
 	h2 := newHarness(t)
 	h2.eventually(t, "the restarted operator to observe generation 2", func() bool {
 		h2.get(t, fn)
 		return fn.Status.ObservedGeneration == fn.Generation
 	})
-	time.Sleep(300 * time.Millisecond) // a duplicate request would arrive by now
+	// The restarted operator has reconciled every Function it listed and is
+	// idle; a duplicate request it published would be ahead of the marker.
+	h2.settled(t, "function", before+float64(listed))
+	builds.flush(t)
 	if got := builds.matching(ns); len(got) != 1 {
 		t.Fatalf("%d build requests for one digest, want 1", len(got))
 	}

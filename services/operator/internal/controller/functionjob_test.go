@@ -52,8 +52,10 @@ func TestJobRunsOncePerRunID(t *testing.T) {
 		t.Fatal(err)
 	}
 	h.stop()
+	before, listed := reconciles(t, "functionjob"), h.count(t, &slessv1.FunctionJobList{})
 	h = newHarness(t)
-	time.Sleep(500 * time.Millisecond)
+	h.settled(t, "functionjob", before+float64(listed))
+	runs.flush(t)
 	got := runs.matching(wantID)
 	if len(got) != 1 {
 		t.Fatalf("run 1 was dispatched %d times, want once", len(got))

@@ -20,12 +20,14 @@ import (
 	amqp "github.com/rabbitmq/amqp091-go"
 	"go.opentelemetry.io/otel/trace/noop"
 	appsv1 "k8s.io/api/apps/v1"
+	"k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/utils/ptr"
 	ctrl "sigs.k8s.io/controller-runtime"
 	"sigs.k8s.io/controller-runtime/pkg/cache"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	"sigs.k8s.io/controller-runtime/pkg/config"
+	crmetrics "sigs.k8s.io/controller-runtime/pkg/metrics"
 	metricsserver "sigs.k8s.io/controller-runtime/pkg/metrics/server"
 
 	"github.com/kube5s/sless/migrations"
@@ -298,8 +300,83 @@ func (h *harness) get(t *testing.T, obj client.Object) {
 // observer collects the messages published to the platform exchange with
 // routing keys matching pattern.
 type observer struct {
-	mu  sync.Mutex
-	got []amqp.Delivery
+	ch    *amqp.Channel
+	queue string
+	mu    sync.Mutex
+	got   []amqp.Delivery
+}
+
+// flush waits until every message confirmed to the exchange before it was
+// called has reached o: it sends a marker into o's queue, which is FIFO,
+// behind them. It is the positive signal for "no further message is on its
+// way" that a sleep would only guess.
+func (o *observer) flush(t *testing.T) {
+	t.Helper()
+	marker := "flush-" + testenv.Name("m")
+	if err := o.ch.PublishWithContext(t.Context(), "", o.queue, false, false, amqp.Publishing{Body: []byte(marker)}); err != nil {
+		t.Fatal(err)
+	}
+	deadline := time.Now().Add(30 * time.Second)
+	for len(o.matching(marker)) == 0 {
+		if time.Now().After(deadline) {
+			t.Fatalf("the flush marker did not come back through the observer's queue within 30s (%d messages seen)", len(o.matching("")))
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+}
+
+// reconciles is how many reconciles controller-runtime has counted for the
+// controller named kind (every harness of this test binary adds to it).
+func reconciles(t *testing.T, kind string) float64 {
+	t.Helper()
+	return controllerMetric(t, "controller_runtime_reconcile_total", kind)
+}
+
+func controllerMetric(t *testing.T, name, kind string) float64 {
+	t.Helper()
+	mfs, err := crmetrics.Registry.Gather()
+	if err != nil {
+		t.Fatal(err)
+	}
+	var sum float64
+	for _, mf := range mfs {
+		if mf.GetName() != name {
+			continue
+		}
+		for _, m := range mf.GetMetric() {
+			for _, l := range m.GetLabel() {
+				if l.GetName() == "controller" && l.GetValue() == kind {
+					sum += m.GetCounter().GetValue() + m.GetGauge().GetValue()
+				}
+			}
+		}
+	}
+	return sum
+}
+
+// settled waits until the controller named kind has counted at least
+// atLeast reconciles, has nothing queued and no reconcile in flight: the
+// positive signal that a (re)started operator has looked at every object
+// it listed (a restarted manager enqueues them all) and is done with them.
+func (h *harness) settled(t *testing.T, kind string, atLeast float64) {
+	t.Helper()
+	h.eventuallyShow(t, kind+" reconciles done", func() bool {
+		return reconciles(t, kind) >= atLeast &&
+			controllerMetric(t, "workqueue_depth", kind) == 0 &&
+			controllerMetric(t, "controller_runtime_active_workers", kind) == 0
+	}, func() string {
+		return fmt.Sprintf("%v reconciles (want %v), %v queued, %v in flight", reconciles(t, kind), atLeast,
+			controllerMetric(t, "workqueue_depth", kind), controllerMetric(t, "controller_runtime_active_workers", kind))
+	})
+}
+
+// count is how many objects of list's kind exist, in every namespace.
+func (h *harness) count(t *testing.T, list client.ObjectList) int {
+	t.Helper()
+	if err := h.c.List(t.Context(), list); err != nil {
+		t.Fatal(err)
+	}
+	return meta.LenList(list)
 }
 
 func (h *harness) observe(t *testing.T, pattern string) *observer {
@@ -327,7 +404,7 @@ func (h *harness) observe(t *testing.T, pattern string) *observer {
 	if err != nil {
 		t.Fatal(err)
 	}
-	o := &observer{}
+	o := &observer{ch: ch, queue: q.Name}
 	go func() {
 		for d := range ds {
 			o.mu.Lock()

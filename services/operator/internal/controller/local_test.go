@@ -166,14 +166,15 @@ func TestLocalDriverRunsRestartsRollsAndStops(t *testing.T) {
 			}
 		})
 	}
-	time.Sleep(300 * time.Millisecond)
+	h.eventually(t, "the load to be served", func() bool { return served.Load() >= 20 })
+	v1Pid := local.PID(ns, "local")
 	fn.Spec.Source.SHA256 = sha2
 	if err := h.c.Update(t.Context(), fn); err != nil {
 		t.Fatal(err)
 	}
 	h.build(t, fn, artifact(t, "v2"))
 	h.eventually(t, "v2 served", sawV2.Load)
-	time.Sleep(1500 * time.Millisecond) // past the old process's drain
+	h.eventually(t, "the old process to finish its drain and exit", func() bool { return syscall.Kill(v1Pid, 0) != nil })
 	close(stop)
 	wg.Wait()
 	t.Logf("rollout under load: %d requests served, %d failed", served.Load(), failures.Load())
