@@ -237,8 +237,9 @@ func (d *declarer) declare(queues ...Queue) error {
 // queue declares one durable queue with args. A queue that already exists
 // with other arguments (declared by an earlier release, or by its owner when
 // it is external) is used as it is, with a warning: the broker refuses to
-// change arguments in place, and deleting the queue would lose its messages.
-// The operator applies the new arguments by draining and deleting it.
+// change arguments in place, and deleting the queue would lose its messages
+// (delay queues, which hold messages only for a while, are replaced instead:
+// delayQueue).
 func (d *declarer) queue(name string, args amqp.Table) error {
 	ch, err := d.channel()
 	if err != nil {
@@ -257,6 +258,106 @@ func (d *declarer) queue(name string, args amqp.Table) error {
 		return fmt.Errorf("declare queue %s: %w", name, err)
 	}
 	return nil
+}
+
+// delayQueue declares one of a queue's delay queues, whose messages return
+// to target when their TTL ends. A delay queue that exists with other
+// arguments (the classic delay queues of releases before at-least-once
+// dead-lettering) is replaced under the same name: its messages are moved
+// to target with publisher confirms, it is deleted once empty, and it is
+// declared anew. A delay queue is the platform's and holds a message for
+// seconds to minutes, so moving its messages at once costs no more than a
+// retry that comes early. Keeping the name keeps processes of the earlier
+// release working during a rolling update: they find the new queue, warn
+// that its arguments differ, and publish to it. When the move cannot finish
+// (target is full, another process keeps filling the old queue), the queue
+// is used as it is and the next (re)connection tries again.
+func (d *declarer) delayQueue(name string, args amqp.Table, target string) error {
+	var last error
+	for range 3 {
+		ch, err := d.channel()
+		if err != nil {
+			return err
+		}
+		_, err = ch.QueueDeclare(name, true, false, false, false, args)
+		var aerr *amqp.Error
+		if !errors.As(err, &aerr) || aerr.Code != amqp.PreconditionFailed {
+			if err != nil {
+				return fmt.Errorf("declare queue %s: %w", name, err)
+			}
+			return nil
+		}
+		moved, err := d.replace(name, target)
+		if err != nil {
+			last = err
+			continue
+		}
+		d.log.Info("delay queue replaced by one that dead-letters at least once", "queue", name, "moved", moved, "to", target)
+	}
+	d.log.Warn("delay queue exists with other arguments and is used as it is until the next connection", "queue", name, "err", last)
+	ch, err := d.channel()
+	if err != nil {
+		return err
+	}
+	if _, err := ch.QueueDeclarePassive(name, true, false, false, false, nil); err != nil {
+		return fmt.Errorf("declare queue %s: %w", name, err)
+	}
+	return nil
+}
+
+// replace moves every message of queue to target, each acked only once the
+// broker confirmed its copy, then deletes queue if it is empty. A message
+// may be moved twice (when a confirm is refused after others of its batch
+// went), never lost.
+func (d *declarer) replace(queue, target string) (moved int, err error) {
+	ch, err := d.open()
+	if err != nil {
+		return 0, fmt.Errorf("open channel: %w", err)
+	}
+	defer ch.Close()
+	if err := ch.Confirm(false); err != nil {
+		return 0, fmt.Errorf("enable confirms: %w", err)
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+	defer cancel()
+	for {
+		var lastTag uint64
+		var confirms []*amqp.DeferredConfirmation
+		for len(confirms) < 256 {
+			m, ok, err := ch.Get(queue, false)
+			if err != nil {
+				return moved, fmt.Errorf("move the messages of %s: %w", queue, err)
+			}
+			if !ok {
+				break
+			}
+			lastTag = m.DeliveryTag
+			dc, err := ch.PublishWithDeferredConfirmWithContext(ctx, "", target, false, false, republish(&m))
+			if err != nil {
+				return moved, fmt.Errorf("move the messages of %s to %s: %w", queue, target, err)
+			}
+			confirms = append(confirms, dc)
+		}
+		if len(confirms) == 0 {
+			break
+		}
+		for _, dc := range confirms {
+			if ok, err := dc.WaitContext(ctx); err != nil || !ok {
+				// Back into queue, all of the batch: the refused ones
+				// must not be lost, and the others may come twice.
+				_ = ch.Nack(lastTag, true, true)
+				return moved, fmt.Errorf("move the messages of %s to %s: the broker refused one (%v)", queue, target, err)
+			}
+		}
+		if err := ch.Ack(lastTag, true); err != nil {
+			return moved, fmt.Errorf("move the messages of %s: ack: %w", queue, err)
+		}
+		moved += len(confirms)
+	}
+	if _, err := ch.QueueDelete(queue, false, true, false); err != nil {
+		return moved, fmt.Errorf("delete %s once empty: %w", queue, err)
+	}
+	return moved, nil
 }
 
 func sleep(ctx context.Context, d time.Duration) bool {

@@ -35,8 +35,11 @@ const (
 )
 
 // Handler handles one delivery. nil acks it; an error wrapped with Permanent
-// dead-letters it at once; any other error retries it later by the queue's
-// policy and dead-letters it when retries are exhausted.
+// dead-letters it at once; one wrapped with Retry retries it later, the
+// handler having decided that retries are left; one wrapped with Defer
+// brings it back later without counting an attempt; any other error retries
+// it later by the queue's policy and dead-letters it when the policy's
+// retries are exhausted.
 type Handler func(ctx context.Context, d *amqp.Delivery) error
 
 type permanentError struct{ err error }
@@ -56,6 +59,16 @@ func (e deferError) Unwrap() error { return e.err }
 // another replica holds it): it waits the first backoff step in the broker
 // and comes back without counting as a failed attempt.
 func Defer(err error) error { return deferError{err} }
+
+type retryError struct{ err error }
+
+func (e retryError) Error() string { return e.err.Error() }
+func (e retryError) Unwrap() error { return e.err }
+
+// Retry marks a failure whose handler decided to try again (it counts the
+// attempts and knows the limit): the message waits the backoff step of its
+// attempt and comes back, whatever the queue's MaxRetries.
+func Retry(err error) error { return retryError{err} }
 
 // Attempt is the delivery's attempt number, starting at 1.
 func Attempt(d *amqp.Delivery) int {
@@ -285,11 +298,14 @@ func (c *Consumer) handle(ctx context.Context, pub *Publisher, d *amqp.Delivery)
 	attempt := Attempt(d)
 	var perm permanentError
 	var later deferError
+	var again retryError
 	switch {
 	case errors.As(err, &later):
 		c.retry(ctx, pub, d, attempt-1, err)
 	case errors.As(err, &perm):
 		c.deadLetter(ctx, pub, d, ReasonPoison, err)
+	case errors.As(err, &again):
+		c.retry(ctx, pub, d, attempt, err)
 	case attempt > c.Queue.Retry.orDefault().MaxRetries:
 		c.deadLetter(ctx, pub, d, ReasonExhausted, err)
 	default:

@@ -409,6 +409,41 @@ func TestDeferredMessagesComeBackWithoutUsingAttempts(t *testing.T) {
 	}
 }
 
+// TestHandlerDecidedRetriesPassTheQueueCeiling: a handler that counts
+// attempts itself and returns Retry is obeyed past the queue's MaxRetries,
+// with the attempt counted; it alone decides when to stop.
+func TestHandlerDecidedRetriesPassTheQueueCeiling(t *testing.T) {
+	q := Queue{Name: testenv.Name("sless-test-"), Retry: RetryPolicy{MaxRetries: 1, Initial: 50 * time.Millisecond, Max: 50 * time.Millisecond}}
+	c := start(t, q)
+	pub := NewPublisher(c)
+	defer pub.Close()
+	var attempts []int
+	var mu sync.Mutex
+	consume(t, c, q, 1, func(_ context.Context, d *amqp.Delivery) error {
+		mu.Lock()
+		defer mu.Unlock()
+		attempts = append(attempts, Attempt(d))
+		if Attempt(d) < 4 {
+			return Retry(fmt.Errorf("the function failed"))
+		}
+		return nil
+	})
+	if err := pub.Publish(t.Context(), "", q.Name, amqp.Publishing{Body: []byte("b")}); err != nil {
+		t.Fatal(err)
+	}
+	eventually(t, 10*time.Second, "four attempts", func() (bool, string) {
+		mu.Lock()
+		defer mu.Unlock()
+		return len(attempts) == 4, fmt.Sprint(attempts)
+	})
+	if diff := cmp.Diff([]int{1, 2, 3, 4}, attempts); diff != "" {
+		t.Errorf("attempts (-want +got):\n%s", diff)
+	}
+	if dead := getAll(t, c, DeadLetterQueue(q.Name)); len(dead) != 0 {
+		t.Errorf("a message its handler retried was dead-lettered by the queue's ceiling")
+	}
+}
+
 // TestPanickingHandlerFailsOnlyItsMessage: a handler that panics on one
 // message dead-letters that message with the panic's text, and the
 // consumer goes on with the others.

@@ -19,8 +19,9 @@ type Binding struct {
 // Queue is a work queue and the queues that serve its retries and dead letters:
 //
 //	<name>              quorum queue, delivery limit, dead-letters to <name>.dlq
-//	<name>.retry.<ms>   one per backoff step; messages wait out the TTL there
-//	                    and the broker moves them back to <name>
+//	<name>.retry.<ms>   quorum queue, one per backoff step; messages wait out
+//	                    the TTL there and the broker moves them back to <name>
+//	                    at least once (publisher confirms between queues)
 //	<name>.dlq          exhausted and poison messages, with the reason in headers
 //
 // Each of them has a length limit with overflow reject-publish (Limits).
@@ -158,6 +159,7 @@ func (q Queue) declare(d *declarer) error {
 		"x-delivery-limit":          int64(limit),
 		"x-dead-letter-exchange":    "",
 		"x-dead-letter-routing-key": dlq,
+		"x-dead-letter-strategy":    "at-least-once",
 	}
 	if err := d.queue(q.Name, q.limits(args)); err != nil {
 		return err
@@ -182,11 +184,7 @@ func (q Queue) declareExternal(d *declarer, exists bool) error {
 
 func (q Queue) declareRetries(d *declarer) error {
 	for _, delay := range q.Retry.delays() {
-		if err := d.queue(RetryQueue(q.Name, delay), q.limits(amqp.Table{
-			"x-message-ttl":             delay.Milliseconds(),
-			"x-dead-letter-exchange":    "",
-			"x-dead-letter-routing-key": q.Name,
-		})); err != nil {
+		if err := d.delayQueue(RetryQueue(q.Name, delay), q.delayArgs(delay), q.Name); err != nil {
 			return err
 		}
 	}
@@ -200,6 +198,31 @@ func (q Queue) declareRetries(d *declarer) error {
 		}
 	}
 	return nil
+}
+
+// delayArgs are the arguments of the delay queue for one backoff step. It
+// is a quorum queue because only quorum queues dead-letter at least once
+// (RabbitMQ 3.10+): a classic queue dead-letters without publisher confirms,
+// so a message whose TTL ends while the broker restarts, or while the work
+// queue is full or has no leader, is dropped. At-least-once dead-lettering
+// needs overflow reject-publish, which limits sets on every queue.
+func (q Queue) delayArgs(delay time.Duration) amqp.Table {
+	return q.limits(amqp.Table{
+		"x-queue-type":              "quorum",
+		"x-message-ttl":             delay.Milliseconds(),
+		"x-dead-letter-exchange":    "",
+		"x-dead-letter-routing-key": q.Name,
+		"x-dead-letter-strategy":    "at-least-once",
+	})
+}
+
+// RetryQueues lists the names of q's delay queues, one per backoff step.
+func (q Queue) RetryQueues() []string {
+	var out []string
+	for _, d := range q.Retry.delays() {
+		out = append(out, RetryQueue(q.Name, d))
+	}
+	return out
 }
 
 // PlatformQueue is a platform work queue bound to the sless exchange with

@@ -50,6 +50,32 @@ func (w *world) tenantBrokerFor(t testing.TB, tenant, ns string) string {
 	return u.String()
 }
 
+// queueTrigger plays the operator and a tenant for a queue trigger: it gives
+// tenant (namespace ns) its broker vhost, where queue triggers consume,
+// creates trigger name on spec.Queue for function, and waits until the
+// invoker's consumer has declared the queue. It returns a connection to
+// the tenant's vhost and a channel on it to publish with.
+func (w *world) queueTrigger(t *testing.T, tenant, ns, name, function string, spec slessv1.QueueTrigger) (*amqp.Connection, *amqp.Channel) {
+	t.Helper()
+	url := w.tenantBrokerFor(t, tenant, ns)
+	tr := &slessv1.Trigger{ObjectMeta: metav1.ObjectMeta{Name: name, Namespace: ns},
+		Spec: slessv1.TriggerSpec{FunctionRef: slessv1.LocalRef{Name: function}, Type: slessv1.TriggerQueue, Queue: &spec}}
+	if err := w.kube.Create(t.Context(), tr); err != nil {
+		t.Fatal(err)
+	}
+	conn, err := amqp.Dial(url)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = conn.CloseDeadline(time.Now().Add(5 * time.Second)) })
+	waitQueue(t, conn, spec.Queue)
+	ch, err := conn.Channel()
+	if err != nil {
+		t.Fatal(err)
+	}
+	return conn, ch
+}
+
 // bodies is a function that keeps the bodies it is called with.
 type bodies struct {
 	mu  sync.Mutex

@@ -11,7 +11,6 @@ import (
 	"time"
 
 	amqp "github.com/rabbitmq/amqp091-go"
-	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
 	slessv1 "github.com/kube5s/sless/pkg/apis/sless/v1alpha1"
 	"github.com/kube5s/sless/pkg/msg"
@@ -175,18 +174,7 @@ func TestDeadLettersAreRecordedWithTheirRequest(t *testing.T) {
 	go srv.Serve(ln)
 	t.Cleanup(func() { srv.Close() })
 	w.readyFunction(t, "broken", "http://"+ln.Addr().String(), 5)
-	tr := &slessv1.Trigger{ObjectMeta: metav1.ObjectMeta{Name: "orders", Namespace: w.ns}, Spec: slessv1.TriggerSpec{FunctionRef: slessv1.LocalRef{Name: "broken"},
-		Type: slessv1.TriggerQueue, Queue: &slessv1.QueueTrigger{Queue: "dl-orders", Concurrency: 1, MaxRetries: 0}}}
-	if err := w.kube.Create(t.Context(), tr); err != nil {
-		t.Fatal(err)
-	}
-	conn, err := amqp.Dial(w.tenantBroker(t)) // queue triggers consume in the tenant's own vhost
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer conn.Close()
-	ch, _ := conn.Channel()
-	waitQueue(t, conn, "dl-orders")
+	_, ch := w.queueTrigger(t, w.tenant, w.ns, "orders", "broken", slessv1.QueueTrigger{Queue: "dl-orders", Concurrency: 1, MaxRetries: 0})
 	if err := ch.PublishWithContext(t.Context(), "", "dl-orders", false, false, amqp.Publishing{MessageId: "order-7",
 		ContentType: "application/json", Body: []byte(`{"order":7}`), DeliveryMode: amqp.Persistent}); err != nil {
 		t.Fatal(err)

@@ -29,6 +29,7 @@ func (w *world) okFunction(t *testing.T, name string) {
 	t.Helper()
 	ep := loopbackServer(t, http.HandlerFunc(func(rw http.ResponseWriter, _ *http.Request) { _, _ = rw.Write([]byte("done")) }))
 	w.readyFunction(t, name, ep, 5)
+	w.waitSeen(t, w.tenant, name)
 }
 
 // requestWithCallback queues an async invocation whose result goes to cb.
@@ -63,6 +64,9 @@ func TestRedirectIsNotFollowed(t *testing.T) {
 		http.Redirect(rw, r, other+"/private", http.StatusTemporaryRedirect)
 	}))
 	w.readyFunction(t, "redirector", fn, 5)
+	// Not before the invoker's watch cache has the function: a call it
+	// does not see yet is recorded as "does not exist", with no status.
+	w.waitSeen(t, w.tenant, "redirector")
 	w.request(t, "inv-redirect", "redirector", "/", 0, "{}")
 	r := w.record(t, "inv-redirect", 20*time.Second)
 	if r.httpStatus == nil || *r.httpStatus != http.StatusTemporaryRedirect {

@@ -15,7 +15,6 @@ import (
 
 	"github.com/google/go-cmp/cmp"
 	amqp "github.com/rabbitmq/amqp091-go"
-	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
 	slessv1 "github.com/kube5s/sless/pkg/apis/sless/v1alpha1"
 	"github.com/kube5s/sless/pkg/msg"
@@ -49,7 +48,10 @@ func kill(c *exec.Cmd) {
 // least once; it ran again only when a crash hit its unacked message (so the
 // extra calls are bounded by the messages that can be unacked when a
 // consumer goes: its prefetch, for each SIGKILL, and both consumers' at the
-// broker restart); and every invocation has exactly one record.
+// broker restart); and every invocation has exactly one record. The tenant
+// runs with its default fair-share cap (a quarter of the slots), so most
+// invocations are deferred through the broker's delay queues, and the
+// broker stops while messages wait there.
 func TestFaultsLoseNothing(t *testing.T) {
 	bin := filepath.Join(t.TempDir(), "invoker")
 	if out, err := exec.Command("go", "build", "-o", bin, ".").CombinedOutput(); err != nil {
@@ -66,22 +68,18 @@ func TestFaultsLoseNothing(t *testing.T) {
 	const prefetch = 16
 	// Its in-process invoker runs too: two consumers, as with two replicas.
 	w := newWorld(t, "SLESS_INVOKER_CONCURRENCY", fmt.Sprint(prefetch))
-	// The tenant may use every slot: this test is about crashes on the call
-	// path, not fair share. Fair-share deferrals wait in the broker's classic
-	// delay queue, whose dead-lettering back to the work queue is
-	// at-most-once across a broker restart: a known defect, open (see
-	// docs/troubleshooting.md), that this test found (1998 of 2000 records).
-	if err := w.kube.Create(t.Context(), &slessv1.Tenant{ObjectMeta: metav1.ObjectMeta{Name: w.tenant},
-		Spec: slessv1.TenantSpec{Quotas: slessv1.TenantQuotas{MaxConcurrentInvocations: prefetch}}}); err != nil {
-		t.Fatal(err)
-	}
-	calls, ep := callCounter(t)
+	// Each call takes a moment, so that calls queue up behind the tenant's
+	// cap and wait in the delay queues.
+	calls, ep := callCounter(t, 10*time.Millisecond)
 	w.readyFunction(t, "fx", ep, 5)
 	w.waitSeen(t, w.tenant, "fx")
+	deferrals := func() float64 { return metric(t, w.env["SLESS_OPS_ADDR"], "sless_invoker_tenant_deferrals_total") }
+	deferredBefore := deferrals()
 	proc := w.startBinary(t, bin)
 	defer func() { kill(proc) }()
 
 	const total, kills, brokerRestarts, consumers = 2000, 3, 1, 2
+	waiting := 0
 	for i := range total {
 		w.request(t, fmt.Sprintf("f-%05d", i), "fx", "/", 3, "")
 		switch i {
@@ -90,6 +88,9 @@ func TestFaultsLoseNothing(t *testing.T) {
 			time.Sleep(300 * time.Millisecond) // a gap in which only the other invoker consumes
 			proc = w.startBinary(t, bin)
 		case 1100:
+			// The broker stops while deferred invocations wait in the
+			// delay queues (and move from them to the work queue).
+			waiting = w.waitDelayed(t, msg.QueueInvocationRequest)
 			if out, err := exec.Command(ctl, "stop_app").CombinedOutput(); err != nil {
 				t.Fatalf("stop_app: %v %s", err, out)
 			}
@@ -121,8 +122,48 @@ func TestFaultsLoseNothing(t *testing.T) {
 	if extra > bound {
 		t.Errorf("%d extra calls; at most %d messages were unacked when a consumer went", extra, bound)
 	}
-	t.Logf("%d invocations, %d SIGKILLs and a broker restart: each ran (%d extra calls, bound %d), one record each",
-		total, kills, extra, bound)
+	deferred := deferrals() - deferredBefore
+	if deferred == 0 {
+		t.Error("no invocation was deferred by the tenant's cap: the delay queues were not on the path")
+	}
+	t.Logf("%d invocations, %d SIGKILLs and a broker restart with %d messages in delay queues: each ran (%d extra calls, bound %d), "+
+		"one record each; the in-process invoker deferred %.0f calls", total, kills, waiting, extra, bound, deferred)
+}
+
+// waitDelayed waits until messages of queue wait in its delay queues, and
+// returns how many.
+func (w *world) waitDelayed(t *testing.T, queue string) int {
+	t.Helper()
+	conn, err := amqp.Dial(w.vhost)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer conn.Close()
+	saw := ""
+	for deadline := time.Now().Add(20 * time.Second); ; time.Sleep(20 * time.Millisecond) {
+		n := 0
+		saw = ""
+		for _, name := range rabbit.PlatformQueue(queue, rabbit.DefaultRetry).RetryQueues() {
+			ch, err := conn.Channel()
+			if err != nil {
+				t.Fatal(err)
+			}
+			q, err := ch.QueueDeclarePassive(name, true, false, false, false, nil)
+			_ = ch.Close()
+			if err != nil {
+				saw += fmt.Sprintf(" %s: %v;", name, err)
+				continue
+			}
+			n += q.Messages
+			saw += fmt.Sprintf(" %s: %d;", name, q.Messages)
+		}
+		if n > 0 {
+			return n
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("no message waits in the delay queues of %s:%s", queue, saw)
+		}
+	}
 }
 
 // TestDatabaseOutageDelaysHistory stops PostgreSQL for 30 seconds while
@@ -190,19 +231,7 @@ func TestHostileTenantCannotStopOthers(t *testing.T) {
 		}
 		ok(rw, r)
 	}), 5)
-	tr := &slessv1.Trigger{ObjectMeta: metav1.ObjectMeta{Name: "evil-queue", Namespace: hostileNS}, Spec: slessv1.TriggerSpec{FunctionRef: slessv1.LocalRef{Name: "evil"},
-		Type: slessv1.TriggerQueue, Queue: &slessv1.QueueTrigger{Queue: "evil-numbers", Concurrency: 4, MaxRetries: 1}}}
-	if err := w.kube.Create(t.Context(), tr); err != nil {
-		t.Fatal(err)
-	}
-	// Queue triggers consume from the tenant's own vhost.
-	hostileURL := w.tenantBrokerFor(t, hostile, hostileNS)
-	conn, err := amqp.Dial(hostileURL)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer conn.Close()
-	waitQueue(t, conn, "evil-numbers")
+	conn, _ := w.queueTrigger(t, hostile, hostileNS, "evil-queue", "evil", slessv1.QueueTrigger{Queue: "evil-numbers", Concurrency: 4, MaxRetries: 1})
 	w.waitSeen(t, w.tenant, "good")
 	w.waitSeen(t, hostile, "evil")
 

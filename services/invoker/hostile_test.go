@@ -5,6 +5,7 @@ import (
 	"net/http"
 	"os"
 	"path/filepath"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"testing"
@@ -20,6 +21,11 @@ import (
 func serveFunction(t testing.TB, h http.HandlerFunc) string {
 	t.Helper()
 	return loopbackServer(t, h)
+}
+
+// probe says whether r is one of waitSeen's probe invocations.
+func probe(r *http.Request) bool {
+	return strings.HasPrefix(r.Header.Get("X-Sless-Invocation-Id"), "probe-")
 }
 
 // waitCount waits until count(cond) reaches want.
@@ -78,18 +84,7 @@ func TestEmptyHeaderKeyDoesNotStopTheInvoker(t *testing.T) {
 		seen.Store(r.Header.Get("X-Amqp-Kept"), true)
 		_, _ = rw.Write([]byte("ok"))
 	}), 5)
-	tr := &slessv1.Trigger{ObjectMeta: metav1.ObjectMeta{Name: "numbers", Namespace: w.ns}, Spec: slessv1.TriggerSpec{FunctionRef: slessv1.LocalRef{Name: "numbers"},
-		Type: slessv1.TriggerQueue, Queue: &slessv1.QueueTrigger{Queue: "demo-numbers", Concurrency: 2, MaxRetries: 2}}}
-	if err := w.kube.Create(t.Context(), tr); err != nil {
-		t.Fatal(err)
-	}
-	conn, err := amqp.Dial(w.tenantBroker(t)) // queue triggers consume in the tenant's own vhost
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer conn.Close()
-	ch, _ := conn.Channel()
-	waitQueue(t, conn, "demo-numbers")
+	_, ch := w.queueTrigger(t, w.tenant, w.ns, "numbers", "numbers", slessv1.QueueTrigger{Queue: "demo-numbers", Concurrency: 2, MaxRetries: 2})
 	const n = 100
 	for i := range n {
 		h := amqp.Table{"kept": "yes"}
@@ -124,6 +119,10 @@ func TestOneTenantCannotHoldEverySlot(t *testing.T) {
 	release := make(chan struct{})
 	var inFlight, peak atomic.Int64
 	w.readyFunction(t, "slow", serveFunction(t, func(rw http.ResponseWriter, r *http.Request) {
+		if probe(r) {
+			_, _ = rw.Write([]byte("ok"))
+			return
+		}
 		n := inFlight.Add(1)
 		for p := peak.Load(); n > p && !peak.CompareAndSwap(p, n); p = peak.Load() {
 		}
@@ -136,14 +135,20 @@ func TestOneTenantCannotHoldEverySlot(t *testing.T) {
 	}), 120)
 	quiet, quietNS := w.newTenant(t)
 	started := make(chan struct{}, 1)
-	w.readyFunctionIn(t, quietNS, "quick", serveFunction(t, func(rw http.ResponseWriter, _ *http.Request) {
-		select {
-		case started <- struct{}{}:
-		default:
+	w.readyFunctionIn(t, quietNS, "quick", serveFunction(t, func(rw http.ResponseWriter, r *http.Request) {
+		if !probe(r) {
+			select {
+			case started <- struct{}{}:
+			default:
+			}
 		}
 		_, _ = rw.Write([]byte("ok"))
 	}), 5)
-	time.Sleep(300 * time.Millisecond) // the watch cache sees the functions and the quota
+	// The invoker sees both functions. The quota needs no wait: a call over
+	// the default cap (1 of 4 slots) is deferred and comes back, and the
+	// slow tenant reaching 2 calls in flight below shows the quota seen.
+	w.waitSeen(t, w.tenant, "slow")
+	w.waitSeen(t, quiet, "quick")
 
 	const slow = 8 // twice the replica's slots
 	for i := range slow {

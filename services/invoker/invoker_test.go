@@ -3,6 +3,7 @@ package main
 import (
 	"context"
 	"fmt"
+	"io"
 	"net"
 	"net/http"
 	"os"
@@ -186,13 +187,15 @@ type calls struct {
 	n  map[string]int
 }
 
-// callCounter serves a function that counts its calls by invocation id and answers ok.
-func callCounter(t testing.TB) (*calls, string) {
+// callCounter serves a function that counts its calls by invocation id,
+// works for work, and answers ok.
+func callCounter(t testing.TB, work time.Duration) (*calls, string) {
 	c := &calls{n: map[string]int{}}
 	return c, serveFunction(t, func(rw http.ResponseWriter, r *http.Request) {
 		c.mu.Lock()
 		c.n[r.Header.Get("X-Sless-Invocation-Id")]++
 		c.mu.Unlock()
+		time.Sleep(work)
 		_, _ = rw.Write([]byte("ok"))
 	})
 }
@@ -238,7 +241,7 @@ func waitQueue(t *testing.T, conn *amqp.Connection, queue string) {
 			return
 		}
 		if time.Now().After(deadline) {
-			t.Fatalf("queue %s never declared", queue)
+			t.Fatalf("queue %s never declared; the last look-up: %v", queue, err)
 		}
 	}
 }
@@ -339,7 +342,7 @@ func TestAsyncInvocationIsRecorded(t *testing.T) {
 // not called a second time.
 func TestRedeliveryOfRecordedInvocationDoesNotRunAgain(t *testing.T) {
 	w := newWorld(t)
-	calls, ep := callCounter(t)
+	calls, ep := callCounter(t, 0)
 	w.readyFunction(t, "counted", ep, 5)
 	w.waitSeen(t, w.tenant, "counted")
 	w.request(t, "inv-once", "counted", "/", 2, "")
@@ -536,11 +539,57 @@ func TestQueueTriggers(t *testing.T) {
 	if err := w.kube.Update(t.Context(), &tr); err != nil {
 		t.Fatal(err)
 	}
-	time.Sleep(2 * time.Second)
+	conn, err := amqp.Dial(tenantURL)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer conn.Close()
+	waitConsumers(t, conn, "orders", 0)
 	publishN(tenantURL, "orders", 1)
-	time.Sleep(2 * time.Second)
+	// A witness: a trigger created after the publish, whose consumer starts
+	// in a reconcile pass after the disabled trigger's consumer stopped;
+	// once it consumes, the manager has had every chance to (wrongly)
+	// start the disabled one again.
+	if err := w.kube.Create(t.Context(), &slessv1.Trigger{ObjectMeta: metav1.ObjectMeta{Name: "witness", Namespace: w.ns},
+		Spec: slessv1.TriggerSpec{FunctionRef: slessv1.LocalRef{Name: "fx"}, Type: slessv1.TriggerQueue, Queue: &slessv1.QueueTrigger{Queue: "witness"}}}); err != nil {
+		t.Fatal(err)
+	}
+	waitQueue(t, conn, "witness")
+	waitConsumers(t, conn, "witness", 1)
+	if q := inspectQueue(t, conn, "orders"); q.Consumers != 0 || q.Messages != 1 {
+		t.Errorf("the disabled trigger's queue has %d consumers and %d messages ready, want 0 and 1", q.Consumers, q.Messages)
+	}
 	if n := w.count(t, "trigger_name = 'orders'"); n != 50 {
 		t.Errorf("a disabled trigger still consumed: %d records", n)
+	}
+}
+
+// inspectQueue looks queue up passively.
+func inspectQueue(t *testing.T, conn *amqp.Connection, queue string) amqp.Queue {
+	t.Helper()
+	ch, err := conn.Channel()
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer ch.Close()
+	q, err := ch.QueueDeclarePassive(queue, true, false, false, false, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return q
+}
+
+// waitConsumers waits until queue has n consumers.
+func waitConsumers(t *testing.T, conn *amqp.Connection, queue string, n int) {
+	t.Helper()
+	for deadline := time.Now().Add(20 * time.Second); ; time.Sleep(50 * time.Millisecond) {
+		q := inspectQueue(t, conn, queue)
+		if q.Consumers == n {
+			return
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("queue %s has %d consumers (and %d messages ready), want %d consumers", queue, q.Consumers, q.Messages, n)
+		}
 	}
 }
 
@@ -549,7 +598,6 @@ func TestQueueTriggers(t *testing.T) {
 // but the function never sees more than Concurrency calls at once.
 func TestQueueTriggerKeepsToItsConcurrency(t *testing.T) {
 	w := newWorld(t)
-	tenantURL := w.tenantBroker(t)
 	var inFlight, peak atomic.Int64
 	ln, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
@@ -566,18 +614,7 @@ func TestQueueTriggerKeepsToItsConcurrency(t *testing.T) {
 	go srv.Serve(ln)
 	t.Cleanup(func() { srv.Close() })
 	w.readyFunction(t, "slowish", "http://"+ln.Addr().String(), 5)
-	tr := &slessv1.Trigger{ObjectMeta: metav1.ObjectMeta{Name: "bounded", Namespace: w.ns}, Spec: slessv1.TriggerSpec{FunctionRef: slessv1.LocalRef{Name: "slowish"},
-		Type: slessv1.TriggerQueue, Queue: &slessv1.QueueTrigger{Queue: "bounded", Concurrency: 3}}}
-	if err := w.kube.Create(t.Context(), tr); err != nil {
-		t.Fatal(err)
-	}
-	conn, err := amqp.Dial(tenantURL)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer func() { _ = conn.CloseDeadline(time.Now().Add(5 * time.Second)) }()
-	ch, _ := conn.Channel()
-	waitQueue(t, conn, "bounded")
+	_, ch := w.queueTrigger(t, w.tenant, w.ns, "bounded", "slowish", slessv1.QueueTrigger{Queue: "bounded", Concurrency: 3})
 	const n = 60
 	for i := range n {
 		if err := ch.PublishWithContext(t.Context(), "", "bounded", false, false, amqp.Publishing{MessageId: fmt.Sprintf("b-%d", i), Body: []byte("{}"), DeliveryMode: amqp.Persistent}); err != nil {
@@ -674,4 +711,35 @@ func TestHistoryOlderThanTheRetentionIsDeleted(t *testing.T) {
 			t.Fatalf("rows left = %q, want %q", left(), want)
 		}
 	}
+}
+
+// metric reads a counter or gauge (summed over its labels) from the
+// /metrics of the service whose ops server listens on opsAddr.
+func metric(t *testing.T, opsAddr, name string) float64 {
+	t.Helper()
+	resp, err := http.Get("http://" + opsAddr + "/metrics")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer resp.Body.Close()
+	body, err := io.ReadAll(resp.Body)
+	if err != nil {
+		t.Fatal(err)
+	}
+	sum, found := 0.0, false
+	for _, line := range strings.Split(string(body), "\n") {
+		series, value, ok := strings.Cut(line, " ")
+		if !ok || (series != name && !strings.HasPrefix(series, name+"{")) {
+			continue
+		}
+		v, err := strconv.ParseFloat(strings.TrimSpace(value), 64)
+		if err != nil {
+			t.Fatalf("metric %s: %q: %v", name, line, err)
+		}
+		sum, found = sum+v, true
+	}
+	if !found {
+		t.Fatalf("metric %s not served at %s", name, opsAddr)
+	}
+	return sum
 }

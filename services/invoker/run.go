@@ -72,10 +72,12 @@ func run(ctx context.Context, getenv func(string) string, stdout io.Writer) erro
 	callbacks := &invoke.Callbacks{Secrets: pool, Client: &http.Client{Transport: callbackTransport(policy), CheckRedirect: noRedirects}}
 	triggers := &invoke.QueueTriggers{Triggers: watch, Tenants: tenantns.Resolver{Namespaces: watch}, Secrets: kube, Status: kube, BrokerURL: cfg.RabbitURL, Exec: exec, Log: svc.Log, Egress: policy}
 
-	// Invocations get up to 20 retries (a message's own max_retries decides);
-	// the delay queues are the platform's.
+	// The executor decides the retries of a failed call (invoke.Decide: the
+	// message's own max_retries, at most invoke.MaxRetries) and the consumer
+	// obeys; the queue's MaxRetries only bounds attempts the platform could
+	// not finish (the record or dead letter not confirmed).
 	invRetry := rabbit.DefaultRetry
-	invRetry.MaxRetries = 20
+	invRetry.MaxRetries = invoke.MaxRetries
 	consumers := []*rabbit.Consumer{
 		{Client: mq, Queue: rabbit.PlatformQueue(msg.QueueInvocationRequest, invRetry), Prefetch: cfg.Concurrency, Handler: exec.Handle, Tracer: svc.Tracer},
 		{Client: mq, Queue: rabbit.PlatformQueue(msg.QueueInvocationHistory, rabbit.DefaultRetry), Prefetch: cfg.HistoryPrefetch, Handler: history.Handle},

@@ -102,10 +102,10 @@ func NewMetrics(reg prometheus.Registerer) *Metrics {
 // errRetry marks an attempt that failed in a way worth retrying.
 var errRetry = errors.New("retryable failure")
 
-// Handle executes one request. It acks (returns nil) once the record of a
-// final outcome is confirmed by the broker; a retryable failure with
-// attempts left returns an error so that the message waits in a delay
-// queue; the last failed attempt is recorded and dead-lettered.
+// Handle executes one request; conclude decides and says what becomes of
+// the message: acked once the record of a final outcome is confirmed by
+// the broker, retried from a delay queue, or recorded and dead-lettered
+// after the last attempt.
 func (e *Executor) Handle(ctx context.Context, d *amqp.Delivery) error {
 	var req msg.InvocationRequested
 	if err := json.Unmarshal(d.Body, &req); err != nil || req.InvocationID == "" || req.Function == "" {
@@ -125,29 +125,8 @@ func (e *Executor) Handle(ctx context.Context, d *amqp.Delivery) error {
 		}
 		defer release()
 	}
-	rec, retry := e.Execute(ctx, &req, attempt)
-	if retry && attempt <= int(req.MaxRetries) {
-		e.Metrics.retries.Inc()
-		return fmt.Errorf("%w: %s", errRetry, rec.Error)
-	}
-	if retry {
-		if err := e.publishDeadLetter(ctx, &req, rec); err != nil {
-			return err // the message comes back, and dies again
-		}
-	}
-	if err := e.Records.Publish(ctx, rec); err != nil {
-		return err // not recorded: the message comes back
-	}
-	if req.CallbackURL != "" {
-		if err := e.Publisher.PublishMessage(ctx, &msg.CallbackRequested{URL: req.CallbackURL, Record: *rec}); err != nil {
-			e.Log.Warn("callback not queued", "invocationID", req.InvocationID, "err", err)
-		}
-	}
-	if retry {
-		e.Metrics.deadLetters.Inc()
-		return rabbit.Permanent(fmt.Errorf("failed after %d attempts: %s", attempt, rec.Error))
-	}
-	return nil
+	rec, retryable := e.Execute(ctx, &req, attempt)
+	return e.conclude(ctx, &req, rec, attempt, retryable)
 }
 
 // Execute calls the function once and returns the record, and whether the

@@ -296,23 +296,7 @@ func (q *QueueTriggers) start(parent context.Context, t *slessv1.Trigger, tenant
 		}
 		rec, retryable := q.Exec.Execute(ctx, req, attempt)
 		<-calls
-		if retryable && attempt <= int(spec.MaxRetries) {
-			q.Exec.Metrics.retries.Inc()
-			return fmt.Errorf("%w: %s", errRetry, rec.Error)
-		}
-		if retryable {
-			if err := q.Exec.publishDeadLetter(ctx, req, rec); err != nil {
-				return err
-			}
-		}
-		if err := q.Exec.Records.Publish(ctx, rec); err != nil {
-			return err
-		}
-		if retryable {
-			q.Exec.Metrics.deadLetters.Inc()
-			return rabbit.Permanent(fmt.Errorf("failed after %d attempts: %s", attempt, rec.Error))
-		}
-		return nil
+		return q.Exec.conclude(ctx, req, rec, attempt, retryable)
 	}
 	cons := &rabbit.Consumer{Client: broker, Queue: queue, Prefetch: 4 * concurrency, Handler: handle, Tracer: q.Exec.Tracer, Declare: true,
 		OnConsume: func() { q.report(ctx, t, nil, metav1.ConditionTrue, "Consuming", "consuming queue "+spec.Queue) },
