@@ -12,7 +12,6 @@ import (
 	"fmt"
 	"io"
 	"net/http"
-	"os/exec"
 	"strings"
 	"sync"
 
@@ -319,7 +318,10 @@ func CheckConfigErrors(t *testing.T, run RunFunc) {
 // RabbitVhost creates a virtual host of its own for the caller (a test
 // package or a test), so that platform queues it declares and fills do not
 // reach other tests, and returns its URL and a function that deletes it.
-// It needs rabbitmqctl, as the broker-restart tests do.
+// It asks the management API (hack/deps.sh enables it): a rabbitmqctl call
+// starts an Erlang VM, and on a loaded machine such calls were seen to hang
+// for minutes holding the CLI's distribution ports, so that every later
+// call failed with "nodistribution".
 func RabbitVhost() (vhostURL string, cleanup func(), err error) {
 	base := env("SLESS_TEST_RABBITMQ_URL", "amqp://guest:guest@127.0.0.1:5672/")
 	u, err := url.Parse(base)
@@ -330,13 +332,48 @@ func RabbitVhost() (vhostURL string, cleanup func(), err error) {
 	// the vhosts of test binaries that were killed before their cleanup.
 	vhost := Name(fmt.Sprintf("sless-test-%d-", time.Now().Unix()))
 	user := u.User.Username()
-	for _, args := range [][]string{{"add_vhost", vhost}, {"set_permissions", "-p", vhost, user, ".*", ".*", ".*"}} {
-		if out, err := exec.Command("rabbitmqctl", args...).CombinedOutput(); err != nil {
-			return "", nil, fmt.Errorf("rabbitmqctl %s: %v: %s; %s", args[0], err, out, hint)
-		}
+	if err := management(http.MethodPut, "/api/vhosts/"+url.PathEscape(vhost), nil); err != nil {
+		return "", nil, err
+	}
+	perms := []byte(`{"configure":".*","write":".*","read":".*"}`)
+	if err := management(http.MethodPut, "/api/permissions/"+url.PathEscape(vhost)+"/"+url.PathEscape(user), perms); err != nil {
+		return "", nil, err
 	}
 	u.Path = "/" + vhost
-	return u.String(), func() { _ = exec.Command("rabbitmqctl", "delete_vhost", vhost).Run() }, nil
+	return u.String(), func() { _ = management(http.MethodDelete, "/api/vhosts/"+url.PathEscape(vhost), nil) }, nil
+}
+
+// management sends one request to the test broker's management API as the
+// broker user, waiting up to a minute for the API (a broker-restart test
+// elsewhere takes it down for seconds).
+func management(method, path string, body []byte) error {
+	endpoint := env("SLESS_TEST_RABBITMQ_MANAGEMENT_URL", "http://127.0.0.1:15672")
+	u, err := url.Parse(env("SLESS_TEST_RABBITMQ_URL", "amqp://guest:guest@127.0.0.1:5672/"))
+	if err != nil || u.User == nil {
+		return fmt.Errorf("SLESS_TEST_RABBITMQ_URL names no user")
+	}
+	password, _ := u.User.Password()
+	c := &http.Client{Timeout: 30 * time.Second}
+	for deadline := time.Now().Add(60 * time.Second); ; time.Sleep(250 * time.Millisecond) {
+		req, err := http.NewRequest(method, endpoint+path, bytes.NewReader(body))
+		if err != nil {
+			return err
+		}
+		req.SetBasicAuth(u.User.Username(), password)
+		req.Header.Set("Content-Type", "application/json")
+		resp, err := c.Do(req)
+		if err == nil {
+			b, _ := io.ReadAll(io.LimitReader(resp.Body, 4096))
+			resp.Body.Close()
+			if resp.StatusCode >= 300 && !(method == http.MethodDelete && resp.StatusCode == http.StatusNotFound) {
+				return fmt.Errorf("RabbitMQ management API %s %s: %s %s", method, path, resp.Status, b)
+			}
+			return nil
+		}
+		if time.Now().After(deadline) {
+			return fmt.Errorf("the RabbitMQ management API is not reachable at %s within 60s: %v; %s", endpoint, err, hint)
+		}
+	}
 }
 
 // RabbitManagement returns the test broker's management API endpoint and
