@@ -137,7 +137,12 @@ func TestRBACIsSufficientAndMinimal(t *testing.T) {
 		// Function logs (GET .../functions/{name}/logs): the pods of a
 		// function and their logs, nothing else of them.
 		allowed(t, "list a function's pods", c.List(ctx, &corev1.PodList{}, client.InNamespace(ns), client.MatchingLabels{slessv1.LabelFunction: "g"}))
-		_, err := cs.CoreV1().Pods(ns).GetLogs("none", &corev1.PodLogOptions{Container: "function"}).DoRaw(context.Background())
+		w, err := cs.CoreV1().Pods(ns).Watch(ctx, metav1.ListOptions{LabelSelector: slessv1.LabelFunction + "=g"})
+		allowed(t, "watch a function's pods", err)
+		if err == nil {
+			w.Stop()
+		}
+		_, err = cs.CoreV1().Pods(ns).GetLogs("none", &corev1.PodLogOptions{Container: "function"}).DoRaw(context.Background())
 		allowed(t, "read a function's pod logs", err)
 		refused(t, "delete a pod", c.Delete(ctx, &corev1.Pod{ObjectMeta: metav1.ObjectMeta{Name: "none", Namespace: ns}}))
 		refused(t, "exec into a pod", cs.CoreV1().RESTClient().Post().Namespace(ns).Resource("pods").Name("none").SubResource("exec").Do(context.Background()).Error())

@@ -17,11 +17,15 @@ import (
 	"testing"
 	"time"
 
+	corev1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/client-go/kubernetes"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	slessv1 "github.com/kube5s/sless/pkg/apis/sless/v1alpha1"
+	"github.com/kube5s/sless/pkg/testenv"
+	"github.com/kube5s/sless/services/gateway/internal/logs"
 )
 
 // The API additions the CLI and the Terraform provider need (issue 18).
@@ -459,4 +463,92 @@ func find(recs []logRecord, msg string) *logRecord {
 		}
 	}
 	return nil
+}
+
+// TestPodLogsFollowNewReplicas: in the kubernetes profile a follow reads
+// the function's running pods through pods/log and, through a watch, the
+// pods that start later. The test API server has no kubelet, so each read
+// ends in the API server's refusal (no such node), which the stream
+// reports per replica; the requests, the label selection and the watch
+// are the real ones.
+func TestPodLogsFollowNewReplicas(t *testing.T) {
+	ctx := t.Context()
+	c, err := client.New(kube.Config, client.Options{Scheme: testenv.Scheme()})
+	if err != nil {
+		t.Fatal(err)
+	}
+	cs, err := kubernetes.NewForConfig(kube.Config)
+	if err != nil {
+		t.Fatal(err)
+	}
+	ns := testenv.Name("logs")
+	for _, o := range []client.Object{&corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: ns}},
+		&corev1.ServiceAccount{ObjectMeta: metav1.ObjectMeta{Name: "default", Namespace: ns}}} {
+		if err := c.Create(ctx, o); err != nil {
+			t.Fatal(err)
+		}
+	}
+	pod := func(name, function string, running bool) {
+		t.Helper()
+		p := &corev1.Pod{ObjectMeta: metav1.ObjectMeta{Name: name, Namespace: ns, Labels: map[string]string{slessv1.LabelFunction: function}},
+			Spec: corev1.PodSpec{NodeName: "no-such-node", AutomountServiceAccountToken: new(bool),
+				Containers: []corev1.Container{{Name: logs.Container, Image: "fn@sha256:" + strings.Repeat("0", 64)}}}}
+		if err := c.Create(ctx, p); err != nil {
+			t.Fatal(err)
+		}
+		if running {
+			p.Status.Phase = corev1.PodRunning
+			if err := c.Status().Update(ctx, p); err != nil {
+				t.Fatal(err)
+			}
+		}
+	}
+	pod("f-1", "f", true)
+	pod("other-1", "other", true) // another function's pod: never read
+
+	sctx, cancel := context.WithCancel(ctx)
+	got := make(chan logs.Record, 10)
+	done := make(chan error, 1)
+	go func() {
+		done <- logs.Pods{Client: cs}.Stream(sctx, ns, "f", logs.Options{Follow: true, Tail: 10}, func(r logs.Record) error { got <- r; return nil })
+	}()
+	next := func() logs.Record {
+		t.Helper()
+		select {
+		case r := <-got:
+			return r
+		case <-time.After(20 * time.Second):
+			t.Fatal("no record within 20s")
+			return logs.Record{}
+		}
+	}
+	if r := next(); r.Pod != "f-1" || r.Stream != "runtime" || r.Level != "warn" {
+		t.Fatalf("first replica's record %+v", r)
+	}
+	pod("f-2", "f", false) // pending: nothing to read yet
+	var p corev1.Pod
+	if err := c.Get(ctx, client.ObjectKey{Namespace: ns, Name: "f-2"}, &p); err != nil {
+		t.Fatal(err)
+	}
+	p.Status.Phase = corev1.PodRunning
+	if err := c.Status().Update(ctx, &p); err != nil {
+		t.Fatal(err)
+	}
+	if r := next(); r.Pod != "f-2" {
+		t.Fatalf("a replica that started later: %+v", r)
+	}
+	cancel()
+	select {
+	case err := <-done:
+		if err != nil {
+			t.Fatal(err)
+		}
+	case <-time.After(10 * time.Second):
+		t.Fatal("the follow did not end with its context")
+	}
+	select {
+	case r := <-got:
+		t.Errorf("unexpected record %+v", r)
+	default:
+	}
 }

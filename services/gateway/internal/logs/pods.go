@@ -15,6 +15,7 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/labels"
+	"k8s.io/apimachinery/pkg/watch"
 	"k8s.io/client-go/kubernetes"
 
 	slessv1 "github.com/kube5s/sless/pkg/apis/sless/v1alpha1"
@@ -56,22 +57,24 @@ func PodLogOptions(opt Options, now time.Time) *corev1.PodLogOptions {
 	return o
 }
 
-// Stream implements Source: the pods of the function (label
-// sless.kube5s.ru/function) that exist when it starts are read together;
-// their records interleave as they arrive.
+// Stream implements Source: the function's pods (label
+// sless.kube5s.ru/function) are read together, their records interleaved
+// as they arrive. Without follow, the pods that exist are read one after
+// the other, oldest first. With follow, a watch of the pods adds each new
+// one (a rollout, a scale-up) from its first line once it runs.
 func (p Pods) Stream(ctx context.Context, namespace, function string, opt Options, emit func(Record) error) error {
 	now := time.Now
 	if p.Now != nil {
 		now = p.Now
 	}
+	pods := p.Client.CoreV1().Pods(namespace)
 	sel := labels.SelectorFromSet(labels.Set{slessv1.LabelFunction: function}).String()
-	pods, err := p.Client.CoreV1().Pods(namespace).List(ctx, metav1.ListOptions{LabelSelector: sel, Limit: MaxPods})
+	list, err := pods.List(ctx, metav1.ListOptions{LabelSelector: sel, Limit: MaxPods})
 	if err != nil {
 		return fmt.Errorf("list the pods of %s/%s: %w", namespace, function, err)
 	}
-	items := pods.Items
+	items := list.Items
 	sort.Slice(items, func(i, j int) bool { return items[i].CreationTimestamp.Before(&items[j].CreationTimestamp) })
-	podOpts := PodLogOptions(opt, now())
 
 	var mu sync.Mutex // emit is called by one reader at a time
 	var emitErr error
@@ -85,38 +88,76 @@ func (p Pods) Stream(ctx context.Context, namespace, function string, opt Option
 	}
 	ctx, cancel := context.WithCancel(ctx)
 	defer cancel()
-	var wg sync.WaitGroup
-	for i := range items {
-		pod := items[i].Name
-		if items[i].Status.Phase == corev1.PodPending {
-			continue // nothing written yet, and the kubelet has no log to serve
-		}
-		read := func() {
-			rc, err := p.Client.CoreV1().Pods(namespace).GetLogs(pod, podOpts).Stream(ctx)
-			if err != nil {
-				if ctx.Err() == nil {
-					_ = locked(Record{Time: now().UTC(), Stream: StreamRuntime, Level: "warn", Pod: pod,
-						Message: "the logs of this replica cannot be read now"})
-				}
-				return
+	read := func(pod string, o *corev1.PodLogOptions) {
+		rc, err := pods.GetLogs(pod, o).Stream(ctx)
+		if err != nil {
+			if ctx.Err() == nil {
+				_ = locked(Record{Time: now().UTC(), Stream: StreamRuntime, Level: "warn", Pod: pod,
+					Message: "the logs of this replica cannot be read now"})
 			}
-			defer rc.Close()
-			if err := readPodLog(rc, pod, locked); err != nil {
-				cancel()
-			}
+			return
 		}
-		if !opt.Follow {
-			read() // one after the other: oldest replica first
-			continue
+		defer rc.Close()
+		if err := readPodLog(rc, pod, locked); err != nil {
+			cancel() // the client is gone
 		}
-		wg.Add(1)
-		go func() { defer wg.Done(); read() }()
 	}
-	wg.Wait()
-	if errors.Is(emitErr, context.Canceled) {
+	first := PodLogOptions(opt, now())
+	if !opt.Follow {
+		for _, pod := range items {
+			if readable(&pod) {
+				read(pod.Name, first)
+			}
+		}
+		return emitErr
+	}
+
+	var wg sync.WaitGroup
+	defer wg.Wait()
+	started := map[string]bool{}
+	start := func(pod *corev1.Pod, o *corev1.PodLogOptions) {
+		if started[pod.Name] || !readable(pod) || len(started) >= 4*MaxPods {
+			return
+		}
+		started[pod.Name] = true
+		wg.Add(1)
+		go func() { defer wg.Done(); read(pod.Name, o) }()
+	}
+	for i := range items {
+		start(&items[i], first)
+	}
+	// A pod that starts later is read from its first line.
+	later := PodLogOptions(Options{Follow: true, Tail: -1}, now())
+	w, err := pods.Watch(ctx, metav1.ListOptions{LabelSelector: sel, ResourceVersion: list.ResourceVersion})
+	if err != nil {
+		_ = locked(Record{Time: now().UTC(), Stream: StreamRuntime, Level: "warn", Message: "new replicas will not be followed: the pods cannot be watched"})
+		<-ctx.Done()
 		return nil
 	}
-	return emitErr
+	defer w.Stop()
+	for {
+		select {
+		case <-ctx.Done():
+			return nil
+		case ev, ok := <-w.ResultChan():
+			if !ok {
+				<-ctx.Done() // the watch ended; the readers go on
+				return nil
+			}
+			if pod, isPod := ev.Object.(*corev1.Pod); isPod && (ev.Type == watch.Added || ev.Type == watch.Modified) {
+				start(pod, later)
+			}
+		}
+	}
+}
+
+// readable says whether the kubelet has a log of the pod's container.
+func readable(pod *corev1.Pod) bool {
+	switch pod.Status.Phase {
+	case corev1.PodRunning, corev1.PodSucceeded, corev1.PodFailed:
+		return true
+	}
+	return false
 }
 
 // readPodLog turns a pods/log body with timestamps into records.
