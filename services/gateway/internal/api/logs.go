@@ -15,8 +15,8 @@ import (
 )
 
 // LogRecord is one line a function's process wrote (application/x-ndjson,
-// one per line).
-type LogRecord = logs.Record
+// one per line); a type of its own so that the document names it.
+type LogRecord logs.Record
 
 // FunctionLogsIn selects the records of GET .../functions/{name}/logs.
 type FunctionLogsIn struct {
@@ -77,7 +77,7 @@ func (s *Server) registerLogs() {
 					defer s.streams.WithLabelValues("logs").Dec()
 				}
 				err := s.Logs.Stream(hctx.Context(), ns, in.Name, opt, func(r logs.Record) error {
-					if err := enc.Encode(r); err != nil {
+					if err := enc.Encode(LogRecord(r)); err != nil {
 						return err // the client went away
 					}
 					sent++
@@ -99,7 +99,7 @@ func (s *Server) registerLogs() {
 				}
 				// Mid-stream: the status is sent; say it in the stream and log why.
 				logOf(ctx).ErrorContext(ctx, "function logs failed", "requestID", RequestID(ctx), "tenant", in.Tenant, "function", in.Name, "err", err)
-				_ = enc.Encode(logs.Record{Time: time.Now().UTC(), Stream: logs.StreamRuntime, Level: "error", Message: "the log could not be read further"})
+				_ = enc.Encode(LogRecord{Time: time.Now().UTC(), Stream: logs.StreamRuntime, Level: "error", Message: "the log could not be read further"})
 			}}, nil
 		})
 }
