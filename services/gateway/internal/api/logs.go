@@ -63,7 +63,14 @@ func (s *Server) registerLogs() {
 				return nil, withID(ctx, problem(503, "", "this gateway does not serve function logs"))
 			}
 			opt := logs.Options{Follow: in.Follow, Since: from, Tail: in.Tail}
+			release := func() {}
+			if in.Follow {
+				if release, err = s.long.take(ctx, "follow", in.Tenant, MaxFollowsPerTenant); err != nil {
+					return nil, err
+				}
+			}
 			return &huma.StreamResponse{Body: func(hctx huma.Context) {
+				defer release()
 				hctx.SetHeader("Content-Type", "application/x-ndjson")
 				hctx.SetHeader("X-Content-Type-Options", "nosniff")
 				hctx.SetHeader("Cache-Control", "no-store")

@@ -92,6 +92,7 @@ type Server struct {
 	sql       *store.Store
 	fnWatch   *functionWatch
 	streams   *prometheus.GaugeVec   // waits and log follows in flight
+	long      longRequests           // the same per tenant, to bound them
 	routes    map[string]*routeEntry // the route table, by operation id
 	prop      propagation.TextMapPropagator
 	router    chi.Router

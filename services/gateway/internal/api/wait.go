@@ -187,6 +187,11 @@ func (s *Server) getFunction(ctx context.Context, in *GetFunctionIn) (*FunctionO
 		return &FunctionOut{Body: functionREST(f)}, nil
 	}
 
+	release, err := s.long.take(ctx, "wait", in.Tenant, MaxWaitsPerTenant)
+	if err != nil {
+		return nil, err
+	}
+	defer release()
 	s.streams.WithLabelValues("wait").Inc()
 	defer s.streams.WithLabelValues("wait").Dec()
 	// Subscribe before the first read, so that no change falls between them.
@@ -246,4 +251,39 @@ func noReadDeadline(next http.Handler) http.Handler {
 		}
 		next.ServeHTTP(w, r)
 	})
+}
+
+// Long requests a tenant may have in flight on one gateway replica: a wait
+// costs a goroutine, a kubernetes follow a pods/log stream per replica
+// through the API server, so a tenant cannot hold an unbounded number.
+const (
+	MaxWaitsPerTenant   = 64
+	MaxFollowsPerTenant = 8
+)
+
+// longRequests counts the waits and follows of each tenant in flight.
+type longRequests struct {
+	mu     sync.Mutex
+	counts map[string]int // kind + "/" + tenant
+}
+
+// take holds one of the tenant's slots of kind, or answers 429.
+func (l *longRequests) take(ctx context.Context, kind, tenant string, limit int) (release func(), err error) {
+	key := kind + "/" + tenant
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	if l.counts == nil {
+		l.counts = map[string]int{}
+	}
+	if l.counts[key] >= limit {
+		return nil, withID(ctx, problem(429, "", "tenant %s has %d %s requests open on this gateway, the most it may; close one or retry later", tenant, limit, kind).retry(5))
+	}
+	l.counts[key]++
+	return func() {
+		l.mu.Lock()
+		defer l.mu.Unlock()
+		if l.counts[key]--; l.counts[key] <= 0 {
+			delete(l.counts, key)
+		}
+	}, nil
 }
