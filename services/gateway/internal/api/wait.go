@@ -160,11 +160,11 @@ func (w *functionWatch) subscribe(key types.NamespacedName) (<-chan struct{}, fu
 // getFunction reads a function; with wait=ready it answers once the
 // function settled or the timeout ended.
 func (s *Server) getFunction(ctx context.Context, in *GetFunctionIn) (*FunctionOut, error) {
-	timeout, err := waitTimeout(ctx, in.Timeout)
-	if err != nil {
+	if err := s.requireTenant(ctx, in.Tenant); err != nil {
 		return nil, err
 	}
-	if err := s.requireTenant(ctx, in.Tenant); err != nil {
+	timeout, err := waitTimeout(ctx, in.Timeout)
+	if err != nil {
 		return nil, err
 	}
 	ns, err := s.namespace(ctx, in.Tenant)
