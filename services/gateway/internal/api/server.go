@@ -125,7 +125,6 @@ func New(d Deps) *Server {
 	}
 
 	r := chi.NewRouter()
-	r.Use(noReadDeadline)
 	r.Use(s.requestID)
 	r.Use(telemetry.Middleware(d.Tracer, s.prop, telemetry.NewHTTPMetrics(d.Registry, "gateway"), routePattern))
 	// Liveness only: /readyz (which names the failing dependency), /metrics

@@ -2,8 +2,6 @@ package api
 
 import (
 	"context"
-	"errors"
-	"net/http"
 	"sync"
 	"time"
 
@@ -236,21 +234,6 @@ func (s *Server) getFunction(ctx context.Context, in *GetFunctionIn) (*FunctionO
 			f = &cur
 		}
 	}
-}
-
-// noReadDeadline lifts the server's read timeout from GET requests without
-// a body: it bounds reading a request, and there is nothing to read, but
-// the connection's read deadline would otherwise end a long wait or a
-// followed log when it passes.
-func noReadDeadline(next http.Handler) http.Handler {
-	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		if r.Method == http.MethodGet && r.ContentLength == 0 {
-			if err := http.NewResponseController(w).SetReadDeadline(time.Time{}); err != nil && !errors.Is(err, http.ErrNotSupported) {
-				logOf(r.Context()).Debug("cannot lift the read deadline", "err", err)
-			}
-		}
-		next.ServeHTTP(w, r)
-	})
 }
 
 // Long requests a tenant may have in flight on one gateway replica: a wait
