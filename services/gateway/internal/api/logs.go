@@ -79,6 +79,13 @@ func (s *Server) registerLogs() {
 				enc := json.NewEncoder(w)
 				enc.SetEscapeHTML(false)
 				sent := 0
+				if in.Follow && flusher != nil {
+					// The client learns at once that the follow started,
+					// not with the first record.
+					hctx.SetStatus(http.StatusOK)
+					flusher.Flush()
+					sent = -1 // the status is sent
+				}
 				if in.Follow {
 					s.streams.WithLabelValues("logs").Inc()
 					defer s.streams.WithLabelValues("logs").Dec()
@@ -87,7 +94,7 @@ func (s *Server) registerLogs() {
 					if err := enc.Encode(LogRecord(r)); err != nil {
 						return err // the client went away
 					}
-					sent++
+					sent = max(sent, 0) + 1
 					if in.Follow && flusher != nil {
 						flusher.Flush()
 					}
