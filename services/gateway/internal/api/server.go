@@ -10,6 +10,7 @@ import (
 	"context"
 	"crypto/rand"
 	"encoding/hex"
+	"fmt"
 	"log/slog"
 	"net"
 	"net/http"
@@ -34,6 +35,7 @@ import (
 	"github.com/kube5s/sless/pkg/objstore"
 	"github.com/kube5s/sless/pkg/telemetry"
 	"github.com/kube5s/sless/services/gateway/internal/auth"
+	"github.com/kube5s/sless/services/gateway/internal/logs"
 	"github.com/kube5s/sless/services/gateway/internal/proxy"
 	"github.com/kube5s/sless/services/gateway/internal/record"
 	"github.com/kube5s/sless/services/gateway/internal/store"
@@ -76,6 +78,7 @@ type Deps struct {
 	Tracer    trace.Tracer
 	Log       *slog.Logger
 	Transport http.RoundTripper
+	Logs      logs.Source // what functions printed; nil: the logs route answers 501
 }
 
 // Server holds the handlers' state.
@@ -87,6 +90,9 @@ type Server struct {
 	metrics   *record.Metrics
 	forwarder *proxy.Forwarder
 	sql       *store.Store
+	fnWatch   *functionWatch
+	streams   *prometheus.GaugeVec   // waits and log follows in flight
+	long      longRequests           // the same per tenant, to bound them
 	routes    map[string]*routeEntry // the route table, by operation id
 	prop      propagation.TextMapPropagator
 	router    chi.Router
@@ -106,6 +112,17 @@ func New(d Deps) *Server {
 	}
 	s.forwarder = &proxy.Forwarder{Transport: s.Transport, Tracer: d.Tracer, Prop: s.prop, Recorder: d.Recorder, Metrics: s.metrics,
 		Log: d.Log, MaxResponseBytes: d.Config.MaxResponseBytes, MaxInlineResult: d.Config.MaxInlineResult}
+
+	w, err := watchFunctions(d.Cache)
+	if err != nil {
+		panic(fmt.Sprintf("watch functions: %v", err)) // the cache was built with a Function informer; a programming error
+	}
+	s.fnWatch = w
+	s.streams = prometheus.NewGaugeVec(prometheus.GaugeOpts{Name: "sless_gateway_long_requests",
+		Help: "Requests that wait or stream in flight: kind wait (a function's wait=ready) or logs (a followed log)."}, []string{"kind"})
+	if d.Registry != nil {
+		d.Registry.MustRegister(s.streams)
+	}
 
 	r := chi.NewRouter()
 	r.Use(s.requestID)
@@ -138,6 +155,7 @@ func New(d Deps) *Server {
 	s.registerBroker()
 	s.registerFunctions()
 	s.registerSource()
+	s.registerLogs()
 	s.registerTriggers()
 	s.registerJobs()
 	s.registerHistory()
