@@ -116,7 +116,7 @@ func (d *deployer) run() error {
 
 	// 1. The function's settings.
 	var cur *client.Function
-	r, err := client.Do(api.GetFunctionWithResponse(ctx, ten, name))
+	r, err := client.Do(api.GetFunctionWithResponse(ctx, ten, name, nil))
 	switch {
 	case client.IsNotFound(err):
 		in := client.FunctionInput{Name: name}
@@ -249,7 +249,7 @@ func (d *deployer) followBuild(sha string, before map[string]bool, uploaded bool
 		if build != nil {
 			break
 		}
-		f, err := client.Do(api.GetFunctionWithResponse(ctx, ten, name))
+		f, err := client.Do(api.GetFunctionWithResponse(ctx, ten, name, nil))
 		if err != nil {
 			return err
 		}
@@ -313,13 +313,16 @@ func (d *deployer) buildFailed(b *client.Build) error {
 	return errReported
 }
 
-// waitReady waits until the function runs the source sha: Deployed when
-// the rollout starts, then Ready; Failed ends the wait with its message.
+// waitReady waits until the function runs the source sha: Deployed once
+// the rollout of the built source started, then Ready; Failed ends the
+// wait with its message. It waits with GET ?wait=ready (the gateway
+// answers when the function settles), and polls a gateway without it.
 func (d *deployer) waitReady(sha string, deadline time.Time) (*client.Function, error) {
 	ctx := d.cmd.Context()
 	deployed := false
+	params := &client.GetFunctionParams{}
 	for {
-		r, err := client.Do(d.t.api.GetFunctionWithResponse(ctx, d.t.Tenant, d.p.Name))
+		r, err := client.Do(d.t.api.GetFunctionWithResponse(ctx, d.t.Tenant, d.p.Name, params))
 		if err != nil {
 			return nil, err
 		}
@@ -333,15 +336,21 @@ func (d *deployer) waitReady(sha string, deadline time.Time) (*client.Function, 
 		if built && phase == "Ready" && f.Status.Ready {
 			return f, nil
 		}
-		if phase == "Failed" && built {
+		if phase == "Failed" && (built || r.HTTPResponse.Header.Get("X-Sless-Wait") == "failed") {
 			fmt.Fprintf(d.stderr, "Error: function %s failed: %s\n", d.p.Name, str(f.Status.Message))
 			return nil, errReported
 		}
-		if time.Now().After(deadline) {
+		left := time.Until(deadline)
+		if left <= 0 {
 			return nil, fmt.Errorf("function %s was not ready within the timeout (phase %q: %s)", d.p.Name, phase, str(f.Status.Message))
 		}
-		if err := sleep(ctx, 300*time.Millisecond); err != nil {
-			return nil, err
+		waited := params.Wait != nil && r.HTTPResponse.Header.Get("X-Sless-Wait") != ""
+		params = &client.GetFunctionParams{Wait: ptr(client.GetFunctionParamsWaitReady), Timeout: ptr(min(left, 60*time.Second).Round(time.Second).String())}
+		if !waited {
+			// The first look, or a gateway that does not wait: a pause.
+			if err := sleep(ctx, 300*time.Millisecond); err != nil {
+				return nil, err
+			}
 		}
 	}
 }

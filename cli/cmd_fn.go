@@ -55,7 +55,7 @@ func (a *app) fnCommand() *cobra.Command {
 			if err != nil {
 				return err
 			}
-			r, err := client.Do(t.api.GetFunctionWithResponse(cmd.Context(), t.Tenant, args[0]))
+			r, err := client.Do(t.api.GetFunctionWithResponse(cmd.Context(), t.Tenant, args[0], nil))
 			if err != nil {
 				return err
 			}

@@ -132,7 +132,7 @@ func putTrigger(cmd *cobra.Command, t *target, in client.TriggerInput) error {
 	if in.Name == "" {
 		return usagef("a trigger needs a name")
 	}
-	spec := client.TriggerSpec{Function: in.Function, Type: client.TriggerSpecType(in.Type), Enabled: in.Enabled, Http: in.Http, Cron: in.Cron, Queue: in.Queue}
+	spec := client.TriggerReplacement{Function: in.Function, Type: client.TriggerReplacementType(in.Type), Enabled: in.Enabled, Http: in.Http, Cron: in.Cron, Queue: in.Queue}
 	_, err := client.Do(t.api.ReplaceTriggerWithResponse(cmd.Context(), t.Tenant, in.Name, spec))
 	return err
 }

@@ -23,9 +23,25 @@ const projectFile = "sless.yaml"
 // is another one.
 type project struct {
 	Name string `json:"name"`
-	client.FunctionSpec
+	settings
 	Exclude  []string              `json:"exclude,omitempty"`
 	Triggers []client.TriggerInput `json:"triggers,omitempty"`
+}
+
+// settings are the function's fields a developer sets, as the API names them.
+type settings struct {
+	Runtime           string                       `json:"runtime"`
+	Entrypoint        string                       `json:"entrypoint"`
+	Image             *string                      `json:"image,omitempty"`
+	MemoryMb          *int32                       `json:"memory_mb,omitempty"`
+	CpuMillis         *int32                       `json:"cpu_millis,omitempty"`
+	TimeoutSec        *int32                       `json:"timeout_sec,omitempty"`
+	Concurrency       *int32                       `json:"concurrency,omitempty"`
+	MinReplicas       *int32                       `json:"min_replicas,omitempty"`
+	MaxReplicas       *int32                       `json:"max_replicas,omitempty"`
+	EnvVars           *map[string]string           `json:"env_vars,omitempty"`
+	SecretEnvVars     *map[string]client.SecretRef `json:"secret_env_vars,omitempty"`
+	AllowSourceBuilds *bool                        `json:"allow_source_builds,omitempty"`
 }
 
 var nameRE = regexp.MustCompile(`^[a-z]([-a-z0-9]*[a-z0-9])?$`)
@@ -66,8 +82,8 @@ func loadProject(dir string) (*project, error) {
 }
 
 // specOf is the spec part of a function as the API shows it.
-func specOf(f *client.Function) client.FunctionSpec {
-	return client.FunctionSpec{Runtime: client.FunctionSpecRuntime(f.Runtime), Entrypoint: f.Entrypoint, Image: f.Image,
+func specOf(f *client.Function) client.FunctionReplacement {
+	return client.FunctionReplacement{Runtime: client.FunctionReplacementRuntime(f.Runtime), Entrypoint: f.Entrypoint, Image: f.Image,
 		MemoryMb: f.MemoryMb, CpuMillis: f.CpuMillis, TimeoutSec: f.TimeoutSec, Concurrency: f.Concurrency,
 		MinReplicas: f.MinReplicas, MaxReplicas: f.MaxReplicas, EnvVars: f.EnvVars, SecretEnvVars: f.SecretEnvVars,
 		AllowSourceBuilds: f.AllowSourceBuilds}
@@ -77,8 +93,12 @@ func specOf(f *client.Function) client.FunctionSpec {
 // the ones it leaves out the function's current values (so a deploy does
 // not reset what sless.yaml never mentioned). Environment variables are
 // sless.yaml's only: one removed from the file is removed.
-func desiredSpec(cur *client.Function, p *project) client.FunctionSpec {
-	d := p.FunctionSpec
+func desiredSpec(cur *client.Function, p *project) client.FunctionReplacement {
+	s := p.settings
+	d := client.FunctionReplacement{Runtime: client.FunctionReplacementRuntime(s.Runtime), Entrypoint: s.Entrypoint, Image: s.Image,
+		MemoryMb: s.MemoryMb, CpuMillis: s.CpuMillis, TimeoutSec: s.TimeoutSec, Concurrency: s.Concurrency,
+		MinReplicas: s.MinReplicas, MaxReplicas: s.MaxReplicas, EnvVars: s.EnvVars, SecretEnvVars: s.SecretEnvVars,
+		AllowSourceBuilds: s.AllowSourceBuilds}
 	if cur != nil {
 		c := specOf(cur)
 		for _, f := range []struct{ dst, src **int32 }{{&d.MemoryMb, &c.MemoryMb}, {&d.CpuMillis, &c.CpuMillis}, {&d.TimeoutSec, &c.TimeoutSec},
@@ -98,8 +118,8 @@ func desiredSpec(cur *client.Function, p *project) client.FunctionSpec {
 }
 
 // sameSpec compares two specs as the API would store them.
-func sameSpec(a, b client.FunctionSpec) bool {
-	norm := func(s client.FunctionSpec) []byte {
+func sameSpec(a, b client.FunctionReplacement) bool {
+	norm := func(s client.FunctionReplacement) []byte {
 		if s.EnvVars == nil || len(*s.EnvVars) == 0 {
 			s.EnvVars = nil
 		}

@@ -95,18 +95,18 @@ func (e FunctionInputRuntime) Valid() bool {
 	}
 }
 
-// Defines values for FunctionSpecRuntime.
+// Defines values for FunctionReplacementRuntime.
 const (
-	FunctionSpecRuntimeNodejs20  FunctionSpecRuntime = "nodejs20"
-	FunctionSpecRuntimePython311 FunctionSpecRuntime = "python3.11"
+	FunctionReplacementRuntimeNodejs20  FunctionReplacementRuntime = "nodejs20"
+	FunctionReplacementRuntimePython311 FunctionReplacementRuntime = "python3.11"
 )
 
-// Valid indicates whether the value is a known member of the FunctionSpecRuntime enum.
-func (e FunctionSpecRuntime) Valid() bool {
+// Valid indicates whether the value is a known member of the FunctionReplacementRuntime enum.
+func (e FunctionReplacementRuntime) Valid() bool {
 	switch e {
-	case FunctionSpecRuntimeNodejs20:
+	case FunctionReplacementRuntimeNodejs20:
 		return true
-	case FunctionSpecRuntimePython311:
+	case FunctionReplacementRuntimePython311:
 		return true
 	default:
 		return false
@@ -278,21 +278,21 @@ func (e TriggerInputType) Valid() bool {
 	}
 }
 
-// Defines values for TriggerSpecType.
+// Defines values for TriggerReplacementType.
 const (
-	TriggerSpecTypeCron  TriggerSpecType = "cron"
-	TriggerSpecTypeHttp  TriggerSpecType = "http"
-	TriggerSpecTypeQueue TriggerSpecType = "queue"
+	TriggerReplacementTypeCron  TriggerReplacementType = "cron"
+	TriggerReplacementTypeHttp  TriggerReplacementType = "http"
+	TriggerReplacementTypeQueue TriggerReplacementType = "queue"
 )
 
-// Valid indicates whether the value is a known member of the TriggerSpecType enum.
-func (e TriggerSpecType) Valid() bool {
+// Valid indicates whether the value is a known member of the TriggerReplacementType enum.
+func (e TriggerReplacementType) Valid() bool {
 	switch e {
-	case TriggerSpecTypeCron:
+	case TriggerReplacementTypeCron:
 		return true
-	case TriggerSpecTypeHttp:
+	case TriggerReplacementTypeHttp:
 		return true
-	case TriggerSpecTypeQueue:
+	case TriggerReplacementTypeQueue:
 		return true
 	default:
 		return false
@@ -341,6 +341,24 @@ func (e ListDeadLettersParamsReplayed) Valid() bool {
 	case ListDeadLettersParamsReplayedFalse:
 		return true
 	case ListDeadLettersParamsReplayedTrue:
+		return true
+	default:
+		return false
+	}
+}
+
+// Defines values for GetFunctionParamsWait.
+const (
+	GetFunctionParamsWaitEmpty GetFunctionParamsWait = ""
+	GetFunctionParamsWaitReady GetFunctionParamsWait = "ready"
+)
+
+// Valid indicates whether the value is a known member of the GetFunctionParamsWait enum.
+func (e GetFunctionParamsWait) Valid() bool {
+	switch e {
+	case GetFunctionParamsWaitEmpty:
+		return true
+	case GetFunctionParamsWaitReady:
 		return true
 	default:
 		return false
@@ -587,35 +605,43 @@ type FunctionInput struct {
 // FunctionInputRuntime defines model for FunctionInput.Runtime.
 type FunctionInputRuntime string
 
-// FunctionSource defines model for FunctionSource.
-type FunctionSource struct {
-	S3Key  string `json:"s3_key"`
-	Sha256 string `json:"sha256"`
-}
-
-// FunctionSpec defines model for FunctionSpec.
-type FunctionSpec struct {
+// FunctionReplacement defines model for FunctionReplacement.
+type FunctionReplacement struct {
 	// AllowSourceBuilds let pip build source distributions; by default only wheels are installed
 	AllowSourceBuilds *bool  `json:"allow_source_builds,omitempty"`
 	Concurrency       *int32 `json:"concurrency,omitempty"`
 	CpuMillis         *int32 `json:"cpu_millis,omitempty"`
+
+	// CreatedAt read-only, ignored
+	CreatedAt *time.Time `json:"created_at,omitempty"`
 
 	// Entrypoint module.function (Python) or file.export (Node)
 	Entrypoint string             `json:"entrypoint"`
 	EnvVars    *map[string]string `json:"env_vars,omitempty"`
 
 	// Image a prebuilt image, pinned by digest
-	Image         *string               `json:"image,omitempty"`
-	MaxReplicas   *int32                `json:"max_replicas,omitempty"`
-	MemoryMb      *int32                `json:"memory_mb,omitempty"`
-	MinReplicas   *int32                `json:"min_replicas,omitempty"`
-	Runtime       FunctionSpecRuntime   `json:"runtime"`
-	SecretEnvVars *map[string]SecretRef `json:"secret_env_vars,omitempty"`
-	TimeoutSec    *int32                `json:"timeout_sec,omitempty"`
+	Image       *string `json:"image,omitempty"`
+	MaxReplicas *int32  `json:"max_replicas,omitempty"`
+	MemoryMb    *int32  `json:"memory_mb,omitempty"`
+	MinReplicas *int32  `json:"min_replicas,omitempty"`
+
+	// Name optional; must be the name in the path
+	Name          *string                    `json:"name,omitempty"`
+	Runtime       FunctionReplacementRuntime `json:"runtime"`
+	SecretEnvVars *map[string]SecretRef      `json:"secret_env_vars,omitempty"`
+	Source        *FunctionSource            `json:"source,omitempty"`
+	Status        *FunctionStatus            `json:"status,omitempty"`
+	TimeoutSec    *int32                     `json:"timeout_sec,omitempty"`
 }
 
-// FunctionSpecRuntime defines model for FunctionSpec.Runtime.
-type FunctionSpecRuntime string
+// FunctionReplacementRuntime defines model for FunctionReplacement.Runtime.
+type FunctionReplacementRuntime string
+
+// FunctionSource defines model for FunctionSource.
+type FunctionSource struct {
+	S3Key  string `json:"s3_key"`
+	Sha256 string `json:"sha256"`
+}
 
 // FunctionStatus defines model for FunctionStatus.
 type FunctionStatus struct {
@@ -702,15 +728,21 @@ type JobInput struct {
 	TimeoutSec *int32 `json:"timeout_sec,omitempty"`
 }
 
-// JobSpec defines model for JobSpec.
-type JobSpec struct {
-	Function   string      `json:"function"`
-	MaxRetries *int32      `json:"max_retries,omitempty"`
-	Payload    interface{} `json:"payload,omitempty"`
+// JobReplacement defines model for JobReplacement.
+type JobReplacement struct {
+	// CreatedAt read-only, ignored
+	CreatedAt  *time.Time `json:"created_at,omitempty"`
+	Function   string     `json:"function"`
+	MaxRetries *int32     `json:"max_retries,omitempty"`
+
+	// Name optional; must be the name in the path
+	Name    *string     `json:"name,omitempty"`
+	Payload interface{} `json:"payload,omitempty"`
 
 	// RunId 0 never runs; each new value runs once
-	RunId      *int64 `json:"run_id,omitempty"`
-	TimeoutSec *int32 `json:"timeout_sec,omitempty"`
+	RunId      *int64     `json:"run_id,omitempty"`
+	Status     *JobStatus `json:"status,omitempty"`
+	TimeoutSec *int32     `json:"timeout_sec,omitempty"`
 }
 
 // JobStatus defines model for JobStatus.
@@ -939,18 +971,24 @@ type TriggerInput struct {
 // TriggerInputType defines model for TriggerInput.Type.
 type TriggerInputType string
 
-// TriggerSpec defines model for TriggerSpec.
-type TriggerSpec struct {
-	Cron     *CronTrigger    `json:"cron,omitempty"`
-	Enabled  *bool           `json:"enabled,omitempty"`
-	Function string          `json:"function"`
-	Http     *HTTPTrigger    `json:"http,omitempty"`
-	Queue    *QueueTrigger   `json:"queue,omitempty"`
-	Type     TriggerSpecType `json:"type"`
+// TriggerReplacement defines model for TriggerReplacement.
+type TriggerReplacement struct {
+	// CreatedAt read-only, ignored
+	CreatedAt *time.Time   `json:"created_at,omitempty"`
+	Cron      *CronTrigger `json:"cron,omitempty"`
+	Enabled   *bool        `json:"enabled,omitempty"`
+	Function  string       `json:"function"`
+	Http      *HTTPTrigger `json:"http,omitempty"`
+
+	// Name optional; must be the name in the path
+	Name   *string                `json:"name,omitempty"`
+	Queue  *QueueTrigger          `json:"queue,omitempty"`
+	Status *TriggerStatus         `json:"status,omitempty"`
+	Type   TriggerReplacementType `json:"type"`
 }
 
-// TriggerSpecType defines model for TriggerSpec.Type.
-type TriggerSpecType string
+// TriggerReplacementType defines model for TriggerReplacement.Type.
+type TriggerReplacementType string
 
 // TriggerStatus defines model for TriggerStatus.
 type TriggerStatus struct {
@@ -1001,6 +1039,18 @@ type ListFunctionsParams struct {
 	// Cursor next_cursor of the previous page
 	Cursor *string `form:"cursor,omitempty" json:"cursor,omitempty"`
 }
+
+// GetFunctionParams defines parameters for GetFunction.
+type GetFunctionParams struct {
+	// Wait ready: answer once the function is Ready or Failed for its current spec and source, or when the timeout ends; X-Sless-Wait says which
+	Wait *GetFunctionParamsWait `form:"wait,omitempty" json:"wait,omitempty"`
+
+	// Timeout with wait: how long to wait, as 30s, 2m or 1m30s; default 60s, at most 5m (a longer one is cut to 5m)
+	Timeout *string `form:"timeout,omitempty" json:"timeout,omitempty"`
+}
+
+// GetFunctionParamsWait defines parameters for GetFunction.
+type GetFunctionParamsWait string
 
 // PatchFunctionParams defines parameters for PatchFunction.
 type PatchFunctionParams struct {
@@ -1093,13 +1143,13 @@ type ReplayDeadLettersJSONRequestBody = ReplayDeadLettersRequest
 type CreateFunctionJSONRequestBody = FunctionInput
 
 // ReplaceFunctionJSONRequestBody defines body for ReplaceFunction for application/json ContentType.
-type ReplaceFunctionJSONRequestBody = FunctionSpec
+type ReplaceFunctionJSONRequestBody = FunctionReplacement
 
 // CreateJobJSONRequestBody defines body for CreateJob for application/json ContentType.
 type CreateJobJSONRequestBody = JobInput
 
 // ReplaceJobJSONRequestBody defines body for ReplaceJob for application/json ContentType.
-type ReplaceJobJSONRequestBody = JobSpec
+type ReplaceJobJSONRequestBody = JobReplacement
 
 // CreateTokenJSONRequestBody defines body for CreateToken for application/json ContentType.
 type CreateTokenJSONRequestBody = TokenInBody
@@ -1108,7 +1158,7 @@ type CreateTokenJSONRequestBody = TokenInBody
 type CreateTriggerJSONRequestBody = TriggerInput
 
 // ReplaceTriggerJSONRequestBody defines body for ReplaceTrigger for application/json ContentType.
-type ReplaceTriggerJSONRequestBody = TriggerSpec
+type ReplaceTriggerJSONRequestBody = TriggerReplacement
 
 // RequestEditorFn is the function signature for the RequestEditor callback function
 type RequestEditorFn func(ctx context.Context, req *http.Request) error
@@ -1332,10 +1382,12 @@ type ClientInterface interface {
 	// Corresponds with DELETE /v1/tenants/{t}/functions/{name} (the `DeleteFunction` operationId).
 	DeleteFunction(ctx context.Context, t string, name string, reqEditors ...RequestEditorFn) (*http.Response, error)
 
-	// GetFunction Read a function
+	// GetFunction Read a function; with wait=ready, once it is Ready or Failed (or at the timeout)
+	//
+	// With wait=ready the answer comes when the function is Ready for its current spec and source, or Failed, or when the timeout ends (default 60s, at most 5m); the X-Sless-Wait header says which (ready, failed, timeout) and the body is the function at that moment. The wait is a watch, not a poll; it ends when the client goes away.
 	//
 	// Corresponds with GET /v1/tenants/{t}/functions/{name} (the `GetFunction` operationId).
-	GetFunction(ctx context.Context, t string, name string, reqEditors ...RequestEditorFn) (*http.Response, error)
+	GetFunction(ctx context.Context, t string, name string, params *GetFunctionParams, reqEditors ...RequestEditorFn) (*http.Response, error)
 
 	// PatchFunctionWithBody Change some fields with a JSON merge patch (RFC 7396)
 	//
@@ -1915,11 +1967,13 @@ func (c *Client) DeleteFunction(ctx context.Context, t string, name string, reqE
 	return c.Client.Do(req)
 }
 
-// GetFunction Read a function
+// GetFunction Read a function; with wait=ready, once it is Ready or Failed (or at the timeout)
+//
+// With wait=ready the answer comes when the function is Ready for its current spec and source, or Failed, or when the timeout ends (default 60s, at most 5m); the X-Sless-Wait header says which (ready, failed, timeout) and the body is the function at that moment. The wait is a watch, not a poll; it ends when the client goes away.
 //
 // Corresponds with GET /v1/tenants/{t}/functions/{name} (the `GetFunction` operationId).
-func (c *Client) GetFunction(ctx context.Context, t string, name string, reqEditors ...RequestEditorFn) (*http.Response, error) {
-	req, err := NewGetFunctionRequest(c.Server, t, name)
+func (c *Client) GetFunction(ctx context.Context, t string, name string, params *GetFunctionParams, reqEditors ...RequestEditorFn) (*http.Response, error) {
+	req, err := NewGetFunctionRequest(c.Server, t, name, params)
 	if err != nil {
 		return nil, err
 	}
@@ -3418,7 +3472,7 @@ func NewDeleteFunctionRequest(server string, t string, name string) (*http.Reque
 }
 
 // NewGetFunctionRequest constructs an http.Request for the GetFunction method
-func NewGetFunctionRequest(server string, t string, name string) (*http.Request, error) {
+func NewGetFunctionRequest(server string, t string, name string, params *GetFunctionParams) (*http.Request, error) {
 	var err error
 
 	var pathParam0 string
@@ -3448,6 +3502,45 @@ func NewGetFunctionRequest(server string, t string, name string) (*http.Request,
 	queryURL, err := serverURL.Parse(operationPath)
 	if err != nil {
 		return nil, err
+	}
+
+	if params != nil {
+		// queryValues collects non-styled parameters (passthrough, JSON)
+		// that are safe to round-trip through url.Values.Encode().
+		queryValues := queryURL.Query()
+		// rawQueryFragments collects pre-encoded query fragments from
+		// styled parameters, preserving literal commas as delimiters
+		// per the OpenAPI spec (e.g. "color=blue,black,brown").
+		var rawQueryFragments []string
+
+		if params.Wait != nil {
+
+			if queryFrag, err := runtime.StyleParamWithOptions("form", false, "wait", *params.Wait, runtime.StyleParamOptions{ParamLocation: runtime.ParamLocationQuery, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			} else {
+				for _, qp := range strings.Split(queryFrag, "&") {
+					rawQueryFragments = append(rawQueryFragments, qp)
+				}
+			}
+
+		}
+
+		if params.Timeout != nil {
+
+			if queryFrag, err := runtime.StyleParamWithOptions("form", false, "timeout", *params.Timeout, runtime.StyleParamOptions{ParamLocation: runtime.ParamLocationQuery, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			} else {
+				for _, qp := range strings.Split(queryFrag, "&") {
+					rawQueryFragments = append(rawQueryFragments, qp)
+				}
+			}
+
+		}
+
+		if encoded := queryValues.Encode(); encoded != "" {
+			rawQueryFragments = append(rawQueryFragments, encoded)
+		}
+		queryURL.RawQuery = strings.Join(rawQueryFragments, "&")
 	}
 
 	req, err := http.NewRequest(http.MethodGet, queryURL.String(), nil)
@@ -5085,12 +5178,14 @@ type ClientWithResponsesInterface interface {
 	// Corresponds with DELETE /v1/tenants/{t}/functions/{name} (the `DeleteFunction` operationId).
 	DeleteFunctionWithResponse(ctx context.Context, t string, name string, reqEditors ...RequestEditorFn) (*DeleteFunctionResponse, error)
 
-	// GetFunctionWithResponse Read a function
+	// GetFunctionWithResponse Read a function; with wait=ready, once it is Ready or Failed (or at the timeout)
+	//
+	// With wait=ready the answer comes when the function is Ready for its current spec and source, or Failed, or when the timeout ends (default 60s, at most 5m); the X-Sless-Wait header says which (ready, failed, timeout) and the body is the function at that moment. The wait is a watch, not a poll; it ends when the client goes away.
 	//
 	// Returns a wrapper object for the known response body format(s).
 	//
 	// Corresponds with GET /v1/tenants/{t}/functions/{name} (the `GetFunction` operationId).
-	GetFunctionWithResponse(ctx context.Context, t string, name string, reqEditors ...RequestEditorFn) (*GetFunctionResponse, error)
+	GetFunctionWithResponse(ctx context.Context, t string, name string, params *GetFunctionParams, reqEditors ...RequestEditorFn) (*GetFunctionResponse, error)
 
 	// PatchFunctionWithBodyWithResponse Change some fields with a JSON merge patch (RFC 7396)
 	//
@@ -6264,7 +6359,7 @@ func (r DeleteFunctionResponse) ContentType() string {
 
 // GetFunctionResponse200Headers the declared response headers of an HTTP 200 response for GetFunction
 type GetFunctionResponse200Headers struct {
-	Location *string
+	XSlessWait *string
 }
 
 type GetFunctionResponse struct {
@@ -7880,13 +7975,15 @@ func (c *ClientWithResponses) DeleteFunctionWithResponse(ctx context.Context, t 
 	return ParseDeleteFunctionResponse(rsp)
 }
 
-// GetFunctionWithResponse Read a function
+// GetFunctionWithResponse Read a function; with wait=ready, once it is Ready or Failed (or at the timeout)
+//
+// With wait=ready the answer comes when the function is Ready for its current spec and source, or Failed, or when the timeout ends (default 60s, at most 5m); the X-Sless-Wait header says which (ready, failed, timeout) and the body is the function at that moment. The wait is a watch, not a poll; it ends when the client goes away.
 //
 // Returns a wrapper object for the known response body format(s).
 //
 // Corresponds with GET /v1/tenants/{t}/functions/{name} (the `GetFunction` operationId).
-func (c *ClientWithResponses) GetFunctionWithResponse(ctx context.Context, t string, name string, reqEditors ...RequestEditorFn) (*GetFunctionResponse, error) {
-	rsp, err := c.GetFunction(ctx, t, name, reqEditors...)
+func (c *ClientWithResponses) GetFunctionWithResponse(ctx context.Context, t string, name string, params *GetFunctionParams, reqEditors ...RequestEditorFn) (*GetFunctionResponse, error) {
+	rsp, err := c.GetFunction(ctx, t, name, params, reqEditors...)
 	if err != nil {
 		return nil, err
 	}
@@ -8981,12 +9078,12 @@ func ParseGetFunctionResponse(rsp *http.Response) (*GetFunctionResponse, error) 
 	switch {
 	case rsp.StatusCode == 200:
 		var headers GetFunctionResponse200Headers
-		if values := rsp.Header.Values("Location"); len(values) > 0 {
+		if values := rsp.Header.Values("X-Sless-Wait"); len(values) > 0 {
 			var value string
-			if err := runtime.BindStyledParameterWithOptions("simple", "Location", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: false, Type: "string", Format: ""}); err != nil {
+			if err := runtime.BindStyledParameterWithOptions("simple", "X-Sless-Wait", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: false, Type: "string", Format: ""}); err != nil {
 				return nil, err
 			}
-			headers.Location = &value
+			headers.XSlessWait = &value
 		}
 		response.Headers200 = &headers
 	}
