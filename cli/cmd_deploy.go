@@ -164,7 +164,7 @@ func (d *deployer) run() error {
 			return err
 		}
 		uploaded = up.JSON200 != nil && up.JSON200.Changed
-		d.pr.step("Uploaded %d files, %s (sha256 %s)", len(arc.Files), size(len(arc.Bytes)), short(arc.SHA256))
+		d.pr.step("Uploaded %s, %s (sha256 %s)", plural(len(arc.Files), "file"), size(len(arc.Bytes)), short(arc.SHA256))
 	}
 
 	// 3. The triggers.

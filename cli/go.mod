@@ -3,6 +3,7 @@ module github.com/kube5s/sless/cli
 go 1.26.0
 
 require (
+	github.com/google/go-cmp v0.7.0
 	github.com/kube5s/sless/pkg v0.0.0
 	github.com/spf13/cobra v1.10.2
 	golang.org/x/term v0.47.0

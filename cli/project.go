@@ -146,7 +146,7 @@ var templates = map[string]struct {
 
 
 def handler(event, context):
-    body = event.get("body")
+    body = event.get("json")  # the body parsed, when it is JSON
     name = body.get("name") if isinstance(body, dict) else None
     name = name or event["query"].get("name") or "world"
     print(f"greeting {name}")
@@ -154,7 +154,7 @@ def handler(event, context):
 `},
 	"nodejs20": {"index.handler", "index.js", `// %[1]s: a sless function. 'sless deploy' puts it on the platform.
 exports.handler = async (event) => {
-  const body = event.body && typeof event.body === 'object' ? event.body : {};
+  const body = event.json && typeof event.json === 'object' ? event.json : {}; // the body parsed, when it is JSON
   const name = body.name || event.query.name || 'world';
   console.log(` + "`greeting ${name}`" + `);
   return { message: ` + "`Hello, ${name}!`" + ` };
