@@ -55,8 +55,9 @@ func (p *progress) step(format string, args ...any) {
 
 func (a *app) deployCommand() *cobra.Command {
 	var timeout time.Duration
+	var env []string
 	c := &cobra.Command{
-		Use:   "deploy [DIR]",
+		Use:   "deploy [DIR] [--env KEY=VALUE]",
 		Short: "Apply a function directory (sless.yaml): settings, source, triggers; wait until it is ready",
 		Long: `deploy applies a function directory (default: the current one):
 
@@ -82,6 +83,16 @@ function that fails to start or is not ready within --timeout.`,
 			if err != nil {
 				return err
 			}
+			for _, kv := range env {
+				k, v, ok := strings.Cut(kv, "=")
+				if !ok || k == "" {
+					return usagef("--env %q: want KEY=VALUE", kv)
+				}
+				if p.EnvVars == nil {
+					p.EnvVars = &map[string]string{}
+				}
+				(*p.EnvVars)[k] = v
+			}
 			t, err := a.connect(true)
 			if err != nil {
 				return err
@@ -91,6 +102,7 @@ function that fails to start or is not ready within --timeout.`,
 		},
 	}
 	c.Flags().DurationVar(&timeout, "timeout", 10*time.Minute, "how long to wait for the build and the rollout")
+	c.Flags().StringArrayVar(&env, "env", nil, "set an environment variable over sless.yaml's env_vars, KEY=VALUE (repeatable)")
 	return c
 }
 

@@ -3,8 +3,10 @@ package main
 import (
 	"bytes"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"io"
+	"net/http"
 	"os"
 	"strconv"
 	"time"
@@ -305,6 +307,8 @@ func (a *app) tenantsCommand() *cobra.Command {
 		},
 	}
 	var display string
+	var existOK bool
+	var wait time.Duration
 	create := &cobra.Command{
 		Use: "create NAME", Short: "Create a tenant", Args: cobra.ExactArgs(1),
 		RunE: func(cmd *cobra.Command, args []string) error {
@@ -316,14 +320,42 @@ func (a *app) tenantsCommand() *cobra.Command {
 			if display != "" {
 				in.DisplayName = &display
 			}
-			if _, err := client.Do(t.api.CreateTenantWithResponse(cmd.Context(), in)); err != nil {
+			_, err = client.Do(t.api.CreateTenantWithResponse(cmd.Context(), in))
+			var p *client.Problem
+			switch {
+			case existOK && errors.As(err, &p) && p.Status == http.StatusConflict:
+				fmt.Fprintf(a.stdout, "Tenant %s exists.\n", args[0])
+			case err != nil:
 				return err
+			default:
+				fmt.Fprintf(a.stdout, "Tenant %s created ('sless tokens create %s' issues its first token).\n", args[0], args[0])
 			}
-			fmt.Fprintf(a.stdout, "Tenant %s created ('sless tokens create %s' issues its first token).\n", args[0], args[0])
-			return nil
+			if wait == 0 {
+				return nil
+			}
+			deadline := time.Now().Add(wait)
+			for {
+				r, err := client.Do(t.api.GetTenantWithResponse(cmd.Context(), args[0]))
+				if err != nil {
+					return err
+				}
+				phase := str(r.JSON200.Status.Phase)
+				if phase == "Ready" {
+					fmt.Fprintf(a.stdout, "Tenant %s is ready.\n", args[0])
+					return nil
+				}
+				if time.Now().After(deadline) {
+					return fmt.Errorf("tenant %s was not ready within %s (phase %q: %s)", args[0], wait, phase, str(r.JSON200.Status.Message))
+				}
+				if err := sleep(cmd.Context(), 200*time.Millisecond); err != nil {
+					return err
+				}
+			}
 		},
 	}
 	create.Flags().StringVar(&display, "display-name", "", "a human name")
+	create.Flags().BoolVar(&existOK, "exist-ok", false, "a tenant of that name already existing is not an error")
+	create.Flags().DurationVar(&wait, "wait", 0, "wait this long for the tenant to be Ready (0: do not wait)")
 	del := &cobra.Command{
 		Use: "delete NAME", Short: "Delete a tenant and everything it owns", Args: cobra.ExactArgs(1),
 		RunE: func(cmd *cobra.Command, args []string) error {
