@@ -8,7 +8,6 @@ import (
 	"fmt"
 	"io"
 	"net/http"
-	"net/url"
 	"os"
 	"strings"
 	"time"
@@ -144,7 +143,7 @@ type logRecord struct {
 func (a *app) logsCommand() *cobra.Command {
 	var follow bool
 	var since string
-	var tail int
+	var tail int64
 	c := &cobra.Command{
 		Use:   "logs NAME [-f] [--since 10m] [--tail 100]",
 		Short: "Print what a function printed, with the invocation each line belongs to; -f follows",
@@ -158,26 +157,17 @@ func (a *app) logsCommand() *cobra.Command {
 			if err != nil {
 				return err
 			}
-			q := url.Values{}
+			params := &client.GetFunctionLogsParams{}
 			if follow {
-				q.Set("follow", "true")
+				params.Follow = &follow
 			}
 			if since != "" {
-				q.Set("since", since)
+				params.Since = &since
 			}
 			if cmd.Flags().Changed("tail") {
-				q.Set("tail", fmt.Sprint(tail))
+				params.Tail = &tail
 			}
-			u := fmt.Sprintf("%s/v1/tenants/%s/functions/%s/logs?%s", strings.TrimRight(t.URL, "/"), url.PathEscape(t.Tenant), url.PathEscape(args[0]), q.Encode())
-			req, err := http.NewRequestWithContext(cmd.Context(), http.MethodGet, u, nil)
-			if err != nil {
-				return err
-			}
-			if t.Token != "" {
-				req.Header.Set("Authorization", "Bearer "+t.Token)
-			}
-			req.Header.Set("User-Agent", "sless-cli/"+version)
-			resp, err := http.DefaultClient.Do(req)
+			resp, err := t.api.GetFunctionLogs(cmd.Context(), t.Tenant, args[0], params)
 			if err != nil {
 				return err
 			}
@@ -216,7 +206,7 @@ func (a *app) logsCommand() *cobra.Command {
 	}
 	c.Flags().BoolVarP(&follow, "follow", "f", false, "keep printing new lines until interrupted")
 	c.Flags().StringVar(&since, "since", "", "only lines of this last while (10m) or since an RFC 3339 time")
-	c.Flags().IntVar(&tail, "tail", 1000, "at most this many earlier lines")
+	c.Flags().Int64Var(&tail, "tail", 1000, "at most this many earlier lines (per replica)")
 	c.Flags().StringVarP(&a.outputFlag, "output", "o", "", "json prints the API's records, one per line")
 	return c
 }

@@ -121,7 +121,7 @@ func TestRBACIsSufficientAndMinimal(t *testing.T) {
 		refused(t, "read another secret", c.Get(ctx, client.ObjectKey{Namespace: ns, Name: "other"}, &corev1.Secret{}))
 	})
 	t.Run("gateway", func(t *testing.T) {
-		c, _ := as(t, "gateway")
+		c, cs := as(t, "gateway")
 		eventuallyAllowed(t, "create a tenant", func() error {
 			return c.Create(ctx, &slessv1.Tenant{ObjectMeta: metav1.ObjectMeta{Name: testenv.Name("gw")}}, client.DryRunAll)
 		})
@@ -134,6 +134,18 @@ func TestRBACIsSufficientAndMinimal(t *testing.T) {
 		refused(t, "update function status", c.Status().Update(ctx, fn.DeepCopy(), client.DryRunAll))
 		allowed(t, "read a tenant's broker secret", client.IgnoreNotFound(c.Get(ctx, client.ObjectKey{Namespace: ns, Name: slessv1.BrokerSecretName}, &corev1.Secret{})))
 		refused(t, "read another secret", c.Get(ctx, client.ObjectKey{Namespace: ns, Name: "other"}, &corev1.Secret{}))
+		// Function logs (GET .../functions/{name}/logs): the pods of a
+		// function and their logs, nothing else of them.
+		allowed(t, "list a function's pods", c.List(ctx, &corev1.PodList{}, client.InNamespace(ns), client.MatchingLabels{slessv1.LabelFunction: "g"}))
+		w, err := cs.CoreV1().Pods(ns).Watch(ctx, metav1.ListOptions{LabelSelector: slessv1.LabelFunction + "=g"})
+		allowed(t, "watch a function's pods", err)
+		if err == nil {
+			w.Stop()
+		}
+		_, err = cs.CoreV1().Pods(ns).GetLogs("none", &corev1.PodLogOptions{Container: "function"}).DoRaw(context.Background())
+		allowed(t, "read a function's pod logs", err)
+		refused(t, "delete a pod", c.Delete(ctx, &corev1.Pod{ObjectMeta: metav1.ObjectMeta{Name: "none", Namespace: ns}}))
+		refused(t, "exec into a pod", cs.CoreV1().RESTClient().Post().Namespace(ns).Resource("pods").Name("none").SubResource("exec").Do(context.Background()).Error())
 	})
 	t.Run("builder", func(t *testing.T) {
 		c, cs := as(t, "builder")

@@ -188,6 +188,30 @@ func (e InvocationStatus) Valid() bool {
 	}
 }
 
+// Defines values for RecordStream.
+const (
+	Raw     RecordStream = "raw"
+	Runtime RecordStream = "runtime"
+	Stderr  RecordStream = "stderr"
+	Stdout  RecordStream = "stdout"
+)
+
+// Valid indicates whether the value is a known member of the RecordStream enum.
+func (e RecordStream) Valid() bool {
+	switch e {
+	case Raw:
+		return true
+	case Runtime:
+		return true
+	case Stderr:
+		return true
+	case Stdout:
+		return true
+	default:
+		return false
+	}
+}
+
 // Defines values for ReplayDeadLettersRequestReplayed.
 const (
 	ReplayDeadLettersRequestReplayedEmpty ReplayDeadLettersRequestReplayed = ""
@@ -819,6 +843,33 @@ type QueueTrigger struct {
 	RoutingKey            *string    `json:"routing_key,omitempty"`
 }
 
+// Record defines model for Record.
+type Record struct {
+	// InvocationId the invocation the line belongs to, when the runtime knows it
+	InvocationId *string `json:"invocation_id,omitempty"`
+
+	// Level the runtime's level: debug, info, warn, error
+	Level *string `json:"level,omitempty"`
+
+	// Message the text, without its newline; NUL and invalid UTF-8 become U+FFFD; at most 16 KiB
+	Message string `json:"message"`
+
+	// Pod kubernetes profile: the replica that wrote it
+	Pod *string `json:"pod,omitempty"`
+
+	// Stream stdout/stderr: the handler printed it; runtime: the runtime's own record; raw: a line the runtime did not frame
+	Stream RecordStream `json:"stream"`
+
+	// Time when the line was written (for raw lines in the local profile: of the record before it)
+	Time time.Time `json:"time"`
+
+	// Truncated the line was longer than the limits and was cut
+	Truncated *bool `json:"truncated,omitempty"`
+}
+
+// RecordStream stdout/stderr: the handler printed it; runtime: the runtime's own record; raw: a line the runtime did not frame
+type RecordStream string
+
 // ReplayDeadLettersRequest defines model for Replay-dead-lettersRequest.
 type ReplayDeadLettersRequest struct {
 	Function *string `json:"function,omitempty"`
@@ -1080,6 +1131,18 @@ type InvokeFunctionParams struct {
 
 	// XCallbackUrl async: where to POST the result (public http(s) only)
 	XCallbackUrl *string `json:"X-Callback-Url,omitempty"`
+}
+
+// GetFunctionLogsParams defines parameters for GetFunctionLogs.
+type GetFunctionLogsParams struct {
+	// Follow keep the response open and send new records as they are written, until the client goes away
+	Follow *bool `form:"follow,omitempty" json:"follow,omitempty"`
+
+	// Since only records written in this last while (10m, 1h30m) or since this RFC 3339 time
+	Since *string `form:"since,omitempty" json:"since,omitempty"`
+
+	// Tail at most this many of the records written before the request (per replica)
+	Tail *int64 `form:"tail,omitempty" json:"tail,omitempty"`
 }
 
 // UploadSourceParams defines parameters for UploadSource.
@@ -1431,6 +1494,13 @@ type ClientInterface interface {
 	//
 	// Corresponds with POST /v1/tenants/{t}/functions/{name}/invoke (the `InvokeFunction` operationId).
 	InvokeFunctionWithBody(ctx context.Context, t string, name string, params *InvokeFunctionParams, contentType string, body io.Reader, reqEditors ...RequestEditorFn) (*http.Response, error)
+
+	// GetFunctionLogs What the function printed, one JSON record per line; follow=true streams new records
+	//
+	// Records of the function's processes (the local driver's log file, or the pods' logs in a cluster), oldest first: time, stream (stdout, stderr, runtime, raw), level, message, invocation_id. Messages are cut at 16 KiB and cleaned of NUL and invalid UTF-8.
+	//
+	// Corresponds with GET /v1/tenants/{t}/functions/{name}/logs (the `GetFunctionLogs` operationId).
+	GetFunctionLogs(ctx context.Context, t string, name string, params *GetFunctionLogsParams, reqEditors ...RequestEditorFn) (*http.Response, error)
 
 	// UploadSourceWithBody Upload the function's source as a zip; the same bytes again change nothing
 	//
@@ -2087,6 +2157,23 @@ func (c *Client) GetBuildLog(ctx context.Context, t string, name string, id stri
 // Corresponds with POST /v1/tenants/{t}/functions/{name}/invoke (the `InvokeFunction` operationId).
 func (c *Client) InvokeFunctionWithBody(ctx context.Context, t string, name string, params *InvokeFunctionParams, contentType string, body io.Reader, reqEditors ...RequestEditorFn) (*http.Response, error) {
 	req, err := NewInvokeFunctionRequestWithBody(c.Server, t, name, params, contentType, body)
+	if err != nil {
+		return nil, err
+	}
+	req = req.WithContext(ctx)
+	if err := c.applyEditors(ctx, req, reqEditors); err != nil {
+		return nil, err
+	}
+	return c.Client.Do(req)
+}
+
+// GetFunctionLogs What the function printed, one JSON record per line; follow=true streams new records
+//
+// Records of the function's processes (the local driver's log file, or the pods' logs in a cluster), oldest first: time, stream (stdout, stderr, runtime, raw), level, message, invocation_id. Messages are cut at 16 KiB and cleaned of NUL and invalid UTF-8.
+//
+// Corresponds with GET /v1/tenants/{t}/functions/{name}/logs (the `GetFunctionLogs` operationId).
+func (c *Client) GetFunctionLogs(ctx context.Context, t string, name string, params *GetFunctionLogsParams, reqEditors ...RequestEditorFn) (*http.Response, error) {
+	req, err := NewGetFunctionLogsRequest(c.Server, t, name, params)
 	if err != nil {
 		return nil, err
 	}
@@ -3946,6 +4033,98 @@ func NewInvokeFunctionRequestWithBody(server string, t string, name string, para
 	return req, nil
 }
 
+// NewGetFunctionLogsRequest constructs an http.Request for the GetFunctionLogs method
+func NewGetFunctionLogsRequest(server string, t string, name string, params *GetFunctionLogsParams) (*http.Request, error) {
+	var err error
+
+	var pathParam0 string
+
+	pathParam0, err = runtime.StyleParamWithOptions("simple", false, "t", t, runtime.StyleParamOptions{ParamLocation: runtime.ParamLocationPath, Type: "string", Format: ""})
+	if err != nil {
+		return nil, err
+	}
+
+	var pathParam1 string
+
+	pathParam1, err = runtime.StyleParamWithOptions("simple", false, "name", name, runtime.StyleParamOptions{ParamLocation: runtime.ParamLocationPath, Type: "string", Format: ""})
+	if err != nil {
+		return nil, err
+	}
+
+	serverURL, err := url.Parse(server)
+	if err != nil {
+		return nil, err
+	}
+
+	operationPath := fmt.Sprintf("/v1/tenants/%s/functions/%s/logs", pathParam0, pathParam1)
+	if operationPath[0] == '/' {
+		operationPath = "." + operationPath
+	}
+
+	queryURL, err := serverURL.Parse(operationPath)
+	if err != nil {
+		return nil, err
+	}
+
+	if params != nil {
+		// queryValues collects non-styled parameters (passthrough, JSON)
+		// that are safe to round-trip through url.Values.Encode().
+		queryValues := queryURL.Query()
+		// rawQueryFragments collects pre-encoded query fragments from
+		// styled parameters, preserving literal commas as delimiters
+		// per the OpenAPI spec (e.g. "color=blue,black,brown").
+		var rawQueryFragments []string
+
+		if params.Follow != nil {
+
+			if queryFrag, err := runtime.StyleParamWithOptions("form", false, "follow", *params.Follow, runtime.StyleParamOptions{ParamLocation: runtime.ParamLocationQuery, Type: "boolean", Format: ""}); err != nil {
+				return nil, err
+			} else {
+				for _, qp := range strings.Split(queryFrag, "&") {
+					rawQueryFragments = append(rawQueryFragments, qp)
+				}
+			}
+
+		}
+
+		if params.Since != nil {
+
+			if queryFrag, err := runtime.StyleParamWithOptions("form", false, "since", *params.Since, runtime.StyleParamOptions{ParamLocation: runtime.ParamLocationQuery, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			} else {
+				for _, qp := range strings.Split(queryFrag, "&") {
+					rawQueryFragments = append(rawQueryFragments, qp)
+				}
+			}
+
+		}
+
+		if params.Tail != nil {
+
+			if queryFrag, err := runtime.StyleParamWithOptions("form", false, "tail", *params.Tail, runtime.StyleParamOptions{ParamLocation: runtime.ParamLocationQuery, Type: "integer", Format: "int64"}); err != nil {
+				return nil, err
+			} else {
+				for _, qp := range strings.Split(queryFrag, "&") {
+					rawQueryFragments = append(rawQueryFragments, qp)
+				}
+			}
+
+		}
+
+		if encoded := queryValues.Encode(); encoded != "" {
+			rawQueryFragments = append(rawQueryFragments, encoded)
+		}
+		queryURL.RawQuery = strings.Join(rawQueryFragments, "&")
+	}
+
+	req, err := http.NewRequest(http.MethodGet, queryURL.String(), nil)
+	if err != nil {
+		return nil, err
+	}
+
+	return req, nil
+}
+
 // NewUploadSourceRequestWithBody constructs an http.Request for the UploadSource method, with any body, and a specified content type
 func NewUploadSourceRequestWithBody(server string, t string, name string, params *UploadSourceParams, contentType string, body io.Reader) (*http.Request, error) {
 	var err error
@@ -5235,6 +5414,15 @@ type ClientWithResponsesInterface interface {
 	//
 	// Corresponds with POST /v1/tenants/{t}/functions/{name}/invoke (the `InvokeFunction` operationId).
 	InvokeFunctionWithBodyWithResponse(ctx context.Context, t string, name string, params *InvokeFunctionParams, contentType string, body io.Reader, reqEditors ...RequestEditorFn) (*InvokeFunctionResponse, error)
+
+	// GetFunctionLogsWithResponse What the function printed, one JSON record per line; follow=true streams new records
+	//
+	// Records of the function's processes (the local driver's log file, or the pods' logs in a cluster), oldest first: time, stream (stdout, stderr, runtime, raw), level, message, invocation_id. Messages are cut at 16 KiB and cleaned of NUL and invalid UTF-8.
+	//
+	// Returns a wrapper object for the known response body format(s).
+	//
+	// Corresponds with GET /v1/tenants/{t}/functions/{name}/logs (the `GetFunctionLogs` operationId).
+	GetFunctionLogsWithResponse(ctx context.Context, t string, name string, params *GetFunctionLogsParams, reqEditors ...RequestEditorFn) (*GetFunctionLogsResponse, error)
 
 	// UploadSourceWithBodyWithResponse Upload the function's source as a zip; the same bytes again change nothing
 	//
@@ -6700,6 +6888,47 @@ func (r InvokeFunctionResponse) ContentType() string {
 	return ""
 }
 
+type GetFunctionLogsResponse struct {
+	Body         []byte
+	HTTPResponse *http.Response
+	// ApplicationproblemJSONDefault the response for an HTTP default `application/problem+json` response
+	ApplicationproblemJSONDefault *ErrorModel
+}
+
+// GetApplicationproblemJSONDefault returns the response for an HTTP default `application/problem+json` response
+func (r GetFunctionLogsResponse) GetApplicationproblemJSONDefault() *ErrorModel {
+	return r.ApplicationproblemJSONDefault
+}
+
+// GetBody returns the raw response body bytes
+func (r GetFunctionLogsResponse) GetBody() []byte {
+	return r.Body
+}
+
+// Status returns HTTPResponse.Status
+func (r GetFunctionLogsResponse) Status() string {
+	if r.HTTPResponse != nil {
+		return r.HTTPResponse.Status
+	}
+	return http.StatusText(0)
+}
+
+// StatusCode returns HTTPResponse.StatusCode
+func (r GetFunctionLogsResponse) StatusCode() int {
+	if r.HTTPResponse != nil {
+		return r.HTTPResponse.StatusCode
+	}
+	return 0
+}
+
+// ContentType is a convenience method to retrieve the Content-Type value from the HTTP response headers
+func (r GetFunctionLogsResponse) ContentType() string {
+	if r.HTTPResponse != nil {
+		return r.HTTPResponse.Header.Get("Content-Type")
+	}
+	return ""
+}
+
 type UploadSourceResponse struct {
 	Body         []byte
 	HTTPResponse *http.Response
@@ -8081,6 +8310,21 @@ func (c *ClientWithResponses) InvokeFunctionWithBodyWithResponse(ctx context.Con
 	return ParseInvokeFunctionResponse(rsp)
 }
 
+// GetFunctionLogsWithResponse What the function printed, one JSON record per line; follow=true streams new records
+//
+// Records of the function's processes (the local driver's log file, or the pods' logs in a cluster), oldest first: time, stream (stdout, stderr, runtime, raw), level, message, invocation_id. Messages are cut at 16 KiB and cleaned of NUL and invalid UTF-8.
+//
+// Returns a wrapper object for the known response body format(s).
+//
+// Corresponds with GET /v1/tenants/{t}/functions/{name}/logs (the `GetFunctionLogs` operationId).
+func (c *ClientWithResponses) GetFunctionLogsWithResponse(ctx context.Context, t string, name string, params *GetFunctionLogsParams, reqEditors ...RequestEditorFn) (*GetFunctionLogsResponse, error) {
+	rsp, err := c.GetFunctionLogs(ctx, t, name, params, reqEditors...)
+	if err != nil {
+		return nil, err
+	}
+	return ParseGetFunctionLogsResponse(rsp)
+}
+
 // UploadSourceWithBodyWithResponse Upload the function's source as a zip; the same bytes again change nothing
 //
 // Takes any type of body and a specified content type, and returns a wrapper object for the known response body format(s).
@@ -9302,6 +9546,32 @@ func ParseInvokeFunctionResponse(rsp *http.Response) (*InvokeFunctionResponse, e
 	response := &InvokeFunctionResponse{
 		Body:         bodyBytes,
 		HTTPResponse: rsp,
+	}
+
+	return response, nil
+}
+
+// ParseGetFunctionLogsResponse parses an HTTP response from a GetFunctionLogsWithResponse call
+func ParseGetFunctionLogsResponse(rsp *http.Response) (*GetFunctionLogsResponse, error) {
+	bodyBytes, err := io.ReadAll(rsp.Body)
+	defer func() { _ = rsp.Body.Close() }()
+	if err != nil {
+		return nil, err
+	}
+
+	response := &GetFunctionLogsResponse{
+		Body:         bodyBytes,
+		HTTPResponse: rsp,
+	}
+
+	switch {
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && true:
+		var dest ErrorModel
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.ApplicationproblemJSONDefault = &dest
+
 	}
 
 	return response, nil

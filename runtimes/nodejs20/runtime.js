@@ -39,8 +39,9 @@ const TICK_MS = 50;
 const STUCK_MS = 250; // the event loop blocked this long past a deadline: a busy loop
 
 function log(level, msg, fields) {
-  const rec = { time: new Date().toISOString(), level, msg };
+  const rec = { time: new Date().toISOString(), level };
   if (fields) for (const k in fields) if (fields[k] !== undefined && fields[k] !== null) rec[k] = fields[k];
+  rec.msg = msg; // last: a reader that cuts a long line keeps the other fields
   process.stdout.write(JSON.stringify(rec) + '\n');
 }
 
@@ -276,12 +277,13 @@ function serve() {
   // The supervisor is gone: nobody would replace or reap this process.
   process.on('disconnect', endTree);
 
-  const line = (level) => (...args) => log(level, args.map((a) => (typeof a === 'string' ? a : require('node:util').inspect(a))).join(' '),
-    { invocationId: invocation.getStore() ?? plainId, function: cfg.function });
-  console.log = console.info = line('info');
-  console.warn = line('warn');
-  console.error = line('error');
-  console.debug = line('debug');
+  // stream: where Node's console would have written it.
+  const line = (level, stream) => (...args) => log(level, args.map((a) => (typeof a === 'string' ? a : require('node:util').inspect(a))).join(' '),
+    { invocationId: invocation.getStore() ?? plainId, function: cfg.function, stream });
+  console.log = console.info = line('info', 'stdout');
+  console.warn = line('warn', 'stderr');
+  console.error = line('error', 'stderr');
+  console.debug = line('debug', 'stdout');
   // A handler's process.exit() ends its invocation (500) and recycles this
   // process, instead of dropping every connection at once.
   process.exit = (code) => { throw new HandlerExit(`the function called process.exit(${code ?? ''})`); };

@@ -70,8 +70,11 @@ class Config:
 
 
 def log(level, msg, **fields):
-    rec = {"time": time.strftime("%Y-%m-%dT%H:%M:%S", time.gmtime()) + "Z", "level": level, "msg": msg}
+    now = time.time()
+    rec = {"time": time.strftime("%Y-%m-%dT%H:%M:%S", time.gmtime(now)) + ".%03dZ" % (int(now * 1000) % 1000), "level": level}
     rec.update({k: v for k, v in fields.items() if v is not None})
+    # msg last: a reader that cuts a long line keeps the other fields.
+    rec["msg"] = msg
     # One write per line, so that lines of several threads and processes never interleave.
     os.write(1, (json.dumps(rec) + "\n").encode())
 
@@ -102,8 +105,8 @@ current = threading.local()  # the invocation id a thread works for, for print()
 class _LogWriter:
     """Turns a handler's print() output into JSON log lines with its invocation id."""
 
-    def __init__(self, level, function):
-        self.level, self.function = level, function
+    def __init__(self, level, stream, function):
+        self.level, self.stream, self.function = level, stream, function
         self.lock = threading.Lock()
         self.buf = ""
 
@@ -114,7 +117,7 @@ class _LogWriter:
                 return len(s)
             *lines, self.buf = self.buf.split("\n")
         for line in lines:
-            log(self.level, line, invocationId=getattr(current, "id", None), function=self.function)
+            log(self.level, line, invocationId=getattr(current, "id", None), function=self.function, stream=self.stream)
         return len(s)
 
     def flush(self):
@@ -288,8 +291,8 @@ class Worker:
 
     def load(self):
         cfg = self.cfg
-        sys.stdout = _LogWriter("info", cfg.function)
-        sys.stderr = _LogWriter("error", cfg.function)
+        sys.stdout = _LogWriter("info", "stdout", cfg.function)
+        sys.stderr = _LogWriter("error", "stderr", cfg.function)
         sys.path.insert(0, cfg.code_dir)
         os.chdir(cfg.code_dir)
         try:

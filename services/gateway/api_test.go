@@ -72,6 +72,7 @@ func gateway(t testing.TB) *gw {
 		env["SLESS_ADMIN_TOKEN"] = admin
 		env["SLESS_HTTP_ADDR"] = testenv.FreeAddr(t)
 		env["SLESS_MAX_SOURCE_BYTES"] = strconv.Itoa(1 << 20)
+		env["SLESS_FUNCTION_LOG_DIR"] = dir // the local driver's log files, as make dev shares them
 		env["LOG_LEVEL"] = "warn"
 		if v := os.Getenv("BENCH_RECORD_BUFFER"); v != "" {
 			env["SLESS_RECORD_BUFFER"] = v

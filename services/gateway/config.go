@@ -2,6 +2,7 @@ package main
 
 import (
 	"net/netip"
+	"os"
 	"strings"
 
 	"github.com/kube5s/sless/pkg/archive"
@@ -31,6 +32,11 @@ type config struct {
 	// ArchiveLimits: SLESS_BUILD_MAX_ENTRIES and SLESS_BUILD_MAX_UNPACKED_BYTES,
 	// the builder's settings, so that an upload it would refuse is refused at once.
 	ArchiveLimits archive.Limits
+	// ExecutionDriver (SLESS_EXECUTION_DRIVER, the operator's setting) says
+	// where function logs are read: local, the operator's files in
+	// FunctionLogDir (SLESS_FUNCTION_LOG_DIR); kubernetes, the pods' logs.
+	ExecutionDriver string
+	FunctionLogDir  string
 }
 
 func loadConfig(getenv func(string) string) (config, error) {
@@ -51,6 +57,8 @@ func loadConfig(getenv func(string) string) (config, error) {
 		FunctionsDomain:  strings.Trim(strings.ToLower(r.String("SLESS_FUNCTIONS_DOMAIN", "")), "."),
 		RecordBuffer:     r.Int("SLESS_RECORD_BUFFER", 10000, 1, 1000000),
 		RecordSync:       r.Bool("SLESS_RECORD_SYNC_INVOCATIONS", true),
+		ExecutionDriver:  r.OneOf("SLESS_EXECUTION_DRIVER", "local", "local", "kubernetes"),
+		FunctionLogDir:   r.String("SLESS_FUNCTION_LOG_DIR", os.TempDir()),
 		ArchiveLimits: archive.Limits{
 			MaxEntries: r.Int("SLESS_BUILD_MAX_ENTRIES", archive.DefaultLimits.MaxEntries, 1, 1000000),
 			MaxBytes:   int64(r.Int("SLESS_BUILD_MAX_UNPACKED_BYTES", int(archive.DefaultLimits.MaxBytes), 1, 1<<31-1)),

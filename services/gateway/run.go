@@ -5,6 +5,8 @@ import (
 	"fmt"
 	"io"
 
+	"k8s.io/client-go/kubernetes"
+
 	"github.com/kube5s/sless/migrations"
 	slessv1 "github.com/kube5s/sless/pkg/apis/sless/v1alpha1"
 	"github.com/kube5s/sless/pkg/egress"
@@ -13,6 +15,7 @@ import (
 	"github.com/kube5s/sless/pkg/rabbit"
 	"github.com/kube5s/sless/pkg/service"
 	"github.com/kube5s/sless/services/gateway/internal/api"
+	"github.com/kube5s/sless/services/gateway/internal/logs"
 	"github.com/kube5s/sless/services/gateway/internal/record"
 )
 
@@ -67,12 +70,21 @@ func run(ctx context.Context, getenv func(string) string, stdout io.Writer) erro
 	recorder.Disabled = !cfg.RecordSync
 	svc.Go(recorder.Run)
 
+	var fnLogs logs.Source = logs.Files{Dir: cfg.FunctionLogDir}
+	if cfg.ExecutionDriver == "kubernetes" {
+		cs, err := kubernetes.NewForConfig(kcfg)
+		if err != nil {
+			return fmt.Errorf("kubernetes client: %w", err)
+		}
+		fnLogs = logs.Pods{Client: cs}
+	}
+
 	srv := api.New(api.Deps{
 		Config: api.Config{AdminToken: cfg.AdminToken, PublicURL: cfg.PublicURL, MaxSourceBytes: int64(cfg.MaxSourceBytes),
 			MaxResponseBytes: int64(cfg.MaxResponseBytes), MaxInlineResult: 4096,
 			Egress: egress.New(cfg.EgressAllow...), FunctionsDomain: cfg.FunctionsDomain, ArchiveLimits: cfg.ArchiveLimits},
 		Kube: kube, Cache: watch, DB: pool, Store: store, Publisher: pub, Recorder: recorder,
-		Health: svc.Health, Registry: svc.Registry, Tracer: svc.Tracer, Log: svc.Log,
+		Health: svc.Health, Registry: svc.Registry, Tracer: svc.Tracer, Log: svc.Log, Logs: fnLogs,
 	})
 	svc.Go(srv.WatchRevocations)
 	if _, err := svc.Serve(cfg.HTTPAddr, srv); err != nil {

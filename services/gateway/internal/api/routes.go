@@ -3,6 +3,7 @@ package api
 import (
 	"fmt"
 	"net/http"
+	"reflect"
 
 	"github.com/danielgtaylor/huma/v2"
 )
@@ -30,6 +31,10 @@ func (s *Server) routeTable() []huma.Operation {
 		{OperationID: "create-function", Method: http.MethodPost, Path: "/v1/tenants/{t}/functions", Tags: []string{"functions"}, Summary: "Create a function (409 if it exists)", DefaultStatus: http.StatusCreated, MaxBodyBytes: 256 << 10},
 		{OperationID: "get-function", Method: http.MethodGet, Path: "/v1/tenants/{t}/functions/{name}", Tags: []string{"functions"}, Summary: "Read a function; with wait=ready, once it is Ready or Failed (or at the timeout)",
 			Description: "With wait=ready the answer comes when the function is Ready for its current spec and source, or Failed, or when the timeout ends (default 60s, at most 5m); the X-Sless-Wait header says which (ready, failed, timeout) and the body is the function at that moment. The wait is a watch, not a poll; it ends when the client goes away."},
+		{OperationID: "get-function-logs", Method: http.MethodGet, Path: "/v1/tenants/{t}/functions/{name}/logs", Tags: []string{"functions"}, Summary: "What the function printed, one JSON record per line; follow=true streams new records",
+			Description: "Records of the function's processes (the local driver's log file, or the pods' logs in a cluster), oldest first: time, stream (stdout, stderr, runtime, raw), level, message, invocation_id. Messages are cut at 16 KiB and cleaned of NUL and invalid UTF-8.",
+			Responses: map[string]*huma.Response{"200": {Description: "application/x-ndjson: one LogRecord per line", Content: map[string]*huma.MediaType{
+				"application/x-ndjson": {Schema: s.api.OpenAPI().Components.Schemas.Schema(reflect.TypeOf(LogRecord{}), true, "LogRecord")}}}}},
 		{OperationID: "replace-function", Method: http.MethodPut, Path: "/v1/tenants/{t}/functions/{name}", Tags: []string{"functions"}, Summary: "Create or fully replace a function; every field is required", MaxBodyBytes: 256 << 10},
 		{OperationID: "patch-function", Method: http.MethodPatch, Path: "/v1/tenants/{t}/functions/{name}", Tags: []string{"functions"}, Summary: "Change some fields with a JSON merge patch (RFC 7396)", MaxBodyBytes: 256 << 10},
 		{OperationID: "delete-function", Method: http.MethodDelete, Path: "/v1/tenants/{t}/functions/{name}", Tags: []string{"functions"}, Summary: "Delete a function; it disappears when its cleanup is done", DefaultStatus: http.StatusAccepted},

@@ -35,6 +35,7 @@ import (
 	"github.com/kube5s/sless/pkg/objstore"
 	"github.com/kube5s/sless/pkg/telemetry"
 	"github.com/kube5s/sless/services/gateway/internal/auth"
+	"github.com/kube5s/sless/services/gateway/internal/logs"
 	"github.com/kube5s/sless/services/gateway/internal/proxy"
 	"github.com/kube5s/sless/services/gateway/internal/record"
 	"github.com/kube5s/sless/services/gateway/internal/store"
@@ -77,6 +78,7 @@ type Deps struct {
 	Tracer    trace.Tracer
 	Log       *slog.Logger
 	Transport http.RoundTripper
+	Logs      logs.Source // what functions printed; nil: the logs route answers 501
 }
 
 // Server holds the handlers' state.
@@ -153,6 +155,7 @@ func New(d Deps) *Server {
 	s.registerBroker()
 	s.registerFunctions()
 	s.registerSource()
+	s.registerLogs()
 	s.registerTriggers()
 	s.registerJobs()
 	s.registerHistory()

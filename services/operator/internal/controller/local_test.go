@@ -3,8 +3,10 @@ package controller
 import (
 	"encoding/base64"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"io"
+	"io/fs"
 	"net/http"
 	"os"
 	"path/filepath"
@@ -184,8 +186,12 @@ func TestLocalDriverRunsRestartsRollsAndStops(t *testing.T) {
 		t.Error("the old version still answers after its drain")
 	}
 
-	// Delete: the process goes away.
+	// Delete: the process goes away, and so does its log file.
 	h.get(t, fn)
+	logPath := local.LogPath(ns, "local")
+	if _, err := os.Stat(logPath); err != nil {
+		t.Fatalf("the function's log file: %v", err)
+	}
 	newPid := local.PID(ns, "local")
 	if newPid == 0 || newPid == pid {
 		t.Fatalf("serving pid %d after the rollout (was %d)", newPid, pid)
@@ -194,6 +200,7 @@ func TestLocalDriverRunsRestartsRollsAndStops(t *testing.T) {
 		t.Fatal(err)
 	}
 	h.eventually(t, "process gone", func() bool { return syscall.Kill(newPid, 0) != nil })
+	h.eventually(t, "log file gone", func() bool { _, err := os.Stat(logPath); return errors.Is(err, fs.ErrNotExist) })
 }
 
 func conditionMessage(fn *slessv1.Function, typ string) string {

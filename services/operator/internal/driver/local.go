@@ -5,8 +5,10 @@ import (
 	"crypto/sha256"
 	"encoding/hex"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"io"
+	"io/fs"
 	"log/slog"
 	"net"
 	"net/http"
@@ -140,21 +142,25 @@ func (l *Local) Ensure(ctx context.Context, fn *slessv1.Function, a Artifact) (S
 }
 
 // Delete implements Driver: every process of the function gets SIGTERM,
-// finishes its in-flight work and exits.
+// finishes its in-flight work and exits; then its log file goes, so that a
+// function or tenant made again under the same name does not read the
+// output of the one deleted.
 func (l *Local) Delete(_ context.Context, fn *slessv1.Function) error {
 	name := types.NamespacedName{Namespace: fn.Namespace, Name: fn.Name}
 	l.mu.Lock()
 	lf := l.fns[name]
 	delete(l.fns, name)
 	l.mu.Unlock()
-	if lf == nil {
-		return nil
-	}
-	for _, p := range []*proc{lf.current, lf.next} {
-		if p != nil {
-			p.stop(0)
-			p.wait()
+	if lf != nil {
+		for _, p := range []*proc{lf.current, lf.next} {
+			if p != nil {
+				p.stop(0)
+				p.wait()
+			}
 		}
+	}
+	if err := os.Remove(l.LogPath(fn.Namespace, fn.Name)); err != nil && !errors.Is(err, fs.ErrNotExist) {
+		return fmt.Errorf("remove the log of %s/%s: %w", fn.Namespace, fn.Name, err)
 	}
 	return nil
 }
