@@ -245,3 +245,5 @@ func (b *syncBuffer) String() string {
 	defer b.mu.Unlock()
 	return b.buf.String()
 }
+
+func ptr[T any](v T) *T { return &v }
