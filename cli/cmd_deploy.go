@@ -325,41 +325,54 @@ func (d *deployer) buildFailed(b *client.Build) error {
 	return errReported
 }
 
-// waitReady waits until the function runs the source sha: Deployed once
-// the rollout of the built source started, then Ready; Failed ends the
-// wait with its message. It waits with GET ?wait=ready (the gateway
-// answers when the function settles), and polls a gateway without it.
+// waitReady waits until the function runs its current settings and the
+// source sha: Deployed once the rollout of the built source started, then
+// Ready; Failed ends the wait with its message. It waits with GET
+// ?wait=ready (the gateway answers when the function settles for its
+// current spec and source, X-Sless-Wait says how), and polls a gateway
+// that does not wait.
 func (d *deployer) waitReady(sha string, deadline time.Time) (*client.Function, error) {
 	ctx := d.cmd.Context()
 	deployed := false
-	params := &client.GetFunctionParams{}
+	built := func(f *client.Function) bool {
+		return str(f.Status.BuiltSourceSha256) == sha || (f.Image != nil && *f.Image != "")
+	}
+	// A first look, to show the rollout under way.
+	if r, err := client.Do(d.t.api.GetFunctionWithResponse(ctx, d.t.Tenant, d.p.Name, nil)); err == nil && built(r.JSON200) && str(r.JSON200.Status.Phase) == "Deploying" {
+		d.pr.step("Deployed")
+		deployed = true
+	}
 	for {
+		left := time.Until(deadline)
+		params := &client.GetFunctionParams{Wait: ptr(client.GetFunctionParamsWaitReady), Timeout: ptr(max(min(left, 60*time.Second), time.Second).Round(time.Second).String())}
 		r, err := client.Do(d.t.api.GetFunctionWithResponse(ctx, d.t.Tenant, d.p.Name, params))
 		if err != nil {
 			return nil, err
 		}
 		f := r.JSON200
 		phase := str(f.Status.Phase)
-		built := str(f.Status.BuiltSourceSha256) == sha || (f.Image != nil && *f.Image != "")
-		if built && !deployed && (phase == "Deploying" || phase == "Ready") {
-			d.pr.step("Deployed")
-			deployed = true
+		outcome := r.HTTPResponse.Header.Get("X-Sless-Wait")
+		if outcome == "" && built(f) && phase == "Ready" && f.Status.Ready {
+			outcome = "ready" // a gateway that does not wait
 		}
-		if built && phase == "Ready" && f.Status.Ready {
+		switch outcome {
+		case "ready":
+			if !deployed {
+				d.pr.step("Deployed")
+			}
 			return f, nil
-		}
-		if phase == "Failed" && (built || r.HTTPResponse.Header.Get("X-Sless-Wait") == "failed") {
+		case "failed":
 			fmt.Fprintf(d.stderr, "Error: function %s failed: %s\n", d.p.Name, str(f.Status.Message))
 			return nil, errReported
 		}
-		left := time.Until(deadline)
-		if left <= 0 {
+		if !deployed && built(f) && phase == "Deploying" {
+			d.pr.step("Deployed")
+			deployed = true
+		}
+		if time.Now().After(deadline) {
 			return nil, fmt.Errorf("function %s was not ready within the timeout (phase %q: %s)", d.p.Name, phase, str(f.Status.Message))
 		}
-		waited := params.Wait != nil && r.HTTPResponse.Header.Get("X-Sless-Wait") != ""
-		params = &client.GetFunctionParams{Wait: ptr(client.GetFunctionParamsWaitReady), Timeout: ptr(min(left, 60*time.Second).Round(time.Second).String())}
-		if !waited {
-			// The first look, or a gateway that does not wait: a pause.
+		if outcome == "" {
 			if err := sleep(ctx, 300*time.Millisecond); err != nil {
 				return nil, err
 			}
