@@ -60,7 +60,7 @@ func run(ctx context.Context, args []string, getenv func(string) string, stdin i
 	var u usageError
 	switch {
 	case errors.As(err, &p):
-		fmt.Fprintln(stderr, "Error:", p.Error())
+		fmt.Fprintln(stderr, "Error:", err)
 		if p.RequestID != "" {
 			fmt.Fprintln(stderr, "Request id:", p.RequestID)
 		}
