@@ -49,8 +49,12 @@ does not echo it. It is never a flag: flags end up in shell history.`,
 			} else {
 				_, err = client.Do(api.ListTenantsWithResponse(cmd.Context(), &client.ListTenantsParams{}))
 			}
-			if err != nil {
+			var p *client.Problem
+			if errors.As(err, &p) {
 				return fmt.Errorf("the platform refused the token: %w", err)
+			}
+			if err != nil {
+				return fmt.Errorf("check the token: %w", err)
 			}
 			path, err := a.configPath()
 			if err != nil {
