@@ -22,10 +22,11 @@ deps: ## build the cached servers and start PostgreSQL, RabbitMQ and MinIO
 	@hack/deps.sh up
 
 .PHONY: build
-build: ## build the five service binaries into bin/
+build: ## build the five service binaries and the sless CLI into bin/
 	@mkdir -p bin
 	@for s in $(SERVICES); do (cd services/$$s && go build -o ../../bin/$$s .); done
-	@echo "built: $(addprefix bin/,$(SERVICES))"
+	@cd cli && go build -o ../bin/sless .
+	@echo "built: $(addprefix bin/,$(SERVICES)) bin/sless"
 
 .PHONY: images
 images: ## build the five platform images with ko into the local registry and print their digests
