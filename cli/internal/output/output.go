@@ -69,16 +69,22 @@ func (p *Printer) Print(raw json.RawMessage, rows Rows) error {
 		return err
 	}
 	if p.Format == Table || p.Terminal {
-		tw := tabwriter.NewWriter(p.W, 0, 0, 3, ' ', 0)
-		h := strings.Join(rows.Header, "\t")
-		if p.Color {
-			h = "\033[1m" + h + "\033[0m"
-		}
-		fmt.Fprintln(tw, h)
+		var buf bytes.Buffer
+		tw := tabwriter.NewWriter(&buf, 0, 0, 3, ' ', 0)
+		fmt.Fprintln(tw, strings.Join(rows.Header, "\t"))
 		for _, r := range rows.Rows {
 			fmt.Fprintln(tw, strings.Join(clean(r), "\t"))
 		}
-		return tw.Flush()
+		if err := tw.Flush(); err != nil {
+			return err
+		}
+		out := buf.String()
+		if p.Color { // after the alignment: escapes have no width
+			h, rest, _ := strings.Cut(out, "\n")
+			out = "\033[1m" + h + "\033[0m\n" + rest
+		}
+		_, err := io.WriteString(p.W, out)
+		return err
 	}
 	for _, r := range rows.Rows {
 		if _, err := fmt.Fprintln(p.W, strings.Join(clean(r), "\t")); err != nil {
