@@ -58,6 +58,15 @@ func (c *slessCLI) ok(t *testing.T, args ...string) string {
 	return r.stdout
 }
 
+// show runs a command that must succeed and logs it as a transcript
+// (what docs/getting-started.md shows).
+func (c *slessCLI) show(t *testing.T, args ...string) string {
+	t.Helper()
+	out := c.ok(t, args...)
+	t.Logf("$ sless %s\n%s", strings.Join(args, " "), out)
+	return out
+}
+
 // buildCLI builds the sless binary as a user would.
 func buildCLI(t *testing.T) string {
 	t.Helper()
@@ -117,8 +126,7 @@ func TestCLIJourney(t *testing.T) {
 	if err := os.WriteFile(filepath.Join(dir, "main.py"), []byte(code), 0o644); err != nil {
 		t.Fatal(err)
 	}
-	out := c.ok(t, "deploy", dir)
-	t.Logf("deploy:\n%s", out)
+	out := c.show(t, "deploy", dir)
 	for _, want := range []string{"Created function hello", "Uploaded 1 file,", "Trigger hello applied", "Building (build ", "         | ", "Built", "Deployed", "Ready", "Function hello is ready: "} {
 		if !strings.Contains(out, want) {
 			t.Errorf("deploy output lacks %q", want)
@@ -126,10 +134,10 @@ func TestCLIJourney(t *testing.T) {
 	}
 
 	// invoke, synchronously and asynchronously.
-	if got := c.ok(t, "invoke", "hello", "-d", `{"name":"cli"}`); !strings.Contains(got, "Hello, cli!") {
+	if got := c.show(t, "invoke", "hello", "-d", `{"name":"cli"}`); !strings.Contains(got, "Hello, cli!") {
 		t.Fatalf("invoke: %q", got)
 	}
-	asyncID := strings.TrimSpace(c.ok(t, "invoke", "hello", "--async", "-d", `{"name":"later"}`, "--idempotency-key", "k-"+marker))
+	asyncID := strings.TrimSpace(c.show(t, "invoke", "hello", "--async", "-d", `{"name":"later"}`, "--idempotency-key", "k-"+marker))
 	if asyncID == "" {
 		t.Fatal("invoke --async printed no invocation id")
 	}
@@ -150,6 +158,7 @@ func TestCLIJourney(t *testing.T) {
 			s := buf.String()
 			return strings.Contains(s, marker+" cli") && strings.Contains(s, marker+" later"), s
 		})
+		t.Logf("$ sless logs hello -f --since 10m\n%s", buf.String())
 	})
 
 	// The invocations list shows both, -o json as the API answers them.
@@ -170,6 +179,10 @@ func TestCLIJourney(t *testing.T) {
 	if !reflect.DeepEqual(any(toAny(t, listed)), api["items"]) {
 		t.Errorf("invocations list -o json differs from the API's items:\ncli: %v\napi: %v", listed, api["items"])
 	}
+	c.show(t, "invocations", "list", "--function", "hello", "-o", "table")
+	c.show(t, "fn", "list", "-o", "table")
+	c.show(t, "triggers", "list", "-o", "table")
+	c.show(t, "builds", "list", "hello", "-o", "table")
 	if plain := c.ok(t, "invocations", "list", "--function", "hello"); !strings.Contains(plain, asyncID) || strings.Contains(plain, "ID") {
 		t.Errorf("piped invocations list: %q; want plain lines with the id and no header", plain)
 	}
@@ -183,8 +196,7 @@ func TestCLIJourney(t *testing.T) {
 	}
 
 	// A redeploy without changes uploads nothing and builds nothing.
-	out = c.ok(t, "deploy", dir)
-	t.Logf("redeploy:\n%s", out)
+	out = c.show(t, "deploy", dir)
 	if !strings.Contains(out, "Source unchanged") || strings.Contains(out, "Uploaded") || strings.Contains(out, "Building") || !strings.Contains(out, "Settings unchanged") {
 		t.Errorf("a redeploy without changes: %q; want no upload and no build", out)
 	}
