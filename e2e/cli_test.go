@@ -179,6 +179,12 @@ func TestCLIJourney(t *testing.T) {
 	if !reflect.DeepEqual(any(toAny(t, listed)), api["items"]) {
 		t.Errorf("invocations list -o json differs from the API's items:\ncli: %v\napi: %v", listed, api["items"])
 	}
+	// trace: the async invocation's spans, from Jaeger's query API.
+	eventuallySaw(t, time.Minute, "the async invocation's trace", func() (bool, string) {
+		r := c.run(t, "", "trace", asyncID)
+		return r.code == 0 && strings.Contains(r.stdout, "gateway:") && strings.Contains(r.stdout, "invoker:"), r.stdout + r.stderr
+	})
+	c.show(t, "trace", asyncID)
 	c.show(t, "invocations", "list", "--function", "hello", "-o", "table")
 	c.show(t, "fn", "list", "-o", "table")
 	c.show(t, "triggers", "list", "-o", "table")
