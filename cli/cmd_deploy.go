@@ -151,11 +151,12 @@ func (d *deployer) run() error {
 		if sameSpec(specOf(cur), want) {
 			d.pr.step("Settings unchanged")
 		} else {
-			pr, err := client.Do(api.ReplaceFunctionWithResponse(ctx, ten, name, want))
-			if err != nil {
+			var f client.Function
+			resp, err := api.ReplaceFunction(ctx, ten, name, want)
+			if _, err := client.Decode(resp, err, &f); err != nil {
 				return err
 			}
-			cur = pr.JSON200
+			cur = &f
 			d.pr.step("Updated settings of %s", name)
 		}
 	}

@@ -135,7 +135,8 @@ func putTrigger(cmd *cobra.Command, t *target, in client.TriggerInput) error {
 		return usagef("a trigger needs a name")
 	}
 	spec := client.TriggerReplacement{Function: in.Function, Type: client.TriggerReplacementType(in.Type), Enabled: in.Enabled, Http: in.Http, Cron: in.Cron, Queue: in.Queue}
-	_, err := client.Do(t.api.ReplaceTriggerWithResponse(cmd.Context(), t.Tenant, in.Name, spec))
+	resp, err := t.api.ReplaceTrigger(cmd.Context(), t.Tenant, in.Name, spec)
+	_, err = client.Decode(resp, err, nil)
 	return err
 }
 

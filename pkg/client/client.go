@@ -12,6 +12,7 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
+	"io"
 	"net/http"
 	"reflect"
 	"strings"
@@ -152,4 +153,29 @@ func body(r any) []byte {
 	}
 	b, _ := v.Interface().([]byte)
 	return b
+}
+
+// Decode reads the answer of a raw call (the Client methods without
+// WithResponse): the problem of an error status, else the body into out
+// (when out is not nil). It is for the operations that answer a status the
+// document does not list, where the generated parser would read the body
+// as a problem: a PUT that creates answers 201 with the object.
+func Decode(resp *http.Response, err error, out any) ([]byte, error) {
+	if err != nil {
+		return nil, err
+	}
+	defer resp.Body.Close()
+	b, err := io.ReadAll(resp.Body)
+	if err != nil {
+		return nil, err
+	}
+	if err := Check(resp, b); err != nil {
+		return b, err
+	}
+	if out != nil && len(b) > 0 {
+		if err := json.Unmarshal(b, out); err != nil {
+			return b, fmt.Errorf("read the answer: %w", err)
+		}
+	}
+	return b, nil
 }
