@@ -124,6 +124,19 @@ the build failed, a wait timed out); 2 the command line is wrong.`,
 	return root
 }
 
+// group makes c a command of subcommands: alone it prints its help, with
+// an unknown subcommand it is a usage error (exit 2).
+func group(c *cobra.Command) *cobra.Command {
+	c.Args = cobra.ArbitraryArgs
+	c.RunE = func(cmd *cobra.Command, args []string) error {
+		if len(args) > 0 {
+			return usagef("unknown command %q for %q", args[0], cmd.CommandPath())
+		}
+		return cmd.Help()
+	}
+	return c
+}
+
 // addOutputFlag gives a read command -o.
 func (a *app) addOutputFlag(c *cobra.Command) {
 	c.Flags().StringVarP(&a.outputFlag, "output", "o", "", "output format: table, json or yaml (default: table on a terminal, plain lines when piped)")

@@ -101,7 +101,7 @@ func (a *app) readToken() (string, error) {
 }
 
 func (a *app) contextCommand() *cobra.Command {
-	c := &cobra.Command{Use: "context", Short: "List the saved contexts or switch between them"}
+	c := group(&cobra.Command{Use: "context", Short: "List the saved contexts or switch between them"})
 	list := &cobra.Command{
 		Use:   "list",
 		Short: "List the contexts; * marks the current one (tokens are not shown)",

@@ -19,7 +19,7 @@ func functionRows(fs []client.Function, now time.Time) output.Rows {
 }
 
 func (a *app) fnCommand() *cobra.Command {
-	c := &cobra.Command{Use: "fn", Aliases: []string{"functions"}, Short: "List, read and delete functions ('sless deploy' creates and updates them)"}
+	c := group(&cobra.Command{Use: "fn", Aliases: []string{"functions"}, Short: "List, read and delete functions ('sless deploy' creates and updates them)"})
 	var limit int64
 	list := &cobra.Command{
 		Use:   "list",

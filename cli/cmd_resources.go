@@ -41,7 +41,7 @@ func triggerRows(ts []client.Trigger, now time.Time) output.Rows {
 }
 
 func (a *app) triggersCommand() *cobra.Command {
-	c := &cobra.Command{Use: "triggers", Aliases: []string{"trigger"}, Short: "List, read, apply and delete triggers (sless.yaml's triggers are applied by deploy)"}
+	c := group(&cobra.Command{Use: "triggers", Aliases: []string{"trigger"}, Short: "List, read, apply and delete triggers (sless.yaml's triggers are applied by deploy)"})
 	var limit int64
 	list := &cobra.Command{
 		Use: "list", Short: "List the tenant's triggers", Args: cobra.NoArgs,
@@ -158,7 +158,7 @@ func jobRows(js []client.Job, now time.Time) output.Rows {
 }
 
 func (a *app) jobsCommand() *cobra.Command {
-	c := &cobra.Command{Use: "jobs", Aliases: []string{"job"}, Short: "List, read and run jobs (one-off runs of a function)"}
+	c := group(&cobra.Command{Use: "jobs", Aliases: []string{"job"}, Short: "List, read and run jobs (one-off runs of a function)"})
 	var limit int64
 	list := &cobra.Command{
 		Use: "list", Short: "List the tenant's jobs", Args: cobra.NoArgs,
@@ -264,7 +264,7 @@ func tenantRows(ts []client.Tenant, now time.Time) output.Rows {
 }
 
 func (a *app) tenantsCommand() *cobra.Command {
-	c := &cobra.Command{Use: "tenants", Aliases: []string{"tenant"}, Short: "Create, list, read and delete tenants (admin token)"}
+	c := group(&cobra.Command{Use: "tenants", Aliases: []string{"tenant"}, Short: "Create, list, read and delete tenants (admin token)"})
 	var limit int64
 	list := &cobra.Command{
 		Use: "list", Short: "List tenants", Args: cobra.NoArgs,
@@ -378,7 +378,7 @@ func (a *app) tenantsCommand() *cobra.Command {
 }
 
 func (a *app) tokensCommand() *cobra.Command {
-	c := &cobra.Command{Use: "tokens", Aliases: []string{"token"}, Short: "Issue and revoke tenant tokens (admin token)"}
+	c := group(&cobra.Command{Use: "tokens", Aliases: []string{"token"}, Short: "Issue and revoke tenant tokens (admin token)"})
 	var name string
 	create := &cobra.Command{
 		Use:   "create TENANT",
@@ -441,7 +441,7 @@ func invocationRows(is []client.Invocation) output.Rows {
 }
 
 func (a *app) invocationsCommand() *cobra.Command {
-	c := &cobra.Command{Use: "invocations", Aliases: []string{"invocation", "inv"}, Short: "List and read invocations, newest first"}
+	c := group(&cobra.Command{Use: "invocations", Aliases: []string{"invocation", "inv"}, Short: "List and read invocations, newest first"})
 	var limit int64
 	var function, status, trigger, since string
 	list := &cobra.Command{
@@ -517,7 +517,7 @@ func buildRows(bs []client.Build) output.Rows {
 func short(sha string) string { return sha[:min(len(sha), 12)] }
 
 func (a *app) buildsCommand() *cobra.Command {
-	c := &cobra.Command{Use: "builds", Aliases: []string{"build"}, Short: "List a function's builds and read their logs"}
+	c := group(&cobra.Command{Use: "builds", Aliases: []string{"build"}, Short: "List a function's builds and read their logs"})
 	var limit int64
 	list := &cobra.Command{
 		Use: "list FUNCTION", Short: "List a function's builds, newest first", Args: cobra.ExactArgs(1),
