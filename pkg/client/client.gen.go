@@ -188,16 +188,16 @@ func (e InvocationStatus) Valid() bool {
 	}
 }
 
-// Defines values for RecordStream.
+// Defines values for LogRecordStream.
 const (
-	Raw     RecordStream = "raw"
-	Runtime RecordStream = "runtime"
-	Stderr  RecordStream = "stderr"
-	Stdout  RecordStream = "stdout"
+	Raw     LogRecordStream = "raw"
+	Runtime LogRecordStream = "runtime"
+	Stderr  LogRecordStream = "stderr"
+	Stdout  LogRecordStream = "stdout"
 )
 
-// Valid indicates whether the value is a known member of the RecordStream enum.
-func (e RecordStream) Valid() bool {
+// Valid indicates whether the value is a known member of the LogRecordStream enum.
+func (e LogRecordStream) Valid() bool {
 	switch e {
 	case Raw:
 		return true
@@ -583,8 +583,10 @@ type Function struct {
 	CreatedAt         time.Time `json:"created_at"`
 
 	// Entrypoint module.function (Python) or file.export (Node)
-	Entrypoint string             `json:"entrypoint"`
-	EnvVars    *map[string]string `json:"env_vars,omitempty"`
+	Entrypoint string `json:"entrypoint"`
+
+	// EnvVars PUT needs it (an empty object for none); GET always shows it
+	EnvVars *map[string]string `json:"env_vars,omitempty"`
 
 	// Image a prebuilt image, pinned by digest
 	Image         *string               `json:"image,omitempty"`
@@ -610,8 +612,10 @@ type FunctionInput struct {
 	CpuMillis         *int32 `json:"cpu_millis,omitempty"`
 
 	// Entrypoint module.function (Python) or file.export (Node)
-	Entrypoint string             `json:"entrypoint"`
-	EnvVars    *map[string]string `json:"env_vars,omitempty"`
+	Entrypoint string `json:"entrypoint"`
+
+	// EnvVars PUT needs it (an empty object for none); GET always shows it
+	EnvVars *map[string]string `json:"env_vars,omitempty"`
 
 	// Image a prebuilt image, pinned by digest
 	Image       *string `json:"image,omitempty"`
@@ -640,8 +644,10 @@ type FunctionReplacement struct {
 	CreatedAt *time.Time `json:"created_at,omitempty"`
 
 	// Entrypoint module.function (Python) or file.export (Node)
-	Entrypoint string             `json:"entrypoint"`
-	EnvVars    *map[string]string `json:"env_vars,omitempty"`
+	Entrypoint string `json:"entrypoint"`
+
+	// EnvVars PUT needs it (an empty object for none); GET always shows it
+	EnvVars *map[string]string `json:"env_vars,omitempty"`
 
 	// Image a prebuilt image, pinned by digest
 	Image       *string `json:"image,omitempty"`
@@ -830,21 +836,8 @@ type ListOutTriggerBody struct {
 	NextCursor *string    `json:"next_cursor,omitempty"`
 }
 
-// QueueTrigger defines model for QueueTrigger.
-type QueueTrigger struct {
-	BackoffInitialSeconds *int32     `json:"backoff_initial_seconds,omitempty"`
-	BackoffMaxSeconds     *int32     `json:"backoff_max_seconds,omitempty"`
-	BrokerSecret          *SecretRef `json:"broker_secret,omitempty"`
-	Concurrency           *int32     `json:"concurrency,omitempty"`
-	DeadLetterQueue       *string    `json:"dead_letter_queue,omitempty"`
-	Exchange              *string    `json:"exchange,omitempty"`
-	MaxRetries            *int32     `json:"max_retries,omitempty"`
-	Queue                 string     `json:"queue"`
-	RoutingKey            *string    `json:"routing_key,omitempty"`
-}
-
-// Record defines model for Record.
-type Record struct {
+// LogRecord defines model for LogRecord.
+type LogRecord struct {
 	// InvocationId the invocation the line belongs to, when the runtime knows it
 	InvocationId *string `json:"invocation_id,omitempty"`
 
@@ -858,7 +851,7 @@ type Record struct {
 	Pod *string `json:"pod,omitempty"`
 
 	// Stream stdout/stderr: the handler printed it; runtime: the runtime's own record; raw: a line the runtime did not frame
-	Stream RecordStream `json:"stream"`
+	Stream LogRecordStream `json:"stream"`
 
 	// Time when the line was written (for raw lines in the local profile: of the record before it)
 	Time time.Time `json:"time"`
@@ -867,8 +860,21 @@ type Record struct {
 	Truncated *bool `json:"truncated,omitempty"`
 }
 
-// RecordStream stdout/stderr: the handler printed it; runtime: the runtime's own record; raw: a line the runtime did not frame
-type RecordStream string
+// LogRecordStream stdout/stderr: the handler printed it; runtime: the runtime's own record; raw: a line the runtime did not frame
+type LogRecordStream string
+
+// QueueTrigger defines model for QueueTrigger.
+type QueueTrigger struct {
+	BackoffInitialSeconds *int32     `json:"backoff_initial_seconds,omitempty"`
+	BackoffMaxSeconds     *int32     `json:"backoff_max_seconds,omitempty"`
+	BrokerSecret          *SecretRef `json:"broker_secret,omitempty"`
+	Concurrency           *int32     `json:"concurrency,omitempty"`
+	DeadLetterQueue       *string    `json:"dead_letter_queue,omitempty"`
+	Exchange              *string    `json:"exchange,omitempty"`
+	MaxRetries            *int32     `json:"max_retries,omitempty"`
+	Queue                 string     `json:"queue"`
+	RoutingKey            *string    `json:"routing_key,omitempty"`
+}
 
 // ReplayDeadLettersRequest defines model for Replay-dead-lettersRequest.
 type ReplayDeadLettersRequest struct {

@@ -438,6 +438,26 @@ func TestFunctionLogs(t *testing.T) {
 	// The client goes away: the follow ends.
 	cancel()
 	g.waitGauge(t, logsGaugeSeries, before)
+
+	// A tenant holds at most 8 follows open on a gateway.
+	fctx, fcancel := context.WithCancel(t.Context())
+	for i := 0; i < 8; i++ {
+		req, _ := http.NewRequestWithContext(fctx, "GET", g.base+path+"?follow=true&tail=0", nil)
+		req.Header.Set("Authorization", "Bearer "+tok)
+		res, err := http.DefaultClient.Do(req)
+		if err != nil || res.StatusCode != 200 {
+			t.Fatalf("follow %d: %v %v", i, res, err)
+		}
+		defer res.Body.Close()
+	}
+	r = g.call(t, "GET", path+"?follow=true&tail=0", tok, nil)
+	expect(t, r, 429, "a ninth follow")
+	if r.header.Get("Retry-After") == "" {
+		t.Error("429 without Retry-After")
+	}
+	expect(t, g.call(t, "GET", path+"?tail=1", tok, nil), 200, "a read without follow beside them")
+	fcancel()
+	g.waitGauge(t, logsGaugeSeries, before)
 }
 
 func decodeRecords(t *testing.T, b []byte) []logRecord {

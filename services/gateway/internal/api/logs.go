@@ -15,8 +15,8 @@ import (
 )
 
 // LogRecord is one line a function's process wrote (application/x-ndjson,
-// one per line).
-type LogRecord = logs.Record
+// one per line); a type of its own so that the document names it.
+type LogRecord logs.Record
 
 // FunctionLogsIn selects the records of GET .../functions/{name}/logs.
 type FunctionLogsIn struct {
@@ -63,7 +63,14 @@ func (s *Server) registerLogs() {
 				return nil, withID(ctx, problem(503, "", "this gateway does not serve function logs"))
 			}
 			opt := logs.Options{Follow: in.Follow, Since: from, Tail: in.Tail}
+			release := func() {}
+			if in.Follow {
+				if release, err = s.long.take(ctx, "follow", in.Tenant, MaxFollowsPerTenant); err != nil {
+					return nil, err
+				}
+			}
 			return &huma.StreamResponse{Body: func(hctx huma.Context) {
+				defer release()
 				hctx.SetHeader("Content-Type", "application/x-ndjson")
 				hctx.SetHeader("X-Content-Type-Options", "nosniff")
 				hctx.SetHeader("Cache-Control", "no-store")
@@ -72,15 +79,22 @@ func (s *Server) registerLogs() {
 				enc := json.NewEncoder(w)
 				enc.SetEscapeHTML(false)
 				sent := 0
+				if in.Follow && flusher != nil {
+					// The client learns at once that the follow started,
+					// not with the first record.
+					hctx.SetStatus(http.StatusOK)
+					flusher.Flush()
+					sent = -1 // the status is sent
+				}
 				if in.Follow {
 					s.streams.WithLabelValues("logs").Inc()
 					defer s.streams.WithLabelValues("logs").Dec()
 				}
 				err := s.Logs.Stream(hctx.Context(), ns, in.Name, opt, func(r logs.Record) error {
-					if err := enc.Encode(r); err != nil {
+					if err := enc.Encode(LogRecord(r)); err != nil {
 						return err // the client went away
 					}
-					sent++
+					sent = max(sent, 0) + 1
 					if in.Follow && flusher != nil {
 						flusher.Flush()
 					}
@@ -99,7 +113,7 @@ func (s *Server) registerLogs() {
 				}
 				// Mid-stream: the status is sent; say it in the stream and log why.
 				logOf(ctx).ErrorContext(ctx, "function logs failed", "requestID", RequestID(ctx), "tenant", in.Tenant, "function", in.Name, "err", err)
-				_ = enc.Encode(logs.Record{Time: time.Now().UTC(), Stream: logs.StreamRuntime, Level: "error", Message: "the log could not be read further"})
+				_ = enc.Encode(LogRecord{Time: time.Now().UTC(), Stream: logs.StreamRuntime, Level: "error", Message: "the log could not be read further"})
 			}}, nil
 		})
 }

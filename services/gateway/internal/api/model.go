@@ -126,7 +126,7 @@ type FunctionSpec struct {
 	Concurrency       *int32               `json:"concurrency,omitempty" minimum:"1" maximum:"1000"`
 	MinReplicas       *int32               `json:"min_replicas,omitempty" minimum:"0" maximum:"100"`
 	MaxReplicas       *int32               `json:"max_replicas,omitempty" minimum:"1" maximum:"100"`
-	EnvVars           map[string]string    `json:"env_vars,omitempty"`
+	EnvVars           map[string]string    `json:"env_vars" required:"false" doc:"PUT needs it (an empty object for none); GET always shows it"`
 	SecretEnvVars     map[string]SecretRef `json:"secret_env_vars,omitempty"`
 	AllowSourceBuilds bool                 `json:"allow_source_builds,omitempty" doc:"let pip build source distributions; by default only wheels are installed"`
 }

@@ -92,6 +92,7 @@ type Server struct {
 	sql       *store.Store
 	fnWatch   *functionWatch
 	streams   *prometheus.GaugeVec   // waits and log follows in flight
+	long      longRequests           // the same per tenant, to bound them
 	routes    map[string]*routeEntry // the route table, by operation id
 	prop      propagation.TextMapPropagator
 	router    chi.Router
@@ -124,7 +125,6 @@ func New(d Deps) *Server {
 	}
 
 	r := chi.NewRouter()
-	r.Use(noReadDeadline)
 	r.Use(s.requestID)
 	r.Use(telemetry.Middleware(d.Tracer, s.prop, telemetry.NewHTTPMetrics(d.Registry, "gateway"), routePattern))
 	// Liveness only: /readyz (which names the failing dependency), /metrics

@@ -2,8 +2,6 @@ package api
 
 import (
 	"context"
-	"errors"
-	"net/http"
 	"sync"
 	"time"
 
@@ -160,11 +158,11 @@ func (w *functionWatch) subscribe(key types.NamespacedName) (<-chan struct{}, fu
 // getFunction reads a function; with wait=ready it answers once the
 // function settled or the timeout ended.
 func (s *Server) getFunction(ctx context.Context, in *GetFunctionIn) (*FunctionOut, error) {
-	timeout, err := waitTimeout(ctx, in.Timeout)
-	if err != nil {
+	if err := s.requireTenant(ctx, in.Tenant); err != nil {
 		return nil, err
 	}
-	if err := s.requireTenant(ctx, in.Tenant); err != nil {
+	timeout, err := waitTimeout(ctx, in.Timeout)
+	if err != nil {
 		return nil, err
 	}
 	ns, err := s.namespace(ctx, in.Tenant)
@@ -187,6 +185,11 @@ func (s *Server) getFunction(ctx context.Context, in *GetFunctionIn) (*FunctionO
 		return &FunctionOut{Body: functionREST(f)}, nil
 	}
 
+	release, err := s.long.take(ctx, "wait", in.Tenant, MaxWaitsPerTenant)
+	if err != nil {
+		return nil, err
+	}
+	defer release()
 	s.streams.WithLabelValues("wait").Inc()
 	defer s.streams.WithLabelValues("wait").Dec()
 	// Subscribe before the first read, so that no change falls between them.
@@ -233,17 +236,37 @@ func (s *Server) getFunction(ctx context.Context, in *GetFunctionIn) (*FunctionO
 	}
 }
 
-// noReadDeadline lifts the server's read timeout from GET requests without
-// a body: it bounds reading a request, and there is nothing to read, but
-// the connection's read deadline would otherwise end a long wait or a
-// followed log when it passes.
-func noReadDeadline(next http.Handler) http.Handler {
-	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		if r.Method == http.MethodGet && r.ContentLength == 0 {
-			if err := http.NewResponseController(w).SetReadDeadline(time.Time{}); err != nil && !errors.Is(err, http.ErrNotSupported) {
-				logOf(r.Context()).Debug("cannot lift the read deadline", "err", err)
-			}
+// Long requests a tenant may have in flight on one gateway replica: a wait
+// costs a goroutine, a kubernetes follow a pods/log stream per replica
+// through the API server, so a tenant cannot hold an unbounded number.
+const (
+	MaxWaitsPerTenant   = 64
+	MaxFollowsPerTenant = 8
+)
+
+// longRequests counts the waits and follows of each tenant in flight.
+type longRequests struct {
+	mu     sync.Mutex
+	counts map[string]int // kind + "/" + tenant
+}
+
+// take holds one of the tenant's slots of kind, or answers 429.
+func (l *longRequests) take(ctx context.Context, kind, tenant string, limit int) (release func(), err error) {
+	key := kind + "/" + tenant
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	if l.counts == nil {
+		l.counts = map[string]int{}
+	}
+	if l.counts[key] >= limit {
+		return nil, withID(ctx, problem(429, "", "tenant %s has %d %s requests open on this gateway, the most it may; close one or retry later", tenant, limit, kind).retry(5))
+	}
+	l.counts[key]++
+	return func() {
+		l.mu.Lock()
+		defer l.mu.Unlock()
+		if l.counts[key]--; l.counts[key] <= 0 {
+			delete(l.counts, key)
 		}
-		next.ServeHTTP(w, r)
-	})
+	}, nil
 }

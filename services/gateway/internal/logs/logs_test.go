@@ -38,6 +38,8 @@ func TestParse(t *testing.T) {
 		{"long raw line", long, false, Record{Stream: StreamRaw, Message: long[:MaxMessage], Truncated: true}},
 		{"a wrapper's line cut inside msg", `{"time":"2026-11-30T22:10:19.123Z","level":"info","invocationId":"inv-5","stream":"stdout","msg":"abc\n\u00e9\u00`, true,
 			Record{Time: ts, Stream: StreamStdout, Level: "info", Message: "abc\né", InvocationID: "inv-5", Truncated: true}},
+		{"a Python line cut inside msg", `{"time": "2026-11-30T22:10:19.123Z", "level": "info", "invocationId": "inv-6", "function": "f", "stream": "stdout", "msg": "xxxx`, true,
+			Record{Time: ts, Stream: StreamStdout, Level: "info", Message: "xxxx", InvocationID: "inv-6", Truncated: true}},
 		{"not JSON after all", `{not json`, false, Record{Stream: StreamRaw, Message: "{not json"}},
 	} {
 		t.Run(tc.name, func(t *testing.T) {

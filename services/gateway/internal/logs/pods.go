@@ -113,7 +113,7 @@ func (p Pods) Stream(ctx context.Context, namespace, function string, opt Option
 	}
 
 	var wg sync.WaitGroup
-	defer wg.Wait()
+	defer func() { cancel(); wg.Wait() }()
 	started := map[string]bool{}
 	start := func(pod *corev1.Pod, o *corev1.PodLogOptions) {
 		if started[pod.Name] || !readable(pod) || len(started) >= 4*MaxPods {
