@@ -27,6 +27,7 @@ import (
 	"github.com/jackc/pgx/v5"
 	amqp "github.com/rabbitmq/amqp091-go"
 
+	"github.com/kube5s/sless/pkg/client"
 	"github.com/kube5s/sless/pkg/objstore"
 	"github.com/kube5s/sless/pkg/testenv"
 )
@@ -311,19 +312,36 @@ func TestUserJourney(t *testing.T) {
 	p := startPlatform(t)
 	ctx := context.Background()
 
-	// A tenant and its token.
-	p.json(t, "POST", "/v1/tenants", p.admin, map[string]any{"name": "acme", "quotas": map[string]any{"invocations_per_second": 100000}}, 201)
-	tok := p.json(t, "POST", "/v1/tenants/acme/tokens", p.admin, map[string]any{"name": "e2e"}, 201)["token"].(string)
-	eventuallySaw(t, 30*time.Second, "tenant Ready", func() (bool, string) { return p.status(t, "/v1/tenants/acme", tok, "Ready") })
-
-	// A function from a zip; the build log is followed to its end.
-	fn := "/v1/tenants/acme/functions/app"
-	p.json(t, "POST", "/v1/tenants/acme/functions", tok, map[string]any{"name": "app", "runtime": "python3.11", "entrypoint": "main.handler", "timeout_sec": 2}, 201)
-	up := p.do(t, "PUT", fn+"/source", tok, "application/zip", zipOf(map[string]string{"main.py": fmt.Sprintf(app, "v1")}))
-	if up.status != 200 {
-		t.Fatalf("upload: %d %s", up.status, up.body)
+	// A tenant, its token and a function from a zip, through the typed
+	// client (pkg/client); the build log is followed to its end.
+	admin, err := client.New(p.base, p.admin, "sless-e2e")
+	if err != nil {
+		t.Fatal(err)
 	}
-	uploadTrace := up.header.Get("X-Trace-Id")
+	if _, err := client.Do(admin.CreateTenantWithResponse(ctx, client.TenantInput{Name: "acme",
+		Quotas: &client.TenantQuotas{InvocationsPerSecond: ptr(int32(100000))}})); err != nil {
+		t.Fatalf("create tenant: %v", err)
+	}
+	issued, err := client.Do(admin.CreateTokenWithResponse(ctx, "acme", client.TokenInBody{Name: ptr("e2e")}))
+	if err != nil {
+		t.Fatalf("issue token: %v", err)
+	}
+	tok := issued.JSON201.Token
+	eventuallySaw(t, 30*time.Second, "tenant Ready", func() (bool, string) { return p.status(t, "/v1/tenants/acme", tok, "Ready") })
+	acme, err := client.New(p.base, tok, "sless-e2e")
+	if err != nil {
+		t.Fatal(err)
+	}
+	fn := "/v1/tenants/acme/functions/app"
+	if _, err := client.Do(acme.CreateFunctionWithResponse(ctx, "acme", client.FunctionInput{Name: "app",
+		Runtime: client.FunctionInputRuntimePython311, Entrypoint: "main.handler", TimeoutSec: ptr(int32(2))})); err != nil {
+		t.Fatalf("create function: %v", err)
+	}
+	up, err := client.UploadZip(ctx, acme, "acme", "app", zipOf(map[string]string{"main.py": fmt.Sprintf(app, "v1")}))
+	if err != nil {
+		t.Fatalf("upload: %v", err)
+	}
+	uploadTrace := up.HTTPResponse.Header.Get("X-Trace-Id")
 	var buildID string
 	eventually(t, 30*time.Second, "a build", func() bool {
 		items := p.json(t, "GET", fn+"/builds", tok, nil, 200)["items"].([]any)
@@ -457,9 +475,8 @@ func TestUserJourney(t *testing.T) {
 			}
 		})
 	}
-	up = p.do(t, "PUT", fn+"/source", tok, "application/zip", zipOf(map[string]string{"main.py": fmt.Sprintf(app, "v2")}))
-	if up.status != 200 {
-		t.Fatalf("second upload: %d %s", up.status, up.body)
+	if _, err := client.UploadZip(ctx, acme, "acme", "app", zipOf(map[string]string{"main.py": fmt.Sprintf(app, "v2")})); err != nil {
+		t.Fatalf("second upload: %v", err)
 	}
 	eventually(t, 90*time.Second, "v2 served", sawV2.Load)
 	time.Sleep(4 * time.Second) // past the old process's drain
