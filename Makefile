@@ -31,6 +31,11 @@ images: ## build the five platform images with ko into the local registry and pr
 	@hack/deps.sh registry up
 	@hack/images.sh
 
+.PHONY: runtime-bases
+runtime-bases: ## build the Python and Node runtime base images (cached; root the first time) into the local registry and print their digests
+	@hack/deps.sh registry up
+	@hack/runtime-bases.sh push
+
 .PHONY: test-images
 test-images: ## build the platform images (make images) and check each one pulled back from the registry
 	@hack/deps.sh registry up
