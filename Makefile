@@ -45,7 +45,9 @@ test-images: ## build the platform images (make images) and check each one pulle
 # pkg/ and the services' internal packages run under the race detector (the
 # concurrent code lives there); a service's main package, whose tests start
 # whole services and kill them, runs without it (see docs/decisions.md).
-test: deps verify test-runtimes ## start the real dependencies and run every test
+# The runtime bases (cached; the first build needs root and about 10
+# minutes) are what the builder's assembled-image test runs on.
+test: deps verify test-runtimes runtime-bases ## start the real dependencies and run every test
 	@$(DEPS_ENV); for m in $(MODULES); do \
 		echo "== go test $$m"; \
 		case $$m in \

@@ -127,6 +127,7 @@ build_one() {
 	rm -rf "$out"
 	mkdir -p "$out"
 	mv "$work/image" "$work/packages.txt" "$work/debootstrap.log" "$out/"
+	chmod -R a+rX "$out" # layout blobs are written 0600
 	cleanup
 	say "built the $rt base in $((SECONDS - start))s: $out"
 }
