@@ -5,11 +5,13 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"maps"
 	"net"
 	"net/http"
 	"os"
 	"os/exec"
 	"path/filepath"
+	"slices"
 	"strings"
 	"syscall"
 	"testing"
@@ -118,19 +120,9 @@ func runImage(t *testing.T, img v1.Image, env ...string) string {
 	}
 	port := freePort(t)
 	cmdEnv := append(append(append([]string{}, cf.Config.Env...), env...), fmt.Sprintf("PORT=%d", port), "SLESS_HOST=127.0.0.1")
-	// The mounts vanish with the namespace; the host's chroot starts the
-	// image's own env, which finds the entrypoint on the image's PATH.
-	script := fmt.Sprintf(`set -e
-mount --make-rprivate /
-mount --rbind /dev %[1]s/dev
-mount -t proc proc %[1]s/proc
-exec chroot --userspec=%[2]s %[1]s /usr/bin/env -C %[3]s "$@"`, root, cf.Config.User, cf.Config.WorkingDir)
-	args := append([]string{"--mount", "--pid", "--fork", "--kill-child", "--", "sh", "-c", script, "sh"}, cf.Config.Entrypoint...)
-	cmd := exec.Command("unshare", args...)
-	cmd.Env = cmdEnv
+	cmd := chrooted(root, cf.Config.User, cf.Config.WorkingDir, cmdEnv, nil, false, cf.Config.Entrypoint...)
 	logs := &testenv.SyncBuffer{}
 	cmd.Stdout, cmd.Stderr = logs, logs
-	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true}
 	if err := cmd.Start(); err != nil {
 		t.Fatal(err)
 	}
@@ -154,6 +146,33 @@ exec chroot --userspec=%[2]s %[1]s /usr/bin/env -C %[3]s "$@"`, root, cf.Config.
 		}
 		time.Sleep(100 * time.Millisecond)
 	}
+}
+
+// chrooted is a command that runs args in root (an unpacked image) as
+// user, in dir, with env: in a mount and PID namespace of its own, with
+// the host's /dev, the namespace's /proc and binds (host directory ->
+// path in root) mounted; with readOnly, the root itself is read-only, as
+// a pod's readOnlyRootFilesystem. The host's chroot starts the image's own
+// env, which finds args[0] on the image's PATH. The mounts vanish with
+// the namespace.
+func chrooted(root, user, dir string, env []string, binds map[string]string, readOnly bool, args ...string) *exec.Cmd {
+	var script strings.Builder
+	fmt.Fprintf(&script, "set -e\nmount --make-rprivate /\n")
+	if readOnly {
+		fmt.Fprintf(&script, "mount --bind %[1]q %[1]q\n", root)
+	}
+	fmt.Fprintf(&script, "mount --rbind /dev %q\nmount -t proc proc %q\n", filepath.Join(root, "dev"), filepath.Join(root, "proc"))
+	for _, from := range slices.Sorted(maps.Keys(binds)) {
+		fmt.Fprintf(&script, "mount --bind %q %q\n", from, filepath.Join(root, binds[from]))
+	}
+	if readOnly {
+		fmt.Fprintf(&script, "mount -o remount,bind,ro %q\n", root)
+	}
+	fmt.Fprintf(&script, "exec chroot --userspec=%s %q /usr/bin/env -C %q \"$@\"", user, root, dir)
+	cmd := exec.Command("unshare", append([]string{"--mount", "--pid", "--fork", "--kill-child", "--", "sh", "-c", script.String(), "sh"}, args...)...)
+	cmd.Env = env
+	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true}
+	return cmd
 }
 
 func freePort(t *testing.T) int {
