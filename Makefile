@@ -39,7 +39,7 @@ runtime-bases: ## build the Python and Node runtime base images (cached; root th
 .PHONY: test-images
 test-images: ## build the platform images (make images) and check each one pulled back from the registry
 	@hack/deps.sh registry up
-	@$(DEPS_ENV); cd hack/tools/ko && GOWORK=off go test -count=1 ./...
+	@$(DEPS_ENV); cd hack/tools/ko && GOWORK=off go test -count=1 -timeout 25m ./...
 
 .PHONY: test
 # pkg/ and the services' internal packages run under the race detector (the
