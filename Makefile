@@ -46,8 +46,9 @@ test-images: ## build the platform images (make images) and check each one pulle
 # concurrent code lives there); a service's main package, whose tests start
 # whole services and kill them, runs without it (see docs/decisions.md).
 # The runtime bases (cached; the first build needs root and about 10
-# minutes) are what the builder's assembled-image test runs on.
-test: deps verify test-runtimes runtime-bases ## start the real dependencies and run every test
+# minutes) are what the builder's assembled-image test runs on;
+# test-images takes about a minute once ko and the build cache are warm.
+test: deps verify test-runtimes runtime-bases test-images ## start the real dependencies and run every test
 	@$(DEPS_ENV); for m in $(MODULES); do \
 		echo "== go test $$m"; \
 		case $$m in \
