@@ -342,6 +342,7 @@ export SLESS_DEPS_SCRIPT='$ROOT/hack/deps.sh'
 export SLESS_JAEGER_BIN='$JAEGER_DIR/jaeger'
 export SLESS_TEST_REGISTRY='127.0.0.1:$REGISTRY_PORT'
 EOT
+	"$ROOT/hack/runtime-bases.sh" env # the runtime bases' cached layouts
 }
 
 # postgres_ctl stop|start: stop or start the PostgreSQL the tests use, for

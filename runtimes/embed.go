@@ -10,7 +10,7 @@ import (
 	"io/fs"
 )
 
-//go:embed python3.11/runtime.py nodejs20/runtime.js
+//go:embed python3.11/runtime.py nodejs20/runtime.js fixtures/contract.json fixtures/handlers/main.py fixtures/handlers/index.js
 var files embed.FS
 
 // wrappers names each runtime's wrapper file.
@@ -33,4 +33,28 @@ func WrapperOf(runtime string) (Wrapper, error) {
 		return Wrapper{}, err
 	}
 	return Wrapper{Name: name, Data: w}, nil
+}
+
+// fixtureHandlers names each runtime's fixture handler file.
+var fixtureHandlers = map[string]string{"python3.11": "main.py", "nodejs20": "index.js"}
+
+// ContractFixtures is fixtures/contract.json, the requests every runtime
+// must answer as it says (package contract checks them).
+func ContractFixtures() []byte {
+	b, err := files.ReadFile("fixtures/contract.json")
+	if err != nil {
+		panic(err) // embedded: cannot fail
+	}
+	return b
+}
+
+// FixtureHandler is the function the contract fixtures are run against,
+// in runtime's language: its file name and content.
+func FixtureHandler(runtime string) (string, []byte, error) {
+	name, ok := fixtureHandlers[runtime]
+	if !ok {
+		return "", nil, fmt.Errorf("unknown runtime %q", runtime)
+	}
+	b, err := fs.ReadFile(files, "fixtures/handlers/"+name)
+	return name, b, err
 }

@@ -27,3 +27,31 @@ func TestWrappersAreTheFilesOnDisk(t *testing.T) {
 		t.Error("an unknown runtime has a wrapper")
 	}
 }
+
+// TestFixturesAreTheFilesOnDisk: the embedded contract and fixture
+// handlers are this directory's files.
+func TestFixturesAreTheFilesOnDisk(t *testing.T) {
+	want, err := os.ReadFile(filepath.Join("fixtures", "contract.json"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !bytes.Equal(ContractFixtures(), want) {
+		t.Error("the embedded contract.json differs from the file")
+	}
+	for rt, file := range fixtureHandlers {
+		name, data, err := FixtureHandler(rt)
+		if err != nil {
+			t.Fatal(err)
+		}
+		want, err := os.ReadFile(filepath.Join("fixtures", "handlers", file))
+		if err != nil {
+			t.Fatal(err)
+		}
+		if name != file || !bytes.Equal(data, want) {
+			t.Errorf("%s: the embedded fixture handler differs from %s", rt, file)
+		}
+	}
+	if _, _, err := FixtureHandler("ruby3"); err == nil {
+		t.Error("an unknown runtime has a fixture handler")
+	}
+}

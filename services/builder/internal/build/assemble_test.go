@@ -34,12 +34,6 @@ func testBase(t *testing.T, reg string, oci bool) string {
 	return testBaseImage(t, reg, oci, []string{"PATH=/usr/local/bin:/usr/bin:/bin", "PORT=1"})
 }
 
-// testBaseEnv is a Docker-typed test base with the given environment.
-func testBaseEnv(t *testing.T, reg string, env []string) string {
-	t.Helper()
-	return testBaseImage(t, reg, false, env)
-}
-
 func testBaseImage(t *testing.T, reg string, oci bool, env []string) string {
 	t.Helper()
 	img := empty.Image

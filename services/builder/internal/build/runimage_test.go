@@ -2,153 +2,177 @@ package build
 
 import (
 	"archive/tar"
-	"encoding/json"
 	"errors"
 	"fmt"
 	"io"
+	"maps"
 	"net"
 	"net/http"
 	"os"
 	"os/exec"
 	"path/filepath"
+	"slices"
 	"strings"
 	"syscall"
 	"testing"
 	"time"
 
+	"github.com/google/go-containerregistry/pkg/name"
 	v1 "github.com/google/go-containerregistry/pkg/v1"
+	"github.com/google/go-containerregistry/pkg/v1/layout"
 	"github.com/google/go-containerregistry/pkg/v1/mutate"
+	"github.com/google/go-containerregistry/pkg/v1/remote"
 
 	"github.com/kube5s/sless/pkg/testenv"
+	"github.com/kube5s/sless/runtimes"
+	"github.com/kube5s/sless/runtimes/contract"
 )
 
-// TestAssembledImageServesTheContract unpacks an assembled Python and Node
-// image (pulled back from the registry by digest) and runs its entrypoint,
-// as its user, in its working directory and with its environment, chrooted
-// into the image's filesystem: the wrapper serves /_/health and answers
-// the contract's echo fixture with the fixture handlers as the function.
-// The interpreters come from this machine (its /usr bind-mounted into the
-// chroot, and the Python of PATH at /opt/python), standing in for a real
-// runtime base, which cannot be pulled here.
+// TestAssembledImageServesTheContract assembles the contract's fixture
+// handler onto the real runtime bases (Debian bookworm with Python 3.11 or
+// Node 20, made by hack/runtime-bases.sh and pushed here from their cached
+// layout), pulls the image back by digest, unpacks it and runs its
+// entrypoint as its user, in its working directory and with its
+// environment, chrooted into the image's filesystem alone (its own
+// interpreter and libraries; only /dev and a /proc of its own PID
+// namespace come from the host). Every fixture of the runtime contract
+// must then be answered as contract.json says.
 func TestAssembledImageServesTheContract(t *testing.T) {
 	reg := testenv.Registry(t)
-	fixtures := filepath.Join("..", "..", "..", "..", "runtimes", "fixtures", "handlers")
-	python, err := exec.LookPath("python3")
-	if err != nil {
-		t.Fatal(err)
-	}
-	// The interpreter's real prefix (a pyenv shim is a script).
-	out, err := exec.Command(python, "-c", "import sys; print(sys.base_prefix)").Output()
-	if err != nil {
-		t.Fatal(err)
-	}
-	pyPrefix := strings.TrimSpace(string(out))
-	for _, tc := range []struct {
-		runtime, file, entry string
-	}{{"python3.11", "main.py", "main.handler"}, {"nodejs20", "index.js", "index.handler"}} {
-		t.Run(tc.runtime, func(t *testing.T) {
-			base := testBaseWithPath(t, reg, "/opt/python/bin:/usr/local/bin:/usr/bin:/bin")
+	for _, rt := range []struct{ runtime, entry string }{{"python3.11", "main.handler"}, {"nodejs20", "index.handler"}} {
+		t.Run(rt.runtime, func(t *testing.T) {
+			base := runtimeBase(t, reg, rt.runtime)
 			code := t.TempDir()
-			body, err := os.ReadFile(filepath.Join(fixtures, tc.file))
+			file, body, err := runtimes.FixtureHandler(rt.runtime)
 			if err != nil {
 				t.Fatal(err)
 			}
-			if err := os.WriteFile(filepath.Join(code, tc.file), body, 0o644); err != nil {
+			if err := os.WriteFile(filepath.Join(code, file), body, 0o644); err != nil {
 				t.Fatal(err)
 			}
 			dest := reg + "/" + testenv.Name("acme-") + "/fixtures"
-			d, err := Assemble(t.Context(), AssembleRequest{Runtime: tc.runtime, Base: base, Code: code, Destination: dest,
+			d, err := Assemble(t.Context(), AssembleRequest{Runtime: rt.runtime, Base: base, Code: code, Destination: dest,
 				SourceSHA256: strings.Repeat("ab", 32), Tenant: "test", Function: "fixtures"}, io.Discard)
 			if err != nil {
 				t.Fatal(err)
 			}
 			img := pulled(t, dest, d)
-			cf, err := img.ConfigFile()
-			if err != nil {
-				t.Fatal(err)
-			}
-			root := t.TempDir()
-			if err := unpack(img, root); err != nil {
-				t.Fatal(err)
-			}
-			if err := os.Chmod(root, 0o755); err != nil { // the image's /, which 10001 must enter
-				t.Fatal(err)
-			}
-			for _, l := range []string{"bin", "lib", "lib64", "sbin"} {
-				if target, err := os.Readlink("/" + l); err == nil {
-					os.Symlink(target, filepath.Join(root, l))
-				}
-			}
-			for _, dir := range []string{"usr", "dev", "proc", "opt/python", "tmp"} {
-				if err := os.MkdirAll(filepath.Join(root, dir), 0o755); err != nil {
-					t.Fatal(err)
-				}
-			}
-			os.Chmod(filepath.Join(root, "tmp"), 0o1777)
-			port := freePort(t)
-			env := append(cf.Config.Env, fmt.Sprintf("PORT=%d", port), "SLESS_HOST=127.0.0.1", "SLESS_ENTRYPOINT="+tc.entry,
-				"SLESS_FUNCTION=fixtures", "SLESS_TENANT=test", "SLESS_WORKERS=1")
-			// A private mount namespace: the bind mounts vanish with it.
-			script := fmt.Sprintf(`set -e
-/usr/bin/mount --make-rprivate /
-/usr/bin/mount --rbind /usr %[1]s/usr
-/usr/bin/mount --rbind /dev %[1]s/dev
-/usr/bin/mount -t proc proc %[1]s/proc
-/usr/bin/mount --rbind %[2]q %[1]s/opt/python
-exec /usr/sbin/chroot --userspec=%[3]s %[1]s /usr/bin/env -C %[4]s "$@"`, root, pyPrefix, cf.Config.User, cf.Config.WorkingDir)
-			args := append([]string{"-m", "--", "sh", "-c", script, "sh"}, cf.Config.Entrypoint...)
-			cmd := exec.Command("unshare", args...)
-			cmd.Env = env
-			logs := &testenv.SyncBuffer{}
-			cmd.Stdout, cmd.Stderr = logs, logs
-			cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true}
-			if err := cmd.Start(); err != nil {
-				t.Fatal(err)
-			}
-			t.Cleanup(func() { _ = syscall.Kill(-cmd.Process.Pid, syscall.SIGKILL); _ = cmd.Wait() })
-			url := fmt.Sprintf("http://127.0.0.1:%d", port)
-			deadline := time.Now().Add(30 * time.Second)
-			for {
-				res, err := http.Get(url + "/_/health")
-				if err == nil {
-					res.Body.Close()
-					if res.StatusCode == http.StatusOK {
-						break
-					}
-				}
-				if time.Now().After(deadline) {
-					t.Fatalf("the image's entrypoint never became healthy (%v); its output:\n%s", err, logs.String())
-				}
-				time.Sleep(100 * time.Millisecond)
-			}
-			req, _ := http.NewRequestWithContext(t.Context(), http.MethodPost, url+"/echo/sub?a=1&b=two", strings.NewReader(`{"k":[1,2]}`))
-			req.Header.Set("Content-Type", "application/json")
-			req.Header.Set("X-Custom", "v")
-			req.Header.Set("X-Sless-Invocation-Id", "inv-1")
-			req.Header.Set("X-Sless-Trigger", "http")
-			res, err := http.DefaultClient.Do(req)
-			if err != nil {
-				t.Fatal(err)
-			}
-			defer res.Body.Close()
-			var got map[string]any
-			if err := json.NewDecoder(res.Body).Decode(&got); err != nil || res.StatusCode != 200 {
-				t.Fatalf("echo: %d %v", res.StatusCode, err)
-			}
-			for k, want := range map[string]any{"method": "POST", "path": "/echo/sub", "invocationId": "inv-1", "function": "fixtures",
-				"tenant": "test", "header": "v", "rawQuery": "a=1&b=two"} {
-				if got[k] != want {
-					t.Errorf("echo %s = %v, want %v", k, got[k], want)
-				}
-			}
+			url := runImage(t, img, "SLESS_ENTRYPOINT="+rt.entry, "SLESS_FUNCTION=fixtures", "SLESS_TENANT=test", "SLESS_WORKERS=1")
+			contract.Run(t, url, "fixtures", "test")
 		})
 	}
 }
 
-// testBaseWithPath is testBase with the PATH that finds the interpreters.
-func testBaseWithPath(t *testing.T, reg, path string) string {
+// runtimeBase pushes the cached runtime base (an OCI layout that
+// hack/runtime-bases.sh built; `make test` and `make runtime-bases` build
+// it) to the test registry and returns it by digest.
+func runtimeBase(t *testing.T, reg, runtime string) string {
 	t.Helper()
-	return testBaseEnv(t, reg, []string{"PATH=" + path})
+	env := map[string]string{"python3.11": "SLESS_TEST_RUNTIME_BASE_PYTHON311", "nodejs20": "SLESS_TEST_RUNTIME_BASE_NODEJS20"}[runtime]
+	dir := os.Getenv(env)
+	if dir == "" {
+		t.Fatalf("%s is not set: run `eval \"$(hack/deps.sh env)\"` after `hack/runtime-bases.sh build` (make runtime-bases)", env)
+	}
+	idx, err := layout.ImageIndexFromPath(dir)
+	if err != nil {
+		t.Fatalf("the %s base is not built (%v): run `hack/runtime-bases.sh build` (make runtime-bases) as root", runtime, err)
+	}
+	m, err := idx.IndexManifest()
+	if err != nil || len(m.Manifests) != 1 {
+		t.Fatalf("the layout %s: %v, %d images", dir, err, len(m.Manifests))
+	}
+	img, err := idx.Image(m.Manifests[0].Digest)
+	if err != nil {
+		t.Fatal(err)
+	}
+	ref, err := name.NewDigest(reg + "/sless/runtime-" + runtime + "@" + m.Manifests[0].Digest.String())
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := remote.Write(ref, img, remote.WithContext(t.Context())); err != nil {
+		t.Fatalf("push %s: %v", ref, err)
+	}
+	return ref.String()
+}
+
+// runImage unpacks img and starts its entrypoint chrooted into it, in a
+// mount and PID namespace of its own (so that nothing it starts outlives
+// the test), with the image's user, working directory and environment
+// plus env and PORT; it returns the URL once /_/health answers 200. It
+// needs root (namespaces, chroot, the files' owners).
+func runImage(t *testing.T, img v1.Image, env ...string) string {
+	t.Helper()
+	cf, err := img.ConfigFile()
+	if err != nil {
+		t.Fatal(err)
+	}
+	root := t.TempDir()
+	if err := unpack(img, root); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.Chmod(root, 0o755); err != nil { // the image's /, which 10001 must enter
+		t.Fatal(err)
+	}
+	for _, dir := range []string{"dev", "proc"} {
+		if err := os.MkdirAll(filepath.Join(root, dir), 0o755); err != nil {
+			t.Fatal(err)
+		}
+	}
+	port := freePort(t)
+	cmdEnv := append(append(append([]string{}, cf.Config.Env...), env...), fmt.Sprintf("PORT=%d", port), "SLESS_HOST=127.0.0.1")
+	cmd := chrooted(root, cf.Config.User, cf.Config.WorkingDir, cmdEnv, nil, false, cf.Config.Entrypoint...)
+	logs := &testenv.SyncBuffer{}
+	cmd.Stdout, cmd.Stderr = logs, logs
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	// SIGKILL to unshare kills its child (--kill-child), the PID
+	// namespace's first process, and with it every process in it.
+	t.Cleanup(func() { _ = syscall.Kill(-cmd.Process.Pid, syscall.SIGKILL); _ = cmd.Wait() })
+	url := fmt.Sprintf("http://127.0.0.1:%d", port)
+	deadline := time.Now().Add(60 * time.Second)
+	for {
+		res, err := http.Get(url + "/_/health")
+		status := 0
+		if err == nil {
+			res.Body.Close()
+			status = res.StatusCode
+			if status == http.StatusOK {
+				return url
+			}
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("the image's entrypoint never became healthy (last: status %d, %v); its output:\n%s", status, err, logs.String())
+		}
+		time.Sleep(100 * time.Millisecond)
+	}
+}
+
+// chrooted is a command that runs args in root (an unpacked image) as
+// user, in dir, with env: in a mount and PID namespace of its own, with
+// the host's /dev, the namespace's /proc and binds (host directory ->
+// path in root) mounted; with readOnly, the root itself is read-only, as
+// a pod's readOnlyRootFilesystem. The host's chroot starts the image's own
+// env, which finds args[0] on the image's PATH. The mounts vanish with
+// the namespace.
+func chrooted(root, user, dir string, env []string, binds map[string]string, readOnly bool, args ...string) *exec.Cmd {
+	var script strings.Builder
+	fmt.Fprintf(&script, "set -e\nmount --make-rprivate /\n")
+	if readOnly {
+		fmt.Fprintf(&script, "mount --bind %[1]q %[1]q\n", root)
+	}
+	fmt.Fprintf(&script, "mount --rbind /dev %q\nmount -t proc proc %q\n", filepath.Join(root, "dev"), filepath.Join(root, "proc"))
+	for _, from := range slices.Sorted(maps.Keys(binds)) {
+		fmt.Fprintf(&script, "mount --bind %q %q\n", from, filepath.Join(root, binds[from]))
+	}
+	if readOnly {
+		fmt.Fprintf(&script, "mount -o remount,bind,ro %q\n", root)
+	}
+	fmt.Fprintf(&script, "exec chroot --userspec=%s %q /usr/bin/env -C %q \"$@\"", user, root, dir)
+	cmd := exec.Command("unshare", append([]string{"--mount", "--pid", "--fork", "--kill-child", "--", "sh", "-c", script.String(), "sh"}, args...)...)
+	cmd.Env = env
+	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true}
+	return cmd
 }
 
 func freePort(t *testing.T) int {
@@ -161,7 +185,10 @@ func freePort(t *testing.T) int {
 	return l.Addr().(*net.TCPAddr).Port
 }
 
-// unpack writes an image's flattened filesystem into dir, with its owners.
+// unpack writes an image's flattened filesystem into dir, with its owners
+// and modes (set-id bits aside). mutate.Extract gives each path once, the
+// upper layers first, so a directory's own entry may follow its files:
+// its mode and owner are set whenever it comes.
 func unpack(img v1.Image, dir string) error {
 	rc := mutate.Extract(img)
 	defer rc.Close()
@@ -175,20 +202,31 @@ func unpack(img v1.Image, dir string) error {
 			return err
 		}
 		p := filepath.Join(dir, filepath.Clean("/"+h.Name))
+		mode := os.FileMode(h.Mode) & os.ModePerm
+		if h.Mode&0o1000 != 0 {
+			mode |= os.ModeSticky
+		}
+		if err := os.MkdirAll(filepath.Dir(p), 0o755); err != nil {
+			return err
+		}
 		switch h.Typeflag {
 		case tar.TypeDir:
-			if err := os.MkdirAll(p, os.FileMode(h.Mode)&os.ModePerm); err != nil {
+			if err := os.MkdirAll(p, 0o755); err != nil {
 				return err
 			}
 		case tar.TypeSymlink:
 			if err := os.Symlink(h.Linkname, p); err != nil {
 				return err
 			}
-		case tar.TypeReg:
-			if err := os.MkdirAll(filepath.Dir(p), 0o755); err != nil {
+		case tar.TypeLink:
+			// The link's target came first in the layer; Extract keeps
+			// the layer's order.
+			if err := os.Link(filepath.Join(dir, filepath.Clean("/"+h.Linkname)), p); err != nil {
 				return err
 			}
-			f, err := os.OpenFile(p, os.O_CREATE|os.O_WRONLY|os.O_TRUNC, os.FileMode(h.Mode)&os.ModePerm)
+			continue
+		case tar.TypeReg:
+			f, err := os.OpenFile(p, os.O_CREATE|os.O_WRONLY|os.O_TRUNC, 0o600)
 			if err != nil {
 				return err
 			}
@@ -204,6 +242,11 @@ func unpack(img v1.Image, dir string) error {
 		}
 		if err := os.Lchown(p, h.Uid, h.Gid); err != nil {
 			return err
+		}
+		if h.Typeflag != tar.TypeSymlink {
+			if err := os.Chmod(p, mode); err != nil { // after chown, which clears set-id bits anyway
+				return err
+			}
 		}
 	}
 }
