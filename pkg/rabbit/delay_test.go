@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"os/exec"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
@@ -170,4 +171,64 @@ func TestClassicDelayQueuesAreReplacedWithoutLoss(t *testing.T) {
 		return len(back) == 1, fmt.Sprintf("%d messages in %s", len(back), fast.Name)
 	})
 	t.Logf("%d messages moved out of %d classic delay queues; the quorum ones replaced them", len(want), len(q.RetryQueues()))
+}
+
+// TestDelayedMessagesSurviveABrokerRestart: messages whose delay ends
+// while the broker is down all reach their work queue once it is back (a
+// classic delay queue dead-letters at most once and may drop them).
+func TestDelayedMessagesSurviveABrokerRestart(t *testing.T) {
+	ctl, err := exec.LookPath("rabbitmqctl")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer func() { _ = exec.Command(ctl, "start_app").Run() }()
+	vhost, cleanup, err := testenv.RabbitVhost()
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer cleanup()
+	q := Queue{Name: "work", Retry: RetryPolicy{MaxRetries: 1, Initial: 4 * time.Second, Max: 4 * time.Second}}
+	c := vhostClient(t, vhost, q)
+	pub := NewPublisher(c)
+	defer pub.Close()
+	const n = 3000
+	var wg sync.WaitGroup
+	for w := range 8 {
+		wg.Go(func() {
+			for i := w; i < n; i += 8 {
+				if err := pub.Publish(t.Context(), "", RetryQueue(q.Name, 4*time.Second), amqp.Publishing{MessageId: fmt.Sprint(i), Body: []byte("m"), DeliveryMode: amqp.Persistent}); err != nil {
+					t.Error(err)
+					return
+				}
+			}
+		})
+	}
+	wg.Wait()
+	// Down before the delay ends, back after it ended.
+	if out, err := exec.Command(ctl, "stop_app").CombinedOutput(); err != nil {
+		t.Fatalf("stop_app: %v %s", err, out)
+	}
+	time.Sleep(5 * time.Second)
+	if out, err := exec.Command(ctl, "start_app").CombinedOutput(); err != nil {
+		t.Fatalf("start_app: %v %s", err, out)
+	}
+	waitFor(t, 30*time.Second, "client reconnected", c.Connected)
+	got := 0
+	eventually(t, 60*time.Second, fmt.Sprintf("%d messages in the work queue", n), func() (bool, string) {
+		ch, err := c.Channel(t.Context())
+		if err != nil {
+			return false, err.Error()
+		}
+		defer ch.Close()
+		w, err := ch.QueueDeclarePassive(q.Name, true, false, false, false, nil)
+		if err != nil {
+			return false, err.Error()
+		}
+		d, err := ch.QueueDeclarePassive(RetryQueue(q.Name, 4*time.Second), true, false, false, false, nil)
+		if err != nil {
+			return false, err.Error()
+		}
+		got = w.Messages
+		return got == n, fmt.Sprintf("%d in the work queue, %d in the delay queue", w.Messages, d.Messages)
+	})
 }
