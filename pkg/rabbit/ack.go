@@ -3,15 +3,15 @@ package rabbit
 import (
 	"log/slog"
 	"sync"
-	"time"
 
 	amqp "github.com/rabbitmq/amqp091-go"
 )
 
-// acker settles one session's deliveries with fewer frames: a finished
-// delivery's ack waits up to ackDelay (or until ackBatch are waiting) and
-// goes out with the others as one multiple ack up to the highest tag below
-// which every delivery is settled. Acks above a gap (a delivery still being
+// acker settles one session's deliveries with fewer frames: one goroutine
+// sends the acks, and those that finish while it is sending go out
+// together, as one multiple ack up to the highest tag below which every
+// delivery is settled. Nothing waits for a timer (under load a timer fires
+// late, and an ack held back holds a prefetch slot). Acks above a gap (a delivery still being
 // handled) go out one by one at the same flush, so a slow message never
 // holds the others' prefetch slots. A nack is sent by the handler itself
 // and only then reported (settled), so a multiple ack can never cover a
@@ -21,11 +21,13 @@ type acker struct {
 	log   *slog.Logger
 	queue string
 
+	kick    chan struct{} // an ack waits
+	stopped chan struct{}
+
 	mu      sync.Mutex
 	next    uint64            // lowest tag not known to be settled; 0 before the first delivery
 	state   map[uint64]settle // tags >= next that are finished
 	waiting int               // acks not sent yet
-	timer   *time.Timer
 }
 
 type settle uint8
@@ -35,13 +37,23 @@ const (
 	settled                   // acked or nacked already
 )
 
-const (
-	ackDelay = time.Millisecond
-	ackBatch = 64
-)
-
+// newAcker starts the acker of a session; stop it once no handler runs.
 func newAcker(ch *amqp.Channel, log *slog.Logger, queue string) *acker {
-	return &acker{ch: ch, log: log, queue: queue, state: map[uint64]settle{}}
+	a := &acker{ch: ch, log: log, queue: queue, state: map[uint64]settle{}, kick: make(chan struct{}, 1), stopped: make(chan struct{})}
+	go func() {
+		defer close(a.stopped)
+		for range a.kick {
+			a.flush()
+		}
+	}()
+	return a
+}
+
+// stop sends the acks that wait and ends the acker's goroutine.
+func (a *acker) stop() {
+	close(a.kick)
+	<-a.stopped
+	a.flush()
 }
 
 // received notes a delivery in arrival order (tags grow on a channel).
@@ -59,12 +71,9 @@ func (a *acker) ack(tag uint64) {
 	defer a.mu.Unlock()
 	a.state[tag] = toAck
 	a.waiting++
-	if a.waiting >= ackBatch {
-		a.flushLocked()
-		return
-	}
-	if a.timer == nil {
-		a.timer = time.AfterFunc(ackDelay, a.flush)
+	select {
+	case a.kick <- struct{}{}:
+	default: // a flush is due already
 	}
 }
 
@@ -84,10 +93,6 @@ func (a *acker) flush() {
 }
 
 func (a *acker) flushLocked() {
-	if a.timer != nil {
-		a.timer.Stop()
-		a.timer = nil
-	}
 	if a.waiting == 0 {
 		a.advanceLocked()
 		return

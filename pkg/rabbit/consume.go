@@ -210,7 +210,7 @@ func (c *Consumer) session(ctx, work context.Context, pub *Publisher) (consumed 
 		c.OnConsume()
 	}
 	acks := newAcker(ch, c.Client.log, c.Queue.Name)
-	defer acks.flush() // after the handlers, before the channel closes
+	defer acks.stop() // after the handlers, before the channel closes
 	var wg sync.WaitGroup
 	defer wg.Wait()
 	sem := make(chan struct{}, c.Prefetch)
