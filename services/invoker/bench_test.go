@@ -141,7 +141,7 @@ func bareLoop(b *testing.B, url, queue, endpoint string, concurrency int, sw *st
 	}
 	// The invoker's transport to functions (run.go).
 	client := &http.Client{Transport: &http.Transport{MaxIdleConnsPerHost: 256, IdleConnTimeout: 90 * time.Second, DisableCompression: true}}
-	var failed atomic.Int64
+	var failed, acked atomic.Int64
 	var wg sync.WaitGroup
 	for range concurrency {
 		wg.Go(func() {
@@ -159,14 +159,16 @@ func bareLoop(b *testing.B, url, queue, endpoint string, concurrency int, sw *st
 				if err := d.Ack(false); err != nil {
 					failed.Add(1)
 				}
+				acked.Add(1)
 			}
 		})
 	}
 	rate := sw.wait(b, "bare loop")
-	// Every message acked before the channel closes.
-	for deadline := time.Now().Add(30 * time.Second); ; time.Sleep(10 * time.Millisecond) {
-		if m, _ := queueState(b, url, queue); m == 0 || time.Now().After(deadline) {
-			break
+	// Every message acked before the channel closes (which would requeue
+	// the unacked ones into the next run).
+	for deadline := time.Now().Add(30 * time.Second); acked.Load() < int64(sw.n); time.Sleep(time.Millisecond) {
+		if time.Now().After(deadline) {
+			b.Fatalf("bare loop: %d of %d messages acked after 30 s", acked.Load(), sw.n)
 		}
 	}
 	_ = ch.Close()
