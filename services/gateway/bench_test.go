@@ -144,8 +144,10 @@ func BenchmarkSyncInvoke(b *testing.B) {
 // connection, one confirm-mode channel shared by every caller, each
 // waiting for its own message's confirm (as many in flight as callers).
 type barePublisher struct {
-	conn *amqp.Connection
-	ch   *amqp.Channel
+	conn  *amqp.Connection
+	ch    *amqp.Channel
+	first sync.Once
+	err   error // the first failure, to say why a round failed
 }
 
 func newBarePublisher(b *testing.B, url string) *barePublisher {
@@ -173,6 +175,9 @@ func (p *barePublisher) publish(ctx context.Context, key string, m amqp.Publishi
 	ok, err := dc.WaitContext(ctx)
 	if err == nil && !ok {
 		err = fmt.Errorf("nacked")
+	}
+	if err != nil && ctx.Err() == nil {
+		p.first.Do(func() { p.err = err })
 	}
 	return err
 }
@@ -210,6 +215,9 @@ func BenchmarkAsyncAccept(b *testing.B) {
 			r := loadgen.ABBA(i, bare, plat)
 			fmt.Printf("async accept round %d  bare publisher %s\nasync accept round %d  gateway 202    %s\n", i+1, r[0], i+1, r[1])
 			errs += r[0].Errors + r[1].Errors
+			if r[0].Errors > 0 {
+				fmt.Printf("async accept round %d  the bare publisher's first failure: %v\n", i+1, pub.err)
+			}
 			ratios = append(ratios, r[1].Throughput()/r[0].Throughput())
 			// Both sides filled the invocation queue of the vhost; empty it
 			// between rounds so that no round works against a longer queue.
