@@ -101,19 +101,3 @@ func Run(ctx context.Context, target Target, conns int, d time.Duration) Result 
 	slices.Sort(res.Latencies)
 	return res
 }
-
-// Compare runs baseline and platform alternately, rounds times each, and
-// returns the best of each (the least disturbed by the shared machine).
-func Compare(ctx context.Context, baseline, platform Target, conns int, d time.Duration, rounds int) (base, plat Result) {
-	for i := range rounds {
-		b := Run(ctx, baseline, conns, d)
-		p := Run(ctx, platform, conns, d)
-		if i == 0 || b.Throughput() > base.Throughput() {
-			base = b
-		}
-		if i == 0 || p.Throughput() > plat.Throughput() {
-			plat = p
-		}
-	}
-	return base, plat
-}

@@ -222,6 +222,8 @@ func (c *Consumer) session(ctx, work context.Context, pub *Publisher) (consumed 
 	if c.OnConsume != nil {
 		c.OnConsume()
 	}
+	acks := newAcker(ch, c.Client.log, c.Queue.Name)
+	defer acks.stop() // after the handlers, before the channel closes
 	var wg sync.WaitGroup
 	defer wg.Wait()
 	sem := make(chan struct{}, c.Prefetch)
@@ -237,11 +239,12 @@ func (c *Consumer) session(ctx, work context.Context, pub *Publisher) (consumed 
 				return true, errors.New("delivery channel closed")
 			}
 			sem <- struct{}{}
+			acks.received(d.DeliveryTag)
 			wg.Add(1)
 			go func() {
 				defer wg.Done()
 				defer func() { <-sem }()
-				c.handle(work, pub, &d)
+				c.handle(work, pub, acks, &d)
 			}()
 		}
 	}
@@ -277,7 +280,7 @@ func (c *Consumer) declare(ctx context.Context) error {
 	}
 }
 
-func (c *Consumer) handle(ctx context.Context, pub *Publisher, d *amqp.Delivery) {
+func (c *Consumer) handle(ctx context.Context, pub *Publisher, acks *acker, d *amqp.Delivery) {
 	ctx = ExtractTrace(ctx, d.Headers)
 	ctx, span := c.Tracer.Start(ctx, c.Queue.Name+" process", trace.WithSpanKind(trace.SpanKindConsumer),
 		trace.WithAttributes(
@@ -291,7 +294,7 @@ func (c *Consumer) handle(ctx context.Context, pub *Publisher, d *amqp.Delivery)
 
 	err := c.call(ctx, d)
 	if err == nil {
-		c.ack(d)
+		acks.ack(d.DeliveryTag)
 		return
 	}
 	span.RecordError(err)
@@ -301,15 +304,15 @@ func (c *Consumer) handle(ctx context.Context, pub *Publisher, d *amqp.Delivery)
 	var again retryError
 	switch {
 	case errors.As(err, &later):
-		c.retry(ctx, pub, d, attempt-1, err)
+		c.retry(ctx, pub, acks, d, attempt-1, err)
 	case errors.As(err, &perm):
-		c.deadLetter(ctx, pub, d, ReasonPoison, err)
+		c.deadLetter(ctx, pub, acks, d, ReasonPoison, err)
 	case errors.As(err, &again):
-		c.retry(ctx, pub, d, attempt, err)
+		c.retry(ctx, pub, acks, d, attempt, err)
 	case attempt > c.Queue.Retry.orDefault().MaxRetries:
-		c.deadLetter(ctx, pub, d, ReasonExhausted, err)
+		c.deadLetter(ctx, pub, acks, d, ReasonExhausted, err)
 	default:
-		c.retry(ctx, pub, d, attempt, err)
+		c.retry(ctx, pub, acks, d, attempt, err)
 	}
 }
 
@@ -327,31 +330,24 @@ func (c *Consumer) call(ctx context.Context, d *amqp.Delivery) (err error) {
 	return c.Handler(ctx, d)
 }
 
-func (c *Consumer) ack(d *amqp.Delivery) {
-	if err := d.Ack(false); err != nil {
-		// The channel is gone; the broker redelivers and handlers are idempotent.
-		c.Client.log.Warn("ack failed", "queue", c.Queue.Name, "err", err)
-	}
-}
-
-func (c *Consumer) retry(ctx context.Context, pub *Publisher, d *amqp.Delivery, attempt int, cause error) {
+func (c *Consumer) retry(ctx context.Context, pub *Publisher, acks *acker, d *amqp.Delivery, attempt int, cause error) {
 	delay := c.Queue.Retry.Delay(max(attempt, 1))
 	m := republish(d)
 	m.Headers[HeaderAttempt] = int32(attempt + 1)
 	m.Headers[HeaderError] = truncate(cause.Error(), 1024)
-	c.forward(ctx, pub, d, RetryQueue(c.Queue.Name, delay), m)
+	c.forward(ctx, pub, acks, d, RetryQueue(c.Queue.Name, delay), m)
 }
 
-func (c *Consumer) deadLetter(ctx context.Context, pub *Publisher, d *amqp.Delivery, reason string, cause error) {
+func (c *Consumer) deadLetter(ctx context.Context, pub *Publisher, acks *acker, d *amqp.Delivery, reason string, cause error) {
 	m := republish(d)
 	MarkDead(&m, c.Queue.Name, reason, cause)
 	c.Client.log.Warn("message dead-lettered", "queue", c.Queue.Name, "reason", reason, "messageID", d.MessageId, "err", cause)
-	c.forward(ctx, pub, d, c.Queue.DLQ(), m)
+	c.forward(ctx, pub, acks, d, c.Queue.DLQ(), m)
 }
 
 // forward publishes m to queue with a confirm and only then acks d, so the
 // message is in one queue or the other at every moment.
-func (c *Consumer) forward(ctx context.Context, pub *Publisher, d *amqp.Delivery, queue string, m amqp.Publishing) {
+func (c *Consumer) forward(ctx context.Context, pub *Publisher, acks *acker, d *amqp.Delivery, queue string, m amqp.Publishing) {
 	pctx, cancel := context.WithTimeout(ctx, 30*time.Second)
 	defer cancel()
 	if err := pub.Publish(pctx, "", queue, m); err != nil {
@@ -359,9 +355,10 @@ func (c *Consumer) forward(ctx context.Context, pub *Publisher, d *amqp.Delivery
 		// Requeue after a pause; the delivery limit stops a loop.
 		sleep(ctx, jitter.Backoff(time.Second, time.Second).NextBackOff())
 		_ = d.Nack(false, true)
+		acks.settled(d.DeliveryTag)
 		return
 	}
-	c.ack(d)
+	acks.ack(d.DeliveryTag)
 }
 
 // MarkDead sets the headers a dead letter carries: why it died, the error,

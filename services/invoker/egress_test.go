@@ -83,7 +83,8 @@ func TestRedirectIsNotFollowed(t *testing.T) {
 }
 
 // receiver is a callback endpoint that answers each path with a scripted
-// sequence of statuses (the last one repeats) and keeps every delivery.
+// sequence of statuses (the last one repeats; a 3xx points to /target)
+// and keeps every delivery.
 type receiver struct {
 	mu      sync.Mutex
 	script  map[string][]int
@@ -114,6 +115,9 @@ func (rc *receiver) ServeHTTP(rw http.ResponseWriter, r *http.Request) {
 	if len(s) > 0 {
 		status = s[min(n, len(s)-1)]
 	}
+	if status/100 == 3 {
+		rw.Header().Set("Location", rc.baseURL+"/target")
+	}
 	rw.WriteHeader(status)
 }
 
@@ -141,18 +145,23 @@ func waitFor(t *testing.T, window time.Duration, what string, cond func() (bool,
 // loopback (allowed by the world's allow-list), a callback arrives signed
 // with the tenant's secret; a 5xx or a 429 is retried until it succeeds;
 // a receiver that always fails gets the first try and the five retries,
-// then the callback is dead-lettered and nothing more arrives.
+// each after its backoff step, then the callback is dead-lettered and
+// nothing more arrives. A 4xx other than 429 is the receiver's answer, not
+// retried; a redirect is not followed.
 func TestCallbacksAreSignedRetriedAndGivenUp(t *testing.T) {
 	w := newWorld(t)
 	w.okFunction(t, "fx")
-	rc := newReceiver(t, map[string][]int{"/ok": {200}, "/flaky5xx": {500, 200}, "/flaky429": {429, 204}, "/down": {503}})
-	for _, p := range []string{"ok", "flaky5xx", "flaky429", "down"} {
+	rc := newReceiver(t, map[string][]int{"/ok": {200}, "/flaky5xx": {500, 200}, "/flaky429": {429, 204}, "/down": {503},
+		"/rejected": {400}, "/redirect": {307}})
+	for _, p := range []string{"ok", "flaky5xx", "flaky429", "down", "rejected", "redirect"} {
 		w.requestWithCallback(t, "inv-cb-"+p, "fx", rc.baseURL+"/"+p)
 	}
 
 	waitFor(t, 30*time.Second, "deliveries", func() (bool, string) {
 		ok, a, b := len(rc.deliveries("/ok")), len(rc.deliveries("/flaky5xx")), len(rc.deliveries("/flaky429"))
-		return ok >= 1 && a >= 2 && b >= 2, fmt.Sprintf("ok %d, flaky5xx %d, flaky429 %d", ok, a, b)
+		rej, red := len(rc.deliveries("/rejected")), len(rc.deliveries("/redirect"))
+		return ok >= 1 && a >= 2 && b >= 2 && rej >= 1 && red >= 1,
+			fmt.Sprintf("ok %d, flaky5xx %d, flaky429 %d, rejected %d, redirect %d", ok, a, b, rej, red)
 	})
 	secret, err := callback.Secret(t.Context(), w.db, w.tenant)
 	if err != nil {
@@ -189,8 +198,22 @@ func TestCallbacksAreSignedRetriedAndGivenUp(t *testing.T) {
 	if len(dead) != 1 || !strings.HasPrefix(dead[0], rabbit.ReasonExhausted) || !strings.Contains(dead[0], "inv-cb-down") {
 		t.Errorf("dead letters %q, want one exhausted callback of inv-cb-down", dead)
 	}
-	if n := len(rc.deliveries("/down")); n != 6 {
-		t.Errorf("the failing receiver got %d deliveries, want 1 + 5 retries", n)
+	down := rc.deliveries("/down")
+	if len(down) != 6 {
+		t.Errorf("the failing receiver got %d deliveries, want 1 + 5 retries", len(down))
+	}
+	// The broker holds each retry for its backoff step (a lower bound: a
+	// retry sooner than its step is a fault, a later one is the load).
+	for i := 1; i < len(down); i++ {
+		if gap, step := down[i].at.Sub(down[i-1].at), rabbit.DefaultRetry.Delay(i); gap < step {
+			t.Errorf("retry %d came %s after the try before, sooner than its backoff step %s", i, gap, step)
+		}
+	}
+	// By now (over 30 s later) a retry of these would have arrived.
+	for path, want := range map[string]int{"/rejected": 1, "/redirect": 1, "/target": 0} {
+		if n := len(rc.deliveries(path)); n != want {
+			t.Errorf("%s: %d deliveries, want %d (a 4xx is not retried, a redirect not followed)", path, n, want)
+		}
 	}
 }
 

@@ -298,7 +298,7 @@ func (q *QueueTriggers) start(parent context.Context, t *slessv1.Trigger, tenant
 		<-calls
 		return q.Exec.conclude(ctx, req, rec, attempt, retryable)
 	}
-	cons := &rabbit.Consumer{Client: broker, Queue: queue, Prefetch: 4 * concurrency, Handler: handle, Tracer: q.Exec.Tracer, Declare: true,
+	cons := &rabbit.Consumer{Client: broker, Queue: queue, Prefetch: QueuePrefetch(concurrency), Handler: handle, Tracer: q.Exec.Tracer, Declare: true,
 		OnConsume: func() { q.report(ctx, t, nil, metav1.ConditionTrue, "Consuming", "consuming queue "+spec.Queue) },
 		OnError: func(err error) {
 			if reason, ok := refusalReason(err); ok {
@@ -309,6 +309,10 @@ func (q *QueueTriggers) start(parent context.Context, t *slessv1.Trigger, tenant
 	go func() { wg.Wait(); close(c.done) }()
 	return c
 }
+
+// QueuePrefetch is how many unacked messages a queue trigger with
+// concurrency calls at once holds (see start).
+func QueuePrefetch(concurrency int) int { return 4 * max(concurrency, 1) }
 
 // requestFromDelivery turns a queue message into an invocation: the body
 // is the event body, the properties are headers.

@@ -10,7 +10,6 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
-	"slices"
 	"strconv"
 	"syscall"
 	"testing"
@@ -20,6 +19,13 @@ import (
 
 	slessv1 "github.com/kube5s/sless/pkg/apis/sless/v1alpha1"
 	"github.com/kube5s/sless/pkg/loadgen"
+)
+
+// Each side of the wrapper comparison gets 4 keep-alive connections for 2
+// s a run.
+const (
+	wrapperConns = 4
+	wrapperRun   = 2 * time.Second
 )
 
 var runtimesDir, _ = filepath.Abs(filepath.Join("..", "..", "..", "..", "runtimes"))
@@ -69,11 +75,7 @@ func spawn(b *testing.B, env []string, name string, args ...string) (url string,
 // A round with a failed request fails the benchmark; the ratio is printed
 // per round and as the median of the rounds.
 func BenchmarkRuntimeWrappers(b *testing.B) {
-	const (
-		rounds = 5
-		conns  = 4
-		run    = 2 * time.Second
-	)
+	const rounds = 5
 	for _, rt := range []struct {
 		name, interp, bare, wrapper, entry, workers string
 		budget                                      float64
@@ -88,8 +90,10 @@ func BenchmarkRuntimeWrappers(b *testing.B) {
 				wrapURL, stopWrap := spawn(b, []string{"SLESS_CODE_DIR=" + bench, "SLESS_ENTRYPOINT=" + rt.entry, "SLESS_HOST=127.0.0.1",
 					"SLESS_CONCURRENCY=8", "SLESS_WORKERS=" + rt.workers}, rt.interp, filepath.Join(runtimesDir, rt.wrapper))
 				var ratios []float64
-				for i := range rounds {
-					base, plat := abba(loadgen.Get(bareURL+"/"), loadgen.Get(wrapURL+"/"), conns, run)
+				errs := 0
+				for i := range loadgen.Rounds(rounds) {
+					r := loadgen.ABBA(i, measure(loadgen.Get(bareURL+"/")), measure(loadgen.Get(wrapURL+"/")))
+					base, plat := r[0], r[1]
 					ratio := plat.Throughput() / base.Throughput()
 					ratios = append(ratios, ratio)
 					fmt.Printf("runtime %-6s round %d  bare    %s\nruntime %-6s round %d  wrapper %s\nruntime %-6s round %d  ratio %.2f\n",
@@ -97,42 +101,24 @@ func BenchmarkRuntimeWrappers(b *testing.B) {
 					if base.Errors+plat.Errors > 0 {
 						b.Errorf("round %d: %d requests to the bare server and %d to the wrapper failed", i+1, base.Errors, plat.Errors)
 					}
+					errs += base.Errors + plat.Errors
 				}
 				stopBare()
 				stopWrap()
-				med := median(ratios)
-				b.ReportMetric(med, "x-bare-throughput")
-				fmt.Printf("runtime %-6s throughput ratio median %.2f of %d rounds %.2f, %s serving process(es) each (budget >= %.1f)\n",
-					rt.name, med, rounds, ratios, rt.workers, rt.budget)
+				fmt.Printf("runtime %-6s %s serving process(es) each\n", rt.name, rt.workers)
+				res, err := loadgen.Record(loadgen.Ratio{Name: "runtime " + rt.name + ": wrapper / bare server", Unit: "x", Rounds: ratios, Budget: rt.budget, Errors: errs})
+				if err != nil {
+					b.Error(err)
+				}
+				b.ReportMetric(res.Median, "x-bare-throughput")
 			}
 		})
 	}
 }
 
-// abba runs a, b, b, a for d each on conns connections and returns the sum
-// of each side's two runs.
-func abba(a, b loadgen.Target, conns int, d time.Duration) (ra, rb loadgen.Result) {
-	ctx := context.Background()
-	ra = loadgen.Run(ctx, a, conns, d)
-	rb = loadgen.Run(ctx, b, conns, d)
-	rb = merge(rb, loadgen.Run(ctx, b, conns, d))
-	ra = merge(ra, loadgen.Run(ctx, a, conns, d))
-	return ra, rb
-}
-
-func merge(x, y loadgen.Result) loadgen.Result {
-	lat := append(append([]time.Duration(nil), x.Latencies...), y.Latencies...)
-	slices.Sort(lat)
-	return loadgen.Result{Requests: x.Requests + y.Requests, Errors: x.Errors + y.Errors, Duration: x.Duration + y.Duration, Latencies: lat}
-}
-
-func median(v []float64) float64 {
-	s := slices.Clone(v)
-	slices.Sort(s)
-	if len(s)%2 == 1 {
-		return s[len(s)/2]
-	}
-	return (s[len(s)/2-1] + s[len(s)/2]) / 2
+// measure runs target for the benchmark's time on its connections.
+func measure(target loadgen.Target) func() loadgen.Result {
+	return func() loadgen.Result { return loadgen.Run(context.Background(), target, wrapperConns, wrapperRun) }
 }
 
 // BenchmarkColdStart compares the local driver (from Ensure to the first
@@ -148,25 +134,40 @@ func BenchmarkColdStart(b *testing.B) {
 	}{{"python", slessv1.RuntimePython311, "python3", "python3.11/runtime.py"}, {"node", slessv1.RuntimeNodeJS20, "node", "nodejs20/runtime.js"}} {
 		b.Run(rt.name, func(b *testing.B) {
 			for range b.N {
-				const rounds = 5
-				var bare, drv time.Duration
-				for i := range rounds {
+				// One start is one request; a round is bare, driver, driver,
+				// bare (or the reverse) and its ratio is over both starts
+				// of each side.
+				started := 0
+				bare := func() loadgen.Result {
 					t0 := time.Now()
 					_, stop := spawn(b, []string{"SLESS_CODE_DIR=" + bench, "SLESS_ENTRYPOINT=hello.handler", "SLESS_HOST=127.0.0.1"},
 						rt.interp, filepath.Join(runtimesDir, rt.wrapper))
-					bare += time.Since(t0)
+					d := time.Since(t0)
 					stop()
-
-					l := NewLocal(LocalCommands(rt.interp, "node", runtimesDir), nil, b.TempDir(), slog.New(slog.NewTextHandler(io.Discard, nil)))
-					fn := &slessv1.Function{ObjectMeta: metav1.ObjectMeta{Name: fmt.Sprintf("cold%d", i), Namespace: "sless-fn-bench"},
-						Spec: slessv1.FunctionSpec{Runtime: rt.runtime, Entrypoint: "hello.handler", TimeoutSec: 5, Concurrency: 4, MemoryMB: 256}}
-					drv += timeToFirst200(b, l, fn, bench)
-					l.Shutdown()
+					return loadgen.Result{Requests: 1, Duration: d}
 				}
-				ratio := float64(drv) / float64(bare)
-				b.ReportMetric(ratio, "x-bare-coldstart")
-				fmt.Printf("cold start %-6s bare spawn %6.0fms  local driver %6.0fms  ratio %.2f (budget <= 1.2)\n",
-					rt.name, float64(bare.Milliseconds())/rounds, float64(drv.Milliseconds())/rounds, ratio)
+				driver := func() loadgen.Result {
+					started++
+					l := NewLocal(LocalCommands(rt.interp, "node", runtimesDir), nil, b.TempDir(), slog.New(slog.NewTextHandler(io.Discard, nil)))
+					fn := &slessv1.Function{ObjectMeta: metav1.ObjectMeta{Name: fmt.Sprintf("cold%d", started), Namespace: "sless-fn-bench"},
+						Spec: slessv1.FunctionSpec{Runtime: rt.runtime, Entrypoint: "hello.handler", TimeoutSec: 5, Concurrency: 4, MemoryMB: 256}}
+					d := timeToFirst200(b, l, fn, bench)
+					l.Shutdown()
+					return loadgen.Result{Requests: 1, Duration: d}
+				}
+				var ratios []float64
+				for i := range loadgen.Rounds(3) {
+					r := loadgen.ABBA(i, bare, driver)
+					ratio := float64(r[1].Duration) / float64(r[0].Duration)
+					ratios = append(ratios, ratio)
+					fmt.Printf("cold start %-6s round %d  bare spawn %6.0fms  local driver %6.0fms  ratio %.2f\n",
+						rt.name, i+1, float64(r[0].Duration.Milliseconds())/2, float64(r[1].Duration.Milliseconds())/2, ratio)
+				}
+				res, err := loadgen.Record(loadgen.Ratio{Name: "cold start " + rt.name + ": driver / bare spawn", Unit: "x", Rounds: ratios, Budget: 1.2, AtMost: true})
+				if err != nil {
+					b.Error(err)
+				}
+				b.ReportMetric(res.Median, "x-bare-coldstart")
 			}
 		})
 	}
