@@ -3,7 +3,7 @@ SHELL := /usr/bin/env bash
 .SHELLFLAGS := -euo pipefail -c
 .DEFAULT_GOAL := help
 
-MODULES := pkg migrations runtimes services/gateway services/builder services/operator services/invoker services/scheduler hack/devcluster deploy/helm e2e
+MODULES := pkg migrations runtimes services/gateway services/builder services/operator services/invoker services/scheduler hack/devcluster deploy/helm e2e terraform
 SERVICES := gateway builder operator invoker scheduler
 GENERATED := pkg/apis/sless/v1alpha1/zz_generated.deepcopy.go pkg/apis/sless/crds/*.yaml deploy/helm/sless/files/crds/*.yaml
 DEPS_ENV = eval "$$(hack/deps.sh env)"
