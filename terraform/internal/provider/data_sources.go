@@ -48,8 +48,12 @@ func (d *functionDataSource) Metadata(_ context.Context, req datasource.Metadata
 }
 
 func (d *functionDataSource) Schema(_ context.Context, _ datasource.SchemaRequest, resp *datasource.SchemaResponse) {
-	c := func(desc string) schema.StringAttribute { return schema.StringAttribute{Computed: true, Description: desc} }
-	n := func(desc string) schema.Int64Attribute { return schema.Int64Attribute{Computed: true, Description: desc} }
+	c := func(desc string) schema.StringAttribute {
+		return schema.StringAttribute{Computed: true, Description: desc}
+	}
+	n := func(desc string) schema.Int64Attribute {
+		return schema.Int64Attribute{Computed: true, Description: desc}
+	}
 	resp.Schema = schema.Schema{
 		Description: "Reads a function and its status.",
 		Attributes: map[string]schema.Attribute{
