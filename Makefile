@@ -40,12 +40,15 @@ test-images: ## build the platform images (make images) and check each one pulle
 # pkg/ and the services' internal packages run under the race detector (the
 # concurrent code lives there); a service's main package, whose tests start
 # whole services and kill them, runs without it (see docs/decisions.md).
+# The Terraform provider's acceptance tests (TF_ACC=1) drive OpenTofu, which
+# hack/deps.sh builds, against a make dev platform of their own.
 test: deps verify test-runtimes ## start the real dependencies and run every test
 	@$(DEPS_ENV); for m in $(MODULES); do \
 		echo "== go test $$m"; \
 		case $$m in \
 		pkg) (cd $$m && go test -race -count=1 -timeout 25m ./...) || exit 1 ;; \
 		services/*) (cd $$m && go test -count=1 -timeout 25m . && go test -race -count=1 -timeout 25m ./internal/...) || exit 1 ;; \
+		terraform) (cd $$m && TF_ACC=1 go test -count=1 -timeout 40m ./...) || exit 1 ;; \
 		*) (cd $$m && go test -count=1 -timeout 25m ./...) || exit 1 ;; \
 		esac; \
 	done
