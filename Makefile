@@ -3,9 +3,10 @@ SHELL := /usr/bin/env bash
 .SHELLFLAGS := -euo pipefail -c
 .DEFAULT_GOAL := help
 
-MODULES := pkg migrations runtimes services/gateway services/builder services/operator services/invoker services/scheduler hack/devcluster deploy/helm e2e terraform
+MODULES := pkg migrations runtimes services/gateway services/builder services/operator services/invoker services/scheduler hack/devcluster deploy/helm cli e2e terraform
 SERVICES := gateway builder operator invoker scheduler
-GENERATED := pkg/apis/sless/v1alpha1/zz_generated.deepcopy.go pkg/apis/sless/crds/*.yaml deploy/helm/sless/files/crds/*.yaml
+GENERATED := pkg/apis/sless/v1alpha1/zz_generated.deepcopy.go pkg/apis/sless/crds/*.yaml deploy/helm/sless/files/crds/*.yaml \
+	pkg/client/openapi.yaml pkg/client/client.gen.go
 DEPS_ENV = eval "$$(hack/deps.sh env)"
 
 .PHONY: help
@@ -67,10 +68,14 @@ bench: deps ## run the benchmarks (platform vs bare baseline, printed as ratios)
 	done
 
 .PHONY: generate
-generate: ## regenerate deepcopy code and CRD manifests (also into the Helm chart)
+generate: ## regenerate deepcopy code, CRD manifests (also into the Helm chart), the OpenAPI document and the Go client
 	@cd pkg && go tool controller-gen object paths=./apis/sless/v1alpha1/... \
 		crd:crdVersions=v1 output:crd:artifacts:config=apis/sless/crds
 	@cp pkg/apis/sless/crds/*.yaml deploy/helm/sless/files/crds/
+	@# The gateway's own document, built in-process from its operations,
+	@# and the typed client generated from it (oapi-codegen, a go tool of pkg).
+	@cd services/gateway && go run ./cmd/openapi > ../../pkg/client/openapi.yaml.tmp && mv ../../pkg/client/openapi.yaml.tmp ../../pkg/client/openapi.yaml
+	@cd pkg/client && go tool oapi-codegen -config oapi-codegen.yaml openapi.yaml
 
 .PHONY: verify
 verify: fmt-check imports-check vet staticcheck ## fail when generated code is stale, code is unformatted or unlinted
@@ -88,7 +93,7 @@ fmt-check:
 # tools are pinned by the tool directives in pkg/go.mod (go tool, workspace-wide).
 # Generated code is left as its generator writes it (verify regenerates it).
 LOCAL := github.com/kube5s/sless
-GO_SOURCES = $$(git ls-files '*.go' ':!:**/zz_generated*')
+GO_SOURCES = $$(git ls-files '*.go' ':!:**/zz_generated*' ':!:**/*.gen.go')
 imports-check:
 	@out=$$(go tool goimports -local $(LOCAL) -l $(GO_SOURCES)); if [ -n "$$out" ]; then echo "goimports needed ('make imports'):"; echo "$$out"; exit 1; fi
 imports: ## regroup imports: standard library, third party, sless

@@ -44,6 +44,7 @@ for s in gateway builder operator invoker scheduler; do
 	(cd "services/$s" && go build -o "$ROOT/bin/$s" .) || die "building $s failed"
 done
 go build -o bin/devcluster ./hack/devcluster || die "building devcluster failed"
+(cd cli && go build -o "$ROOT/bin/sless" .) || die "building the sless CLI failed"
 
 # Everything below runs in this process group; Ctrl-C stops it all.
 PIDS=()
@@ -144,45 +145,27 @@ for port in $OPS $((OPS + 1)) $((OPS + 2)) $((OPS + 3)) $((OPS + 4)); do
 done
 say "all five services are ready"
 
-api() { # METHOD PATH TOKEN [BODY] [CONTENT-TYPE] -> body; fails on a 5xx
-	curl -sS -X "$1" "$GATEWAY$2" -H "Authorization: Bearer $3" ${4:+--data-binary "$4"} -H "Content-Type: ${5:-application/json}"
-}
+# The demo is seeded with the sless CLI, with contexts of its own (the
+# developer's ~/.config/sless is left alone).
+sless() { XDG_CONFIG_HOME="$STATE/cli" SLESS_URL="$GATEWAY" "$ROOT/bin/sless" "$@"; }
 
 # The demo tenant and its token (kept between runs).
-api POST /v1/tenants "$ADMIN" '{"name":"demo","display_name":"Demo tenant"}' >/dev/null
-if [ ! -f "$STATE/demo-token" ] || [ "$(curl -s -o /dev/null -w '%{http_code}' "$GATEWAY/v1/tenants/demo" -H "Authorization: Bearer $(cat "$STATE/demo-token")")" != 200 ]; then
-	api POST /v1/tenants/demo/tokens "$ADMIN" '{"name":"make-dev"}' | python3 -c 'import json,sys; print(json.load(sys.stdin)["token"])' >"$STATE/demo-token"
+SLESS_TOKEN=$ADMIN sless tenants create demo --display-name "Demo tenant" --exist-ok --wait 60s >/dev/null || die "the demo tenant did not become ready"
+if [ ! -f "$STATE/demo-token" ] || ! SLESS_TOKEN=$(cat "$STATE/demo-token") SLESS_TENANT=demo sless fn list >/dev/null 2>&1; then
+	(umask 077; SLESS_TOKEN=$ADMIN sless tokens create demo --name make-dev 2>/dev/null >"$STATE/demo-token") || die "cannot issue the demo token"
 fi
 TOKEN=$(cat "$STATE/demo-token")
-for ((i = 0; i < 100; i++)); do
-	[ "$(api GET /v1/tenants/demo "$ADMIN" | python3 -c 'import json,sys; print(json.load(sys.stdin).get("status",{}).get("phase",""))')" = Ready ] && break
-	sleep 0.1
+
+# The examples, each with its sless.yaml (settings and triggers), deployed
+# side by side; each deploy waits until its function is Ready or failed.
+say "deploying the examples (sless deploy; output in $STATE/logs/deploy-*.log)"
+DEPLOYS=()
+for ex in hello-node simple-node simple-python notes-python; do
+	SLESS_TOKEN=$TOKEN SLESS_TENANT=demo sless deploy "examples/$ex" --env "NOTES_DB=$STATE/notes.db" >"$STATE/logs/deploy-$ex.log" 2>&1 &
+	DEPLOYS+=("$ex:$!")
 done
-
-# The examples: a function each, with their source, and triggers.
-deploy() { # NAME DIR RUNTIME ENTRYPOINT
-	local zip="$STATE/$1.zip"
-	(cd "$2" && python3 -m zipfile -c "$zip" $(ls | grep -v -e README.md -e example.json))
-	api PUT "/v1/tenants/demo/functions/$1" "$TOKEN" "{\"runtime\":\"$3\",\"entrypoint\":\"$4\",\"memory_mb\":128,\"cpu_millis\":100,\"timeout_sec\":10,\"concurrency\":4,\"min_replicas\":1,\"max_replicas\":1,\"env_vars\":{\"NOTES_DB\":\"$STATE/notes.db\"}}" >/dev/null
-	api PUT "/v1/tenants/demo/functions/$1/source" "$TOKEN" "@$zip" application/zip >/dev/null
-}
-deploy hello-node examples/hello-node nodejs20 index.handler
-deploy simple-node examples/simple-node nodejs20 index.handler
-deploy simple-python examples/simple-python python3.11 main.handler
-deploy notes-python examples/notes-python python3.11 notes.handler
-api PUT /v1/tenants/demo/triggers/hello "$TOKEN" '{"function":"hello-node","type":"http","http":{"path":"/hello","auth":"none"}}' >/dev/null
-api PUT /v1/tenants/demo/triggers/notes "$TOKEN" '{"function":"notes-python","type":"http","http":{"path":"/api","auth":"token"}}' >/dev/null
-api PUT /v1/tenants/demo/triggers/every-minute "$TOKEN" '{"function":"simple-python","type":"cron","cron":{"schedule":"@every 1m","payload":{"from":"cron"}}}' >/dev/null
-api PUT /v1/tenants/demo/triggers/numbers "$TOKEN" '{"function":"simple-node","type":"queue","queue":{"queue":"demo-numbers","concurrency":2,"max_retries":2}}' >/dev/null
-
-say "waiting for the examples to build and start"
-for f in hello-node simple-node simple-python notes-python; do
-	for ((i = 0; i < 1200; i++)); do
-		phase=$(api GET "/v1/tenants/demo/functions/$f" "$TOKEN" | python3 -c 'import json,sys; d=json.load(sys.stdin); print(d.get("status",{}).get("phase",""))')
-		[ "$phase" = Ready ] || [ "$phase" = Failed ] && break
-		sleep 0.25
-	done
-	say "  $f: $phase"
+for d in "${DEPLOYS[@]}"; do
+	if wait "${d#*:}"; then say "  ${d%%:*}: Ready"; else say "  ${d%%:*}: FAILED (see $STATE/logs/deploy-${d%%:*}.log)"; fi
 done
 
 (umask 077; printf '{"gateway":"%s","admin_token":"%s","demo_token":"%s","state":"%s"}\n' "$GATEWAY" "$ADMIN" "$TOKEN" "$STATE" >"$READY.tmp")
@@ -200,14 +183,17 @@ cat <<EOT
   kubectl      KUBECONFIG=$STATE/kubeconfig
   ready file   $READY
 
-  Try:
-    export SLESS_TOKEN=$TOKEN
+  Try the CLI (bin/sless; these variables select the demo tenant):
+    export XDG_CONFIG_HOME=$STATE/cli SLESS_URL=$GATEWAY SLESS_TENANT=demo SLESS_TOKEN=$TOKEN
+    bin/sless fn list
+    bin/sless invoke simple-node -d '{"numbers":[1,2,3]}'
+    bin/sless invoke simple-python --async -d 'async'
+    bin/sless invocations list --limit 5
+    bin/sless logs simple-python -f
+    bin/sless trace INVOCATION_ID          (spans from the Jaeger query API)
+  or curl:
     curl -s $GATEWAY/fn/demo/hello?name=you
-    curl -s -X POST $GATEWAY/v1/tenants/demo/functions/simple-node/invoke -H "Authorization: Bearer \$SLESS_TOKEN" -H 'Content-Type: application/json' -d '{"numbers":[1,2,3]}'
     curl -s -X POST $GATEWAY/fn/demo/api/notes -H "Authorization: Bearer \$SLESS_TOKEN" -H 'Content-Type: application/json' -d '{"text":"buy milk"}'
-    curl -s -X POST $GATEWAY/v1/tenants/demo/functions/simple-python/invoke?text=async -H "Authorization: Bearer \$SLESS_TOKEN" -H 'Prefer: respond-async'
-    curl -s "$GATEWAY/v1/tenants/demo/invocations?limit=5" -H "Authorization: Bearer \$SLESS_TOKEN"
-    curl -s $GATEWAY/v1/tenants/demo/functions/hello-node/builds -H "Authorization: Bearer \$SLESS_TOKEN"
 
   The queue trigger "numbers" consumes demo-numbers on the platform broker;
   the cron trigger "every-minute" calls simple-python every minute.

@@ -3,24 +3,26 @@ package api
 import (
 	"context"
 
-	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/client-go/util/retry"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	slessv1 "github.com/kube5s/sless/pkg/apis/sless/v1alpha1"
 )
 
-var jobKind = kind[Job, *slessv1.FunctionJob, *slessv1.FunctionJobList]{
-	name: "job", plural: "jobs",
-	newObj: func() *slessv1.FunctionJob { return &slessv1.FunctionJob{} }, newList: func() *slessv1.FunctionJobList { return &slessv1.FunctionJobList{} },
-	items: func(l *slessv1.FunctionJobList) []*slessv1.FunctionJob {
-		out := make([]*slessv1.FunctionJob, len(l.Items))
-		for i := range l.Items {
-			out[i] = &l.Items[i]
-		}
-		return out
+var jobKind = specKind[Job, JobSpec, *slessv1.FunctionJob, *slessv1.FunctionJobList]{
+	kind: kind[Job, *slessv1.FunctionJob, *slessv1.FunctionJobList]{
+		name: "job", plural: "jobs",
+		newObj: func() *slessv1.FunctionJob { return &slessv1.FunctionJob{} }, newList: func() *slessv1.FunctionJobList { return &slessv1.FunctionJobList{} },
+		items: func(l *slessv1.FunctionJobList) []*slessv1.FunctionJob {
+			out := make([]*slessv1.FunctionJob, len(l.Items))
+			for i := range l.Items {
+				out[i] = &l.Items[i]
+			}
+			return out
+		},
+		toREST: func(j *slessv1.FunctionJob) Job { return jobREST(j) },
 	},
-	toREST: func(j *slessv1.FunctionJob) Job { return jobREST(j) },
+	apply: func(j *slessv1.FunctionJob, spec *JobSpec) { j.Spec = jobSpecCR(spec) },
 }
 
 // RunOut answers a new run.
@@ -43,68 +45,19 @@ func (s *Server) registerJobs() {
 			TenantPath
 			Body JobInput
 		}) (*One[Job], error) {
-			if err := s.requireTenant(ctx, in.Tenant); err != nil {
-				return nil, err
-			}
-			ns, err := s.namespace(ctx, in.Tenant)
-			if err != nil {
-				return nil, err
-			}
-			j := &slessv1.FunctionJob{ObjectMeta: metav1.ObjectMeta{Name: in.Body.Name, Namespace: ns}, Spec: jobSpecCR(&in.Body.JobSpec)}
-			return jobKind.create(ctx, s, in.Tenant, j)
+			return jobKind.post(ctx, s, in.Tenant, in.Body.Name, &in.Body.JobSpec)
 		})
 	register(s, s.route("get-job"),
 		func(ctx context.Context, in *NamedPath) (*One[Job], error) { return jobKind.get(ctx, s, in) })
 	register(s, s.route("replace-job"),
 		func(ctx context.Context, in *struct {
 			NamedPath
-			Body JobSpec
+			Body JobReplacement
 		}) (*One[Job], error) {
-			if err := s.requireTenant(ctx, in.Tenant); err != nil {
-				return nil, err
-			}
-			ns, err := s.namespace(ctx, in.Tenant)
-			if err != nil {
-				return nil, err
-			}
-			var j slessv1.FunctionJob
-			err = s.Kube.Get(ctx, client.ObjectKey{Namespace: ns, Name: in.Name}, &j)
-			if client.IgnoreNotFound(err) != nil {
-				return nil, fromKube(ctx, "job "+in.Name, err)
-			}
-			if err != nil {
-				j = slessv1.FunctionJob{ObjectMeta: metav1.ObjectMeta{Name: in.Name, Namespace: ns}, Spec: jobSpecCR(&in.Body)}
-				return jobKind.create(ctx, s, in.Tenant, &j)
-			}
-			j.Spec = jobSpecCR(&in.Body)
-			if err := s.Kube.Update(ctx, &j); err != nil {
-				return nil, fromKube(ctx, "job "+in.Name, err)
-			}
-			return &One[Job]{Status: 200, Body: jobREST(&j)}, nil
+			return jobKind.put(ctx, s, &in.NamedPath, &in.Body)
 		})
 	register(s, s.route("patch-job"),
-		func(ctx context.Context, in *PatchIn) (*One[Job], error) {
-			if err := s.requireTenant(ctx, in.Tenant); err != nil {
-				return nil, err
-			}
-			ns, err := s.namespace(ctx, in.Tenant)
-			if err != nil {
-				return nil, err
-			}
-			var j slessv1.FunctionJob
-			if err := s.Kube.Get(ctx, client.ObjectKey{Namespace: ns, Name: in.Name}, &j); err != nil {
-				return nil, fromKube(ctx, "job "+in.Name, err)
-			}
-			var spec JobSpec
-			if err := mergePatch(ctx, jobREST(&j), in, &spec); err != nil {
-				return nil, err
-			}
-			j.Spec = jobSpecCR(&spec)
-			if err := s.Kube.Update(ctx, &j); err != nil {
-				return nil, fromKube(ctx, "job "+in.Name, err)
-			}
-			return &One[Job]{Status: 200, Body: jobREST(&j)}, nil
-		})
+		func(ctx context.Context, in *PatchIn) (*One[Job], error) { return jobKind.patch(ctx, s, in) })
 	register(s, s.route("delete-job"),
 		func(ctx context.Context, in *NamedPath) (*Accepted, error) { return jobKind.delete(ctx, s, in) })
 	register(s, s.route("run-job"),

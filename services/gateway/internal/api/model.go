@@ -146,6 +146,20 @@ type Function struct {
 	CreatedAt time.Time       `json:"created_at"`
 }
 
+// FunctionReplacement is the body of a PUT: a function as GET returns it.
+// name may be left out and must otherwise be the path's; source, status and
+// created_at are read-only and ignored (status changes between a client's
+// GET and its PUT; the source changes only by upload).
+type FunctionReplacement struct {
+	Name string `json:"name,omitempty" maxLength:"63" doc:"optional; must be the name in the path"`
+	FunctionSpec
+	Source    *FunctionSource `json:"source,omitempty" readOnly:"true" doc:"read-only, ignored: the source changes by upload"`
+	Status    *FunctionStatus `json:"status,omitempty" readOnly:"true" doc:"read-only, ignored"`
+	CreatedAt *time.Time      `json:"created_at,omitempty" readOnly:"true" doc:"read-only, ignored"`
+}
+
+func (r *FunctionReplacement) replacement() (string, *FunctionSpec) { return r.Name, &r.FunctionSpec }
+
 // FunctionSource is the uploaded archive.
 type FunctionSource struct {
 	SHA256 string `json:"sha256"`
@@ -305,6 +319,18 @@ type Trigger struct {
 	CreatedAt time.Time     `json:"created_at"`
 }
 
+// TriggerReplacement is the body of a PUT: a trigger as GET returns it;
+// name may be left out and must otherwise be the path's, status and
+// created_at are read-only and ignored.
+type TriggerReplacement struct {
+	Name string `json:"name,omitempty" maxLength:"63" doc:"optional; must be the name in the path"`
+	TriggerSpec
+	Status    *TriggerStatus `json:"status,omitempty" readOnly:"true" doc:"read-only, ignored"`
+	CreatedAt *time.Time     `json:"created_at,omitempty" readOnly:"true" doc:"read-only, ignored"`
+}
+
+func (r *TriggerReplacement) replacement() (string, *TriggerSpec) { return r.Name, &r.TriggerSpec }
+
 // TriggerStatus is read-only.
 type TriggerStatus struct {
 	Phase        string      `json:"phase,omitempty"`
@@ -400,6 +426,18 @@ type Job struct {
 	Status    JobStatus `json:"status"`
 	CreatedAt time.Time `json:"created_at"`
 }
+
+// JobReplacement is the body of a PUT: a job as GET returns it; name may
+// be left out and must otherwise be the path's, status and created_at are
+// read-only and ignored.
+type JobReplacement struct {
+	Name string `json:"name,omitempty" maxLength:"63" doc:"optional; must be the name in the path"`
+	JobSpec
+	Status    *JobStatus `json:"status,omitempty" readOnly:"true" doc:"read-only, ignored"`
+	CreatedAt *time.Time `json:"created_at,omitempty" readOnly:"true" doc:"read-only, ignored"`
+}
+
+func (r *JobReplacement) replacement() (string, *JobSpec) { return r.Name, &r.JobSpec }
 
 // JobStatus is read-only.
 type JobStatus struct {

@@ -155,6 +155,118 @@ func (k kind[T, O, L]) delete(ctx context.Context, s *Server, in *NamedPath) (*A
 	return out, nil
 }
 
+// specKind is a kind whose spec a tenant writes (functions, triggers,
+// jobs): create, replace and merge patch are one path for all of them.
+type specKind[T, S any, O client.Object, L client.ObjectList] struct {
+	kind[T, O, L]
+	apply func(O, *S)                     // writes a REST spec onto the resource's spec
+	check func(context.Context, *S) error // what the schema cannot say; nil: nothing
+	// complete refuses a PUT that lacks fields a full replacement needs;
+	// nil: the schema's required fields are enough.
+	complete func(context.Context, *S) error
+}
+
+// Replacement is the body of a PUT: the object as GET returns it. The
+// read-only fields are accepted so that a client can send back what it
+// read; they are ignored, and a name must be the path's.
+type Replacement[S any] interface {
+	replacement() (name string, spec *S)
+}
+
+// post creates the object (409 if it exists).
+func (k specKind[T, S, O, L]) post(ctx context.Context, s *Server, tenant, name string, spec *S) (*One[T], error) {
+	if err := s.requireTenant(ctx, tenant); err != nil {
+		return nil, err
+	}
+	ns, err := s.namespace(ctx, tenant)
+	if err != nil {
+		return nil, err
+	}
+	if err := k.validate(ctx, spec); err != nil {
+		return nil, err
+	}
+	o := k.newObj()
+	o.SetNamespace(ns)
+	o.SetName(name)
+	k.apply(o, spec)
+	return k.create(ctx, s, tenant, o)
+}
+
+// put creates the object or replaces its spec.
+func (k specKind[T, S, O, L]) put(ctx context.Context, s *Server, in *NamedPath, body Replacement[S]) (*One[T], error) {
+	name, spec := body.replacement()
+	if k.complete != nil {
+		if err := k.complete(ctx, spec); err != nil {
+			return nil, err
+		}
+	}
+	if err := s.requireTenant(ctx, in.Tenant); err != nil {
+		return nil, err
+	}
+	if name != "" && name != in.Name {
+		msg := fmt.Sprintf("must be the name in the path (%s); a PUT cannot rename a %s", in.Name, k.name)
+		return nil, withID(ctx, problem(422, "", "body.name %q %s", name, msg).field("body.name", msg))
+	}
+	ns, err := s.namespace(ctx, in.Tenant)
+	if err != nil {
+		return nil, err
+	}
+	if err := k.validate(ctx, spec); err != nil {
+		return nil, err
+	}
+	o := k.newObj()
+	err = s.Kube.Get(ctx, client.ObjectKey{Namespace: ns, Name: in.Name}, o)
+	if client.IgnoreNotFound(err) != nil {
+		return nil, fromKube(ctx, k.name+" "+in.Name, err)
+	}
+	if err != nil { // not found: create
+		o = k.newObj()
+		o.SetNamespace(ns)
+		o.SetName(in.Name)
+		k.apply(o, spec)
+		return k.create(ctx, s, in.Tenant, o)
+	}
+	return k.update(ctx, s, o, spec)
+}
+
+// patch applies a JSON merge patch to the REST representation.
+func (k specKind[T, S, O, L]) patch(ctx context.Context, s *Server, in *PatchIn) (*One[T], error) {
+	if err := s.requireTenant(ctx, in.Tenant); err != nil {
+		return nil, err
+	}
+	ns, err := s.namespace(ctx, in.Tenant)
+	if err != nil {
+		return nil, err
+	}
+	o := k.newObj()
+	if err := s.Kube.Get(ctx, client.ObjectKey{Namespace: ns, Name: in.Name}, o); err != nil {
+		return nil, fromKube(ctx, k.name+" "+in.Name, err)
+	}
+	var spec S
+	if err := mergePatch(ctx, k.toREST(o), in, &spec); err != nil {
+		return nil, err
+	}
+	if err := k.validate(ctx, &spec); err != nil {
+		return nil, err
+	}
+	return k.update(ctx, s, o, &spec)
+}
+
+func (k specKind[T, S, O, L]) validate(ctx context.Context, spec *S) error {
+	if k.check == nil {
+		return nil
+	}
+	return k.check(ctx, spec)
+}
+
+func (k specKind[T, S, O, L]) update(ctx context.Context, s *Server, o O, spec *S) (*One[T], error) {
+	k.apply(o, spec)
+	if err := s.Kube.Update(ctx, o); err != nil {
+		return nil, fromKube(ctx, k.name+" "+o.GetName(), err)
+	}
+	return &One[T]{Status: 200, Body: k.toREST(o)}, nil
+}
+
 // mergePatch applies a JSON merge patch to the current REST representation
 // of an object and decodes the result into spec, refusing unknown and
 // read-only fields.

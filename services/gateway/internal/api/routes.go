@@ -28,7 +28,8 @@ func (s *Server) routeTable() []huma.Operation {
 		// functions.go
 		{OperationID: "list-functions", Method: http.MethodGet, Path: "/v1/tenants/{t}/functions", Tags: []string{"functions"}, Summary: "List functions"},
 		{OperationID: "create-function", Method: http.MethodPost, Path: "/v1/tenants/{t}/functions", Tags: []string{"functions"}, Summary: "Create a function (409 if it exists)", DefaultStatus: http.StatusCreated, MaxBodyBytes: 256 << 10},
-		{OperationID: "get-function", Method: http.MethodGet, Path: "/v1/tenants/{t}/functions/{name}", Tags: []string{"functions"}, Summary: "Read a function"},
+		{OperationID: "get-function", Method: http.MethodGet, Path: "/v1/tenants/{t}/functions/{name}", Tags: []string{"functions"}, Summary: "Read a function; with wait=ready, once it is Ready or Failed (or at the timeout)",
+			Description: "With wait=ready the answer comes when the function is Ready for its current spec and source, or Failed, or when the timeout ends (default 60s, at most 5m); the X-Sless-Wait header says which (ready, failed, timeout) and the body is the function at that moment. The wait is a watch, not a poll; it ends when the client goes away."},
 		{OperationID: "replace-function", Method: http.MethodPut, Path: "/v1/tenants/{t}/functions/{name}", Tags: []string{"functions"}, Summary: "Create or fully replace a function; every field is required", MaxBodyBytes: 256 << 10},
 		{OperationID: "patch-function", Method: http.MethodPatch, Path: "/v1/tenants/{t}/functions/{name}", Tags: []string{"functions"}, Summary: "Change some fields with a JSON merge patch (RFC 7396)", MaxBodyBytes: 256 << 10},
 		{OperationID: "delete-function", Method: http.MethodDelete, Path: "/v1/tenants/{t}/functions/{name}", Tags: []string{"functions"}, Summary: "Delete a function; it disappears when its cleanup is done", DefaultStatus: http.StatusAccepted},

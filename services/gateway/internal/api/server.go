@@ -10,6 +10,7 @@ import (
 	"context"
 	"crypto/rand"
 	"encoding/hex"
+	"fmt"
 	"log/slog"
 	"net"
 	"net/http"
@@ -87,6 +88,8 @@ type Server struct {
 	metrics   *record.Metrics
 	forwarder *proxy.Forwarder
 	sql       *store.Store
+	fnWatch   *functionWatch
+	streams   *prometheus.GaugeVec   // waits and log follows in flight
 	routes    map[string]*routeEntry // the route table, by operation id
 	prop      propagation.TextMapPropagator
 	router    chi.Router
@@ -107,7 +110,19 @@ func New(d Deps) *Server {
 	s.forwarder = &proxy.Forwarder{Transport: s.Transport, Tracer: d.Tracer, Prop: s.prop, Recorder: d.Recorder, Metrics: s.metrics,
 		Log: d.Log, MaxResponseBytes: d.Config.MaxResponseBytes, MaxInlineResult: d.Config.MaxInlineResult}
 
+	w, err := watchFunctions(d.Cache)
+	if err != nil {
+		panic(fmt.Sprintf("watch functions: %v", err)) // the cache was built with a Function informer; a programming error
+	}
+	s.fnWatch = w
+	s.streams = prometheus.NewGaugeVec(prometheus.GaugeOpts{Name: "sless_gateway_long_requests",
+		Help: "Requests that wait or stream in flight: kind wait (a function's wait=ready) or logs (a followed log)."}, []string{"kind"})
+	if d.Registry != nil {
+		d.Registry.MustRegister(s.streams)
+	}
+
 	r := chi.NewRouter()
+	r.Use(noReadDeadline)
 	r.Use(s.requestID)
 	r.Use(telemetry.Middleware(d.Tracer, s.prop, telemetry.NewHTTPMetrics(d.Registry, "gateway"), routePattern))
 	// Liveness only: /readyz (which names the failing dependency), /metrics

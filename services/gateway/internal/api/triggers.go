@@ -3,24 +3,25 @@ package api
 import (
 	"context"
 
-	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
-	"sigs.k8s.io/controller-runtime/pkg/client"
-
 	slessv1 "github.com/kube5s/sless/pkg/apis/sless/v1alpha1"
 	"github.com/kube5s/sless/pkg/cronsched"
 )
 
-var triggerKind = kind[Trigger, *slessv1.Trigger, *slessv1.TriggerList]{
-	name: "trigger", plural: "triggers",
-	newObj: func() *slessv1.Trigger { return &slessv1.Trigger{} }, newList: func() *slessv1.TriggerList { return &slessv1.TriggerList{} },
-	items: func(l *slessv1.TriggerList) []*slessv1.Trigger {
-		out := make([]*slessv1.Trigger, len(l.Items))
-		for i := range l.Items {
-			out[i] = &l.Items[i]
-		}
-		return out
+var triggerKind = specKind[Trigger, TriggerSpec, *slessv1.Trigger, *slessv1.TriggerList]{
+	kind: kind[Trigger, *slessv1.Trigger, *slessv1.TriggerList]{
+		name: "trigger", plural: "triggers",
+		newObj: func() *slessv1.Trigger { return &slessv1.Trigger{} }, newList: func() *slessv1.TriggerList { return &slessv1.TriggerList{} },
+		items: func(l *slessv1.TriggerList) []*slessv1.Trigger {
+			out := make([]*slessv1.Trigger, len(l.Items))
+			for i := range l.Items {
+				out[i] = &l.Items[i]
+			}
+			return out
+		},
+		toREST: func(t *slessv1.Trigger) Trigger { return triggerREST(t) },
 	},
-	toREST: func(t *slessv1.Trigger) Trigger { return triggerREST(t) },
+	apply: func(t *slessv1.Trigger, spec *TriggerSpec) { t.Spec = triggerSpecCR(spec) },
+	check: checkTrigger,
 }
 
 // checkTrigger validates what the schema cannot: the cron expression and
@@ -58,81 +59,19 @@ func (s *Server) registerTriggers() {
 			TenantPath
 			Body TriggerInput
 		}) (*One[Trigger], error) {
-			if err := s.requireTenant(ctx, in.Tenant); err != nil {
-				return nil, err
-			}
-			ns, err := s.namespace(ctx, in.Tenant)
-			if err != nil {
-				return nil, err
-			}
-			if err := checkTrigger(ctx, &in.Body.TriggerSpec); err != nil {
-				return nil, err
-			}
-			t := &slessv1.Trigger{ObjectMeta: metav1.ObjectMeta{Name: in.Body.Name, Namespace: ns}, Spec: triggerSpecCR(&in.Body.TriggerSpec)}
-			return triggerKind.create(ctx, s, in.Tenant, t)
+			return triggerKind.post(ctx, s, in.Tenant, in.Body.Name, &in.Body.TriggerSpec)
 		})
 	register(s, s.route("get-trigger"),
 		func(ctx context.Context, in *NamedPath) (*One[Trigger], error) { return triggerKind.get(ctx, s, in) })
 	register(s, s.route("replace-trigger"),
 		func(ctx context.Context, in *struct {
 			NamedPath
-			Body TriggerSpec
+			Body TriggerReplacement
 		}) (*One[Trigger], error) {
-			return s.putTrigger(ctx, &in.NamedPath, &in.Body)
+			return triggerKind.put(ctx, s, &in.NamedPath, &in.Body)
 		})
 	register(s, s.route("patch-trigger"),
-		func(ctx context.Context, in *PatchIn) (*One[Trigger], error) {
-			if err := s.requireTenant(ctx, in.Tenant); err != nil {
-				return nil, err
-			}
-			ns, err := s.namespace(ctx, in.Tenant)
-			if err != nil {
-				return nil, err
-			}
-			var t slessv1.Trigger
-			if err := s.Kube.Get(ctx, client.ObjectKey{Namespace: ns, Name: in.Name}, &t); err != nil {
-				return nil, fromKube(ctx, "trigger "+in.Name, err)
-			}
-			var spec TriggerSpec
-			if err := mergePatch(ctx, triggerREST(&t), in, &spec); err != nil {
-				return nil, err
-			}
-			if err := checkTrigger(ctx, &spec); err != nil {
-				return nil, err
-			}
-			t.Spec = triggerSpecCR(&spec)
-			if err := s.Kube.Update(ctx, &t); err != nil {
-				return nil, fromKube(ctx, "trigger "+in.Name, err)
-			}
-			return &One[Trigger]{Status: 200, Body: triggerREST(&t)}, nil
-		})
+		func(ctx context.Context, in *PatchIn) (*One[Trigger], error) { return triggerKind.patch(ctx, s, in) })
 	register(s, s.route("delete-trigger"),
 		func(ctx context.Context, in *NamedPath) (*Accepted, error) { return triggerKind.delete(ctx, s, in) })
-}
-
-func (s *Server) putTrigger(ctx context.Context, in *NamedPath, spec *TriggerSpec) (*One[Trigger], error) {
-	if err := s.requireTenant(ctx, in.Tenant); err != nil {
-		return nil, err
-	}
-	ns, err := s.namespace(ctx, in.Tenant)
-	if err != nil {
-		return nil, err
-	}
-	if err := checkTrigger(ctx, spec); err != nil {
-		return nil, err
-	}
-	var t slessv1.Trigger
-	err = s.Kube.Get(ctx, client.ObjectKey{Namespace: ns, Name: in.Name}, &t)
-	if client.IgnoreNotFound(err) != nil {
-		return nil, fromKube(ctx, "trigger "+in.Name, err)
-	}
-	if err != nil {
-		t = slessv1.Trigger{ObjectMeta: metav1.ObjectMeta{Name: in.Name, Namespace: ns}, Spec: triggerSpecCR(spec)}
-		return triggerKind.create(ctx, s, in.Tenant, &t)
-	}
-	t.Spec = triggerSpecCR(spec)
-	if err := s.Kube.Update(ctx, &t); err != nil {
-		return nil, fromKube(ctx, "trigger "+in.Name, err)
-	}
-	return &One[Trigger]{Status: 200, Body: triggerREST(&t)}, nil
 }
