@@ -4,13 +4,13 @@ import (
 	"bytes"
 	"context"
 	"encoding/json"
-	"errors"
 	"fmt"
 	"io"
 	"net/http"
-	"net/url"
-	"strings"
+	"reflect"
 	"time"
+
+	slessclient "github.com/kube5s/sless/pkg/client"
 )
 
 // The REST objects the provider reads and writes, as the gateway's API
@@ -166,237 +166,234 @@ type apiToken struct {
 	Token  string `json:"token"`
 }
 
-// apiError is a response the gateway refused: its status and the problem's
-// detail (RFC 9457).
-type apiError struct {
-	Status int
-	Title  string
-	Detail string
-	Errors []struct {
-		Location string `json:"location"`
-		Message  string `json:"message"`
-	}
-}
-
-func (e *apiError) Error() string {
-	msg := fmt.Sprintf("%d %s", e.Status, e.Title)
-	if e.Detail != "" {
-		msg += ": " + e.Detail
-	}
-	for _, fe := range e.Errors {
-		msg += fmt.Sprintf("; %s: %s", fe.Location, fe.Message)
-	}
-	return msg
-}
-
-func isNotFound(err error) bool {
-	var ae *apiError
-	return errors.As(err, &ae) && ae.Status == http.StatusNotFound
-}
-
-// client talks to the gateway with one token.
+// client calls the gateway through the typed client generated from its
+// OpenAPI document (pkg/client). Answers are decoded into the provider's
+// own views above, which carry only what the provider reads.
 type client struct {
-	base  string
-	token string
-	http  *http.Client
+	api *slessclient.ClientWithResponses
 }
 
-func (c *client) do(ctx context.Context, method, path, contentType string, body io.Reader, out any) error {
-	req, err := http.NewRequestWithContext(ctx, method, c.base+path, body)
+func newClient(url, token, version string) (*client, error) {
+	c, err := slessclient.New(url, token, "terraform-provider-sless/"+version,
+		slessclient.WithHTTPClient(&http.Client{Timeout: 6 * time.Minute})) // the longest wait=ready is 5m
 	if err != nil {
-		return err
+		return nil, err
 	}
-	if c.token != "" {
-		req.Header.Set("Authorization", "Bearer "+c.token)
-	}
-	if contentType != "" {
-		req.Header.Set("Content-Type", contentType)
-	}
-	req.Header.Set("Accept", "application/json, application/problem+json")
-	resp, err := c.http.Do(req)
+	return &client{api: c}, nil
+}
+
+func isNotFound(err error) bool { return slessclient.IsNotFound(err) }
+
+// answer is what every generated response has.
+type answer interface {
+	StatusCode() int
+}
+
+// call checks a generated call (its transport error, or the problem the
+// API answered) and decodes the answer's body into out.
+func call[R interface {
+	*T
+	answer
+}, T any](what string, r R, err error, out any) error {
+	r, err = slessclient.Do(r, err)
 	if err != nil {
-		return fmt.Errorf("%s %s: %w", method, path, err)
-	}
-	defer resp.Body.Close()
-	raw, err := io.ReadAll(io.LimitReader(resp.Body, 8<<20))
-	if err != nil {
-		return fmt.Errorf("%s %s: %w", method, path, err)
-	}
-	if resp.StatusCode >= 300 {
-		ae := &apiError{Status: resp.StatusCode, Title: http.StatusText(resp.StatusCode)}
-		var p struct {
-			Title  string `json:"title"`
-			Detail string `json:"detail"`
-			Errors []struct {
-				Location string `json:"location"`
-				Message  string `json:"message"`
-			} `json:"errors"`
-		}
-		if json.Unmarshal(raw, &p) == nil {
-			if p.Title != "" {
-				ae.Title = p.Title
-			}
-			ae.Detail, ae.Errors = p.Detail, p.Errors
-		} else {
-			ae.Detail = strings.TrimSpace(string(raw))
-		}
-		return fmt.Errorf("%s %s: %w", method, path, ae)
+		return fmt.Errorf("%s: %w", what, err)
 	}
 	if out == nil {
 		return nil
 	}
+	body := reflect.ValueOf(r).Elem().FieldByName("Body").Bytes()
 	if s, ok := out.(*string); ok {
-		*s = string(raw)
+		*s = string(body)
 		return nil
 	}
-	if err := json.Unmarshal(raw, out); err != nil {
-		return fmt.Errorf("%s %s: decode the answer: %w", method, path, err)
+	if err := json.Unmarshal(body, out); err != nil {
+		return fmt.Errorf("%s: decode the answer: %w", what, err)
 	}
 	return nil
 }
 
-func (c *client) json(ctx context.Context, method, path string, in, out any) error {
-	var body io.Reader
-	ct := ""
-	if in != nil {
-		b, err := json.Marshal(in)
-		if err != nil {
-			return err
-		}
-		body, ct = bytes.NewReader(b), "application/json"
-	}
-	return c.do(ctx, method, path, ct, body, out)
-}
+const jsonType = "application/json"
 
-func tenantPath(tenant string, parts ...string) string {
-	p := "/v1/tenants/" + url.PathEscape(tenant)
-	for _, s := range parts {
-		p += "/" + url.PathEscape(s)
-	}
-	return p
+func body(v any) (io.Reader, error) {
+	b, err := json.Marshal(v)
+	return bytes.NewReader(b), err
 }
 
 // ---------------------------------------------------------------- calls
 
 func (c *client) getFunction(ctx context.Context, tenant, name string) (*apiFunction, error) {
 	var f apiFunction
-	return &f, c.json(ctx, http.MethodGet, tenantPath(tenant, "functions", name), nil, &f)
+	r, err := c.api.GetFunctionWithResponse(ctx, tenant, name, &slessclient.GetFunctionParams{})
+	return &f, call("read function "+tenant+"/"+name, r, err, &f)
+}
+
+// waitFunction answers once the function is Ready or Failed for its
+// current spec and source, or after wait (the gateway's wait=ready watch).
+func (c *client) waitFunction(ctx context.Context, tenant, name string, wait time.Duration) (*apiFunction, error) {
+	var f apiFunction
+	ready, timeout := slessclient.GetFunctionParamsWaitReady, wait.String()
+	r, err := c.api.GetFunctionWithResponse(ctx, tenant, name, &slessclient.GetFunctionParams{Wait: &ready, Timeout: &timeout})
+	return &f, call("wait for function "+tenant+"/"+name, r, err, &f)
 }
 
 func (c *client) createFunction(ctx context.Context, tenant, name string, spec functionSpec) (*apiFunction, error) {
-	in := struct {
+	b, err := body(struct {
 		Name string `json:"name"`
 		functionSpec
-	}{name, spec}
-	var f apiFunction
-	return &f, c.json(ctx, http.MethodPost, tenantPath(tenant, "functions"), in, &f)
-}
-
-func (c *client) replaceFunction(ctx context.Context, tenant, name string, spec functionSpec) (*apiFunction, error) {
-	if spec.EnvVars == nil {
-		spec.EnvVars = map[string]string{} // PUT needs it, even empty
-	}
-	b, err := json.Marshal(spec)
+	}{name, spec})
 	if err != nil {
 		return nil, err
 	}
-	// env_vars must be present on PUT even when empty; omitempty drops it.
-	var m map[string]any
-	_ = json.Unmarshal(b, &m)
-	m["env_vars"] = spec.EnvVars
 	var f apiFunction
-	return &f, c.json(ctx, http.MethodPut, tenantPath(tenant, "functions", name), m, &f)
+	r, err := c.api.CreateFunctionWithBodyWithResponse(ctx, tenant, jsonType, b)
+	return &f, call("create function "+tenant+"/"+name, r, err, &f)
+}
+
+func (c *client) replaceFunction(ctx context.Context, tenant, name string, spec functionSpec) (*apiFunction, error) {
+	raw, err := json.Marshal(spec)
+	if err != nil {
+		return nil, err
+	}
+	// PUT needs env_vars even when empty; omitempty drops it.
+	var m map[string]any
+	_ = json.Unmarshal(raw, &m)
+	if spec.EnvVars == nil {
+		spec.EnvVars = map[string]string{}
+	}
+	m["env_vars"] = spec.EnvVars
+	b, err := body(m)
+	if err != nil {
+		return nil, err
+	}
+	var f apiFunction
+	r, err := c.api.ReplaceFunctionWithBodyWithResponse(ctx, tenant, name, jsonType, b)
+	return &f, call("replace function "+tenant+"/"+name, r, err, &f)
 }
 
 func (c *client) deleteFunction(ctx context.Context, tenant, name string) error {
-	return c.json(ctx, http.MethodDelete, tenantPath(tenant, "functions", name), nil, nil)
+	r, err := c.api.DeleteFunctionWithResponse(ctx, tenant, name)
+	return call("delete function "+tenant+"/"+name, r, err, nil)
 }
 
-func (c *client) uploadSource(ctx context.Context, tenant, name string, zip []byte) (string, error) {
-	var out struct {
-		SHA256 string `json:"sha256"`
+func (c *client) uploadSource(ctx context.Context, tenant, name string, zip []byte) error {
+	_, err := slessclient.UploadZip(ctx, c.api, tenant, name, zip)
+	if err != nil {
+		return fmt.Errorf("upload the source of %s/%s: %w", tenant, name, err)
 	}
-	err := c.do(ctx, http.MethodPut, tenantPath(tenant, "functions", name, "source"), "application/zip", bytes.NewReader(zip), &out)
-	return out.SHA256, err
+	return nil
 }
 
 func (c *client) getBuild(ctx context.Context, tenant, name, id string) (*apiBuild, error) {
 	var b apiBuild
-	return &b, c.json(ctx, http.MethodGet, tenantPath(tenant, "functions", name, "builds", id), nil, &b)
+	r, err := c.api.GetBuildWithResponse(ctx, tenant, name, id)
+	return &b, call("read build "+id, r, err, &b)
 }
 
 func (c *client) buildLog(ctx context.Context, tenant, name, id string) (string, error) {
 	var s string
-	return s, c.do(ctx, http.MethodGet, tenantPath(tenant, "functions", name, "builds", id, "log"), "", nil, &s)
+	r, err := c.api.GetBuildLogWithResponse(ctx, tenant, name, id, &slessclient.GetBuildLogParams{})
+	return s, call("read the log of build "+id, r, err, &s)
 }
 
 func (c *client) getTrigger(ctx context.Context, tenant, name string) (*apiTrigger, error) {
 	var t apiTrigger
-	return &t, c.json(ctx, http.MethodGet, tenantPath(tenant, "triggers", name), nil, &t)
+	r, err := c.api.GetTriggerWithResponse(ctx, tenant, name)
+	return &t, call("read trigger "+tenant+"/"+name, r, err, &t)
 }
 
 func (c *client) putTrigger(ctx context.Context, tenant, name string, spec triggerSpec) (*apiTrigger, error) {
+	b, err := body(spec)
+	if err != nil {
+		return nil, err
+	}
 	var t apiTrigger
-	return &t, c.json(ctx, http.MethodPut, tenantPath(tenant, "triggers", name), spec, &t)
+	r, err := c.api.ReplaceTriggerWithBodyWithResponse(ctx, tenant, name, jsonType, b)
+	return &t, call("replace trigger "+tenant+"/"+name, r, err, &t)
 }
 
 func (c *client) createTrigger(ctx context.Context, tenant, name string, spec triggerSpec) (*apiTrigger, error) {
-	in := struct {
+	b, err := body(struct {
 		Name string `json:"name"`
 		triggerSpec
-	}{name, spec}
+	}{name, spec})
+	if err != nil {
+		return nil, err
+	}
 	var t apiTrigger
-	return &t, c.json(ctx, http.MethodPost, tenantPath(tenant, "triggers"), in, &t)
+	r, err := c.api.CreateTriggerWithBodyWithResponse(ctx, tenant, jsonType, b)
+	return &t, call("create trigger "+tenant+"/"+name, r, err, &t)
 }
 
 func (c *client) deleteTrigger(ctx context.Context, tenant, name string) error {
-	return c.json(ctx, http.MethodDelete, tenantPath(tenant, "triggers", name), nil, nil)
+	r, err := c.api.DeleteTriggerWithResponse(ctx, tenant, name)
+	return call("delete trigger "+tenant+"/"+name, r, err, nil)
 }
 
 func (c *client) getJob(ctx context.Context, tenant, name string) (*apiJob, error) {
 	var j apiJob
-	return &j, c.json(ctx, http.MethodGet, tenantPath(tenant, "jobs", name), nil, &j)
+	r, err := c.api.GetJobWithResponse(ctx, tenant, name)
+	return &j, call("read job "+tenant+"/"+name, r, err, &j)
 }
 
 func (c *client) createJob(ctx context.Context, tenant, name string, spec jobSpec) (*apiJob, error) {
-	in := struct {
+	b, err := body(struct {
 		Name string `json:"name"`
 		jobSpec
-	}{name, spec}
+	}{name, spec})
+	if err != nil {
+		return nil, err
+	}
 	var j apiJob
-	return &j, c.json(ctx, http.MethodPost, tenantPath(tenant, "jobs"), in, &j)
+	r, err := c.api.CreateJobWithBodyWithResponse(ctx, tenant, jsonType, b)
+	return &j, call("create job "+tenant+"/"+name, r, err, &j)
 }
 
 func (c *client) putJob(ctx context.Context, tenant, name string, spec jobSpec) (*apiJob, error) {
+	b, err := body(spec)
+	if err != nil {
+		return nil, err
+	}
 	var j apiJob
-	return &j, c.json(ctx, http.MethodPut, tenantPath(tenant, "jobs", name), spec, &j)
+	r, err := c.api.ReplaceJobWithBodyWithResponse(ctx, tenant, name, jsonType, b)
+	return &j, call("replace job "+tenant+"/"+name, r, err, &j)
 }
 
 func (c *client) deleteJob(ctx context.Context, tenant, name string) error {
-	return c.json(ctx, http.MethodDelete, tenantPath(tenant, "jobs", name), nil, nil)
+	r, err := c.api.DeleteJobWithResponse(ctx, tenant, name)
+	return call("delete job "+tenant+"/"+name, r, err, nil)
 }
 
 func (c *client) getTenant(ctx context.Context, name string) (*apiTenant, error) {
 	var t apiTenant
-	return &t, c.json(ctx, http.MethodGet, tenantPath(name), nil, &t)
+	r, err := c.api.GetTenantWithResponse(ctx, name)
+	return &t, call("read tenant "+name, r, err, &t)
 }
 
 func (c *client) createTenant(ctx context.Context, in tenantInput) (*apiTenant, error) {
+	b, err := body(in)
+	if err != nil {
+		return nil, err
+	}
 	var t apiTenant
-	return &t, c.json(ctx, http.MethodPost, "/v1/tenants", in, &t)
+	r, err := c.api.CreateTenantWithBodyWithResponse(ctx, jsonType, b)
+	return &t, call("create tenant "+in.Name, r, err, &t)
 }
 
 func (c *client) deleteTenant(ctx context.Context, name string) error {
-	return c.json(ctx, http.MethodDelete, tenantPath(name), nil, nil)
+	r, err := c.api.DeleteTenantWithResponse(ctx, name)
+	return call("delete tenant "+name, r, err, nil)
 }
 
 func (c *client) createToken(ctx context.Context, tenant, name string) (*apiToken, error) {
 	var t apiToken
-	return &t, c.json(ctx, http.MethodPost, tenantPath(tenant, "tokens"), map[string]string{"name": name}, &t)
+	r, err := c.api.CreateTokenWithResponse(ctx, tenant, slessclient.CreateTokenJSONRequestBody{Name: &name})
+	return &t, call("issue a token of tenant "+tenant, r, err, &t)
 }
 
 func (c *client) revokeToken(ctx context.Context, tenant, id string) error {
-	return c.json(ctx, http.MethodDelete, tenantPath(tenant, "tokens", id), nil, nil)
+	r, err := c.api.RevokeTokenWithResponse(ctx, tenant, id)
+	return call("revoke token "+id+" of tenant "+tenant, r, err, nil)
 }
 
 // waitGone polls get until it answers 404.

@@ -370,7 +370,7 @@ func (r *functionResource) upload(ctx context.Context, m *functionModel, zip []b
 			fmt.Sprintf("The plan uploads %s but %s is now %s; plan again.", planned.ValueString(), sourceName(m), sum))
 		return
 	}
-	if _, err := c.uploadSource(ctx, tenant, name, zip); err != nil {
+	if err := c.uploadSource(ctx, tenant, name, zip); err != nil {
 		diags.AddError("Cannot upload the function's source", err.Error())
 		return
 	}
@@ -396,14 +396,15 @@ func sourceName(m *functionModel) string {
 // errBuildFailed is a build that ended in failure, with its reason.
 var errBuildFailed = errors.New("the build failed")
 
-// waitFunctionReady polls the function until it is Ready running the
-// source sum, or its build of that source failed (the error then carries
-// the build's reason, message and the end of its log).
+// waitFunctionReady waits (the gateway's wait=ready watch, a minute at a
+// time) until the function is Ready running the source sum, or its build
+// of that source failed (the error then carries the build's reason,
+// message and the end of its log).
 func waitFunctionReady(ctx context.Context, c *client, tenant, name, sum string) (*apiFunction, error) {
 	var f *apiFunction
 	var err error
 	for {
-		f, err = c.getFunction(ctx, tenant, name)
+		f, err = c.waitFunction(ctx, tenant, name, time.Minute)
 		if err == nil {
 			st := f.Status
 			if st.Ready && st.Phase == "Ready" && st.BuiltSourceSHA256 == sum {
@@ -415,9 +416,11 @@ func waitFunctionReady(ctx context.Context, c *client, tenant, name, sum string)
 				}
 			}
 		}
+		// The wait answers at once for a status that describes an older
+		// source: look again a moment later.
 		select {
 		case <-ctx.Done():
-			if err != nil {
+			if err != nil || f == nil {
 				return f, fmt.Errorf("function %s/%s: %w (last error: %v)", tenant, name, ctx.Err(), err)
 			}
 			return f, fmt.Errorf("function %s/%s is not ready: %w; it was %s: %s (built source %q, want %q)",

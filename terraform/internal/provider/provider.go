@@ -5,9 +5,7 @@ package provider
 
 import (
 	"context"
-	"net/http"
 	"strings"
-	"time"
 
 	"github.com/hashicorp/terraform-plugin-framework/datasource"
 	"github.com/hashicorp/terraform-plugin-framework/path"
@@ -97,7 +95,12 @@ func (p *slessProvider) Configure(ctx context.Context, req provider.ConfigureReq
 		resp.Diagnostics.AddAttributeError(path.Root("url"), "Invalid sless URL", "The URL must start with http:// or https://, not "+url+".")
 		return
 	}
-	data := &providerData{client: &client{base: url, token: token, http: &http.Client{Timeout: 2 * time.Minute}}, tenant: tenant}
+	c, err := newClient(url, token, p.version)
+	if err != nil {
+		resp.Diagnostics.AddError("Cannot make the sless client", err.Error())
+		return
+	}
+	data := &providerData{client: c, tenant: tenant}
 	resp.ResourceData = data
 	resp.DataSourceData = data
 }
