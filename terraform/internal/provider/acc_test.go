@@ -96,10 +96,11 @@ func pyHandler(version string) string {
 func testFunctionLifecycle(t *testing.T, p *platform) {
 	dir := t.TempDir()
 	writeFiles(t, dir, map[string]string{"main.py": pyHandler("v1")})
-	_, sum1, err := archive.ZipDir(dir)
+	packed, err := archive.Pack(dir, nil)
 	if err != nil {
 		t.Fatal(err)
 	}
+	sum1 := packed.SHA256
 	name := testenv.Name("tf-fn-")
 	var build1 string
 	resource.Test(t, resource.TestCase{

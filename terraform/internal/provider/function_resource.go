@@ -59,6 +59,7 @@ type functionModel struct {
 	SecretEnvVars     types.Map      `tfsdk:"secret_env_vars"`
 	AllowSourceBuilds types.Bool     `tfsdk:"allow_source_builds"`
 	SourceDir         types.String   `tfsdk:"source_dir"`
+	SourceExcludes    types.List     `tfsdk:"source_excludes"`
 	SourceZip         types.String   `tfsdk:"source_zip"`
 	SourceSHA256      types.String   `tfsdk:"source_sha256"`
 	URL               types.String   `tfsdk:"url"`
@@ -121,9 +122,14 @@ func (r *functionResource) Schema(ctx context.Context, _ resource.SchemaRequest,
 			},
 			"source_dir": schema.StringAttribute{
 				Optional: true,
-				Description: "A directory whose files are the function's code. It is zipped deterministically (entries sorted, fixed times), " +
+				Description: "A directory whose files are the function's code. It is zipped deterministically (entries sorted, fixed times; the same archive as `sless deploy` makes), " +
 					"so the same tree always has the same `source_sha256`, and a changed file plans an update and a new build.",
 				Validators: []validator.String{stringvalidator.ExactlyOneOf(path.MatchRoot("source_dir"), path.MatchRoot("source_zip"))},
+			},
+			"source_excludes": schema.ListAttribute{
+				Optional: true, ElementType: types.StringType,
+				Description: "Paths of source_dir left out of the archive (path.Match patterns, matched against the slash path from source_dir or the base name). " +
+					"Version control, caches and `sless.yaml` are always left out, as `sless deploy` leaves them out.",
 			},
 			"source_zip": schema.StringAttribute{
 				Optional:    true,
@@ -168,7 +174,17 @@ func (r *functionResource) ValidateConfig(ctx context.Context, req resource.Vali
 // packSource is the archive the configuration names and its SHA-256.
 func packSource(m *functionModel) ([]byte, string, error) {
 	if !m.SourceDir.IsNull() {
-		return archive.ZipDir(m.SourceDir.ValueString())
+		var exclude []string
+		for _, e := range m.SourceExcludes.Elements() {
+			if s, ok := e.(types.String); ok {
+				exclude = append(exclude, s.ValueString())
+			}
+		}
+		p, err := archive.Pack(m.SourceDir.ValueString(), exclude)
+		if err != nil {
+			return nil, "", err
+		}
+		return p.Bytes, p.SHA256, nil
 	}
 	b, err := os.ReadFile(m.SourceZip.ValueString())
 	if err != nil {
