@@ -207,7 +207,9 @@ func (r *functionResource) ModifyPlan(ctx context.Context, req resource.ModifyPl
 	}
 	if plan.Tenant.IsUnknown() && r.data != nil && r.data.tenant != "" {
 		resp.Diagnostics.Append(resp.Plan.SetAttribute(ctx, path.Root("tenant"), r.data.tenant)...)
-		resp.Diagnostics.Append(resp.Plan.SetAttribute(ctx, path.Root("id"), r.data.tenant+"/"+plan.Name.ValueString())...)
+		if !plan.Name.IsUnknown() {
+			resp.Diagnostics.Append(resp.Plan.SetAttribute(ctx, path.Root("id"), r.data.tenant+"/"+plan.Name.ValueString())...)
+		}
 	}
 	if plan.SourceDir.IsUnknown() || plan.SourceZip.IsUnknown() || (plan.SourceDir.IsNull() && plan.SourceZip.IsNull()) {
 		return // known at apply
