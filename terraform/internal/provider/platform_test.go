@@ -84,7 +84,7 @@ func startPlatform(t *testing.T) *platform {
 		}
 	})
 	readyFile := filepath.Join(state, "ready.json")
-	deadline := time.After(15 * time.Minute)
+	deadline := time.After(30 * time.Minute) // make dev first waits for hack/deps.sh builds
 	for {
 		if b, err := os.ReadFile(readyFile); err == nil {
 			var r struct {
@@ -105,7 +105,7 @@ func startPlatform(t *testing.T) *platform {
 		case <-deadline:
 			mu.Lock()
 			defer mu.Unlock()
-			t.Fatalf("make dev was not ready within 15m:\n%s", lastLines(logs.String(), 60))
+			t.Fatalf("make dev was not ready within 30m:\n%s", lastLines(logs.String(), 60))
 		case <-time.After(300 * time.Millisecond):
 		}
 	}
