@@ -54,6 +54,20 @@ resource "sless_function" "f" {
   source_dir = "` + dir + `"
 }`, `python3\.11`},
 	}
+	// The same provider plans a valid function (the refusals above are not
+	// a provider that refuses everything).
+	resource.UnitTest(t, resource.TestCase{
+		ProtoV6ProviderFactories: factories(),
+		Steps: []resource.TestStep{{
+			Config: provider + `
+resource "sless_function" "f" {
+  name       = "f"
+  runtime    = "python3.11"
+  entrypoint = "main.handler"
+  source_dir = "` + dir + `"
+}`, PlanOnly: true, ExpectNonEmptyPlan: true,
+		}},
+	})
 	for _, c := range cases {
 		t.Run(c.name, func(t *testing.T) {
 			resource.UnitTest(t, resource.TestCase{
