@@ -326,8 +326,9 @@ func (r *functionResource) Create(ctx context.Context, req resource.CreateReques
 	}
 	// From here on the function exists: record it, so that a failure below
 	// leaves it in the state (tainted) instead of orphaned.
+	planned := plan.SourceSHA256
 	plan.fill(f, &resp.Diagnostics)
-	r.upload(ctx, &plan, zip, sum, &resp.Diagnostics)
+	r.upload(ctx, &plan, planned, zip, sum, &resp.Diagnostics)
 	resp.Diagnostics.Append(resp.State.Set(ctx, &plan)...)
 }
 
@@ -377,17 +378,19 @@ func (r *functionResource) Update(ctx context.Context, req resource.UpdateReques
 		resp.Diagnostics.AddError("Cannot update the function", err.Error())
 		return
 	}
+	planned := plan.SourceSHA256
 	plan.fill(f, &resp.Diagnostics)
-	r.upload(ctx, &plan, zip, sum, &resp.Diagnostics)
+	r.upload(ctx, &plan, planned, zip, sum, &resp.Diagnostics)
 	resp.Diagnostics.Append(resp.State.Set(ctx, &plan)...)
 }
 
 // upload sends the archive (the platform ignores bytes it already has) and
-// waits until the function runs it, writing the outcome into m.
-func (r *functionResource) upload(ctx context.Context, m *functionModel, zip []byte, sum string, diags *diag.Diagnostics) {
+// waits until the function runs it, writing the outcome into m. planned is
+// the digest the plan showed.
+func (r *functionResource) upload(ctx context.Context, m *functionModel, planned types.String, zip []byte, sum string, diags *diag.Diagnostics) {
 	c := r.data.client
 	tenant, name := m.Tenant.ValueString(), m.Name.ValueString()
-	if planned := m.SourceSHA256; !planned.IsUnknown() && !planned.IsNull() && planned.ValueString() != sum {
+	if !planned.IsUnknown() && !planned.IsNull() && planned.ValueString() != sum {
 		diags.AddError("The source changed after the plan",
 			fmt.Sprintf("The plan uploads %s but %s is now %s; plan again.", planned.ValueString(), sourceName(m), sum))
 		return
