@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"context"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"io"
 	"net/http"
@@ -182,7 +183,11 @@ func newClient(url, token, version string) (*client, error) {
 	return &client{api: c}, nil
 }
 
-func isNotFound(err error) bool { return slessclient.IsNotFound(err) }
+// isNotFound says whether err (wrapped or not) is a 404 answer.
+func isNotFound(err error) bool {
+	var p *slessclient.Problem
+	return errors.As(err, &p) && p.Status == http.StatusNotFound
+}
 
 // answer is what every generated response has.
 type answer interface {
