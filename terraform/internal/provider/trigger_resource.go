@@ -2,6 +2,7 @@ package provider
 
 import (
 	"context"
+	"time"
 
 	"github.com/hashicorp/terraform-plugin-framework-validators/stringvalidator"
 	"github.com/hashicorp/terraform-plugin-framework/diag"
@@ -254,8 +255,31 @@ func (r *triggerResource) Create(ctx context.Context, req resource.CreateRequest
 		resp.Diagnostics.AddError("Cannot create the trigger", err.Error())
 		return
 	}
+	t = r.settle(ctx, tenant, t)
 	plan.fill(ctx, t, &resp.Diagnostics)
 	resp.Diagnostics.Append(resp.State.Set(ctx, &plan)...)
+}
+
+// settle gives the operator a moment (up to 30s) to reconcile a new or
+// changed trigger, so that its phase and, for http, its url are in the
+// state after apply rather than on the next refresh. A trigger whose
+// function is not Ready yet stays as it is: that is not an error.
+func (r *triggerResource) settle(ctx context.Context, tenant string, t *apiTrigger) *apiTrigger {
+	deadline := time.Now().Add(30 * time.Second)
+	for time.Now().Before(deadline) {
+		if t.Status.Phase != "" && (t.Type != "http" || t.Status.URL != "") {
+			return t
+		}
+		select {
+		case <-ctx.Done():
+			return t
+		case <-time.After(500 * time.Millisecond):
+		}
+		if got, err := r.data.client.getTrigger(ctx, tenant, t.Name); err == nil {
+			t = got
+		}
+	}
+	return t
 }
 
 func (r *triggerResource) Read(ctx context.Context, req resource.ReadRequest, resp *resource.ReadResponse) {
@@ -291,6 +315,7 @@ func (r *triggerResource) Update(ctx context.Context, req resource.UpdateRequest
 		resp.Diagnostics.AddError("Cannot update the trigger", err.Error())
 		return
 	}
+	t = r.settle(ctx, state.Tenant.ValueString(), t)
 	plan.fill(ctx, t, &resp.Diagnostics)
 	resp.Diagnostics.Append(resp.State.Set(ctx, &plan)...)
 }
