@@ -227,6 +227,10 @@ func (r *functionResource) ModifyPlan(ctx context.Context, req resource.ModifyPl
 			var last types.String
 			resp.Diagnostics.Append(req.State.GetAttribute(ctx, path.Root("last_build_id"), &last)...)
 			resp.Diagnostics.Append(resp.Plan.SetAttribute(ctx, path.Root("last_build_id"), last)...)
+		} else {
+			// New code: a new build, and the phase it ends in.
+			resp.Diagnostics.Append(resp.Plan.SetAttribute(ctx, path.Root("last_build_id"), types.StringUnknown())...)
+			resp.Diagnostics.Append(resp.Plan.SetAttribute(ctx, path.Root("phase"), types.StringUnknown())...)
 		}
 	}
 }
