@@ -7,6 +7,7 @@ import (
 	"regexp"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/hashicorp/terraform-plugin-framework/providerserver"
 	"github.com/hashicorp/terraform-plugin-go/tfprotov6"
@@ -310,16 +311,21 @@ data "sless_tenant" "t" {
 	})
 }
 
+// checkInvoke calls the function until it answers want. The gateway
+// routes by a watch of the Function's endpoint, which may take a moment
+// after Ready to reach it (seen here: the previous code answered once,
+// right after an update), so it waits up to 30s, then says what it got.
 func checkInvoke(p *platform, name, want string) resource.TestCheckFunc {
 	return func(*terraform.State) error {
-		out, err := p.invoke(name, "")
-		if err != nil {
-			return err
+		var out string
+		var err error
+		for deadline := time.Now().Add(30 * time.Second); time.Now().Before(deadline); time.Sleep(500 * time.Millisecond) {
+			out, err = p.invoke(name, "")
+			if err == nil && strings.Contains(out, want) {
+				return nil
+			}
 		}
-		if !strings.Contains(out, want) {
-			return fmt.Errorf("invoke %s answered %q, want %q", name, out, want)
-		}
-		return nil
+		return fmt.Errorf("invoke %s answered %q (%v) for 30s, want %q", name, out, err, want)
 	}
 }
 
