@@ -118,12 +118,37 @@ func (r *tenantResource) Create(ctx context.Context, req resource.CreateRequest,
 			resp.Diagnostics.Append(plan.DeniedEgressCIDRs.ElementsAs(ctx, &in.Network.DeniedEgressCIDRs, false)...)
 		}
 	}
-	t, err := r.data.client.createTenant(ctx, in)
+	c := r.data.client
+	t, err := c.createTenant(ctx, in)
 	if err != nil {
 		resp.Diagnostics.AddError("Cannot create the tenant", err.Error())
 		return
 	}
+	// Wait until the operator made its namespace, quotas and broker vhost:
+	// functions cannot be created in it before.
+	wctx, cancel := context.WithTimeout(ctx, 5*time.Minute)
+	defer cancel()
+	for t.Status.Phase != "Ready" {
+		if t.Status.Phase == "Failed" {
+			break
+		}
+		select {
+		case <-wctx.Done():
+			resp.Diagnostics.AddError("The tenant did not become ready",
+				fmt.Sprintf("tenant %s is %q after 5m: %s", t.Name, t.Status.Phase, t.Status.Message))
+		case <-time.After(time.Second):
+		}
+		if resp.Diagnostics.HasError() {
+			break
+		}
+		if got, err := c.getTenant(wctx, t.Name); err == nil {
+			t = got
+		}
+	}
 	plan.fill(t)
+	if t.Status.Phase == "Failed" {
+		resp.Diagnostics.AddError("The tenant failed", t.Status.Message)
+	}
 	resp.Diagnostics.Append(resp.State.Set(ctx, &plan)...)
 }
 
