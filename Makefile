@@ -3,7 +3,7 @@ SHELL := /usr/bin/env bash
 .SHELLFLAGS := -euo pipefail -c
 .DEFAULT_GOAL := help
 
-MODULES := pkg migrations runtimes services/gateway services/builder services/operator services/invoker services/scheduler hack/devcluster deploy/helm cli e2e
+MODULES := pkg migrations runtimes services/gateway services/builder services/operator services/invoker services/scheduler hack/devcluster deploy/helm cli e2e terraform
 SERVICES := gateway builder operator invoker scheduler
 GENERATED := pkg/apis/sless/v1alpha1/zz_generated.deepcopy.go pkg/apis/sless/crds/*.yaml deploy/helm/sless/files/crds/*.yaml \
 	pkg/client/openapi.yaml pkg/client/client.gen.go
@@ -50,12 +50,15 @@ test-images: ## build the platform images (make images) and check each one pulle
 # The runtime bases (cached; the first build needs root and about 10
 # minutes) are what the builder's assembled-image test runs on;
 # test-images takes about a minute once ko and the build cache are warm.
+# The Terraform provider's acceptance tests (TF_ACC=1) drive OpenTofu, which
+# hack/deps.sh builds, against a make dev platform of their own.
 test: deps verify test-runtimes runtime-bases test-images ## start the real dependencies and run every test
 	@$(DEPS_ENV); for m in $(MODULES); do \
 		echo "== go test $$m"; \
 		case $$m in \
 		pkg) (cd $$m && go test -race -count=1 -timeout 25m ./...) || exit 1 ;; \
 		services/*) (cd $$m && go test -count=1 -timeout 25m . && go test -race -count=1 -timeout 25m ./internal/...) || exit 1 ;; \
+		terraform) (cd $$m && TF_ACC=1 go test -count=1 -timeout 40m ./...) || exit 1 ;; \
 		*) (cd $$m && go test -count=1 -timeout 25m ./...) || exit 1 ;; \
 		esac; \
 	done

@@ -12,6 +12,8 @@
 #   hack/deps.sh postgres stop|start   for the database outage tests
 #   hack/deps.sh postgres up | rabbitmq up   only that server (the fallback test)
 #   hack/deps.sh registry up   build and start only the registry
+#   hack/deps.sh tofu    build only OpenTofu (the Terraform provider's
+#                        acceptance tests run it) and print its path
 #
 # Servers already listening on their ports are used as they are; when none
 # answers, a private one is installed (Debian packages) and started.
@@ -30,6 +32,7 @@ ETCD_VERSION=$(awk '/^require go.etcd.io\/etcd\/server\/v3/ {print $3}' "$ROOT/h
 MINIO_VERSION=v0.0.0-20260212201848-7aac2a2c5b7c # MinIO has no semver tags; a pinned pseudo-version.
 JAEGER_VERSION=$(awk '$1 == "github.com/jaegertracing/jaeger" {print $2}' "$ROOT/hack/tools/jaeger/go.mod")
 REGISTRY_VERSION=$(awk '$1 == "github.com/distribution/distribution/v3" {print $2}' "$ROOT/hack/tools/registry/go.mod")
+TOFU_VERSION=$(awk '/^require github.com\/opentofu\/opentofu/ {print $3}' "$ROOT/hack/tools/tofu/go.mod")
 
 PG_PORT=${SLESS_PG_PORT:-5432}
 RABBIT_PORT=${SLESS_RABBITMQ_PORT:-5672}
@@ -45,6 +48,7 @@ MINIO_DIR=$CACHE/minio-$MINIO_VERSION
 ASSETS=$CACHE/envtest-$KUBE_VERSION-etcd-$ETCD_VERSION
 JAEGER_DIR=$CACHE/jaeger-$JAEGER_VERSION
 REGISTRY_DIR=$CACHE/registry-$REGISTRY_VERSION
+TOFU_DIR=$CACHE/opentofu-$TOFU_VERSION
 
 say() { printf 'deps: %s\n' "$*" >&2; }
 die() { printf 'deps: ERROR: %s\n' "$*" >&2; exit 1; }
@@ -70,15 +74,16 @@ apt_install() {
 	DEBIAN_FRONTEND=noninteractive apt-get install -y -qq "$@" >&2 || die "apt-get install $* failed"
 }
 
-# build NAME DIR PKG MODULE_DIR: go build PKG inside MODULE_DIR into DIR/NAME, once.
+# build NAME DIR PKG MODULE_DIR [LDFLAGS]: go build PKG inside MODULE_DIR into
+# DIR/NAME, once, with LDFLAGS added to the linker's flags.
 build() {
-	local name=$1 dir=$2 pkg=$3 moddir=$4
+	local name=$1 dir=$2 pkg=$3 moddir=$4 ldflags=${5:-}
 	[ -x "$dir/$name" ] && return 0
 	command -v go >/dev/null || die "go not found on PATH"
 	mkdir -p "$dir"
 	say "building $name into $dir (first time only; this takes minutes)"
 	local start=$SECONDS
-	(cd "$moddir" && GOWORK=off CGO_ENABLED=0 go build -trimpath -ldflags "-s -w" -o "$dir/.$name.tmp" "$pkg") >&2 ||
+	(cd "$moddir" && GOWORK=off CGO_ENABLED=0 go build -trimpath -ldflags "-s -w $ldflags" -o "$dir/.$name.tmp" "$pkg") >&2 ||
 		die "building $name failed"
 	mv "$dir/.$name.tmp" "$dir/$name"
 	say "built $name in $((SECONDS - start))s"
@@ -92,6 +97,7 @@ build_all() {
 	build etcd "$ETCD_DIR" ./cmd/etcd "$ROOT/hack/tools/etcd"
 	build jaeger "$JAEGER_DIR" github.com/jaegertracing/jaeger/cmd/jaeger "$ROOT/hack/tools/jaeger"
 	build registry "$REGISTRY_DIR" github.com/distribution/distribution/v3/cmd/registry "$ROOT/hack/tools/registry"
+	build_tofu
 	if [ ! -x "$MINIO_DIR/minio" ]; then
 		say "building minio $MINIO_VERSION into $MINIO_DIR (first time only)"
 		local start=$SECONDS
@@ -104,6 +110,20 @@ build_all() {
 	ln -sfn "$KUBE_DIR/kube-apiserver" "$ASSETS/kube-apiserver"
 	ln -sfn "$ETCD_DIR/etcd" "$ASSETS/etcd"
 	flock -u 9
+}
+
+# build_tofu builds the OpenTofu CLI once. Its release builds link with
+# version.dev=no (else `tofu version` reports a -dev prerelease); the version
+# itself is embedded from the module's VERSION file. A lock of its own, so
+# that the provider's tests can build it while another build runs.
+build_tofu() {
+	mkdir -p "$CACHE"
+	(
+		exec 8>"$CACHE/.build-tofu.lock"
+		flock 8
+		build tofu "$TOFU_DIR" github.com/opentofu/opentofu/cmd/tofu "$ROOT/hack/tools/tofu" \
+			"-X github.com/opentofu/opentofu/version.dev=no"
+	)
 }
 
 # pg_datadir prints where the private PostgreSQL cluster lives. As root,
@@ -341,6 +361,7 @@ export SLESS_TEST_S3_SECRET_KEY='$MINIO_ROOT_PASSWORD'
 export SLESS_DEPS_SCRIPT='$ROOT/hack/deps.sh'
 export SLESS_JAEGER_BIN='$JAEGER_DIR/jaeger'
 export SLESS_TEST_REGISTRY='127.0.0.1:$REGISTRY_PORT'
+export SLESS_TOFU_BIN='$TOFU_DIR/tofu'
 EOT
 	"$ROOT/hack/runtime-bases.sh" env # the runtime bases' cached layouts
 }
@@ -389,6 +410,10 @@ up)
 	registry_up
 	;;
 build) build_all ;;
+tofu)
+	build_tofu
+	printf '%s\n' "$TOFU_DIR/tofu"
+	;;
 env) print_env ;;
 postgres)
 	case "${2:-}" in

@@ -1,4 +1,4 @@
-package ziputil
+package archive
 
 import (
 	"archive/zip"
@@ -11,7 +11,7 @@ import (
 	"github.com/google/go-cmp/cmp"
 )
 
-func write(t *testing.T, dir string, files map[string]string) {
+func writeFiles(t *testing.T, dir string, files map[string]string) {
 	t.Helper()
 	for name, body := range files {
 		p := filepath.Join(dir, filepath.FromSlash(name))
@@ -31,8 +31,8 @@ func TestPackIsDeterministic(t *testing.T) {
 	files := map[string]string{"main.py": "print(1)\n", "lib/util.py": "x = 1\n", "README.md": "doc", "sless.yaml": "name: x",
 		".git/HEAD": "ref", "__pycache__/main.cpython-311.pyc": "junk", "data/a.txt": "a"}
 	a, b := t.TempDir(), t.TempDir()
-	write(t, a, files)
-	write(t, b, files)
+	writeFiles(t, a, files)
+	writeFiles(t, b, files)
 	old := time.Date(2001, 2, 3, 4, 5, 6, 0, time.UTC)
 	if err := os.Chtimes(filepath.Join(b, "main.py"), old, old); err != nil {
 		t.Fatal(err)
@@ -58,14 +58,14 @@ func TestPackIsDeterministic(t *testing.T) {
 	var names []string
 	for _, f := range zr.File {
 		names = append(names, f.Name)
-		if !f.Modified.Equal(epoch) {
+		if !f.Modified.Equal(packEpoch) {
 			t.Errorf("%s: modified %s, want the fixed time", f.Name, f.Modified)
 		}
 	}
 	if diff := cmp.Diff(pa.Files, names); diff != "" {
 		t.Errorf("zip entries (-want +got):\n%s", diff)
 	}
-	write(t, b, map[string]string{"main.py": "print(2)\n"})
+	writeFiles(t, b, map[string]string{"main.py": "print(2)\n"})
 	pc, err := Pack(b, []string{"*.md"})
 	if err != nil {
 		t.Fatal(err)
@@ -77,7 +77,7 @@ func TestPackIsDeterministic(t *testing.T) {
 
 func TestPackRefusesSymlinks(t *testing.T) {
 	dir := t.TempDir()
-	write(t, dir, map[string]string{"main.py": "x"})
+	writeFiles(t, dir, map[string]string{"main.py": "x"})
 	if err := os.Symlink("/etc/passwd", filepath.Join(dir, "passwd")); err != nil {
 		t.Fatal(err)
 	}

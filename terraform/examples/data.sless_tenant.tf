@@ -1,0 +1,3 @@
+data "sless_tenant" "me" {
+  name = "demo"
+}

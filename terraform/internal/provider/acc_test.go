@@ -1,0 +1,343 @@
+package provider_test
+
+import (
+	"fmt"
+	"os"
+	"path/filepath"
+	"regexp"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/hashicorp/terraform-plugin-framework/providerserver"
+	"github.com/hashicorp/terraform-plugin-go/tfprotov6"
+	"github.com/hashicorp/terraform-plugin-testing/helper/resource"
+	"github.com/hashicorp/terraform-plugin-testing/knownvalue"
+	"github.com/hashicorp/terraform-plugin-testing/plancheck"
+	"github.com/hashicorp/terraform-plugin-testing/terraform"
+	"github.com/hashicorp/terraform-plugin-testing/tfjsonpath"
+
+	"github.com/kube5s/sless/pkg/archive"
+	"github.com/kube5s/sless/pkg/testenv"
+	"github.com/kube5s/sless/terraform/internal/provider"
+)
+
+// TestAcc drives the provider with a real OpenTofu binary against a whole
+// platform started by make dev. The provider runs in this process: the
+// test framework serves it and hands OpenTofu its address
+// (TF_REATTACH_PROVIDERS), so no registry is asked for it.
+func TestAcc(t *testing.T) {
+	if os.Getenv("TF_ACC") == "" {
+		t.Fatal("the acceptance tests need TF_ACC=1 (make test sets it) and the servers of hack/deps.sh up")
+	}
+	setupTofu(t)
+	p := startPlatform(t)
+	t.Run("function", func(t *testing.T) { testFunctionLifecycle(t, p) })
+	t.Run("failed build", func(t *testing.T) { testFailedBuild(t, p) })
+	t.Run("trigger and job", func(t *testing.T) { testTriggerAndJob(t, p) })
+	t.Run("tenant and token", func(t *testing.T) { testTenantAndToken(t, p) })
+}
+
+// setupTofu points the test framework at OpenTofu: its binary, the
+// registry host and namespace OpenTofu gives an unqualified provider
+// ("sless" is registry.opentofu.org/hashicorp/sless there), and a CLI
+// configuration of its own (none of the machine's).
+func setupTofu(t *testing.T) {
+	t.Setenv("TF_ACC_TERRAFORM_PATH", tofuPath(t))
+	t.Setenv("TF_ACC_PROVIDER_HOST", "registry.opentofu.org")
+	t.Setenv("TF_ACC_PROVIDER_NAMESPACE", "hashicorp")
+	cfg := filepath.Join(t.TempDir(), "tofurc")
+	if err := os.WriteFile(cfg, []byte("# the provider is served by the test process (TF_REATTACH_PROVIDERS); no registry is used\n"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	t.Setenv("TF_CLI_CONFIG_FILE", cfg)
+	t.Setenv("TF_IN_AUTOMATION", "1")
+}
+
+func factories() map[string]func() (tfprotov6.ProviderServer, error) {
+	return map[string]func() (tfprotov6.ProviderServer, error){
+		"sless": providerserver.NewProtocol6WithError(provider.New("test", func(string) string { return "" })()),
+	}
+}
+
+func providerBlock(p *platform, token string) string {
+	return fmt.Sprintf("provider \"sless\" {\n  url = %q\n  token = %q\n  tenant = \"demo\"\n}\n", p.base, token)
+}
+
+func writeFiles(t *testing.T, dir string, files map[string]string) {
+	t.Helper()
+	for name, body := range files {
+		if err := os.WriteFile(filepath.Join(dir, name), []byte(body), 0o644); err != nil {
+			t.Fatal(err)
+		}
+	}
+}
+
+func functionConfig(p *platform, name, dir string) string {
+	return providerBlock(p, p.demo) + fmt.Sprintf(`
+resource "sless_function" "f" {
+  name        = %q
+  runtime     = "python3.11"
+  entrypoint  = "main.handler"
+  memory_mb   = 128
+  timeout_sec = 10
+  env_vars    = { GREETING = "hello" }
+  source_dir  = %q
+}
+`, name, dir)
+}
+
+func pyHandler(version string) string {
+	return "import os\n\ndef handler(event, context):\n    return os.environ['GREETING'] + ' from " + version + "'\n"
+}
+
+// A function from a directory is Ready and answers; planning again
+// changes nothing; a changed file is one update with a new build; it
+// imports by tenant/name; destroy waits until it is gone.
+func testFunctionLifecycle(t *testing.T, p *platform) {
+	dir := t.TempDir()
+	writeFiles(t, dir, map[string]string{"main.py": pyHandler("v1")})
+	packed, err := archive.Pack(dir, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	sum1 := packed.SHA256
+	name := testenv.Name("tf-fn-")
+	var build1 string
+	resource.Test(t, resource.TestCase{
+		ProtoV6ProviderFactories: factories(),
+		CheckDestroy:             checkGone(p, "functions", name),
+		Steps: []resource.TestStep{
+			{
+				Config: functionConfig(p, name, dir),
+				ConfigPlanChecks: resource.ConfigPlanChecks{PreApply: []plancheck.PlanCheck{
+					plancheck.ExpectResourceAction("sless_function.f", plancheck.ResourceActionCreate),
+					plancheck.ExpectKnownValue("sless_function.f", tfjsonpath.New("source_sha256"), knownvalue.StringExact(sum1)),
+				}},
+				Check: resource.ComposeAggregateTestCheckFunc(
+					resource.TestCheckResourceAttr("sless_function.f", "phase", "Ready"),
+					resource.TestCheckResourceAttr("sless_function.f", "id", "demo/"+name),
+					resource.TestCheckResourceAttr("sless_function.f", "source_sha256", sum1),
+					resource.TestCheckResourceAttr("sless_function.f", "cpu_millis", "100"), // the platform's default
+					resource.TestCheckResourceAttrWith("sless_function.f", "last_build_id", func(v string) error {
+						if v == "" {
+							return fmt.Errorf("no build recorded")
+						}
+						build1 = v
+						return nil
+					}),
+					checkInvoke(p, name, "hello from v1"),
+				),
+			},
+			{
+				// The same configuration plans nothing.
+				Config:   functionConfig(p, name, dir),
+				PlanOnly: true,
+			},
+			{
+				// A changed file is one in-place update and a new build.
+				PreConfig: func() { writeFiles(t, dir, map[string]string{"main.py": pyHandler("v2")}) },
+				Config:    functionConfig(p, name, dir),
+				ConfigPlanChecks: resource.ConfigPlanChecks{PreApply: []plancheck.PlanCheck{
+					plancheck.ExpectResourceAction("sless_function.f", plancheck.ResourceActionUpdate),
+				}},
+				Check: resource.ComposeAggregateTestCheckFunc(
+					resource.TestCheckResourceAttr("sless_function.f", "phase", "Ready"),
+					resource.TestCheckResourceAttrWith("sless_function.f", "source_sha256", func(v string) error {
+						if v == sum1 {
+							return fmt.Errorf("source_sha256 is still %s after the file changed", v)
+						}
+						return nil
+					}),
+					resource.TestCheckResourceAttrWith("sless_function.f", "last_build_id", func(v string) error {
+						if v == "" || v == build1 {
+							return fmt.Errorf("last_build_id %q: want a build other than %q", v, build1)
+						}
+						return nil
+					}),
+					checkInvoke(p, name, "hello from v2"),
+				),
+			},
+			{
+				ResourceName:            "sless_function.f",
+				ImportState:             true,
+				ImportStateId:           "demo/" + name,
+				ImportStateVerify:       true,
+				ImportStateVerifyIgnore: []string{"source_dir", "timeouts"},
+			},
+		},
+	})
+}
+
+// A build that fails is an apply error that says why (the builder's reason
+// and the end of the build log).
+func testFailedBuild(t *testing.T, p *platform) {
+	dir := t.TempDir()
+	writeFiles(t, dir, map[string]string{"main.py": "def handler(event, context)\n    return 1\n"}) // no colon
+	name := testenv.Name("tf-bad-")
+	resource.Test(t, resource.TestCase{
+		ProtoV6ProviderFactories: factories(),
+		CheckDestroy:             checkGone(p, "functions", name),
+		Steps: []resource.TestStep{{
+			Config:      functionConfig(p, name, dir),
+			ExpectError: regexp.MustCompile(`(?s)the build failed: SyntaxError.*main\.py`),
+		}},
+	})
+}
+
+// An http trigger routes to the function; a job is created with its run_id.
+func testTriggerAndJob(t *testing.T, p *platform) {
+	dir := t.TempDir()
+	writeFiles(t, dir, map[string]string{"main.py": pyHandler("trigger")})
+	name := testenv.Name("tf-tr-")
+	route := "/" + name
+	config := functionConfig(p, name, dir) + fmt.Sprintf(`
+resource "sless_trigger" "web" {
+  name     = %[1]q
+  function = sless_function.f.name
+  type     = "http"
+  http = {
+    path    = %[2]q
+    methods = ["GET", "POST"]
+    auth    = "none"
+  }
+}
+
+resource "sless_trigger" "tick" {
+  name     = "%[1]s-cron"
+  function = sless_function.f.name
+  type     = "cron"
+  cron = {
+    schedule = "@every 1h"
+    payload  = jsonencode({ from = "cron" })
+  }
+}
+
+resource "sless_job" "once" {
+  name     = "%[1]s-job"
+  function = sless_function.f.name
+  run_id   = 1
+  payload  = jsonencode({ n = 1 })
+}
+
+data "sless_function" "read" {
+  name = sless_function.f.name
+}
+`, name, route)
+	resource.Test(t, resource.TestCase{
+		ProtoV6ProviderFactories: factories(),
+		CheckDestroy: resource.ComposeAggregateTestCheckFunc(checkGone(p, "functions", name), checkGone(p, "triggers", name),
+			checkGone(p, "triggers", name+"-cron"), checkGone(p, "jobs", name+"-job")),
+		Steps: []resource.TestStep{
+			{
+				Config: config,
+				Check: resource.ComposeAggregateTestCheckFunc(
+					resource.TestCheckResourceAttr("sless_trigger.web", "enabled", "true"),
+					resource.TestCheckResourceAttr("sless_job.once", "run_id", "1"),
+					resource.TestCheckResourceAttr("data.sless_function.read", "phase", "Ready"),
+					resource.TestCheckResourceAttrPair("data.sless_function.read", "source_sha256", "sless_function.f", "source_sha256"),
+					func(*terraform.State) error {
+						code, body, err := p.call("GET", "/fn/demo"+route, "", "")
+						if err != nil || code != 200 || !strings.Contains(body, "hello from trigger") {
+							return fmt.Errorf("GET /fn/demo%s: %d %q %v", route, code, body, err)
+						}
+						return nil
+					},
+				),
+			},
+			{Config: config, PlanOnly: true},
+			{ResourceName: "sless_trigger.web", ImportState: true, ImportStateId: "demo/" + name, ImportStateVerify: true},
+			{ResourceName: "sless_job.once", ImportState: true, ImportStateId: "demo/" + name + "-job", ImportStateVerify: true,
+				ImportStateVerifyIgnore: []string{"phase", "last_run_id", "invocation_id"}},
+		},
+	})
+}
+
+// The admin creates a tenant and a token; the token reads its tenant.
+func testTenantAndToken(t *testing.T, p *platform) {
+	name := testenv.Name("tf-t-")
+	var token string
+	config := fmt.Sprintf("provider \"sless\" {\n  url = %q\n  token = %q\n}\n", p.base, p.admin) + fmt.Sprintf(`
+resource "sless_tenant" "t" {
+  name          = %q
+  display_name  = "made by tofu"
+  max_functions = 5
+}
+
+resource "sless_tenant_token" "ci" {
+  tenant = sless_tenant.t.name
+  name   = "ci"
+}
+
+data "sless_tenant" "t" {
+  name = sless_tenant.t.name
+}
+`, name)
+	resource.Test(t, resource.TestCase{
+		ProtoV6ProviderFactories: factories(),
+		Steps: []resource.TestStep{
+			{
+				Config: config,
+				Check: resource.ComposeAggregateTestCheckFunc(
+					resource.TestCheckResourceAttr("sless_tenant.t", "max_functions", "5"),
+					resource.TestCheckResourceAttr("sless_tenant.t", "namespace", "sless-fn-"+name),
+					resource.TestCheckResourceAttr("data.sless_tenant.t", "display_name", "made by tofu"),
+					resource.TestCheckResourceAttrWith("sless_tenant_token.ci", "token", func(v string) error {
+						token = v
+						code, body, err := p.call("GET", "/v1/tenants/"+name, v, "")
+						if err != nil || code != 200 {
+							return fmt.Errorf("the issued token cannot read its tenant: %d %s %v", code, body, err)
+						}
+						code, _, _ = p.call("GET", "/v1/tenants/demo", v, "")
+						if code != 403 {
+							return fmt.Errorf("the issued token reads another tenant: %d", code)
+						}
+						return nil
+					}),
+				),
+			},
+			{Config: config, PlanOnly: true},
+			{ResourceName: "sless_tenant.t", ImportState: true, ImportStateId: name, ImportStateVerify: true},
+		},
+		CheckDestroy: func(*terraform.State) error {
+			if code, _, _ := p.call("GET", "/v1/tenants/"+name, p.admin, ""); code != 404 {
+				return fmt.Errorf("tenant %s answers %d after destroy", name, code)
+			}
+			if code, _, _ := p.call("GET", "/v1/tenants/"+name, token, ""); code != 401 && code != 403 && code != 404 {
+				return fmt.Errorf("the revoked token still answers %d", code)
+			}
+			return nil
+		},
+	})
+}
+
+// checkInvoke calls the function until it answers want. The gateway
+// routes by a watch of the Function's endpoint, which may take a moment
+// after Ready to reach it (seen here: the previous code answered once,
+// right after an update), so it waits up to 30s, then says what it got.
+func checkInvoke(p *platform, name, want string) resource.TestCheckFunc {
+	return func(*terraform.State) error {
+		var out string
+		var err error
+		for deadline := time.Now().Add(30 * time.Second); time.Now().Before(deadline); time.Sleep(500 * time.Millisecond) {
+			out, err = p.invoke(name, "")
+			if err == nil && strings.Contains(out, want) {
+				return nil
+			}
+		}
+		return fmt.Errorf("invoke %s answered %q (%v) for 30s, want %q", name, out, err, want)
+	}
+}
+
+func checkGone(p *platform, kind, name string) resource.TestCheckFunc {
+	return func(*terraform.State) error {
+		code, body, err := p.call("GET", "/v1/tenants/demo/"+kind+"/"+name, p.demo, "")
+		if err != nil {
+			return err
+		}
+		if code != 404 {
+			return fmt.Errorf("%s %s answers %d after destroy: %s", kind, name, code, body)
+		}
+		return nil
+	}
+}

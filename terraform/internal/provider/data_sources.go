@@ -1,0 +1,167 @@
+package provider
+
+import (
+	"context"
+
+	"github.com/hashicorp/terraform-plugin-framework/datasource"
+	"github.com/hashicorp/terraform-plugin-framework/datasource/schema"
+	"github.com/hashicorp/terraform-plugin-framework/diag"
+	"github.com/hashicorp/terraform-plugin-framework/types"
+)
+
+type dataBase struct{ base }
+
+func (b *dataBase) Configure(_ context.Context, req datasource.ConfigureRequest, resp *datasource.ConfigureResponse) {
+	b.configure(req.ProviderData, &resp.Diagnostics)
+}
+
+// -------------------------------------------------------------- function
+
+type functionDataSource struct{ dataBase }
+
+func newFunctionDataSource() datasource.DataSource { return &functionDataSource{} }
+
+type functionDataModel struct {
+	ID                types.String `tfsdk:"id"`
+	Tenant            types.String `tfsdk:"tenant"`
+	Name              types.String `tfsdk:"name"`
+	Runtime           types.String `tfsdk:"runtime"`
+	Entrypoint        types.String `tfsdk:"entrypoint"`
+	MemoryMB          types.Int64  `tfsdk:"memory_mb"`
+	CPUMillis         types.Int64  `tfsdk:"cpu_millis"`
+	TimeoutSec        types.Int64  `tfsdk:"timeout_sec"`
+	Concurrency       types.Int64  `tfsdk:"concurrency"`
+	MinReplicas       types.Int64  `tfsdk:"min_replicas"`
+	MaxReplicas       types.Int64  `tfsdk:"max_replicas"`
+	EnvVars           types.Map    `tfsdk:"env_vars"`
+	SourceSHA256      types.String `tfsdk:"source_sha256"`
+	BuiltSourceSHA256 types.String `tfsdk:"built_source_sha256"`
+	URL               types.String `tfsdk:"url"`
+	Phase             types.String `tfsdk:"phase"`
+	Ready             types.Bool   `tfsdk:"ready"`
+	Message           types.String `tfsdk:"message"`
+	LastBuildID       types.String `tfsdk:"last_build_id"`
+}
+
+func (d *functionDataSource) Metadata(_ context.Context, req datasource.MetadataRequest, resp *datasource.MetadataResponse) {
+	resp.TypeName = req.ProviderTypeName + "_function"
+}
+
+func (d *functionDataSource) Schema(_ context.Context, _ datasource.SchemaRequest, resp *datasource.SchemaResponse) {
+	c := func(desc string) schema.StringAttribute {
+		return schema.StringAttribute{Computed: true, Description: desc}
+	}
+	n := func(desc string) schema.Int64Attribute {
+		return schema.Int64Attribute{Computed: true, Description: desc}
+	}
+	resp.Schema = schema.Schema{
+		Description: "Reads a function and its status.",
+		Attributes: map[string]schema.Attribute{
+			"id":                  c("`<tenant>/<name>`."),
+			"tenant":              schema.StringAttribute{Optional: true, Computed: true, Description: "The function's tenant (default: the provider's)."},
+			"name":                schema.StringAttribute{Required: true, Description: "The function's name."},
+			"runtime":             c("`python3.11` or `nodejs20`."),
+			"entrypoint":          c("The handler."),
+			"memory_mb":           n("Memory limit in MiB."),
+			"cpu_millis":          n("CPU limit in millicores."),
+			"timeout_sec":         n("Invocation timeout in seconds."),
+			"concurrency":         n("Invocations in flight per replica."),
+			"min_replicas":        n("Fewest replicas."),
+			"max_replicas":        n("Most replicas."),
+			"env_vars":            schema.MapAttribute{Computed: true, ElementType: types.StringType, Description: "Environment variables."},
+			"source_sha256":       c("The uploaded archive's SHA-256."),
+			"built_source_sha256": c("The SHA-256 of the archive the running code was built from."),
+			"url":                 c("The invoke URL."),
+			"phase":               c("Pending, Building, Deploying, Ready or Failed."),
+			"ready":               schema.BoolAttribute{Computed: true, Description: "Whether it serves."},
+			"message":             c("What the platform says about its state."),
+			"last_build_id":       c("The last build."),
+		},
+	}
+}
+
+func (d *functionDataSource) Read(ctx context.Context, req datasource.ReadRequest, resp *datasource.ReadResponse) {
+	var m functionDataModel
+	resp.Diagnostics.Append(req.Config.Get(ctx, &m)...)
+	tenant := d.tenantOf(m.Tenant, &resp.Diagnostics)
+	if resp.Diagnostics.HasError() {
+		return
+	}
+	f, err := d.data.client.getFunction(ctx, tenant, m.Name.ValueString())
+	if err != nil {
+		resp.Diagnostics.AddError("Cannot read the function", err.Error())
+		return
+	}
+	m.Tenant, m.ID = types.StringValue(tenant), types.StringValue(tenant+"/"+f.Name)
+	m.Runtime, m.Entrypoint = types.StringValue(f.Runtime), types.StringValue(f.Entrypoint)
+	m.MemoryMB, m.CPUMillis, m.TimeoutSec, m.Concurrency = i64(f.MemoryMB), i64(f.CPUMillis), i64(f.TimeoutSec), i64(f.Concurrency)
+	m.MinReplicas, m.MaxReplicas = i64(f.MinReplicas), i64(f.MaxReplicas)
+	env := f.EnvVars
+	if env == nil {
+		env = map[string]string{}
+	}
+	var diags diag.Diagnostics
+	m.EnvVars, diags = types.MapValueFrom(ctx, types.StringType, env)
+	resp.Diagnostics.Append(diags...)
+	m.SourceSHA256 = types.StringNull()
+	if f.Source != nil {
+		m.SourceSHA256 = types.StringValue(f.Source.SHA256)
+	}
+	st := f.Status
+	m.BuiltSourceSHA256, m.URL, m.Phase, m.Message, m.LastBuildID = str(st.BuiltSourceSHA256), str(st.URL), str(st.Phase), str(st.Message), str(st.LastBuildID)
+	m.Ready = types.BoolValue(st.Ready)
+	resp.Diagnostics.Append(resp.State.Set(ctx, &m)...)
+}
+
+// ---------------------------------------------------------------- tenant
+
+type tenantDataSource struct{ dataBase }
+
+func newTenantDataSource() datasource.DataSource { return &tenantDataSource{} }
+
+type tenantDataModel struct {
+	ID           types.String `tfsdk:"id"`
+	Name         types.String `tfsdk:"name"`
+	DisplayName  types.String `tfsdk:"display_name"`
+	Namespace    types.String `tfsdk:"namespace"`
+	Phase        types.String `tfsdk:"phase"`
+	MaxFunctions types.Int64  `tfsdk:"max_functions"`
+	CPUMillis    types.Int64  `tfsdk:"cpu_millis"`
+	MemoryMB     types.Int64  `tfsdk:"memory_mb"`
+}
+
+func (d *tenantDataSource) Metadata(_ context.Context, req datasource.MetadataRequest, resp *datasource.MetadataResponse) {
+	resp.TypeName = req.ProviderTypeName + "_tenant"
+}
+
+func (d *tenantDataSource) Schema(_ context.Context, _ datasource.SchemaRequest, resp *datasource.SchemaResponse) {
+	resp.Schema = schema.Schema{
+		Description: "Reads a tenant (a tenant token reads its own tenant; the admin token any).",
+		Attributes: map[string]schema.Attribute{
+			"id":            schema.StringAttribute{Computed: true, Description: "The tenant's name."},
+			"name":          schema.StringAttribute{Required: true, Description: "The tenant's name."},
+			"display_name":  schema.StringAttribute{Computed: true, Description: "Its human name."},
+			"namespace":     schema.StringAttribute{Computed: true, Description: "Its namespace."},
+			"phase":         schema.StringAttribute{Computed: true, Description: "Its phase."},
+			"max_functions": schema.Int64Attribute{Computed: true, Description: "Most functions."},
+			"cpu_millis":    schema.Int64Attribute{Computed: true, Description: "CPU quota in millicores."},
+			"memory_mb":     schema.Int64Attribute{Computed: true, Description: "Memory quota in MiB."},
+		},
+	}
+}
+
+func (d *tenantDataSource) Read(ctx context.Context, req datasource.ReadRequest, resp *datasource.ReadResponse) {
+	var m tenantDataModel
+	resp.Diagnostics.Append(req.Config.Get(ctx, &m)...)
+	if resp.Diagnostics.HasError() {
+		return
+	}
+	t, err := d.data.client.getTenant(ctx, m.Name.ValueString())
+	if err != nil {
+		resp.Diagnostics.AddError("Cannot read the tenant", err.Error())
+		return
+	}
+	m.ID, m.DisplayName, m.Namespace, m.Phase = types.StringValue(t.Name), str(t.DisplayName), str(t.Status.Namespace), str(t.Status.Phase)
+	m.MaxFunctions, m.CPUMillis, m.MemoryMB = i64(t.Quotas.MaxFunctions), i64(t.Quotas.CPUMillis), i64(t.Quotas.MemoryMB)
+	resp.Diagnostics.Append(resp.State.Set(ctx, &m)...)
+}

@@ -1,0 +1,537 @@
+package provider
+
+import (
+	"context"
+	"crypto/sha256"
+	"encoding/hex"
+	"errors"
+	"fmt"
+	"os"
+	"strings"
+	"time"
+
+	"github.com/hashicorp/terraform-plugin-framework-timeouts/resource/timeouts"
+	"github.com/hashicorp/terraform-plugin-framework-validators/stringvalidator"
+	"github.com/hashicorp/terraform-plugin-framework/attr"
+	"github.com/hashicorp/terraform-plugin-framework/diag"
+	"github.com/hashicorp/terraform-plugin-framework/path"
+	"github.com/hashicorp/terraform-plugin-framework/resource"
+	"github.com/hashicorp/terraform-plugin-framework/resource/schema"
+	"github.com/hashicorp/terraform-plugin-framework/resource/schema/boolplanmodifier"
+	"github.com/hashicorp/terraform-plugin-framework/resource/schema/int64planmodifier"
+	"github.com/hashicorp/terraform-plugin-framework/resource/schema/planmodifier"
+	"github.com/hashicorp/terraform-plugin-framework/resource/schema/stringplanmodifier"
+	"github.com/hashicorp/terraform-plugin-framework/schema/validator"
+	"github.com/hashicorp/terraform-plugin-framework/types"
+
+	"github.com/kube5s/sless/pkg/archive"
+)
+
+// Default waits; the timeouts block changes them.
+const (
+	defaultCreateTimeout = 15 * time.Minute
+	defaultDeleteTimeout = 5 * time.Minute
+)
+
+type functionResource struct{ base }
+
+func newFunctionResource() resource.Resource { return &functionResource{} }
+
+var (
+	_ resource.ResourceWithImportState    = (*functionResource)(nil)
+	_ resource.ResourceWithModifyPlan     = (*functionResource)(nil)
+	_ resource.ResourceWithValidateConfig = (*functionResource)(nil)
+)
+
+type functionModel struct {
+	ID                types.String   `tfsdk:"id"`
+	Tenant            types.String   `tfsdk:"tenant"`
+	Name              types.String   `tfsdk:"name"`
+	Runtime           types.String   `tfsdk:"runtime"`
+	Entrypoint        types.String   `tfsdk:"entrypoint"`
+	MemoryMB          types.Int64    `tfsdk:"memory_mb"`
+	CPUMillis         types.Int64    `tfsdk:"cpu_millis"`
+	TimeoutSec        types.Int64    `tfsdk:"timeout_sec"`
+	Concurrency       types.Int64    `tfsdk:"concurrency"`
+	MinReplicas       types.Int64    `tfsdk:"min_replicas"`
+	MaxReplicas       types.Int64    `tfsdk:"max_replicas"`
+	EnvVars           types.Map      `tfsdk:"env_vars"`
+	SecretEnvVars     types.Map      `tfsdk:"secret_env_vars"`
+	AllowSourceBuilds types.Bool     `tfsdk:"allow_source_builds"`
+	SourceDir         types.String   `tfsdk:"source_dir"`
+	SourceExcludes    types.List     `tfsdk:"source_excludes"`
+	SourceZip         types.String   `tfsdk:"source_zip"`
+	SourceSHA256      types.String   `tfsdk:"source_sha256"`
+	URL               types.String   `tfsdk:"url"`
+	Phase             types.String   `tfsdk:"phase"`
+	LastBuildID       types.String   `tfsdk:"last_build_id"`
+	Timeouts          timeouts.Value `tfsdk:"timeouts"`
+}
+
+var secretRefType = types.ObjectType{AttrTypes: map[string]attr.Type{"secret": types.StringType, "key": types.StringType}}
+
+func (r *functionResource) Metadata(_ context.Context, req resource.MetadataRequest, resp *resource.MetadataResponse) {
+	resp.TypeName = req.ProviderTypeName + "_function"
+}
+
+func optionalInt(desc string) schema.Int64Attribute {
+	return schema.Int64Attribute{
+		Optional: true, Computed: true, Description: desc,
+		PlanModifiers: []planmodifier.Int64{int64planmodifier.UseStateForUnknown()},
+	}
+}
+
+func (r *functionResource) Schema(ctx context.Context, _ resource.SchemaRequest, resp *resource.SchemaResponse) {
+	resp.Schema = schema.Schema{
+		Description: "A function: its code (from `source_dir` or `source_zip`), runtime and limits. " +
+			"Create and update wait until the function is Ready with the planned code, and fail with the build's reason and the end of its log; " +
+			"delete waits until the function is gone.",
+		Attributes: map[string]schema.Attribute{
+			"id":     idAttribute(),
+			"tenant": tenantAttribute(),
+			"name":   nameAttribute("function", 53),
+			"runtime": schema.StringAttribute{
+				Required: true, Description: "`python3.11` or `nodejs20`.",
+				Validators: []validator.String{stringvalidator.OneOf("python3.11", "nodejs20")},
+			},
+			"entrypoint": schema.StringAttribute{
+				Required: true, Description: "`module.function` (Python) or `file.export` (Node), for example `main.handler`.",
+			},
+			"memory_mb":    optionalInt("Memory limit in MiB (32-8192; the platform's default is 128)."),
+			"cpu_millis":   optionalInt("CPU limit in millicores (10-8000; default 100)."),
+			"timeout_sec":  optionalInt("Longest an invocation may run, in seconds (1-900; default 30)."),
+			"concurrency":  optionalInt("Invocations in flight per replica (1-1000; default 10)."),
+			"min_replicas": optionalInt("Scaling: replicas kept running (0-100; default 1)."),
+			"max_replicas": optionalInt("Scaling: most replicas (1-100; default 1)."),
+			"env_vars": schema.MapAttribute{
+				Optional: true, ElementType: types.StringType,
+				Description: "Environment variables for the function.",
+			},
+			"secret_env_vars": schema.MapNestedAttribute{
+				Optional:    true,
+				Description: "Environment variables taken from a key of a Secret in the tenant's namespace.",
+				NestedObject: schema.NestedAttributeObject{Attributes: map[string]schema.Attribute{
+					"secret": schema.StringAttribute{Required: true, Description: "The Secret's name."},
+					"key":    schema.StringAttribute{Required: true, Description: "The key in the Secret."},
+				}},
+			},
+			"allow_source_builds": schema.BoolAttribute{
+				Optional: true, Computed: true,
+				Description:   "Let pip build source distributions; by default only wheels are installed.",
+				PlanModifiers: []planmodifier.Bool{boolplanmodifier.UseStateForUnknown()},
+			},
+			"source_dir": schema.StringAttribute{
+				Optional: true,
+				Description: "A directory whose files are the function's code. It is zipped deterministically (entries sorted, fixed times; the same archive as `sless deploy` makes), " +
+					"so the same tree always has the same `source_sha256`, and a changed file plans an update and a new build.",
+				Validators: []validator.String{stringvalidator.ExactlyOneOf(path.MatchRoot("source_dir"), path.MatchRoot("source_zip"))},
+			},
+			"source_excludes": schema.ListAttribute{
+				Optional: true, ElementType: types.StringType,
+				Description: "Paths of source_dir left out of the archive (path.Match patterns, matched against the slash path from source_dir or the base name). " +
+					"Version control, caches and `sless.yaml` are always left out, as `sless deploy` leaves them out.",
+			},
+			"source_zip": schema.StringAttribute{
+				Optional:    true,
+				Description: "A zip archive of the function's code, uploaded as it is. Exactly one of `source_dir` and `source_zip` is set.",
+			},
+			"source_sha256": schema.StringAttribute{
+				Computed:    true,
+				Description: "The SHA-256 of the uploaded archive (computed at plan time from `source_dir` or `source_zip`).",
+			},
+			"url": schema.StringAttribute{
+				Computed: true, Description: "The function's invoke URL.",
+				PlanModifiers: []planmodifier.String{stringplanmodifier.UseStateForUnknown()},
+			},
+			"phase": schema.StringAttribute{
+				Computed: true, Description: "The function's phase (Ready after every successful apply).",
+				PlanModifiers: []planmodifier.String{stringplanmodifier.UseStateForUnknown()},
+			},
+			"last_build_id": schema.StringAttribute{
+				Computed: true, Description: "The build that made the running code.",
+			},
+			"timeouts": timeouts.Attributes(ctx, timeouts.Opts{Create: true, Update: true, Delete: true}),
+		},
+	}
+}
+
+func (r *functionResource) ValidateConfig(ctx context.Context, req resource.ValidateConfigRequest, resp *resource.ValidateConfigResponse) {
+	var dir, zip types.String
+	resp.Diagnostics.Append(req.Config.GetAttribute(ctx, path.Root("source_dir"), &dir)...)
+	resp.Diagnostics.Append(req.Config.GetAttribute(ctx, path.Root("source_zip"), &zip)...)
+	if !dir.IsNull() && !dir.IsUnknown() {
+		if st, err := os.Stat(dir.ValueString()); err != nil || !st.IsDir() {
+			resp.Diagnostics.AddAttributeError(path.Root("source_dir"), "Invalid source_dir", fmt.Sprintf("%q is not a readable directory.", dir.ValueString()))
+		}
+	}
+	if !zip.IsNull() && !zip.IsUnknown() {
+		if st, err := os.Stat(zip.ValueString()); err != nil || !st.Mode().IsRegular() {
+			resp.Diagnostics.AddAttributeError(path.Root("source_zip"), "Invalid source_zip", fmt.Sprintf("%q is not a readable file.", zip.ValueString()))
+		}
+	}
+}
+
+// packSource is the archive the configuration names and its SHA-256.
+func packSource(m *functionModel) ([]byte, string, error) {
+	if !m.SourceDir.IsNull() {
+		var exclude []string
+		for _, e := range m.SourceExcludes.Elements() {
+			if s, ok := e.(types.String); ok {
+				exclude = append(exclude, s.ValueString())
+			}
+		}
+		p, err := archive.Pack(m.SourceDir.ValueString(), exclude)
+		if err != nil {
+			return nil, "", err
+		}
+		return p.Bytes, p.SHA256, nil
+	}
+	b, err := os.ReadFile(m.SourceZip.ValueString())
+	if err != nil {
+		return nil, "", err
+	}
+	sum := sha256.Sum256(b)
+	return b, hex.EncodeToString(sum[:]), nil
+}
+
+// ModifyPlan puts the source's digest into the plan, so that a changed
+// tree (or zip) shows as an update with a new build.
+func (r *functionResource) ModifyPlan(ctx context.Context, req resource.ModifyPlanRequest, resp *resource.ModifyPlanResponse) {
+	if req.Plan.Raw.IsNull() {
+		return // destroy
+	}
+	var plan functionModel
+	resp.Diagnostics.Append(req.Plan.Get(ctx, &plan)...)
+	if resp.Diagnostics.HasError() {
+		return
+	}
+	if plan.Tenant.IsUnknown() && r.data != nil && r.data.tenant != "" {
+		resp.Diagnostics.Append(resp.Plan.SetAttribute(ctx, path.Root("tenant"), r.data.tenant)...)
+		if !plan.Name.IsUnknown() {
+			resp.Diagnostics.Append(resp.Plan.SetAttribute(ctx, path.Root("id"), r.data.tenant+"/"+plan.Name.ValueString())...)
+		}
+	}
+	if plan.SourceDir.IsUnknown() || plan.SourceZip.IsUnknown() || (plan.SourceDir.IsNull() && plan.SourceZip.IsNull()) {
+		return // known at apply
+	}
+	_, sum, err := packSource(&plan)
+	if err != nil {
+		resp.Diagnostics.AddError("Cannot read the function's source", err.Error())
+		return
+	}
+	resp.Diagnostics.Append(resp.Plan.SetAttribute(ctx, path.Root("source_sha256"), sum)...)
+	var prior types.String
+	if !req.State.Raw.IsNull() {
+		resp.Diagnostics.Append(req.State.GetAttribute(ctx, path.Root("source_sha256"), &prior)...)
+		if prior.ValueString() == sum {
+			var last types.String
+			resp.Diagnostics.Append(req.State.GetAttribute(ctx, path.Root("last_build_id"), &last)...)
+			resp.Diagnostics.Append(resp.Plan.SetAttribute(ctx, path.Root("last_build_id"), last)...)
+		} else {
+			// New code: a new build, and the phase it ends in.
+			resp.Diagnostics.Append(resp.Plan.SetAttribute(ctx, path.Root("last_build_id"), types.StringUnknown())...)
+			resp.Diagnostics.Append(resp.Plan.SetAttribute(ctx, path.Root("phase"), types.StringUnknown())...)
+		}
+	}
+}
+
+// spec is the REST spec the plan asks for.
+func (m *functionModel) spec(ctx context.Context, diags *diag.Diagnostics) functionSpec {
+	s := functionSpec{
+		Runtime: m.Runtime.ValueString(), Entrypoint: m.Entrypoint.ValueString(),
+		MemoryMB: i32(m.MemoryMB), CPUMillis: i32(m.CPUMillis), TimeoutSec: i32(m.TimeoutSec), Concurrency: i32(m.Concurrency),
+		MinReplicas: i32(m.MinReplicas), MaxReplicas: i32(m.MaxReplicas), AllowSourceBuilds: m.AllowSourceBuilds.ValueBool(),
+	}
+	if !m.EnvVars.IsNull() && !m.EnvVars.IsUnknown() {
+		diags.Append(m.EnvVars.ElementsAs(ctx, &s.EnvVars, false)...)
+	}
+	if !m.SecretEnvVars.IsNull() && !m.SecretEnvVars.IsUnknown() {
+		var refs map[string]struct {
+			Secret types.String `tfsdk:"secret"`
+			Key    types.String `tfsdk:"key"`
+		}
+		diags.Append(m.SecretEnvVars.ElementsAs(ctx, &refs, false)...)
+		s.SecretEnvVars = map[string]secretRef{}
+		for k, v := range refs {
+			s.SecretEnvVars[k] = secretRef{Secret: v.Secret.ValueString(), Key: v.Key.ValueString()}
+		}
+	}
+	return s
+}
+
+// fill writes what the server holds into the model. Maps the
+// configuration leaves out stay null when the server's are empty.
+func (m *functionModel) fill(f *apiFunction, diags *diag.Diagnostics) {
+	m.Name = types.StringValue(f.Name)
+	m.ID = types.StringValue(m.Tenant.ValueString() + "/" + f.Name)
+	m.Runtime, m.Entrypoint = types.StringValue(f.Runtime), types.StringValue(f.Entrypoint)
+	m.MemoryMB, m.CPUMillis, m.TimeoutSec, m.Concurrency = i64(f.MemoryMB), i64(f.CPUMillis), i64(f.TimeoutSec), i64(f.Concurrency)
+	m.MinReplicas, m.MaxReplicas = i64(f.MinReplicas), i64(f.MaxReplicas)
+	m.AllowSourceBuilds = types.BoolValue(f.AllowSourceBuilds)
+	if len(f.EnvVars) == 0 && (m.EnvVars.IsNull() || len(m.EnvVars.Elements()) == 0) {
+		// keep null or {} as configured
+		if m.EnvVars.IsUnknown() {
+			m.EnvVars = types.MapNull(types.StringType)
+		}
+	} else {
+		v, d := types.MapValueFrom(context.Background(), types.StringType, f.EnvVars)
+		diags.Append(d...)
+		m.EnvVars = v
+	}
+	if len(f.SecretEnvVars) == 0 && (m.SecretEnvVars.IsNull() || len(m.SecretEnvVars.Elements()) == 0) {
+		if m.SecretEnvVars.IsUnknown() {
+			m.SecretEnvVars = types.MapNull(secretRefType)
+		}
+	} else {
+		refs := map[string]attr.Value{}
+		for k, ref := range f.SecretEnvVars {
+			o, d := types.ObjectValue(secretRefType.AttrTypes, map[string]attr.Value{"secret": types.StringValue(ref.Secret), "key": types.StringValue(ref.Key)})
+			diags.Append(d...)
+			refs[k] = o
+		}
+		v, d := types.MapValue(secretRefType, refs)
+		diags.Append(d...)
+		m.SecretEnvVars = v
+	}
+	if f.Source != nil {
+		m.SourceSHA256 = types.StringValue(f.Source.SHA256)
+	} else {
+		m.SourceSHA256 = types.StringNull()
+	}
+	m.URL, m.Phase, m.LastBuildID = str(f.Status.URL), str(f.Status.Phase), str(f.Status.LastBuildID)
+}
+
+func (r *functionResource) Create(ctx context.Context, req resource.CreateRequest, resp *resource.CreateResponse) {
+	var plan functionModel
+	resp.Diagnostics.Append(req.Plan.Get(ctx, &plan)...)
+	if resp.Diagnostics.HasError() {
+		return
+	}
+	timeout, d := plan.Timeouts.Create(ctx, defaultCreateTimeout)
+	resp.Diagnostics.Append(d...)
+	tenant := r.tenantOf(plan.Tenant, &resp.Diagnostics)
+	spec := plan.spec(ctx, &resp.Diagnostics)
+	if resp.Diagnostics.HasError() {
+		return
+	}
+	plan.Tenant = types.StringValue(tenant)
+	ctx, cancel := context.WithTimeout(ctx, timeout)
+	defer cancel()
+	zip, sum, err := packSource(&plan)
+	if err != nil {
+		resp.Diagnostics.AddError("Cannot read the function's source", err.Error())
+		return
+	}
+	c := r.data.client
+	f, err := c.createFunction(ctx, tenant, plan.Name.ValueString(), spec)
+	if err != nil {
+		resp.Diagnostics.AddError("Cannot create the function", err.Error())
+		return
+	}
+	// From here on the function exists: record it, so that a failure below
+	// leaves it in the state (tainted) instead of orphaned.
+	planned := plan.SourceSHA256
+	plan.fill(f, &resp.Diagnostics)
+	r.upload(ctx, &plan, planned, zip, sum, &resp.Diagnostics)
+	resp.Diagnostics.Append(resp.State.Set(ctx, &plan)...)
+}
+
+func (r *functionResource) Update(ctx context.Context, req resource.UpdateRequest, resp *resource.UpdateResponse) {
+	var plan, state functionModel
+	resp.Diagnostics.Append(req.Plan.Get(ctx, &plan)...)
+	resp.Diagnostics.Append(req.State.Get(ctx, &state)...)
+	if resp.Diagnostics.HasError() {
+		return
+	}
+	timeout, d := plan.Timeouts.Update(ctx, defaultCreateTimeout)
+	resp.Diagnostics.Append(d...)
+	spec := plan.spec(ctx, &resp.Diagnostics)
+	if resp.Diagnostics.HasError() {
+		return
+	}
+	plan.Tenant = state.Tenant
+	ctx, cancel := context.WithTimeout(ctx, timeout)
+	defer cancel()
+	zip, sum, err := packSource(&plan)
+	if err != nil {
+		resp.Diagnostics.AddError("Cannot read the function's source", err.Error())
+		return
+	}
+	c := r.data.client
+	tenant, name := state.Tenant.ValueString(), state.Name.ValueString()
+	// PUT replaces the whole spec: fields left to the platform's defaults
+	// keep what the function has now.
+	cur, err := c.getFunction(ctx, tenant, name)
+	if err != nil {
+		resp.Diagnostics.AddError("Cannot read the function", err.Error())
+		return
+	}
+	keep := func(p **int32, now *int32) {
+		if *p == nil {
+			*p = now
+		}
+	}
+	keep(&spec.MemoryMB, cur.MemoryMB)
+	keep(&spec.CPUMillis, cur.CPUMillis)
+	keep(&spec.TimeoutSec, cur.TimeoutSec)
+	keep(&spec.Concurrency, cur.Concurrency)
+	keep(&spec.MinReplicas, cur.MinReplicas)
+	keep(&spec.MaxReplicas, cur.MaxReplicas)
+	f, err := c.replaceFunction(ctx, tenant, name, spec)
+	if err != nil {
+		resp.Diagnostics.AddError("Cannot update the function", err.Error())
+		return
+	}
+	planned := plan.SourceSHA256
+	plan.fill(f, &resp.Diagnostics)
+	r.upload(ctx, &plan, planned, zip, sum, &resp.Diagnostics)
+	resp.Diagnostics.Append(resp.State.Set(ctx, &plan)...)
+}
+
+// upload sends the archive (the platform ignores bytes it already has) and
+// waits until the function runs it, writing the outcome into m. planned is
+// the digest the plan showed.
+func (r *functionResource) upload(ctx context.Context, m *functionModel, planned types.String, zip []byte, sum string, diags *diag.Diagnostics) {
+	c := r.data.client
+	tenant, name := m.Tenant.ValueString(), m.Name.ValueString()
+	if !planned.IsUnknown() && !planned.IsNull() && planned.ValueString() != sum {
+		diags.AddError("The source changed after the plan",
+			fmt.Sprintf("The plan uploads %s but %s is now %s; plan again.", planned.ValueString(), sourceName(m), sum))
+		return
+	}
+	if err := c.uploadSource(ctx, tenant, name, zip); err != nil {
+		diags.AddError("Cannot upload the function's source", err.Error())
+		return
+	}
+	m.SourceSHA256 = types.StringValue(sum)
+	f, err := waitFunctionReady(ctx, c, tenant, name, sum)
+	if f != nil {
+		sha := m.SourceSHA256
+		m.fill(f, diags)
+		m.SourceSHA256 = sha
+	}
+	if err != nil {
+		diags.AddError("The function did not become ready", err.Error())
+	}
+}
+
+func sourceName(m *functionModel) string {
+	if !m.SourceDir.IsNull() {
+		return "source_dir " + m.SourceDir.ValueString()
+	}
+	return "source_zip " + m.SourceZip.ValueString()
+}
+
+// errBuildFailed is a build that ended in failure, with its reason.
+var errBuildFailed = errors.New("the build failed")
+
+// waitFunctionReady waits (the gateway's wait=ready watch, a minute at a
+// time) until the function is Ready running the source sum, or its build
+// of that source failed (the error then carries the build's reason,
+// message and the end of its log).
+func waitFunctionReady(ctx context.Context, c *client, tenant, name, sum string) (*apiFunction, error) {
+	var f *apiFunction
+	var err error
+	for {
+		f, err = c.waitFunction(ctx, tenant, name, time.Minute)
+		if err == nil {
+			st := f.Status
+			if st.Ready && st.Phase == "Ready" && st.BuiltSourceSHA256 == sum {
+				return f, nil
+			}
+			if st.Phase == "Failed" {
+				if ferr := failure(ctx, c, tenant, name, sum, f); ferr != nil {
+					return f, ferr
+				}
+			}
+		}
+		// The wait answers at once for a status that describes an older
+		// source: look again a moment later.
+		select {
+		case <-ctx.Done():
+			if err != nil || f == nil {
+				return f, fmt.Errorf("function %s/%s: %w (last error: %v)", tenant, name, ctx.Err(), err)
+			}
+			return f, fmt.Errorf("function %s/%s is not ready: %w; it was %s: %s (built source %q, want %q)",
+				tenant, name, ctx.Err(), f.Status.Phase, f.Status.Message, f.Status.BuiltSourceSHA256, sum)
+		case <-time.After(time.Second):
+		}
+	}
+}
+
+// failure judges a Failed function: an error when the failure is about the
+// source sum (its build failed, or it was built and does not run), nil
+// when the status still describes an older source.
+func failure(ctx context.Context, c *client, tenant, name, sum string, f *apiFunction) error {
+	st := f.Status
+	if st.LastBuildID != "" {
+		b, err := c.getBuild(ctx, tenant, name, st.LastBuildID)
+		if err == nil && b.SourceSHA256 == sum && b.State == "failed" {
+			msg := fmt.Sprintf("%v: %s: %s", errBuildFailed, b.Reason, b.Message)
+			if log, err := c.buildLog(ctx, tenant, name, b.ID); err == nil && strings.TrimSpace(log) != "" {
+				msg += "\n\nThe end of build " + b.ID + "'s log:\n" + tail(log, 20)
+			}
+			return errors.New(msg)
+		}
+	}
+	if st.BuiltSourceSHA256 == sum {
+		return fmt.Errorf("function %s/%s failed: %s", tenant, name, st.Message)
+	}
+	return nil
+}
+
+func tail(s string, n int) string {
+	lines := strings.Split(strings.TrimRight(s, "\n"), "\n")
+	if len(lines) > n {
+		lines = lines[len(lines)-n:]
+	}
+	return strings.Join(lines, "\n")
+}
+
+func (r *functionResource) Read(ctx context.Context, req resource.ReadRequest, resp *resource.ReadResponse) {
+	var state functionModel
+	resp.Diagnostics.Append(req.State.Get(ctx, &state)...)
+	if resp.Diagnostics.HasError() {
+		return
+	}
+	f, err := r.data.client.getFunction(ctx, state.Tenant.ValueString(), state.Name.ValueString())
+	if isNotFound(err) {
+		resp.State.RemoveResource(ctx)
+		return
+	}
+	if err != nil {
+		resp.Diagnostics.AddError("Cannot read the function", err.Error())
+		return
+	}
+	state.fill(f, &resp.Diagnostics)
+	resp.Diagnostics.Append(resp.State.Set(ctx, &state)...)
+}
+
+func (r *functionResource) Delete(ctx context.Context, req resource.DeleteRequest, resp *resource.DeleteResponse) {
+	var state functionModel
+	resp.Diagnostics.Append(req.State.Get(ctx, &state)...)
+	if resp.Diagnostics.HasError() {
+		return
+	}
+	timeout, d := state.Timeouts.Delete(ctx, defaultDeleteTimeout)
+	resp.Diagnostics.Append(d...)
+	ctx, cancel := context.WithTimeout(ctx, timeout)
+	defer cancel()
+	c := r.data.client
+	tenant, name := state.Tenant.ValueString(), state.Name.ValueString()
+	if err := c.deleteFunction(ctx, tenant, name); err != nil && !isNotFound(err) {
+		resp.Diagnostics.AddError("Cannot delete the function", err.Error())
+		return
+	}
+	err := waitGone(ctx, "function "+tenant+"/"+name, func(ctx context.Context) error {
+		_, err := c.getFunction(ctx, tenant, name)
+		return err
+	})
+	if err != nil {
+		resp.Diagnostics.AddError("The function was not deleted", err.Error())
+	}
+}
+
+func (r *functionResource) ImportState(ctx context.Context, req resource.ImportStateRequest, resp *resource.ImportStateResponse) {
+	importTenantName(ctx, req, resp)
+}
