@@ -580,7 +580,7 @@ kubepods_kill() {
 	local i pids
 	for ((i = 0; i < 50; i++)); do
 		pids=$(cat /sys/fs/cgroup/*/kubepods/cgroup.procs /sys/fs/cgroup/*/kubepods/*/cgroup.procs \
-			/sys/fs/cgroup/*/kubepods/*/*/cgroup.procs /sys/fs/cgroup/*/kubepods/*/*/*/cgroup.procs 2>/dev/null | sort -u)
+			/sys/fs/cgroup/*/kubepods/*/*/cgroup.procs /sys/fs/cgroup/*/kubepods/*/*/*/cgroup.procs 2>/dev/null | sort -u || true)
 		[ -n "$pids" ] || return 0
 		# shellcheck disable=SC2086
 		kill -9 $pids 2>/dev/null || true
