@@ -215,6 +215,7 @@ pki() {
 
 network() {
 	[ -f "$C/ip_forward.before" ] || cat /proc/sys/net/ipv4/ip_forward >"$C/ip_forward.before"
+	[ -f "$C/nft-tables.before" ] || nft list tables >"$C/nft-tables.before"
 	if ! ip link show "$BRIDGE" >/dev/null 2>&1; then
 		ip link add "$BRIDGE" type bridge
 		ip addr add "$NODE_IP/24" dev "$BRIDGE"
@@ -589,6 +590,34 @@ kubepods_kill() {
 	say "processes left in the kubepods cgroups: $pids"
 }
 
+# iptables_clean: the kubelet's iptables chains (KUBE-FIREWALL,
+# KUBE-KUBELET-CANARY, KUBE-IPTABLES-HINT) and the rules that jump to them;
+# a table that did not exist before up (iptables-nft makes them as nftables
+# tables) is deleted whole once it holds nothing else.
+iptables_clean() {
+	local fam t cmd rule chain
+	for fam in ip ip6; do
+		cmd=iptables
+		[ $fam = ip ] || cmd=ip6tables
+		for t in filter nat mangle; do
+			nft list table $fam $t >/dev/null 2>&1 || continue
+			while read -r rule; do
+				# shellcheck disable=SC2086
+				eval "$cmd -t $t -D ${rule#-A }" 2>/dev/null || true
+			done < <($cmd-save -t $t 2>/dev/null | grep -E '^-A [A-Z]+ .*-j KUBE-' || true)
+			for chain in $($cmd-save -t $t 2>/dev/null | sed -n 's/^:\(KUBE-[^ ]*\) .*/\1/p'); do
+				$cmd -t $t -F "$chain" 2>/dev/null || true
+			done
+			for chain in $($cmd-save -t $t 2>/dev/null | sed -n 's/^:\(KUBE-[^ ]*\) .*/\1/p'); do
+				$cmd -t $t -X "$chain" 2>/dev/null || true
+			done
+			if ! grep -qx "table $fam $t" "$C/nft-tables.before" 2>/dev/null && ! $cmd-save -t $t | grep -q '^-A '; then
+				nft delete table $fam $t 2>/dev/null || true
+			fi
+		done
+	done
+}
+
 down() {
 	local p pid m
 	[ -d "$C" ] || return 0
@@ -607,10 +636,12 @@ down() {
 		[ -d "$m" ] || continue
 		find "$m" -depth -type d -exec rmdir {} + 2>/dev/null || say "could not remove the cgroup $m"
 	done
+	iptables_clean
 	nft delete table ip kube-proxy 2>/dev/null || true
 	nft delete table ip6 kube-proxy 2>/dev/null || true
 	nft delete table inet kube-network-policies 2>/dev/null || true
-	nft delete table inet cni_hostport 2>/dev/null || true
+	nft delete table ip cni_hostport 2>/dev/null || true
+	nft delete table ip6 cni_hostport 2>/dev/null || true
 	ip link del "$BRIDGE" 2>/dev/null || true
 	if [ -f "$C/ip_forward.before" ]; then cat "$C/ip_forward.before" >/proc/sys/net/ipv4/ip_forward; fi
 	find /var/log/containers -maxdepth 1 -type l -lname "$C/*" -delete 2>/dev/null || true
