@@ -322,7 +322,8 @@ control_plane_up() {
 		--service-account-issuer https://kubernetes.default.svc.cluster.local \
 		--service-account-key-file "$C/pki/sa.pub" --service-account-signing-key-file "$C/pki/sa.key" \
 		--service-cluster-ip-range "$SERVICE_CIDR" --authorization-mode Node,RBAC \
-		--enable-admission-plugins NodeRestriction --allow-privileged=true --profiling=false
+		--enable-admission-plugins NodeRestriction --allow-privileged=true --profiling=false \
+		--kubelet-preferred-address-types InternalIP
 	LOG=$C/kube-apiserver.log wait_for kube-apiserver 90 api GET /readyz
 	start kube-controller-manager "$KUBE_BIN/kube-controller-manager" --kubeconfig "$C/kube-controller-manager.kubeconfig" \
 		--secure-port 0 --leader-elect=false --use-service-account-credentials \
@@ -369,6 +370,7 @@ mode: nftables
 clusterCIDR: $POD_CIDR
 hostnameOverride: $NODE
 bindAddress: 127.0.0.1
+nodePortAddresses: [primary]
 healthzBindAddress: 127.0.0.1:$PROXY_HEALTHZ
 metricsBindAddress: 127.0.0.1:$PROXY_METRICS
 clientConnection: {kubeconfig: $C/kube-proxy.kubeconfig}
