@@ -88,6 +88,36 @@ func TestCluster(t *testing.T) {
 		t.Fatalf("GET %s from another pod: want hello from web, got ok=%v %q", url, ok, out)
 	}
 
+	// NetworkPolicy is enforced: default deny drops the same request, an
+	// allow rule for the clients lets it through again. A subtest, so that
+	// down/up below is checked whatever it finds.
+	t.Run("NetworkPolicy", func(t *testing.T) {
+		if b, err := os.ReadFile(filepath.Join(env["SLESS_CLUSTER_DIR"], "netpol-not-enforced")); err == nil {
+			t.Errorf("hack/cluster.sh up says: %s", b)
+		}
+		networkPolicies(ctx, t, cs, ns, ref, url)
+	})
+
+	// down then up, twice; each down leaves nothing behind.
+	for i := 2; i <= 3; i++ {
+		cluster(t, script, "down")
+		assertClean(t, env["SLESS_CLUSTER_DIR"])
+		start := time.Now()
+		cluster(t, script, "up")
+		t.Logf("up #%d (warm cache): %s", i, time.Since(start).Round(time.Second))
+		cs := client(t, env["KUBECONFIG"])
+		ns := namespace(ctx, t, cs)
+		if ok, out := get(ctx, t, cs, ns, "get-after-up", ref, "http://kubernetes.default.svc.cluster.local:443/"); ok || !strings.Contains(out, "malformed HTTP response") && !strings.Contains(out, "400") {
+			// The API server answers plain HTTP on its TLS port with a 400:
+			// proof that DNS and the Service path work after a fresh up.
+			t.Fatalf("after up #%d, GET the kubernetes Service from a pod: want the API server's plain-HTTP refusal, got ok=%v %q", i, ok, out)
+		}
+	}
+	cluster(t, script, "down")
+	assertClean(t, env["SLESS_CLUSTER_DIR"])
+}
+
+func networkPolicies(ctx context.Context, t *testing.T, cs kubernetes.Interface, ns, ref, url string) {
 	// Default deny: the same request is dropped.
 	deny := &networkingv1.NetworkPolicy{
 		ObjectMeta: metav1.ObjectMeta{Name: "default-deny"},
@@ -124,23 +154,6 @@ func TestCluster(t *testing.T) {
 		t.Fatalf("GET %s with the allow rule: want hello from web, got ok=%v %q", url, ok, out)
 	}
 
-	// down then up, twice; each down leaves nothing behind.
-	for i := 2; i <= 3; i++ {
-		cluster(t, script, "down")
-		assertClean(t, env["SLESS_CLUSTER_DIR"])
-		start := time.Now()
-		cluster(t, script, "up")
-		t.Logf("up #%d (warm cache): %s", i, time.Since(start).Round(time.Second))
-		cs := client(t, env["KUBECONFIG"])
-		ns := namespace(ctx, t, cs)
-		if ok, out := get(ctx, t, cs, ns, "get-after-up", ref, "http://kubernetes.default.svc.cluster.local:443/"); ok || !strings.Contains(out, "malformed HTTP response") && !strings.Contains(out, "400") {
-			// The API server answers plain HTTP on its TLS port with a 400:
-			// proof that DNS and the Service path work after a fresh up.
-			t.Fatalf("after up #%d, GET the kubernetes Service from a pod: want the API server's plain-HTTP refusal, got ok=%v %q", i, ok, out)
-		}
-	}
-	cluster(t, script, "down")
-	assertClean(t, env["SLESS_CLUSTER_DIR"])
 }
 
 func cluster(t *testing.T, script, verb string) {
