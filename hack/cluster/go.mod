@@ -9,7 +9,7 @@ require (
 	k8s.io/api v0.37.2
 	k8s.io/apimachinery v0.37.2
 	k8s.io/client-go v0.37.2
-	k8s.io/utils v0.0.0-20261023123148-ca04ba58ecab
+	k8s.io/utils v0.0.0-20260626114624-be93311217bd
 )
 
 require (

@@ -13,6 +13,7 @@ package main
 import (
 	"archive/tar"
 	"bytes"
+	"errors"
 	"flag"
 	"fmt"
 	"io"
@@ -44,7 +45,7 @@ func main() {
 
 func run(ref, tarPath string, push bool, entrypoint, user string, files []string) error {
 	if ref == "" || (tarPath == "" && !push) || len(files) == 0 {
-		return fmt.Errorf("usage: image -ref REF (-tar FILE | -push) [-entrypoint CMD] DEST=SRC...")
+		return errors.New("usage: image -ref REF (-tar FILE | -push) [-entrypoint CMD] [-user UID] DEST=SRC (repeated)")
 	}
 	img, err := Build(files, strings.Fields(entrypoint), user)
 	if err != nil {
