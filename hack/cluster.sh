@@ -301,7 +301,7 @@ images() {
 	"$bin/image" -ref "$NETPOL_IMAGE" -tar "$C/images/netpol.tar" -entrypoint /bin/netpol "/bin/netpol=$KNP_DIR/cmd"
 	local t
 	for t in pause coredns netpol; do
-		"$CONTAINERD_DIR/ctr" --address "$SOCK" -n k8s.io images import --local "$C/images/$t.tar" >/dev/null ||
+		"$CONTAINERD_DIR/ctr" --address "$SOCK" -n k8s.io images import --local "$C/images/$t.tar" >>"$C/ctr.log" 2>&1 ||
 			die "importing the $t image into containerd failed"
 	done
 }
