@@ -550,7 +550,16 @@ netpol_ready() { LOG=$C/kubelet.log wait_for "the policy agent" 120 ready_pods k
 up() {
 	local t0=$SECONDS
 	[ "$(id -u)" = 0 ] || die "the node runs as root (containerd, the kubelet, kube-proxy)"
-	for tool in nft iptables openssl curl python3; do command -v $tool >/dev/null || die "$tool not found (Debian: nftables iptables openssl curl python3)"; done
+	local missing=() tool
+	for tool in nft:nftables iptables:iptables openssl:openssl curl:curl; do
+		command -v "${tool%%:*}" >/dev/null || missing+=("${tool#*:}")
+	done
+	if [ ${#missing[@]} -gt 0 ]; then
+		command -v apt-get >/dev/null || die "install ${missing[*]}"
+		say "installing ${missing[*]} (Debian packages)"
+		apt-get update -qq >&2 && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq "${missing[@]}" >&2 || die "apt-get install ${missing[*]} failed"
+	fi
+	command -v python3 >/dev/null || die "python3 not found on PATH"
 	build_all
 	[ -x "$APISERVER" ] && [ -x "$ETCD" ] || bash "$ROOT/hack/deps.sh" build
 	mkdir -p "$C"
