@@ -21,7 +21,9 @@ CONTAINERD_VERSION=v2.4.2
 RUNC_VERSION=v1.5.3
 CNI_VERSION=v1.10.0
 COREDNS_VERSION=v1.14.7
-KNP_VERSION=v0.8.0
+# The NetworkPolicy enforcer: kube-router's policy controller alone
+# (iptables + ipset); see docs/decisions.md for why not kube-network-policies.
+KUBE_ROUTER_VERSION=v2.1.0
 
 say() { printf 'cluster: %s\n' "$*" >&2; }
 die() { printf 'cluster: ERROR: %s\n' "$*" >&2; exit 1; }
@@ -60,7 +62,7 @@ CONTAINERD_DIR=$CACHE/containerd-$CONTAINERD_VERSION
 RUNC_DIR=$CACHE/runc-$RUNC_VERSION
 CNI_DIR=$CACHE/cni-plugins-$CNI_VERSION
 COREDNS_DIR=$CACHE/coredns-$COREDNS_VERSION
-KNP_DIR=$CACHE/kube-network-policies-$KNP_VERSION
+KUBE_ROUTER_DIR=$CACHE/kube-router-$KUBE_ROUTER_VERSION
 APISERVER=$CACHE/kube-apiserver-$KUBE_VERSION/kube-apiserver
 ETCD=$CACHE/etcd-$ETCD_VERSION/etcd
 
@@ -90,8 +92,7 @@ build_all() {
 		"github.com/containernetworking/plugins/plugins/ipam/host-local@$CNI_VERSION" \
 		"github.com/containernetworking/plugins/plugins/meta/portmap@$CNI_VERSION"
 	install "$COREDNS_DIR" 0 "" "github.com/coredns/coredns@$COREDNS_VERSION"
-	# The nftables agent kind ships (its main package is cmd/, installed as "cmd").
-	install "$KNP_DIR" 0 "" "sigs.k8s.io/kube-network-policies/cmd@$KNP_VERSION"
+	install "$KUBE_ROUTER_DIR" 0 "" "github.com/cloudnativelabs/kube-router/v2/cmd/kube-router@$KUBE_ROUTER_VERSION"
 	flock -u 8
 }
 
@@ -107,7 +108,6 @@ KUBELET_PORT=$((BASE + 3))  # kubelet API, on the node address
 KUBELET_HEALTHZ=$((BASE + 4))
 PROXY_HEALTHZ=$((BASE + 5))
 PROXY_METRICS=$((BASE + 6))
-NETPOL_METRICS=$((BASE + 7))
 NODE=sless-node
 BRIDGE=sless0
 NODE_IP=10.244.0.1 # the bridge's address: the node's InternalIP and the apiserver's
@@ -117,10 +117,9 @@ DNS_IP=10.96.0.10
 SOCK=$C/containerd/containerd.sock
 PAUSE_IMAGE=registry.k8s.io/pause:3.10.2
 COREDNS_IMAGE=sless.local/coredns:$COREDNS_VERSION
-NETPOL_IMAGE=sless.local/kube-network-policies:$KNP_VERSION
 REGISTRY=127.0.0.1:${SLESS_REGISTRY_PORT:-5001}
 ADMIN=$C/admin.kubeconfig
-PROCS="etcd kube-apiserver containerd kube-controller-manager kube-scheduler kubelet kube-proxy"
+PROCS="etcd kube-apiserver containerd kube-controller-manager kube-scheduler kubelet kube-proxy kube-router"
 
 alive() { [ -f "$C/$1.pid" ] && kill -0 "$(cat "$C/$1.pid")" 2>/dev/null; }
 
@@ -209,8 +208,9 @@ pki() {
 	cert kube-controller-manager system:kube-controller-manager ""
 	cert kube-scheduler system:kube-scheduler ""
 	cert kube-proxy system:kube-proxy ""
+	cert kube-router sless:kube-router ""
 	local k
-	for k in admin kubelet kube-controller-manager kube-scheduler kube-proxy; do kubeconfig "$k"; done
+	for k in admin kubelet kube-controller-manager kube-scheduler kube-proxy kube-router; do kubeconfig "$k"; done
 }
 
 network() {
@@ -296,18 +296,17 @@ EOT
 images() {
 	local key dir
 	key=$(cat "$ROOT/hack/cluster/pause/main.go" "$ROOT/hack/cluster/image/main.go" "$ROOT/hack/cluster/go.sum" | sha256sum | cut -c1-12)
-	dir=$CACHE/cluster-images-$COREDNS_VERSION-$KNP_VERSION-$key
+	dir=$CACHE/cluster-images-$COREDNS_VERSION-$key
 	if [ ! -f "$dir/.done" ]; then
 		mkdir -p "$dir/bin"
 		(cd "$ROOT/hack/cluster" && GOWORK=off CGO_ENABLED=0 go build -trimpath -o "$dir/bin/pause" ./pause &&
 			GOWORK=off CGO_ENABLED=0 go build -trimpath -o "$dir/bin/image" ./image) >&2 || die "building the image helpers failed"
 		"$dir/bin/image" -ref "$PAUSE_IMAGE" -tar "$dir/pause.tar" -entrypoint /pause "/pause=$dir/bin/pause"
 		"$dir/bin/image" -ref "$COREDNS_IMAGE" -tar "$dir/coredns.tar" -entrypoint /coredns "/coredns=$COREDNS_DIR/coredns"
-		"$dir/bin/image" -ref "$NETPOL_IMAGE" -tar "$dir/netpol.tar" -entrypoint /bin/netpol "/bin/netpol=$KNP_DIR/cmd"
 		touch "$dir/.done"
 	fi
 	local t
-	for t in pause coredns netpol; do
+	for t in pause coredns; do
 		"$CONTAINERD_DIR/ctr" --address "$SOCK" -n k8s.io images import --local "$dir/$t.tar" >>"$C/ctr.log" 2>&1 ||
 			die "importing the $t image into containerd failed"
 	done
@@ -485,51 +484,30 @@ spec:
   - {name: dns, port: 53, protocol: UDP}
   - {name: dns-tcp, port: 53, protocol: TCP}
 EOY
-	apply /api/v1/namespaces/kube-system/serviceaccounts/kube-network-policies <<EOY
-apiVersion: v1
-kind: ServiceAccount
-metadata: {name: kube-network-policies, namespace: kube-system}
-EOY
-	apply /apis/rbac.authorization.k8s.io/v1/clusterroles/kube-network-policies <<EOY
+	# kube-router's policy controller runs on the node as a host process with
+	# its own client certificate (user sless:kube-router): it reads what its
+	# informers watch and writes nothing to the API.
+	apply /apis/rbac.authorization.k8s.io/v1/clusterroles/sless:kube-router <<EOY
 apiVersion: rbac.authorization.k8s.io/v1
 kind: ClusterRole
-metadata: {name: kube-network-policies}
+metadata: {name: "sless:kube-router"}
 rules:
 - apiGroups: [""]
-  resources: [pods, namespaces, nodes]
-  verbs: [list, watch]
+  resources: [pods, namespaces, nodes, services, endpoints]
+  verbs: [get, list, watch]
+- apiGroups: [discovery.k8s.io]
+  resources: [endpointslices]
+  verbs: [get, list, watch]
 - apiGroups: [networking.k8s.io]
   resources: [networkpolicies]
-  verbs: [list, watch]
+  verbs: [get, list, watch]
 EOY
-	apply /apis/rbac.authorization.k8s.io/v1/clusterrolebindings/kube-network-policies <<EOY
+	apply /apis/rbac.authorization.k8s.io/v1/clusterrolebindings/sless:kube-router <<EOY
 apiVersion: rbac.authorization.k8s.io/v1
 kind: ClusterRoleBinding
-metadata: {name: kube-network-policies}
-roleRef: {apiGroup: rbac.authorization.k8s.io, kind: ClusterRole, name: kube-network-policies}
-subjects: [{kind: ServiceAccount, name: kube-network-policies, namespace: kube-system}]
-EOY
-	apply /apis/apps/v1/namespaces/kube-system/daemonsets/kube-network-policies <<EOY
-apiVersion: apps/v1
-kind: DaemonSet
-metadata: {name: kube-network-policies, namespace: kube-system, labels: {k8s-app: kube-network-policies}}
-spec:
-  selector: {matchLabels: {k8s-app: kube-network-policies}}
-  template:
-    metadata: {labels: {k8s-app: kube-network-policies}}
-    spec:
-      hostNetwork: true
-      serviceAccountName: kube-network-policies
-      priorityClassName: system-node-critical
-      tolerations: [{operator: Exists}]
-      containers:
-      - name: kube-network-policies
-        image: $NETPOL_IMAGE
-        imagePullPolicy: Never
-        args: [--hostname-override=$NODE, --nfqueue-id=98, --metrics-bind-address=127.0.0.1:$NETPOL_METRICS, --v=2]
-        securityContext:
-          privileged: true
-          capabilities: {add: [NET_ADMIN]}
+metadata: {name: "sless:kube-router"}
+roleRef: {apiGroup: rbac.authorization.k8s.io, kind: ClusterRole, name: "sless:kube-router"}
+subjects: [{apiGroup: rbac.authorization.k8s.io, kind: User, name: "sless:kube-router"}]
 EOY
 }
 
@@ -545,13 +523,26 @@ sys.exit(not items or not all(ready(p) for p in items))'
 }
 
 coredns_ready() { LOG=$C/kubelet.log wait_for CoreDNS 120 ready_pods kube-system k8s-app%3Dkube-dns; }
-netpol_ready() { LOG=$C/kubelet.log wait_for "the policy agent" 120 ready_pods kube-system k8s-app%3Dkube-network-policies; }
+
+# netpol_up: kube-router with only its firewall (no BGP routing, no service
+# proxy: kube-proxy does that), health and metrics servers off (they would
+# listen on every address). Pods on the bridge reach each other bridged, so
+# its FORWARD rules see them only with net.bridge.bridge-nf-call-iptables=1
+# (what kubeadm requires of a node); down puts the value back.
+netpol_up() {
+	[ -f "$C/bridge-nf-call-iptables.before" ] || cat /proc/sys/net/bridge/bridge-nf-call-iptables >"$C/bridge-nf-call-iptables.before"
+	echo 1 >/proc/sys/net/bridge/bridge-nf-call-iptables
+	start kube-router "$KUBE_ROUTER_DIR/kube-router" --kubeconfig "$C/kube-router.kubeconfig" \
+		--run-firewall=true --run-router=false --run-service-proxy=false \
+		--hostname-override "$NODE" --service-cluster-ip-range "$SERVICE_CIDR" \
+		--health-port 0 --metrics-port 0 --v 1
+}
 
 up() {
 	local t0=$SECONDS
 	[ "$(id -u)" = 0 ] || die "the node runs as root (containerd, the kubelet, kube-proxy)"
 	local missing=() tool
-	for tool in nft:nftables iptables:iptables openssl:openssl curl:curl; do
+	for tool in nft:nftables iptables:iptables ipset:ipset openssl:openssl curl:curl; do
 		command -v "${tool%%:*}" >/dev/null || missing+=("${tool#*:}")
 	done
 	if [ ${#missing[@]} -gt 0 ]; then
@@ -564,36 +555,33 @@ up() {
 	[ -x "$APISERVER" ] && [ -x "$ETCD" ] || bash "$ROOT/hack/deps.sh" build
 	mkdir -p "$C"
 	local step
-	for step in pki network control_plane_up containerd_up images node_up addons coredns_ready netpol_ready netpol_check; do
+	for step in pki network control_plane_up containerd_up images node_up addons netpol_up coredns_ready netpol_check; do
 		$step
 		printf '%s %s\n' "$((SECONDS - t0))" "$step" >>"$C/up.timing"
 	done
 	say "up in $((SECONDS - t0))s (seconds at the end of each step: $(tr '\n' ' ' <"$C/up.timing")); eval \"\$(hack/cluster.sh env)\" gives KUBECONFIG=$ADMIN"
 }
 
-# netpol_check: the agent's nftables table appears once it has synced its
-# rules. This machine's kernel has no nftables "queue" expression
-# (CONFIG_NFT_QUEUE unset), which every rule of kube-network-policies
-# uses: the agent runs but cannot install them, and NetworkPolicy is then
-# stored and not enforced. Say so loudly (the agent's own words) rather
-# than fail: everything else of the cluster works.
+# netpol_check: kube-router logs "sync iptables took" after each complete
+# sync of its iptables chains and ipsets; "Aborting sync" when one failed.
+# Until the first sync is complete nothing is enforced: say so (its own
+# words) in $C/netpol-not-enforced rather than pretend.
 netpol_check() {
 	local i
-	for ((i = 0; i < 150; i++)); do
-		if nft list table inet kube-network-policies >/dev/null 2>&1; then
+	for ((i = 0; i < 300; i++)); do
+		if grep -q 'sync iptables took' "$C/kube-router.log" 2>/dev/null &&
+			iptables -S KUBE-ROUTER-FORWARD >/dev/null 2>&1; then
 			rm -f "$C/netpol-not-enforced"
 			return 0
 		fi
-		# It failed its first sync: no need to wait for a second one.
-		grep -q 'syncing nftables rules" error' "$C"/pod-logs/kube-system_kube-network-policies-*/*/*.log 2>/dev/null && break
+		alive kube-router || break
+		grep -q 'Aborting sync' "$C/kube-router.log" 2>/dev/null && break
 		sleep 0.2
 	done
 	{
-		echo "the policy agent runs but has no nftables table: NetworkPolicy is NOT enforced on this node."
-		grep -h -A2 'syncing nftables rules" error' "$C"/pod-logs/kube-system_kube-network-policies-*/*/*.log 2>/dev/null | tail -n 3
-		if [ -r /proc/config.gz ] && ! zcat /proc/config.gz | grep -q '^CONFIG_NFT_QUEUE='; then
-			echo "this kernel has no nftables queue expression (CONFIG_NFT_QUEUE is not set), which the agent's rules need."
-		fi
+		echo "kube-router's policy controller has not synced its rules: NetworkPolicy is NOT enforced on this node."
+		alive kube-router || echo "kube-router is not running."
+		grep -E 'Aborting sync|^E|^F' "$C/kube-router.log" 2>/dev/null | tail -n 5
 	} >"$C/netpol-not-enforced"
 	say "WARNING: $(cat "$C/netpol-not-enforced")"
 }
@@ -664,7 +652,7 @@ iptables_clean() {
 down() {
 	local p pid m
 	[ -d "$C" ] || return 0
-	for p in kubelet kube-proxy kube-scheduler kube-controller-manager; do stop "$p"; done
+	for p in kube-router kubelet kube-proxy kube-scheduler kube-controller-manager; do stop "$p"; done
 	kubepods_kill
 	stop containerd
 	# The shims of our containerd (their command lines name its socket).
@@ -682,11 +670,19 @@ down() {
 	iptables_clean
 	nft delete table ip kube-proxy 2>/dev/null || true
 	nft delete table ip6 kube-proxy 2>/dev/null || true
-	nft delete table inet kube-network-policies 2>/dev/null || true
+	nft delete table inet kube-network-policies 2>/dev/null || true # made by earlier versions of this script
+	# kube-router's ipsets (KUBE-SRC-*, KUBE-DST-*, kube-router-*), once
+	# iptables_clean removed the rules that use them.
+	if command -v ipset >/dev/null; then
+		for m in $(ipset list -n 2>/dev/null | grep -E '^(KUBE-|kube-router-|inet6:KUBE-|inet6:kube-router-)' || true); do
+			ipset destroy "$m" 2>/dev/null || say "could not destroy the ipset $m"
+		done
+	fi
 	nft delete table ip cni_hostport 2>/dev/null || true
 	nft delete table ip6 cni_hostport 2>/dev/null || true
 	ip link del "$BRIDGE" 2>/dev/null || true
 	if [ -f "$C/ip_forward.before" ]; then cat "$C/ip_forward.before" >/proc/sys/net/ipv4/ip_forward; fi
+	if [ -f "$C/bridge-nf-call-iptables.before" ]; then cat "$C/bridge-nf-call-iptables.before" >/proc/sys/net/bridge/bridge-nf-call-iptables; fi
 	find /var/log/containers -maxdepth 1 -type l -lname "$C/*" -delete 2>/dev/null || true
 	if [ -f "$C/run-containerd.ours" ]; then rm -rf /run/containerd; fi
 	rm -rf "$C"

@@ -26,7 +26,8 @@ import (
 // TestCluster brings the one-node cluster up with hack/cluster.sh and checks
 // what the platform relies on: a pod from a locally assembled image pinned by
 // digest from the local registry, reached through a ClusterIP Service by DNS
-// name; NetworkPolicy enforcement (default deny, then an allow rule); Pod
+// name; NetworkPolicy enforcement (ingress default deny, an allow rule by
+// podSelector and port, egress by namespaceSelector, ports and ipBlock); Pod
 // Security "restricted"; and down/up twice, leaving nothing behind.
 func TestCluster(t *testing.T) {
 	if os.Geteuid() != 0 {
@@ -153,7 +154,64 @@ func networkPolicies(ctx context.Context, t *testing.T, cs kubernetes.Interface,
 	if ok, out := get(ctx, t, cs, ns, "get-allowed", ref, url); !ok || !strings.HasPrefix(out, "hello from web") {
 		t.Fatalf("GET %s with the allow rule: want hello from web, got ok=%v %q", url, ok, out)
 	}
+	// The rule selects role=client only: another pod is still denied.
+	if ok, out := getAs(ctx, t, cs, ns, "get-stranger", map[string]string{"role": "stranger"}, ref, url); ok {
+		t.Fatalf("GET %s from a pod the allow rule does not select succeeded: %q", url, out)
+	} else {
+		t.Logf("a role=stranger pod under the allow rule: %q", out)
+	}
 
+	// Egress: clients labelled egress=locked may only reach DNS in
+	// kube-system (namespaceSelector and ports): their GET is dropped on
+	// the way out although web admits role=client.
+	udp, tcp := corev1.ProtocolUDP, corev1.ProtocolTCP
+	dnsOnly := &networkingv1.NetworkPolicy{
+		ObjectMeta: metav1.ObjectMeta{Name: "egress-dns-only"},
+		Spec: networkingv1.NetworkPolicySpec{
+			PodSelector: metav1.LabelSelector{MatchLabels: map[string]string{"egress": "locked"}},
+			PolicyTypes: []networkingv1.PolicyType{networkingv1.PolicyTypeEgress},
+			Egress: []networkingv1.NetworkPolicyEgressRule{{
+				To: []networkingv1.NetworkPolicyPeer{{NamespaceSelector: &metav1.LabelSelector{
+					MatchLabels: map[string]string{"kubernetes.io/metadata.name": "kube-system"}}}},
+				Ports: []networkingv1.NetworkPolicyPort{
+					{Protocol: &udp, Port: ptr.To(intstr.FromInt32(53))},
+					{Protocol: &tcp, Port: ptr.To(intstr.FromInt32(53))},
+				},
+			}},
+		},
+	}
+	if _, err := cs.NetworkingV1().NetworkPolicies(ns).Create(ctx, dnsOnly, metav1.CreateOptions{}); err != nil {
+		t.Fatalf("creating the egress policy: %v", err)
+	}
+	locked := map[string]string{"role": "client", "egress": "locked"}
+	if ok, out := getAs(ctx, t, cs, ns, "get-egress-locked", locked, ref, url); ok {
+		t.Fatalf("GET %s from a pod allowed only DNS egress succeeded: %q", url, out)
+	} else {
+		t.Logf("a pod allowed only DNS egress: %q", out)
+	}
+
+	// An ipBlock of web's own address on port 8080 lets it out again.
+	webPod, err := cs.CoreV1().Pods(ns).Get(ctx, "web", metav1.GetOptions{})
+	if err != nil || webPod.Status.PodIP == "" {
+		t.Fatalf("web pod's IP: %v %v", webPod, err)
+	}
+	toWeb := &networkingv1.NetworkPolicy{
+		ObjectMeta: metav1.ObjectMeta{Name: "egress-to-web"},
+		Spec: networkingv1.NetworkPolicySpec{
+			PodSelector: metav1.LabelSelector{MatchLabels: map[string]string{"egress": "locked"}},
+			PolicyTypes: []networkingv1.PolicyType{networkingv1.PolicyTypeEgress},
+			Egress: []networkingv1.NetworkPolicyEgressRule{{
+				To:    []networkingv1.NetworkPolicyPeer{{IPBlock: &networkingv1.IPBlock{CIDR: webPod.Status.PodIP + "/32"}}},
+				Ports: []networkingv1.NetworkPolicyPort{{Protocol: &tcp, Port: ptr.To(intstr.FromInt32(8080))}},
+			}},
+		},
+	}
+	if _, err := cs.NetworkingV1().NetworkPolicies(ns).Create(ctx, toWeb, metav1.CreateOptions{}); err != nil {
+		t.Fatalf("creating the ipBlock egress policy: %v", err)
+	}
+	if ok, out := getAs(ctx, t, cs, ns, "get-egress-ipblock", locked, ref, url); !ok || !strings.HasPrefix(out, "hello from web") {
+		t.Fatalf("GET %s with egress to web's ipBlock: want hello from web, got ok=%v %q", url, ok, out)
+	}
 }
 
 func cluster(t *testing.T, script, verb string) {
@@ -275,8 +333,14 @@ func restrictedPod(name, image string, args []string) *corev1.Pod {
 // it succeeded and what it printed.
 func get(ctx context.Context, t *testing.T, cs kubernetes.Interface, ns, name, image, url string) (bool, string) {
 	t.Helper()
+	return getAs(ctx, t, cs, ns, name, map[string]string{"role": "client"}, image, url)
+}
+
+// getAs is get from a pod with the given labels.
+func getAs(ctx context.Context, t *testing.T, cs kubernetes.Interface, ns, name string, labels map[string]string, image, url string) (bool, string) {
+	t.Helper()
 	p := restrictedPod(name, image, []string{"/web", "get", url})
-	p.Labels = map[string]string{"role": "client"}
+	p.Labels = labels
 	if _, err := cs.CoreV1().Pods(ns).Create(ctx, p, metav1.CreateOptions{}); err != nil {
 		t.Fatalf("creating pod %s: %v", name, err)
 	}
@@ -362,6 +426,11 @@ func assertClean(t *testing.T, dir string) {
 	}
 	if out, _ := exec.Command("iptables-save").CombinedOutput(); strings.Contains(string(out), "KUBE-") || strings.Contains(string(out), "CNI-") {
 		t.Errorf("down left iptables rules:\n%s", out)
+	}
+	if out, err := exec.Command("ipset", "list", "-n").CombinedOutput(); err != nil {
+		t.Errorf("ipset list -n: %v: %s", err, out)
+	} else if strings.Contains(string(out), "KUBE-") || strings.Contains(string(out), "kube-router") {
+		t.Errorf("down left kube-router's ipsets:\n%s", out)
 	}
 	if cg, _ := filepath.Glob("/sys/fs/cgroup/*/kubepods"); len(cg) > 0 {
 		t.Errorf("down left cgroups: %v", cg)
