@@ -85,7 +85,8 @@ func TestCluster(t *testing.T) {
 	t.Logf("privileged pod refused: %v", err)
 
 	url := fmt.Sprintf("http://web.%s.svc.cluster.local/", ns)
-	if ok, out := get(ctx, t, cs, ns, "get-open", ref, url); !ok || !strings.HasPrefix(out, "hello from web") {
+	// kube-proxy programs the Service some time after the pod is Ready.
+	if ok, out := until(ctx, t, cs, ns, "get-open", map[string]string{"role": "client"}, ref, url, true); !ok || !strings.HasPrefix(out, "hello from web") {
 		t.Fatalf("GET %s from another pod: want hello from web, got ok=%v %q", url, ok, out)
 	}
 
@@ -119,6 +120,7 @@ func TestCluster(t *testing.T) {
 }
 
 func networkPolicies(ctx context.Context, t *testing.T, cs kubernetes.Interface, ns, ref, url string) {
+	client := map[string]string{"role": "client"}
 	// Default deny: the same request is dropped.
 	deny := &networkingv1.NetworkPolicy{
 		ObjectMeta: metav1.ObjectMeta{Name: "default-deny"},
@@ -130,7 +132,7 @@ func networkPolicies(ctx context.Context, t *testing.T, cs kubernetes.Interface,
 	if _, err := cs.NetworkingV1().NetworkPolicies(ns).Create(ctx, deny, metav1.CreateOptions{}); err != nil {
 		t.Fatalf("creating the default-deny policy: %v", err)
 	}
-	if ok, out := get(ctx, t, cs, ns, "get-denied", ref, url); ok {
+	if ok, out := until(ctx, t, cs, ns, "get-denied", client, ref, url, false); ok {
 		t.Fatalf("GET %s under default deny succeeded: %q", url, out)
 	} else {
 		t.Logf("under default deny: %q", out)
@@ -151,11 +153,13 @@ func networkPolicies(ctx context.Context, t *testing.T, cs kubernetes.Interface,
 	if _, err := cs.NetworkingV1().NetworkPolicies(ns).Create(ctx, allow, metav1.CreateOptions{}); err != nil {
 		t.Fatalf("creating the allow policy: %v", err)
 	}
-	if ok, out := get(ctx, t, cs, ns, "get-allowed", ref, url); !ok || !strings.HasPrefix(out, "hello from web") {
+	if ok, out := until(ctx, t, cs, ns, "get-allowed", client, ref, url, true); !ok || !strings.HasPrefix(out, "hello from web") {
 		t.Fatalf("GET %s with the allow rule: want hello from web, got ok=%v %q", url, ok, out)
 	}
-	// The rule selects role=client only: another pod is still denied.
-	if ok, out := getAs(ctx, t, cs, ns, "get-stranger", map[string]string{"role": "stranger"}, ref, url); ok {
+	// The rule selects role=client only: another pod is still denied, for
+	// the whole 30 s of retries (a new pod's first GETs can be refused only
+	// because the controller has not seen its address yet).
+	if ok, out := until(ctx, t, cs, ns, "get-stranger", map[string]string{"role": "stranger"}, ref, url, true); ok {
 		t.Fatalf("GET %s from a pod the allow rule does not select succeeded: %q", url, out)
 	} else {
 		t.Logf("a role=stranger pod under the allow rule: %q", out)
@@ -184,7 +188,7 @@ func networkPolicies(ctx context.Context, t *testing.T, cs kubernetes.Interface,
 		t.Fatalf("creating the egress policy: %v", err)
 	}
 	locked := map[string]string{"role": "client", "egress": "locked"}
-	if ok, out := getAs(ctx, t, cs, ns, "get-egress-locked", locked, ref, url); ok {
+	if ok, out := until(ctx, t, cs, ns, "get-egress-locked", locked, ref, url, true); ok {
 		t.Fatalf("GET %s from a pod allowed only DNS egress succeeded: %q", url, out)
 	} else {
 		t.Logf("a pod allowed only DNS egress: %q", out)
@@ -209,7 +213,7 @@ func networkPolicies(ctx context.Context, t *testing.T, cs kubernetes.Interface,
 	if _, err := cs.NetworkingV1().NetworkPolicies(ns).Create(ctx, toWeb, metav1.CreateOptions{}); err != nil {
 		t.Fatalf("creating the ipBlock egress policy: %v", err)
 	}
-	if ok, out := getAs(ctx, t, cs, ns, "get-egress-ipblock", locked, ref, url); !ok || !strings.HasPrefix(out, "hello from web") {
+	if ok, out := until(ctx, t, cs, ns, "get-egress-ipblock", locked, ref, url, true); !ok || !strings.HasPrefix(out, "hello from web") {
 		t.Fatalf("GET %s with egress to web's ipBlock: want hello from web, got ok=%v %q", url, ok, out)
 	}
 }
@@ -245,6 +249,21 @@ func client(t *testing.T, kubeconfig string) kubernetes.Interface {
 	cfg, err := clientcmd.BuildConfigFromFlags("", kubeconfig)
 	if err != nil {
 		t.Fatal(err)
+	}
+	// Each up makes a new CA and certificates at the same paths; client-go
+	// caches TLS transports by file name, so pass the contents instead.
+	for _, f := range []struct {
+		file *string
+		data *[]byte
+	}{{&cfg.CAFile, &cfg.CAData}, {&cfg.CertFile, &cfg.CertData}, {&cfg.KeyFile, &cfg.KeyData}} {
+		if *f.file == "" {
+			continue
+		}
+		b, err := os.ReadFile(*f.file)
+		if err != nil {
+			t.Fatal(err)
+		}
+		*f.data, *f.file = b, ""
 	}
 	cs, err := kubernetes.NewForConfig(cfg)
 	if err != nil {
@@ -336,10 +355,31 @@ func get(ctx context.Context, t *testing.T, cs kubernetes.Interface, ns, name, i
 	return getAs(ctx, t, cs, ns, name, map[string]string{"role": "client"}, image, url)
 }
 
+// until runs `web until ok|fail URL` in one pod with the given labels: the
+// GET is repeated in the pod until it has the outcome wanted (or 30 s have
+// passed), because the policy controller applies a policy, and a new pod's
+// own address, some time after the API server has them: one GET right after
+// a change proves nothing. It returns whether the last GET succeeded and
+// what the pod printed.
+func until(ctx context.Context, t *testing.T, cs kubernetes.Interface, ns, name string, labels map[string]string, image, url string, wantOK bool) (bool, string) {
+	t.Helper()
+	mode := "fail"
+	if wantOK {
+		mode = "ok"
+	}
+	return run(ctx, t, cs, ns, name, labels, image, []string{"/web", "until", mode, url})
+}
+
 // getAs is get from a pod with the given labels.
 func getAs(ctx context.Context, t *testing.T, cs kubernetes.Interface, ns, name string, labels map[string]string, image, url string) (bool, string) {
 	t.Helper()
-	p := restrictedPod(name, image, []string{"/web", "get", url})
+	return run(ctx, t, cs, ns, name, labels, image, []string{"/web", "get", url})
+}
+
+// run runs args in a one-shot pod and returns whether it succeeded and its log.
+func run(ctx context.Context, t *testing.T, cs kubernetes.Interface, ns, name string, labels map[string]string, image string, args []string) (bool, string) {
+	t.Helper()
+	p := restrictedPod(name, image, args)
 	p.Labels = labels
 	if _, err := cs.CoreV1().Pods(ns).Create(ctx, p, metav1.CreateOptions{}); err != nil {
 		t.Fatalf("creating pod %s: %v", name, err)

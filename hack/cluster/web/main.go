@@ -3,6 +3,10 @@
 //
 //	web serve ADDR   answer every request with "hello from HOSTNAME"
 //	web get URL      print the body of one GET (3 s timeout); exit 1 on failure
+//	web until ok|fail URL
+//	                 GET every 0.5 s, for up to 30 s, until one succeeds (ok)
+//	                 or fails (fail); print the last result as get does and
+//	                 the number of tries; exit 1 if the last GET failed
 package main
 
 import (
@@ -14,6 +18,26 @@ import (
 )
 
 func main() {
+	if len(os.Args) == 4 && os.Args[1] == "until" && (os.Args[2] == "ok" || os.Args[2] == "fail") {
+		want := os.Args[2] == "ok"
+		deadline := time.Now().Add(30 * time.Second)
+		for i := 1; ; i++ {
+			out, err := get(os.Args[3])
+			if (err == nil) == want || time.Now().After(deadline) {
+				if err != nil {
+					fmt.Println("error:", err)
+				} else {
+					fmt.Print(out)
+				}
+				fmt.Printf("(after %d tries)\n", i)
+				if err != nil {
+					os.Exit(1)
+				}
+				return
+			}
+			time.Sleep(500 * time.Millisecond)
+		}
+	}
 	if len(os.Args) != 3 {
 		fmt.Fprintln(os.Stderr, "usage: web serve ADDR | web get URL")
 		os.Exit(2)
@@ -31,21 +55,32 @@ func main() {
 		fmt.Fprintln(os.Stderr, srv.ListenAndServe())
 		os.Exit(1)
 	case "get":
-		c := &http.Client{Timeout: 3 * time.Second}
-		resp, err := c.Get(os.Args[2])
+		out, err := get(os.Args[2])
 		if err != nil {
 			fmt.Println("error:", err)
 			os.Exit(1)
 		}
-		defer resp.Body.Close()
-		b, err := io.ReadAll(resp.Body)
-		if err != nil || resp.StatusCode != http.StatusOK {
-			fmt.Println("error:", resp.Status, err)
-			os.Exit(1)
-		}
-		fmt.Print(string(b))
+		fmt.Print(out)
 	default:
 		fmt.Fprintln(os.Stderr, "usage: web serve ADDR | web get URL")
 		os.Exit(2)
 	}
+}
+
+// get returns the body of one GET of url (3 s timeout) answered 200.
+func get(url string) (string, error) {
+	c := &http.Client{Timeout: 3 * time.Second}
+	resp, err := c.Get(url)
+	if err != nil {
+		return "", err
+	}
+	defer resp.Body.Close()
+	b, err := io.ReadAll(resp.Body)
+	if err != nil {
+		return "", err
+	}
+	if resp.StatusCode != http.StatusOK {
+		return "", fmt.Errorf("%s", resp.Status)
+	}
+	return string(b), nil
 }
