@@ -3,9 +3,10 @@ SHELL := /usr/bin/env bash
 .SHELLFLAGS := -euo pipefail -c
 .DEFAULT_GOAL := help
 
-MODULES := pkg migrations runtimes services/gateway services/builder services/operator services/invoker services/scheduler hack/devcluster deploy/helm e2e
-# Linted with the rest, tested by `make test-cluster` (not yet part of make test: see docs/decisions.md).
-LINT_MODULES := $(MODULES) hack/cluster
+# hack/cluster's TestCluster brings up the one-node cluster (root; its
+# binaries come from `make cluster-build`, cached by version).
+MODULES := pkg migrations runtimes services/gateway services/builder services/operator services/invoker services/scheduler hack/devcluster deploy/helm e2e hack/cluster
+LINT_MODULES := $(MODULES)
 SERVICES := gateway builder operator invoker scheduler
 GENERATED := pkg/apis/sless/v1alpha1/zz_generated.deepcopy.go pkg/apis/sless/crds/*.yaml deploy/helm/sless/files/crds/*.yaml
 DEPS_ENV = eval "$$(hack/deps.sh env)"
@@ -42,7 +43,7 @@ test-images: ## build the platform images (make images) and check each one pulle
 # pkg/ and the services' internal packages run under the race detector (the
 # concurrent code lives there); a service's main package, whose tests start
 # whole services and kill them, runs without it (see docs/decisions.md).
-test: deps verify test-runtimes ## start the real dependencies and run every test
+test: deps cluster-build verify test-runtimes ## start the real dependencies and run every test
 	@$(DEPS_ENV); for m in $(MODULES); do \
 		echo "== go test $$m"; \
 		case $$m in \
@@ -52,7 +53,9 @@ test: deps verify test-runtimes ## start the real dependencies and run every tes
 		esac; \
 	done
 
-.PHONY: test-cluster cluster-up cluster-down
+.PHONY: test-cluster cluster-build cluster-up cluster-down
+cluster-build: ## build the one-node cluster's programs (cached by version under ~/.cache/sless)
+	@hack/cluster.sh build
 test-cluster: deps ## bring up the one-node cluster (hack/cluster.sh), run its acceptance test, take it down
 	@$(DEPS_ENV); cd hack/cluster && go test -count=1 -timeout 40m -v ./...
 cluster-up: deps ## build (cached) and start the one-node Kubernetes cluster; `hack/cluster.sh env` points kubectl/client-go at it

@@ -9,7 +9,8 @@
 #   hack/cluster.sh env     print the export lines (KUBECONFIG, ...)
 #   hack/cluster.sh down    stop everything up started and remove what it made
 #                           (processes, mounts, network namespaces, nftables
-#                           and iptables rules, veths, the bridge)
+#                           and iptables rules, kube-router's ipsets, veths,
+#                           the bridge)
 set -euo pipefail
 
 ROOT=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
