@@ -3,7 +3,10 @@ SHELL := /usr/bin/env bash
 .SHELLFLAGS := -euo pipefail -c
 .DEFAULT_GOAL := help
 
-MODULES := pkg migrations runtimes services/gateway services/builder services/operator services/invoker services/scheduler hack/devcluster deploy/helm cli e2e terraform
+# hack/cluster's TestCluster brings up the one-node cluster (root; its
+# binaries come from `make cluster-build`, cached by version).
+MODULES := pkg migrations runtimes services/gateway services/builder services/operator services/invoker services/scheduler hack/devcluster deploy/helm cli e2e terraform hack/cluster
+LINT_MODULES := $(MODULES)
 SERVICES := gateway builder operator invoker scheduler
 GENERATED := pkg/apis/sless/v1alpha1/zz_generated.deepcopy.go pkg/apis/sless/crds/*.yaml deploy/helm/sless/files/crds/*.yaml \
 	pkg/client/openapi.yaml pkg/client/client.gen.go
@@ -52,7 +55,7 @@ test-images: ## build the platform images (make images) and check each one pulle
 # test-images takes about a minute once ko and the build cache are warm.
 # The Terraform provider's acceptance tests (TF_ACC=1) drive OpenTofu, which
 # hack/deps.sh builds, against a make dev platform of their own.
-test: deps verify test-runtimes runtime-bases test-images ## start the real dependencies and run every test
+test: deps cluster-build verify test-runtimes runtime-bases test-images ## start the real dependencies and run every test
 	@$(DEPS_ENV); for m in $(MODULES); do \
 		echo "== go test $$m"; \
 		case $$m in \
@@ -62,6 +65,16 @@ test: deps verify test-runtimes runtime-bases test-images ## start the real depe
 		*) (cd $$m && go test -count=1 -timeout 25m ./...) || exit 1 ;; \
 		esac; \
 	done
+
+.PHONY: test-cluster cluster-build cluster-up cluster-down
+cluster-build: ## build the one-node cluster's programs (cached by version under ~/.cache/sless)
+	@hack/cluster.sh build
+test-cluster: deps ## bring up the one-node cluster (hack/cluster.sh), run its acceptance test, take it down
+	@$(DEPS_ENV); cd hack/cluster && go test -count=1 -timeout 40m -v ./...
+cluster-up: deps ## build (cached) and start the one-node Kubernetes cluster; `hack/cluster.sh env` points kubectl/client-go at it
+	@hack/cluster.sh up
+cluster-down: ## stop the one-node cluster and remove everything it made
+	@hack/cluster.sh down
 
 .PHONY: test-runtimes
 test-runtimes: ## run the Python and Node runtime wrappers' own tests
@@ -122,11 +135,11 @@ imports: ## regroup imports: standard library, third party, sless
 
 .PHONY: staticcheck
 staticcheck: ## staticcheck every module
-	@for m in $(MODULES); do (cd $$m && go tool staticcheck ./...) || exit 1; done
+	@for m in $(LINT_MODULES); do (cd $$m && go tool staticcheck ./...) || exit 1; done
 
 .PHONY: vet lint
 vet: ## go vet every module
-	@for m in $(MODULES); do (cd $$m && go vet ./...) || exit 1; done
+	@for m in $(LINT_MODULES); do (cd $$m && go vet ./...) || exit 1; done
 lint: vet fmt-check imports-check staticcheck ## vet, gofmt, goimports and staticcheck
 
 .PHONY: clean

@@ -1,6 +1,13 @@
 //go:build tools
 
-// Package kube pins the kube-apiserver build for hack/deps.sh.
+// Package kube pins the Kubernetes builds: kube-apiserver for hack/deps.sh,
+// and the node and the rest of the control plane for hack/cluster.sh.
 package kube
 
-import _ "k8s.io/kubernetes/cmd/kube-apiserver"
+import (
+	_ "k8s.io/kubernetes/cmd/kube-apiserver"
+	_ "k8s.io/kubernetes/cmd/kube-controller-manager"
+	_ "k8s.io/kubernetes/cmd/kube-proxy"
+	_ "k8s.io/kubernetes/cmd/kube-scheduler"
+	_ "k8s.io/kubernetes/cmd/kubelet"
+)
