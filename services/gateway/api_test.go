@@ -7,7 +7,6 @@ import (
 	"encoding/json"
 	"fmt"
 	"io"
-	"log/slog"
 	"net"
 	"net/http"
 	"os"
@@ -343,8 +342,6 @@ func (o *observer) wait(t testing.TB, contains string, n int, window ...time.Dur
 		time.Sleep(20 * time.Millisecond)
 	}
 }
-
-func quietLog() *slog.Logger { return slog.New(slog.NewTextHandler(io.Discard, nil)) }
 
 func purge(t testing.TB, url, queue string) {
 	conn, err := amqp.Dial(url)
