@@ -6,11 +6,10 @@ require (
 	github.com/go-logr/logr v1.4.4
 	github.com/google/go-cmp v0.7.0
 	github.com/jackc/pgx/v5 v5.12.0
-	github.com/kube5s/sless/migrations v0.0.0-00010101000000-000000000000
+	github.com/kube5s/sless/migrations v0.0.0
 	github.com/kube5s/sless/pkg v0.0.0
 	github.com/michaelklishin/rabbit-hole/v2 v2.12.0
 	github.com/prometheus/client_golang v1.25.0
-	github.com/prometheus/client_model v0.6.3
 	github.com/rabbitmq/amqp091-go v1.16.0
 	go.opentelemetry.io/otel v1.47.0
 	go.opentelemetry.io/otel/trace v1.47.0
@@ -23,6 +22,8 @@ require (
 	k8s.io/utils v0.0.0-20260626114624-be93311217bd
 	sigs.k8s.io/controller-runtime v0.25.2
 )
+
+require github.com/prometheus/client_model v0.6.3 // indirect
 
 require (
 	github.com/beorn7/perks v1.0.1 // indirect
@@ -59,6 +60,7 @@ require (
 	github.com/klauspost/compress v1.20.4 // indirect
 	github.com/klauspost/cpuid/v2 v2.4.0 // indirect
 	github.com/klauspost/crc32 v1.3.0 // indirect
+	github.com/kube5s/sless/runtimes v0.0.0
 	github.com/mfridman/interpolate v0.0.2 // indirect
 	github.com/minio/crc64nvme v1.1.1 // indirect
 	github.com/minio/md5-simd v1.1.2 // indirect
@@ -116,3 +118,5 @@ replace (
 	github.com/kube5s/sless/migrations => ../../migrations
 	github.com/kube5s/sless/pkg => ../../pkg
 )
+
+replace github.com/kube5s/sless/runtimes => ../../runtimes

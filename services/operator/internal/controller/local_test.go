@@ -1,8 +1,6 @@
 package controller
 
 import (
-	"encoding/base64"
-	"encoding/json"
 	"errors"
 	"fmt"
 	"io"
@@ -22,6 +20,7 @@ import (
 
 	slessv1 "github.com/kube5s/sless/pkg/apis/sless/v1alpha1"
 	"github.com/kube5s/sless/pkg/msg"
+	"github.com/kube5s/sless/runtimes/contract"
 	"github.com/kube5s/sless/services/operator/internal/driver"
 )
 
@@ -219,14 +218,6 @@ func TestContractFixturesThroughTheLocalDriver(t *testing.T) {
 	h, _ := localHarness(t)
 	_, ns := h.tenant(t)
 	dir := artifact(t, "fixtures")
-	var cases []fixture
-	b, err := os.ReadFile(filepath.Join(runtimesDir, "fixtures", "contract.json"))
-	if err != nil {
-		t.Fatal(err)
-	}
-	if err := json.Unmarshal(b, &cases); err != nil {
-		t.Fatal(err)
-	}
 	for _, rt := range []struct {
 		name    string
 		runtime slessv1.Runtime
@@ -239,123 +230,7 @@ func TestContractFixturesThroughTheLocalDriver(t *testing.T) {
 			})
 			h.build(t, fn, dir)
 			h.waitReady(t, fn)
-			for _, c := range cases {
-				t.Run(c.Name, func(t *testing.T) { c.check(t, fn.Status.Endpoint, fn.Name, strings.TrimPrefix(ns, "sless-fn-")) })
-			}
+			contract.Run(t, fn.Status.Endpoint, fn.Name, strings.TrimPrefix(ns, "sless-fn-"))
 		})
-	}
-}
-
-type fixture struct {
-	Name    string `json:"name"`
-	Request struct {
-		Method     string            `json:"method"`
-		Path       string            `json:"path"`
-		Query      string            `json:"query"`
-		Headers    map[string]string `json:"headers"`
-		Body       *string           `json:"body"`
-		BodyBase64 *string           `json:"bodyBase64"`
-	} `json:"request"`
-	Response struct {
-		Status         int               `json:"status"`
-		Headers        map[string]string `json:"headers"`
-		HeadersPresent []string          `json:"headersPresent"`
-		Body           *string           `json:"body"`
-		BodyBase64     *string           `json:"bodyBase64"`
-		JSON           json.RawMessage   `json:"json"`
-		JSONSubset     map[string]any    `json:"jsonSubset"`
-		BodyExcludes   []string          `json:"bodyExcludes"`
-		BodyContains   []string          `json:"bodyContains"`
-		HeadersAbsent  []string          `json:"headersAbsent"`
-	} `json:"response"`
-}
-
-func (f fixture) check(t *testing.T, endpoint, function, tenant string) {
-	var body io.Reader
-	if f.Request.Body != nil {
-		body = strings.NewReader(*f.Request.Body)
-	} else if f.Request.BodyBase64 != nil {
-		raw, _ := base64.StdEncoding.DecodeString(*f.Request.BodyBase64)
-		body = strings.NewReader(string(raw))
-	}
-	url := endpoint + f.Request.Path
-	if f.Request.Query != "" {
-		url += "?" + f.Request.Query
-	}
-	req, _ := http.NewRequestWithContext(t.Context(), f.Request.Method, url, body)
-	for k, v := range f.Request.Headers {
-		req.Header.Set(k, v)
-	}
-	resp, err := http.DefaultClient.Do(req)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer resp.Body.Close()
-	got, _ := io.ReadAll(resp.Body)
-	want := f.Response
-	if resp.StatusCode != want.Status {
-		t.Fatalf("status %d, want %d: %s", resp.StatusCode, want.Status, got)
-	}
-	for k, v := range want.Headers {
-		if resp.Header.Get(k) != v {
-			t.Errorf("header %s = %q, want %q", k, resp.Header.Get(k), v)
-		}
-	}
-	for _, k := range want.HeadersPresent {
-		if resp.Header.Get(k) == "" {
-			t.Errorf("header %s missing", k)
-		}
-	}
-	if want.Body != nil && string(got) != *want.Body {
-		t.Errorf("body %q, want %q", got, *want.Body)
-	}
-	if want.BodyBase64 != nil {
-		raw, _ := base64.StdEncoding.DecodeString(*want.BodyBase64)
-		if string(raw) != string(got) {
-			t.Errorf("body bytes differ: got %d bytes", len(got))
-		}
-	}
-	if len(want.JSON) > 0 {
-		var w, g any
-		_ = json.Unmarshal(want.JSON, &w)
-		if err := json.Unmarshal(got, &g); err != nil {
-			t.Fatalf("body is not JSON: %s", got)
-		}
-		// The fixtures name the function "fixtures" and the tenant "test";
-		// through the driver they carry the real names.
-		if m, ok := w.(map[string]any); ok && m["function"] != nil {
-			m["function"], m["tenant"] = function, tenant
-		}
-		wj, _ := json.Marshal(w)
-		gj, _ := json.Marshal(g)
-		if string(wj) != string(gj) {
-			t.Errorf("json body\n got %s\nwant %s", gj, wj)
-		}
-	}
-	if want.JSONSubset != nil {
-		var g map[string]any
-		if err := json.Unmarshal(got, &g); err != nil {
-			t.Fatalf("body is not JSON: %s", got)
-		}
-		for k, v := range want.JSONSubset {
-			if fmt.Sprint(g[k]) != fmt.Sprint(v) {
-				t.Errorf("field %s = %v, want %v", k, g[k], v)
-			}
-		}
-	}
-	for _, s := range want.BodyExcludes {
-		if strings.Contains(string(got), s) {
-			t.Errorf("body leaks %q: %s", s, got)
-		}
-	}
-	for _, s := range want.BodyContains {
-		if !strings.Contains(string(got), s) {
-			t.Errorf("body lacks %q: %s", s, got)
-		}
-	}
-	for _, k := range want.HeadersAbsent {
-		if v, ok := resp.Header[http.CanonicalHeaderKey(k)]; ok {
-			t.Errorf("header %s present: %q", k, v)
-		}
 	}
 }
