@@ -6666,20 +6666,34 @@ type ReplaceFunctionResponse200Headers struct {
 	Location *string
 }
 
+// ReplaceFunctionResponse201Headers the declared response headers of an HTTP 201 response for ReplaceFunction
+type ReplaceFunctionResponse201Headers struct {
+	Location *string
+}
+
 type ReplaceFunctionResponse struct {
 	Body         []byte
 	HTTPResponse *http.Response
 	// JSON200 the response for an HTTP 200 `application/json` response
 	JSON200 *Function
+	// JSON201 the response for an HTTP 201 `application/json` response
+	JSON201 *Function
 	// ApplicationproblemJSONDefault the response for an HTTP default `application/problem+json` response
 	ApplicationproblemJSONDefault *ErrorModel
 	// Headers200 the parsed response headers for an HTTP 200 response
 	Headers200 *ReplaceFunctionResponse200Headers
+	// Headers201 the parsed response headers for an HTTP 201 response
+	Headers201 *ReplaceFunctionResponse201Headers
 }
 
 // GetJSON200 returns the response for an HTTP 200 `application/json` response
 func (r ReplaceFunctionResponse) GetJSON200() *Function {
 	return r.JSON200
+}
+
+// GetJSON201 returns the response for an HTTP 201 `application/json` response
+func (r ReplaceFunctionResponse) GetJSON201() *Function {
+	return r.JSON201
 }
 
 // GetApplicationproblemJSONDefault returns the response for an HTTP default `application/problem+json` response
@@ -7393,20 +7407,34 @@ type ReplaceJobResponse200Headers struct {
 	Location *string
 }
 
+// ReplaceJobResponse201Headers the declared response headers of an HTTP 201 response for ReplaceJob
+type ReplaceJobResponse201Headers struct {
+	Location *string
+}
+
 type ReplaceJobResponse struct {
 	Body         []byte
 	HTTPResponse *http.Response
 	// JSON200 the response for an HTTP 200 `application/json` response
 	JSON200 *Job
+	// JSON201 the response for an HTTP 201 `application/json` response
+	JSON201 *Job
 	// ApplicationproblemJSONDefault the response for an HTTP default `application/problem+json` response
 	ApplicationproblemJSONDefault *ErrorModel
 	// Headers200 the parsed response headers for an HTTP 200 response
 	Headers200 *ReplaceJobResponse200Headers
+	// Headers201 the parsed response headers for an HTTP 201 response
+	Headers201 *ReplaceJobResponse201Headers
 }
 
 // GetJSON200 returns the response for an HTTP 200 `application/json` response
 func (r ReplaceJobResponse) GetJSON200() *Job {
 	return r.JSON200
+}
+
+// GetJSON201 returns the response for an HTTP 201 `application/json` response
+func (r ReplaceJobResponse) GetJSON201() *Job {
+	return r.JSON201
 }
 
 // GetApplicationproblemJSONDefault returns the response for an HTTP default `application/problem+json` response
@@ -7846,20 +7874,34 @@ type ReplaceTriggerResponse200Headers struct {
 	Location *string
 }
 
+// ReplaceTriggerResponse201Headers the declared response headers of an HTTP 201 response for ReplaceTrigger
+type ReplaceTriggerResponse201Headers struct {
+	Location *string
+}
+
 type ReplaceTriggerResponse struct {
 	Body         []byte
 	HTTPResponse *http.Response
 	// JSON200 the response for an HTTP 200 `application/json` response
 	JSON200 *Trigger
+	// JSON201 the response for an HTTP 201 `application/json` response
+	JSON201 *Trigger
 	// ApplicationproblemJSONDefault the response for an HTTP default `application/problem+json` response
 	ApplicationproblemJSONDefault *ErrorModel
 	// Headers200 the parsed response headers for an HTTP 200 response
 	Headers200 *ReplaceTriggerResponse200Headers
+	// Headers201 the parsed response headers for an HTTP 201 response
+	Headers201 *ReplaceTriggerResponse201Headers
 }
 
 // GetJSON200 returns the response for an HTTP 200 `application/json` response
 func (r ReplaceTriggerResponse) GetJSON200() *Trigger {
 	return r.JSON200
+}
+
+// GetJSON201 returns the response for an HTTP 201 `application/json` response
+func (r ReplaceTriggerResponse) GetJSON201() *Trigger {
+	return r.JSON201
 }
 
 // GetApplicationproblemJSONDefault returns the response for an HTTP default `application/problem+json` response
@@ -9408,6 +9450,13 @@ func ParseReplaceFunctionResponse(rsp *http.Response) (*ReplaceFunctionResponse,
 		}
 		response.JSON200 = &dest
 
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 201:
+		var dest Function
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.JSON201 = &dest
+
 	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && true:
 		var dest ErrorModel
 		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
@@ -9428,6 +9477,16 @@ func ParseReplaceFunctionResponse(rsp *http.Response) (*ReplaceFunctionResponse,
 			headers.Location = &value
 		}
 		response.Headers200 = &headers
+	case rsp.StatusCode == 201:
+		var headers ReplaceFunctionResponse201Headers
+		if values := rsp.Header.Values("Location"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "Location", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: false, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.Location = &value
+		}
+		response.Headers201 = &headers
 	}
 
 	return response, nil
@@ -9949,6 +10008,13 @@ func ParseReplaceJobResponse(rsp *http.Response) (*ReplaceJobResponse, error) {
 		}
 		response.JSON200 = &dest
 
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 201:
+		var dest Job
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.JSON201 = &dest
+
 	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && true:
 		var dest ErrorModel
 		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
@@ -9969,6 +10035,16 @@ func ParseReplaceJobResponse(rsp *http.Response) (*ReplaceJobResponse, error) {
 			headers.Location = &value
 		}
 		response.Headers200 = &headers
+	case rsp.StatusCode == 201:
+		var headers ReplaceJobResponse201Headers
+		if values := rsp.Header.Values("Location"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "Location", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: false, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.Location = &value
+		}
+		response.Headers201 = &headers
 	}
 
 	return response, nil
@@ -10294,6 +10370,13 @@ func ParseReplaceTriggerResponse(rsp *http.Response) (*ReplaceTriggerResponse, e
 		}
 		response.JSON200 = &dest
 
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 201:
+		var dest Trigger
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.JSON201 = &dest
+
 	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && true:
 		var dest ErrorModel
 		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
@@ -10314,6 +10397,16 @@ func ParseReplaceTriggerResponse(rsp *http.Response) (*ReplaceTriggerResponse, e
 			headers.Location = &value
 		}
 		response.Headers200 = &headers
+	case rsp.StatusCode == 201:
+		var headers ReplaceTriggerResponse201Headers
+		if values := rsp.Header.Values("Location"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "Location", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: false, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.Location = &value
+		}
+		response.Headers201 = &headers
 	}
 
 	return response, nil

@@ -71,6 +71,12 @@ func TestOpenAPIDescribesTheClientAdditions(t *testing.T) {
 		if got := put.RequestBody.Content["application/json"].Schema.Ref; got != ref(body) {
 			t.Errorf("PUT %s body %q, want %s", path, got, body)
 		}
+		// A PUT that creates answers 201 with the object, as one that
+		// replaces answers 200: a generated client must read both.
+		created, ok := put.Responses["201"]
+		if !ok || created.Content["application/json"].Schema.Ref != put.Responses["200"].Content["application/json"].Schema.Ref {
+			t.Errorf("PUT %s does not document its 201 with the object of its 200", path)
+		}
 		s := doc.Components.Schemas[body]
 		for _, ro := range []string{"status", "created_at"} {
 			if !s.Properties[ro].ReadOnly {

@@ -4,6 +4,7 @@ import (
 	"fmt"
 	"net/http"
 	"reflect"
+	"strings"
 
 	"github.com/danielgtaylor/huma/v2"
 )
@@ -101,5 +102,23 @@ func (s *Server) checkRoutes() {
 		if !e.used {
 			panic(fmt.Sprintf("operation %q of the route table has no handler", id))
 		}
+	}
+}
+
+// documentCreates adds a 201 response, the same object as the 200, to
+// the create-or-replace PUTs of the table: one that creates answers 201,
+// and a client generated from the document must be able to read that.
+func (s *Server) documentCreates() {
+	for id, e := range s.routes {
+		if e.op.Method != http.MethodPut || !strings.HasPrefix(id, "replace-") {
+			continue
+		}
+		item := s.api.OpenAPI().Paths[e.op.Path]
+		if item == nil || item.Put == nil || item.Put.Responses["200"] == nil {
+			continue
+		}
+		created := *item.Put.Responses["200"]
+		created.Description = "Created"
+		item.Put.Responses["201"] = &created
 	}
 }

@@ -164,6 +164,7 @@ func New(d Deps) *Server {
 	s.registerInvoke()
 	s.registerCallbackSecret()
 	s.checkRoutes()
+	s.documentCreates()
 	return s
 }
 
