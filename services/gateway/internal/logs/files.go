@@ -9,6 +9,8 @@ import (
 	"os"
 	"path/filepath"
 	"time"
+
+	"github.com/kube5s/sless/pkg/funclog"
 )
 
 // Files reads the local driver's log files: one per function,
@@ -26,7 +28,7 @@ const maxScanBack = 64 << 20
 
 // Path is the file of a function, as the operator's local driver names it.
 func (f Files) Path(namespace, function string) string {
-	return filepath.Join(f.Dir, namespace+"_"+function+".log")
+	return funclog.Path(f.Dir, namespace, function)
 }
 
 // Stream implements Source.

@@ -21,6 +21,8 @@ import (
 	"syscall"
 	"time"
 
+	"github.com/kube5s/sless/pkg/funclog"
+
 	corev1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/types"
 	"sigs.k8s.io/controller-runtime/pkg/builder"
@@ -478,7 +480,7 @@ func LocalCommands(python, node, runtimesDir string) map[slessv1.Runtime][]strin
 
 // LogPath is the file that receives the output of a function's process.
 func (l *Local) LogPath(namespace, name string) string {
-	return filepath.Join(l.LogDir, namespace+"_"+name+".log")
+	return funclog.Path(l.LogDir, namespace, name)
 }
 
 // PID is the process id of the function's serving process, or 0.
