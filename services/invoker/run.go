@@ -38,7 +38,7 @@ func run(ctx context.Context, getenv func(string) string, stdout io.Writer) erro
 	}
 	kube, watch, synced, err := svc.KubeWatching(ctx, kcfg, map[client.Object]cache.ByObject{
 		&slessv1.Function{}: {}, &slessv1.Trigger{}: {}, &slessv1.Tenant{}: {}, &corev1.Namespace{}: tenantns.Watch(),
-		invoke.SecretMetadata(): {}, // changes to broker Secrets restart queue triggers; the data is read when needed
+		invoke.SecretMetadata(): {Transform: invoke.StripSecretMetadata}, // changes to broker Secrets restart queue triggers; the data is read when needed
 	})
 	if err != nil {
 		return err

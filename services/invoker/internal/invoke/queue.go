@@ -131,6 +131,18 @@ func SecretMetadata() *metav1.PartialObjectMetadata {
 	return m
 }
 
+// StripSecretMetadata is the watch cache's transform for SecretMetadata:
+// it keeps what the reconciler uses (namespace, name, resource version)
+// and drops labels, annotations and managed fields, which can hold a
+// Secret's data (kubectl's last-applied-configuration) and would let a
+// tenant grow the invoker's memory with large annotations.
+func StripSecretMetadata(obj any) (any, error) {
+	if m, ok := obj.(*metav1.PartialObjectMetadata); ok {
+		m.Labels, m.Annotations, m.ManagedFields, m.OwnerReferences = nil, nil, nil, nil
+	}
+	return obj, nil
+}
+
 // Running lists the triggers consumed now (namespace/name).
 func (q *QueueTriggers) Running() []string {
 	q.mu.Lock()
