@@ -504,7 +504,7 @@ func TestUserJourney(t *testing.T) {
 	// Deleting the function removes its process, its stored objects and its endpoint.
 	endpointCheck := p.do(t, "POST", fn+"/invoke", tok, "application/json", []byte("{}"))
 	if endpointCheck.status != 200 {
-		t.Fatal("function not serving before delete")
+		t.Fatalf("function not serving before delete: %d %s", endpointCheck.status, endpointCheck.body)
 	}
 	objects := func() int {
 		n := 0

@@ -260,7 +260,7 @@ function serve() {
   const v = views(sab, C);
   const ids = Buffer.from(v.ids.buffer, v.ids.byteOffset, v.ids.byteLength);
   const realExit = process.exit.bind(process);
-  const state = { handler: null, loadError: null, stopping: false, inflight: 0 };
+  const state = { handler: null, loadError: null, stopping: false, draining: false, inflight: 0 };
   const active = new Array(C).fill(null); // slot -> its invocation
   const free = Array.from({ length: C }, (_, i) => C - 1 - i);
   const fdOwner = new Map(); // fd -> slot of the invocation running on it
@@ -426,8 +426,11 @@ function serve() {
     const q = url.indexOf('?');
     const pathname = q === -1 ? url : url.slice(0, q);
     if (pathname === HEALTH_PATH) {
-      const ok = state.handler !== null && !state.stopping;
-      const status = state.stopping ? 'draining' : state.loadError ? 'error' : ok ? 'ok' : 'loading';
+      // A recycling process still says ok: the runtime serves on (the
+      // replacement takes the socket), and a 503 here would take the whole
+      // function out of its endpoints. Only SIGTERM drains.
+      const ok = state.handler !== null && !state.draining;
+      const status = state.draining ? 'draining' : state.loadError ? 'error' : ok ? 'ok' : 'loading';
       send(res, ok ? 200 : 503, 'application/json', JSON.stringify(ok ? { status } : { status, error: state.loadError }), null);
       return;
     }
@@ -514,7 +517,7 @@ function serve() {
     if (process.connected) process.send({ kind: 'recycle' });
     stop();
   }
-  process.on('SIGTERM', stop);
+  process.on('SIGTERM', () => { state.draining = true; stop(); });
   process.on('SIGINT', () => {});
 
   const listen = () => new Promise((resolve) => server.listen({ fd: LISTEN_FD }, resolve));

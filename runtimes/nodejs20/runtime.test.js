@@ -225,6 +225,55 @@ test('SIGTERM finishes in-flight requests, then exits 0', async (t) => {
   assert.strictEqual(await exited, 0);
 });
 
+// Health asked on a connection the serving process already holds, after
+// stop() made it stop: the request line goes first, so the process keeps
+// the connection while it stops.
+async function healthWhileStopping(rt, stop) {
+  const sock = net.connect(rt.port, '127.0.0.1');
+  await new Promise((r) => sock.once('connect', r));
+  let data = '';
+  sock.on('data', (d) => { data += d; });
+  const closed = new Promise((r) => sock.once('close', r));
+  sock.write('GET /_/health HTTP/1.1\r\n');
+  await new Promise((r) => setTimeout(r, 300));
+  await stop();
+  sock.write('Host: runtime\r\nConnection: close\r\n\r\n');
+  await closed;
+  const [head, body] = data.split('\r\n\r\n');
+  return { status: Number(head.split(' ')[1]), body: JSON.parse(body) };
+}
+
+test('health stays ok while the serving process recycles', async (t) => {
+  // A 503 from a recycling process took the function out of its endpoints
+  // (local driver) while the replacement took over.
+  const rt = await startRuntime({ timeout: '2', concurrency: '3' });
+  t.after(rt.stop);
+  await rt.waitHealth();
+  let other;
+  const h = await healthWhileStopping(rt, async () => {
+    const timedOut = rt.req('POST', '/slow', '{"seconds":10}', { 'Content-Type': 'application/json' });
+    await new Promise((r) => setTimeout(r, 1000));
+    // Still running when the first one times out: the process stays while it runs.
+    other = rt.req('POST', '/slow', '{"seconds":1.5}', { 'Content-Type': 'application/json' });
+    assert.strictEqual((await timedOut).status, 504);
+  });
+  assert.deepStrictEqual([h.status, h.body.status], [200, 'ok']);
+  assert.strictEqual((await other).status, 200);
+});
+
+test('health says draining after SIGTERM', async (t) => {
+  const rt = await startRuntime({ timeout: '5' });
+  t.after(rt.stop);
+  await rt.waitHealth();
+  const pending = rt.req('POST', '/slow', '{"seconds":1.5}', { 'Content-Type': 'application/json' });
+  const h = await healthWhileStopping(rt, async () => {
+    rt.proc.kill('SIGTERM');
+    await new Promise((r) => setTimeout(r, 300));
+  });
+  assert.deepStrictEqual([h.status, h.body.status], [503, 'draining']);
+  assert.strictEqual((await pending).status, 200);
+});
+
 test('an import error keeps health 503 and is logged once', async (t) => {
   const dir = fs.mkdtempSync(path.join(os.tmpdir(), 'sless-bad-'));
   fs.writeFileSync(path.join(dir, 'index.js'), 'exports.handler = async (event => {\n');

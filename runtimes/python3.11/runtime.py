@@ -281,6 +281,7 @@ class Worker:
         self.load_error = None
         self.loaded = threading.Event()
         self.stopping = False  # draining or recycling: no new connections, close when idle
+        self.draining = False  # SIGTERM: the runtime as a whole is going away
         self.lock = threading.Lock()  # the semaphore, inflight and the published count move together
         self.inflight = {}  # token -> Invocation
         self.next_token = 0
@@ -334,6 +335,11 @@ class Worker:
     def stop(self):
         """Stops accepting; open connections close once idle."""
         self.stopping = True
+
+    def drain(self):
+        """SIGTERM: stops, and health says draining."""
+        self.draining = True
+        self.stop()
 
     def recycle(self):
         if self.stopping:
@@ -482,10 +488,13 @@ class Worker:
             reply(*problem(413, "PayloadTooLarge", f"request body over {cfg.max_body} bytes", invocation_id), invocation_id)
             return False
         if path == HEALTH_PATH:
-            if self.handler and not self.stopping:
+            # A recycling worker still says ok: the runtime serves on (its
+            # other workers, and the replacement being forked), and a 503
+            # here would take the whole function out of its endpoints.
+            if self.handler and not self.draining:
                 reply(200, [("Content-Type", "application/json")], b'{"status":"ok"}', None)
             else:
-                st = "draining" if self.stopping else ("error" if self.load_error else "loading")
+                st = "draining" if self.draining else ("error" if self.load_error else "loading")
                 reply(503, [("Content-Type", "application/json")], json.dumps({"status": st, "error": self.load_error}).encode(), None)
             return keep
         if self.handler is None:
@@ -615,7 +624,7 @@ def worker_main(cfg, listener, sem, shm, slot, status_fd, supervisor_pid, first)
     def on_term(signum, frame):
         if os.getppid() != supervisor_pid:
             os.killpg(0, signal.SIGKILL)  # the supervisor is gone: no one would replace or reap us
-        w.stop()
+        w.drain()
 
     signal.signal(signal.SIGTERM, on_term)
     signal.signal(signal.SIGINT, signal.SIG_IGN)

@@ -270,6 +270,36 @@ class BehaviourTest(unittest.TestCase):
         self.assertEqual(headers.get("retry-after"), "1")
         self.assertEqual(sorted(results), [200, 200])
 
+    def health_while_stopping(self, rt, stop):
+        """Health asked on a connection that the worker already holds, after
+        stop() made it stop: the request line goes first, so the worker keeps
+        the connection open while it stops."""
+        with socket.create_connection(("127.0.0.1", rt.port), timeout=10) as s:
+            s.sendall(b"GET /_/health HTTP/1.1\r\n")
+            time.sleep(0.3)
+            stop()
+            s.sendall(b"Host: runtime\r\n\r\n")
+            f = s.makefile("rb")
+            status = int(f.readline().split()[1])
+            headers = {}
+            while (line := f.readline()) not in (b"\r\n", b""):
+                k, _, v = line.decode().partition(":")
+                headers[k.strip().lower()] = v.strip()
+            return status, json.loads(f.read(int(headers["content-length"])))
+
+    def test_health_stays_ok_while_a_worker_recycles(self):
+        # A 503 from a recycling worker took the function out of its
+        # endpoints (local driver) while its other workers served.
+        rt = self.start(timeout="1", concurrency="4", workers="1")
+        status, body = self.health_while_stopping(rt, lambda: self.assertEqual(rt.request("GET", "/spin")[0], 504))
+        self.assertEqual((status, body["status"]), (200, "ok"))
+        self.assertEqual(rt.request("GET", "/text")[0], 200)
+
+    def test_health_says_draining_after_sigterm(self):
+        rt = self.start(timeout="5", workers="1")
+        status, body = self.health_while_stopping(rt, lambda: (rt.proc.send_signal(signal.SIGTERM), time.sleep(0.3)))
+        self.assertEqual((status, body["status"]), (503, "draining"))
+
     def test_sigterm_finishes_in_flight_requests(self):
         rt = self.start(timeout="5")
         out = {}

@@ -369,6 +369,7 @@ func (p *proc) watchHealth(exited <-chan struct{}) {
 	// Poll fast until the first success (a loopback GET costs little and the
 	// poll interval is added to every cold start), then every 2s.
 	interval := 10 * time.Millisecond
+	failures := 0
 	for {
 		select {
 		case <-exited:
@@ -376,9 +377,20 @@ func (p *proc) watchHealth(exited <-chan struct{}) {
 		case <-time.After(interval):
 		}
 		ok, reason := probe(hc, p.endpoint+"/_/health")
+		if ok {
+			failures = 0
+		} else {
+			failures++
+		}
 		p.mu.Lock()
-		changed := ok != p.healthy
-		p.healthy = ok
+		// A healthy process leaves the endpoints on the second failure in a
+		// row, as the kubelet's readiness probe does (threshold 2): one
+		// failed probe is rechecked at once instead.
+		recheck := !ok && p.healthy && failures < 2
+		changed := ok != p.healthy && !recheck
+		if !recheck {
+			p.healthy = ok
+		}
 		if !ok && reason != "" {
 			p.lastErr = reason
 		}
@@ -387,6 +399,8 @@ func (p *proc) watchHealth(exited <-chan struct{}) {
 			p.l.notify(p.name)
 		}
 		switch {
+		case recheck:
+			interval = 100 * time.Millisecond
 		case ok:
 			interval = 2 * time.Second
 		case time.Since(p.startedAt) < 10*time.Second:
