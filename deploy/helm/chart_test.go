@@ -190,13 +190,15 @@ func TestUnpinnedImagesFindsTags(t *testing.T) {
 func TestSchemaRejectsBadValues(t *testing.T) {
 	c := load(t)
 	for name, vals := range map[string]map[string]any{
-		"unknown key":         {"gatewy": map[string]any{"replicas": 1}},
-		"unknown nested key":  {"gateway": map[string]any{"replica": 1}},
-		"wrong type":          {"gateway": map[string]any{"replicas": "two"}},
-		"base image by tag":   {"build": map[string]any{"baseImages": map[string]any{"python311": "docker.io/library/python:3.11-slim-bookworm"}}},
-		"base image untagged": {"build": map[string]any{"baseImages": map[string]any{"nodejs20": "docker.io/library/node"}}},
-		"short admin token":   {"adminToken": map[string]any{"value": "short"}},
-		"digest not a digest": {"image": map[string]any{"digests": map[string]any{"gateway": "v1.0"}}},
+		"unknown key":          {"gatewy": map[string]any{"replicas": 1}},
+		"unknown nested key":   {"gateway": map[string]any{"replica": 1}},
+		"wrong type":           {"gateway": map[string]any{"replicas": "two"}},
+		"base image by tag":    {"build": map[string]any{"baseImages": map[string]any{"python311": "docker.io/library/python:3.11-slim-bookworm"}}},
+		"base image untagged":  {"build": map[string]any{"baseImages": map[string]any{"nodejs20": "docker.io/library/node"}}},
+		"short admin token":    {"adminToken": map[string]any{"value": "short"}},
+		"digest not a digest":  {"image": map[string]any{"digests": map[string]any{"gateway": "v1.0"}}},
+		"unknown service type": {"gateway": map[string]any{"replicas": 1, "service": map[string]any{"type": "External"}}},
+		"otel not a URL":       {"otel": map[string]any{"endpoint": "collector:4318"}},
 	} {
 		t.Run(name, func(t *testing.T) {
 			if _, err := render(c, vals); err == nil {

@@ -63,6 +63,10 @@ seccompProfile:
   value: "false"
 - name: SLESS_RABBITMQ_URL
   valueFrom: {secretKeyRef: {name: {{ .root.Values.rabbitmq.existingSecret }}, key: {{ .root.Values.rabbitmq.urlKey }}}}
+{{- with .root.Values.otel.endpoint }}
+- name: OTEL_EXPORTER_OTLP_ENDPOINT
+  value: {{ . | quote }}
+{{- end }}
 {{- /* The operator deletes a deleted tenant's rows. */}}
 {{- if has .name (list "gateway" "builder" "operator" "invoker" "scheduler") }}
 - name: SLESS_POSTGRES_URL
