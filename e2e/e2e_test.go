@@ -16,6 +16,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"regexp"
 	"strconv"
 	"strings"
 	"sync"
@@ -27,7 +28,9 @@ import (
 	"github.com/jackc/pgx/v5"
 	amqp "github.com/rabbitmq/amqp091-go"
 
+	slessv1 "github.com/kube5s/sless/pkg/apis/sless/v1alpha1"
 	"github.com/kube5s/sless/pkg/client"
+	"github.com/kube5s/sless/pkg/funclog"
 	"github.com/kube5s/sless/pkg/objstore"
 	"github.com/kube5s/sless/pkg/testenv"
 )
@@ -437,8 +440,13 @@ func TestUserJourney(t *testing.T) {
 	p.json(t, "POST", "/v1/tenants/acme/jobs", tok, map[string]any{"name": "report", "function": "app", "payload": map[string]any{"r": 1}}, 201)
 	p.json(t, "POST", "/v1/tenants/acme/jobs/report/run", tok, nil, 202)
 	eventuallySaw(t, 60*time.Second, "the job run", func() (bool, string) { return p.status(t, "/v1/tenants/acme/jobs/report", tok, "Succeeded") })
-	time.Sleep(2 * time.Second)
-	if n := len(p.json(t, "GET", "/v1/tenants/acme/invocations?trigger=job", tok, nil, 200)["items"].([]any)); n != 1 {
+	// Its record is written in the background: wait for it, then there is
+	// exactly one (the run's id is the record's key).
+	jobRecords := func() int {
+		return len(p.json(t, "GET", "/v1/tenants/acme/invocations?trigger=job", tok, nil, 200)["items"].([]any))
+	}
+	eventually(t, 30*time.Second, "the job run's record", func() bool { return jobRecords() > 0 })
+	if n := jobRecords(); n != 1 {
 		t.Errorf("%d job invocations, want 1", n)
 	}
 
@@ -479,7 +487,13 @@ func TestUserJourney(t *testing.T) {
 		t.Fatalf("second upload: %v", err)
 	}
 	eventually(t, 90*time.Second, "v2 served", sawV2.Load)
-	time.Sleep(4 * time.Second) // past the old process's drain
+	// The load goes on until the old process has drained and stopped.
+	logFile := funclog.Path(filepath.Join(p.state, "functions"), slessv1.NamespaceFor("acme"), "app")
+	stopped := regexp.MustCompile(`"msg":\s*"stopped"`)
+	eventually(t, 60*time.Second, "the old process stopped", func() bool {
+		b, _ := os.ReadFile(logFile)
+		return stopped.Match(b)
+	})
 	close(stop)
 	wg.Wait()
 	t.Logf("source switch under load: %d served, %d failed", served.Load(), failed.Load())
