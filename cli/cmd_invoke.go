@@ -14,6 +14,7 @@ import (
 
 	"github.com/spf13/cobra"
 
+	"github.com/kube5s/sless/cli/internal/output"
 	"github.com/kube5s/sless/pkg/client"
 )
 
@@ -104,9 +105,16 @@ was a cold start go to stderr with -v.`,
 				fmt.Fprintln(a.stdout, acc.InvocationID)
 				return nil
 			}
-			a.stdout.Write(r.Body)
-			if len(r.Body) > 0 && r.Body[len(r.Body)-1] != '\n' && isTerminal(a.stdout) {
-				fmt.Fprintln(a.stdout)
+			if isTerminal(a.stdout) {
+				// The function's answer is the tenant's bytes: made safe for
+				// the terminal; a pipe gets them as they are.
+				body := output.Safe(string(r.Body))
+				if body != "" && !strings.HasSuffix(body, "\n") {
+					body += "\n"
+				}
+				fmt.Fprint(a.stdout, body)
+			} else {
+				a.stdout.Write(r.Body)
 			}
 			if resp.StatusCode >= 400 {
 				return fmt.Errorf("the function answered %d (invocation %s)", resp.StatusCode, resp.Header.Get("X-Sless-Invocation-Id"))
@@ -189,14 +197,14 @@ func (a *app) logsCommand() *cobra.Command {
 				}
 				var rec logRecord
 				if err := json.Unmarshal(line, &rec); err != nil {
-					fmt.Fprintf(a.stdout, "%s\n", line)
+					fmt.Fprintln(a.stdout, output.Safe(string(line)))
 					continue
 				}
 				inv := rec.InvocationID
 				if inv == "" {
 					inv = "-"
 				}
-				fmt.Fprintf(a.stdout, "%s %s %s %s\n", rec.Time.Local().Format("15:04:05.000"), inv, rec.Stream, rec.Message)
+				fmt.Fprintf(a.stdout, "%s %s %s %s\n", rec.Time.Local().Format("15:04:05.000"), output.Safe(inv), output.Safe(rec.Stream), output.Safe(rec.Message))
 			}
 			if err := sc.Err(); err != nil && cmd.Context().Err() == nil {
 				return err

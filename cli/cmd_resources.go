@@ -1,7 +1,6 @@
 package main
 
 import (
-	"bytes"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -570,7 +569,8 @@ func (a *app) buildsCommand() *cobra.Command {
 	return c
 }
 
-// streamBuildLog copies a build's log to w, each line after prefix.
+// streamBuildLog copies a build's log to w, each line after prefix and
+// safe for a terminal (the build ran the tenant's code).
 func streamBuildLog(cmd *cobra.Command, t *target, fn, id string, follow bool, w io.Writer, prefix string) error {
 	resp, err := t.api.GetBuildLog(cmd.Context(), t.Tenant, fn, id, &client.GetBuildLogParams{Follow: &follow})
 	if err != nil {
@@ -581,34 +581,5 @@ func streamBuildLog(cmd *cobra.Command, t *target, fn, id string, follow bool, w
 		b, _ := io.ReadAll(io.LimitReader(resp.Body, 64<<10))
 		return client.Check(resp, b)
 	}
-	if prefix == "" {
-		_, err = io.Copy(w, resp.Body)
-		return err
-	}
-	return copyLines(w, resp.Body, prefix)
-}
-
-// copyLines writes each line of r to w after prefix, as it arrives.
-func copyLines(w io.Writer, r io.Reader, prefix string) error {
-	buf := make([]byte, 32<<10)
-	var line bytes.Buffer
-	for {
-		n, err := r.Read(buf)
-		for _, c := range buf[:n] {
-			line.WriteByte(c)
-			if c == '\n' {
-				fmt.Fprint(w, prefix+line.String())
-				line.Reset()
-			}
-		}
-		if err == io.EOF {
-			if line.Len() > 0 {
-				fmt.Fprintln(w, prefix+line.String())
-			}
-			return nil
-		}
-		if err != nil {
-			return err
-		}
-	}
+	return output.SafeLines(w, resp.Body, prefix)
 }

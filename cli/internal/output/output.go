@@ -5,12 +5,14 @@
 package output
 
 import (
+	"bufio"
 	"bytes"
 	"encoding/json"
 	"fmt"
 	"io"
 	"strings"
 	"text/tabwriter"
+	"unicode/utf8"
 
 	"sigs.k8s.io/yaml"
 )
@@ -95,15 +97,78 @@ func (p *Printer) Print(raw json.RawMessage, rows Rows) error {
 }
 
 // clean keeps a cell on one line and fills empty cells, so columns stay
-// columns for cut and awk.
+// columns for cut and awk; it makes a tenant's text safe for a terminal.
 func clean(r []string) []string {
 	out := make([]string, len(r))
 	for i, c := range r {
-		c = strings.NewReplacer("\t", " ", "\n", " ", "\r", " ").Replace(c)
+		c = Safe(strings.NewReplacer("\t", " ", "\n", " ", "\r", " ").Replace(c))
 		if c == "" {
 			c = "-"
 		}
 		out[i] = c
 	}
 	return out
+}
+
+// Safe makes text that a tenant wrote (what a handler printed or answered,
+// a build's output, a status message) safe to print on a terminal: every
+// control character but tab and newline (ESC, which starts the sequences
+// that move the cursor, retitle the window or write the clipboard; CR,
+// which overwrites a line; the C1 controls, DEL) and every invalid UTF-8
+// byte becomes U+FFFD.
+func Safe(s string) string {
+	clean := true
+	for _, r := range s {
+		if unsafe(r) {
+			clean = false
+			break
+		}
+	}
+	if clean {
+		return s
+	}
+	var b strings.Builder
+	b.Grow(len(s))
+	for _, r := range s {
+		if unsafe(r) {
+			r = utf8.RuneError
+		}
+		b.WriteRune(r)
+	}
+	return b.String()
+}
+
+func unsafe(r rune) bool {
+	switch {
+	case r == '\t' || r == '\n':
+		return false
+	case r < 0x20, r == 0x7f, r >= 0x80 && r <= 0x9f, r == utf8.RuneError:
+		return true
+	}
+	return false
+}
+
+// SafeLines copies r to w line by line as lines arrive, each after prefix
+// and through Safe.
+func SafeLines(w io.Writer, r io.Reader, prefix string) error {
+	br := bufio.NewReaderSize(r, 32<<10)
+	for {
+		line, err := br.ReadString('\n')
+		if line != "" {
+			nl := strings.HasSuffix(line, "\n")
+			line = prefix + Safe(strings.TrimSuffix(line, "\n"))
+			if nl || err == io.EOF {
+				line += "\n"
+			}
+			if _, werr := io.WriteString(w, line); werr != nil {
+				return werr
+			}
+		}
+		if err == io.EOF {
+			return nil
+		}
+		if err != nil {
+			return err
+		}
+	}
 }

@@ -3,6 +3,7 @@ package output
 import (
 	"bytes"
 	"encoding/json"
+	"strings"
 	"testing"
 
 	"github.com/google/go-cmp/cmp"
@@ -50,5 +51,32 @@ func TestPrint(t *testing.T) {
 	}
 	if _, err := Parse("xml"); err == nil {
 		t.Error("-o xml accepted")
+	}
+}
+
+func TestSafe(t *testing.T) {
+	for in, want := range map[string]string{
+		"plain text, ünïcode ✓\tand a tab": "plain text, ünïcode ✓\tand a tab",
+		"title \x1b]0;owned\x07 set":       "title \ufffd]0;owned\ufffd set",
+		"clipboard \x1b]52;c;ZXZpbA==\x07": "clipboard \ufffd]52;c;ZXZpbA==\ufffd",
+		"csi \x9b2J, an invalid byte":      "csi \ufffd2J, an invalid byte",
+		"\u009b2J as a rune":               "\ufffd2J as a rune",
+		"over\rwrite":                      "over\ufffdwrite",
+		"nul\x00 del\x7f":                  "nul\ufffd del\ufffd",
+	} {
+		if got := Safe(in); got != want {
+			t.Errorf("Safe(%q) = %q, want %q", in, got, want)
+		}
+	}
+}
+
+func TestSafeLines(t *testing.T) {
+	var out bytes.Buffer
+	if err := SafeLines(&out, strings.NewReader("one\n\x1b[2Jtwo\nlast without newline"), "  | "); err != nil {
+		t.Fatal(err)
+	}
+	want := "  | one\n  | \ufffd[2Jtwo\n  | last without newline\n"
+	if out.String() != want {
+		t.Errorf("got %q, want %q", out.String(), want)
 	}
 }
