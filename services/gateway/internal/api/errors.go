@@ -184,6 +184,11 @@ func fromKube(ctx context.Context, what string, err error) error {
 		}
 	case apierrors.IsForbidden(err) && strings.Contains(err.Error(), "exceeded quota"):
 		p = problem(403, "quota-exceeded", "%s: the tenant's quota is exhausted: %v", what, err)
+	case apierrors.IsForbidden(err) && strings.Contains(err.Error(), "status unknown for quota"):
+		// The quota controller has not yet counted the namespace's objects
+		// (a tenant a moment old): the API server refuses until it has.
+		p = problem(503, "quota-pending", "%s: the tenant's quota is still being counted; try again shortly", what)
+		p.retryAfter, p.cause = 2, err
 	default:
 		p = problem(500, "", "%s: the Kubernetes API failed", what)
 		p.cause = err

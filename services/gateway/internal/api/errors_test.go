@@ -11,6 +11,9 @@ import (
 	"strings"
 	"testing"
 
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	"k8s.io/apimachinery/pkg/runtime/schema"
+
 	"github.com/kube5s/sless/services/gateway/internal/auth"
 	"github.com/kube5s/sless/services/gateway/internal/proxy"
 	"github.com/kube5s/sless/services/gateway/internal/store"
@@ -71,5 +74,30 @@ func TestErrorWriterKeepsCausesOutOfDetailAndLogsThem(t *testing.T) {
 				t.Errorf("a %d is logged: %q", c.status, log.String())
 			}
 		})
+	}
+}
+
+// TestKubeQuotaRefusals: the API server refuses a create in a namespace
+// whose quota it has not counted yet ("status unknown for quota", a
+// tenant seconds old on a real cluster): a 503 to retry, not a 500; an
+// exhausted quota stays a 403 that says so.
+func TestKubeQuotaRefusals(t *testing.T) {
+	gr := schema.GroupResource{Group: "sless.kube5s.ru", Resource: "functions"}
+	for _, c := range []struct {
+		msg        string
+		status     int
+		slug       string
+		retryAfter string
+	}{
+		{"status unknown for quota: sless-quota, resources: count/functions.sless.kube5s.ru", 503, "quota-pending", "2"},
+		{"exceeded quota: sless-quota, requested: count/functions.sless.kube5s.ru=1, used: count/functions.sless.kube5s.ru=20, limited: count/functions.sless.kube5s.ru=20", 403, "quota-exceeded", ""},
+	} {
+		var p *Problem
+		if !errors.As(fromKube(context.Background(), "function f", apierrors.NewForbidden(gr, "f", errors.New(c.msg))), &p) {
+			t.Fatalf("%s: not a problem", c.msg)
+		}
+		if p.Status != c.status || !strings.HasSuffix(p.Type, c.slug) || p.GetHeaders().Get("Retry-After") != c.retryAfter {
+			t.Errorf("%s: got %d %s Retry-After %q", c.msg, p.Status, p.Type, p.GetHeaders().Get("Retry-After"))
+		}
 	}
 }
