@@ -4,6 +4,9 @@ import (
 	"context"
 	"fmt"
 	"net/url"
+	"sort"
+	"strings"
+	"time"
 
 	corev1 "k8s.io/api/core/v1"
 	networkingv1 "k8s.io/api/networking/v1"
@@ -85,13 +88,24 @@ func (r *TenantReconciler) Reconcile(ctx context.Context, req ctrl.Request) (res
 	if applyErr == nil {
 		applyErr = r.ensureBroker(ctx, &t)
 	}
+	pending := ""
+	if applyErr == nil && r.Platform.QuotaController {
+		pending, applyErr = r.quotaPending(ctx, ns.Name)
+	}
 	t.Status.Namespace = ns.Name
 	t.Status.ObservedGeneration = t.Generation
-	if applyErr != nil {
+	switch {
+	case applyErr != nil:
 		t.Status.Phase, t.Status.Message = slessv1.TenantFailed, applyErr.Error()
 		slessv1.SetCondition(&t.Status.Conditions, t.Generation, slessv1.ConditionReady, metav1.ConditionFalse, "ApplyFailed", applyErr.Error())
 		r.Events.Eventf(&t, nil, corev1.EventTypeWarning, "ApplyFailed", "Reconcile", "%v", applyErr)
-	} else {
+	case pending != "":
+		// The quota's status changing requeues the tenant (Owns); the
+		// requeue below is for a controller that is slow to start.
+		t.Status.Phase, t.Status.Message = slessv1.TenantPending, pending
+		slessv1.SetCondition(&t.Status.Conditions, t.Generation, slessv1.ConditionReady, metav1.ConditionFalse, "QuotaPending", pending)
+		res = ctrl.Result{RequeueAfter: 2 * time.Second}
+	default:
 		t.Status.Phase, t.Status.Message = slessv1.TenantReady, ""
 		slessv1.SetCondition(&t.Status.Conditions, t.Generation, slessv1.ConditionReady, metav1.ConditionTrue, "Provisioned",
 			"namespace, quota, limits, network policies and broker vhost are in place")
@@ -99,7 +113,37 @@ func (r *TenantReconciler) Reconcile(ctx context.Context, req ctrl.Request) (res
 	if err := patchStatus(ctx, r.Client, &t, before, before.Status, t.Status); err != nil {
 		return ctrl.Result{}, err
 	}
-	return ctrl.Result{}, applyErr
+	if applyErr != nil {
+		return ctrl.Result{}, applyErr
+	}
+	return res, nil
+}
+
+// quotaPending says what is missing while the quota controller has not yet
+// counted the tenant namespace's quota: until it has, the API server
+// refuses every create the quota covers ("status unknown for quota"), so
+// the tenant is not Ready. Empty when counted.
+func (r *TenantReconciler) quotaPending(ctx context.Context, namespace string) (string, error) {
+	var q corev1.ResourceQuota
+	if err := r.Client.Get(ctx, client.ObjectKey{Namespace: namespace, Name: resources.ResourceQuotaName}, &q); err != nil {
+		if apierrors.IsNotFound(err) {
+			return "waiting for the quota to appear", nil
+		}
+		return "", fmt.Errorf("read the quota: %w", err)
+	}
+	var missing []string
+	for name := range q.Spec.Hard {
+		if _, ok := q.Status.Hard[name]; !ok {
+			missing = append(missing, string(name))
+		} else if _, ok := q.Status.Used[name]; !ok {
+			missing = append(missing, string(name))
+		}
+	}
+	if len(missing) == 0 {
+		return "", nil
+	}
+	sort.Strings(missing)
+	return "waiting for the quota controller to count " + strings.Join(missing, ", "), nil
 }
 
 // finalize deletes the namespace (and so every Function, whose own

@@ -142,3 +142,56 @@ func TestTenantWithoutInternetEgress(t *testing.T) {
 		}
 	}
 }
+
+// TestQuotaPendingUntilCounted: on a cluster with a quota controller, a
+// tenant is Ready only once the controller has counted every resource of
+// its quota (the API server refuses creates until then); the status
+// written here is what kube-controller-manager writes.
+func TestQuotaPendingUntilCounted(t *testing.T) {
+	h := newHarness(t)
+	ctx := t.Context()
+	ns := testenv.Name("quota-")
+	if err := h.c.Create(ctx, &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: ns}}); err != nil {
+		t.Fatal(err)
+	}
+	r := &TenantReconciler{Client: h.c}
+	if msg, err := r.quotaPending(ctx, ns); err != nil || msg != "waiting for the quota to appear" {
+		t.Fatalf("no quota: %q %v", msg, err)
+	}
+	q := &corev1.ResourceQuota{ObjectMeta: metav1.ObjectMeta{Name: resources.ResourceQuotaName, Namespace: ns}, Spec: corev1.ResourceQuotaSpec{
+		Hard: corev1.ResourceList{corev1.ResourcePods: resource.MustParse("5"), "count/functions.sless.kube5s.ru": resource.MustParse("3")}}}
+	if err := h.c.Create(ctx, q); err != nil {
+		t.Fatal(err)
+	}
+	pending := func() string {
+		t.Helper()
+		var msg string
+		h.eventually(t, "the cache sees the quota's status", func() bool {
+			var err error
+			msg, err = r.quotaPending(ctx, ns)
+			var seen corev1.ResourceQuota
+			_ = h.c.Get(ctx, client.ObjectKeyFromObject(q), &seen)
+			return err == nil && seen.ResourceVersion == q.ResourceVersion
+		})
+		return msg
+	}
+	if msg := pending(); msg != "waiting for the quota controller to count count/functions.sless.kube5s.ru, pods" {
+		t.Errorf("uncounted: %q", msg)
+	}
+	// Hard copied, usage of one resource only: still pending (the API
+	// server's "status unknown for quota").
+	q.Status = corev1.ResourceQuotaStatus{Hard: q.Spec.Hard, Used: corev1.ResourceList{corev1.ResourcePods: resource.MustParse("0")}}
+	if err := h.c.Status().Update(ctx, q); err != nil {
+		t.Fatal(err)
+	}
+	if msg := pending(); msg != "waiting for the quota controller to count count/functions.sless.kube5s.ru" {
+		t.Errorf("half counted: %q", msg)
+	}
+	q.Status.Used["count/functions.sless.kube5s.ru"] = resource.MustParse("0")
+	if err := h.c.Status().Update(ctx, q); err != nil {
+		t.Fatal(err)
+	}
+	if msg := pending(); msg != "" {
+		t.Errorf("counted: %q", msg)
+	}
+}

@@ -17,6 +17,11 @@ type Platform struct {
 	SystemNamespace string
 	// ClusterCIDRs are the pod, service and node ranges functions may not reach.
 	ClusterCIDRs []string
+	// QuotaController: a quota controller (kube-controller-manager) counts
+	// the tenant namespaces' quotas, and a tenant is Ready only once it has
+	// (the kubernetes profile; the local profile's API server has none, and
+	// an uncounted quota refuses nothing there).
+	QuotaController bool
 }
 
 // MetadataCIDR is the cloud metadata address, always blocked.
