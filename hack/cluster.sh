@@ -29,15 +29,15 @@ KUBE_ROUTER_VERSION=v2.1.0
 say() { printf 'cluster: %s\n' "$*" >&2; }
 die() { printf 'cluster: ERROR: %s\n' "$*" >&2; exit 1; }
 
-# build NAME DIR PKG MODULE_DIR: go build PKG inside the wrapper module
+# build NAME DIR PKG MODULE_DIR [LDFLAGS]: go build PKG inside the wrapper module
 # MODULE_DIR into DIR/NAME, once (as hack/deps.sh does).
 build() {
-	local name=$1 dir=$2 pkg=$3 moddir=$4
+	local name=$1 dir=$2 pkg=$3 moddir=$4 ldflags=${5:-}
 	[ -x "$dir/$name" ] && return 0
 	mkdir -p "$dir"
 	say "building $name into $dir (first time only; this takes minutes)"
 	local start=$SECONDS
-	(cd "$moddir" && GOWORK=off CGO_ENABLED=0 go build -trimpath -ldflags "-s -w" -o "$dir/.$name.tmp" "$pkg") >&2 ||
+	(cd "$moddir" && GOWORK=off CGO_ENABLED=0 go build -trimpath -ldflags "-s -w $ldflags" -o "$dir/.$name.tmp" "$pkg") >&2 ||
 		die "building $name failed"
 	mv "$dir/.$name.tmp" "$dir/$name"
 	say "built $name in $((SECONDS - start))s"
@@ -58,13 +58,19 @@ install() {
 	say "built $(basename "$dir") in $((SECONDS - start))s"
 }
 
-KUBE_BIN=$CACHE/kube-node-$KUBE_VERSION
+# Linked with their version, as hack/deps.sh links kube-apiserver (-r2).
+KUBE_LDFLAGS=$(v=${KUBE_VERSION#v}; printf -- '-X k8s.io/component-base/version.gitVersion=%s -X k8s.io/component-base/version.gitMajor=%s -X k8s.io/component-base/version.gitMinor=%s -X k8s.io/component-base/version.gitTreeState=clean' \
+	"$KUBE_VERSION" "${v%%.*}" "$(echo "$v" | cut -d. -f2)")
+KUBE_BIN=$CACHE/kube-node-$KUBE_VERSION-r2
 CONTAINERD_DIR=$CACHE/containerd-$CONTAINERD_VERSION
 RUNC_DIR=$CACHE/runc-$RUNC_VERSION
 CNI_DIR=$CACHE/cni-plugins-$CNI_VERSION
 COREDNS_DIR=$CACHE/coredns-$COREDNS_VERSION
 KUBE_ROUTER_DIR=$CACHE/kube-router-$KUBE_ROUTER_VERSION
-APISERVER=$CACHE/kube-apiserver-$KUBE_VERSION/kube-apiserver
+# helm installs the chart on the cluster (hack/cluster's TestHelmInstall).
+HELM_VERSION=$(awk '$1 == "helm.sh/helm/v3" {print $2}' "$ROOT/hack/tools/helm/go.mod")
+HELM=$CACHE/helm-$HELM_VERSION/helm
+APISERVER=$CACHE/kube-apiserver-$KUBE_VERSION-r2/kube-apiserver
 ETCD=$CACHE/etcd-$ETCD_VERSION/etcd
 
 build_all() {
@@ -74,7 +80,7 @@ build_all() {
 	flock 8
 	local c
 	for c in kubelet kube-controller-manager kube-scheduler kube-proxy; do
-		build "$c" "$KUBE_BIN" "k8s.io/kubernetes/cmd/$c" "$ROOT/hack/tools/kube"
+		build "$c" "$KUBE_BIN" "k8s.io/kubernetes/cmd/$c" "$ROOT/hack/tools/kube" "$KUBE_LDFLAGS"
 	done
 	install "$CONTAINERD_DIR" 0 "no_btrfs no_devmapper no_zfs" \
 		"github.com/containerd/containerd/v2/cmd/containerd@$CONTAINERD_VERSION" \
@@ -94,8 +100,11 @@ build_all() {
 		"github.com/containernetworking/plugins/plugins/meta/portmap@$CNI_VERSION"
 	install "$COREDNS_DIR" 0 "" "github.com/coredns/coredns@$COREDNS_VERSION"
 	install "$KUBE_ROUTER_DIR" 0 "" "github.com/cloudnativelabs/kube-router/v2/cmd/kube-router@$KUBE_ROUTER_VERSION"
+	build_helm
 	flock -u 8
 }
+
+build_helm() { build helm "$(dirname "$HELM")" helm.sh/helm/v3/cmd/helm "$ROOT/hack/tools/helm"; }
 
 # ---------------------------------------------------------------------------
 # The cluster. Everything it writes lives in $C (wiped by down); everything it
@@ -119,6 +128,10 @@ SOCK=$C/containerd/containerd.sock
 PAUSE_IMAGE=registry.k8s.io/pause:3.10.2
 COREDNS_IMAGE=sless.local/coredns:$COREDNS_VERSION
 REGISTRY=127.0.0.1:${SLESS_REGISTRY_PORT:-5001}
+# The same registry by the node's address, for images that a pod also
+# fetches (a build's assemble step); something must forward it there (the
+# Helm test does).
+NODE_REGISTRY=$NODE_IP:${SLESS_REGISTRY_PORT:-5001}
 ADMIN=$C/admin.kubeconfig
 PROCS="etcd kube-apiserver containerd kube-controller-manager kube-scheduler kubelet kube-proxy kube-router"
 
@@ -248,12 +261,15 @@ EON
 }
 
 containerd_up() {
-	mkdir -p "$C/containerd/certs.d/$REGISTRY"
-	cat >"$C/containerd/certs.d/$REGISTRY/hosts.toml" <<EOH
-server = "http://$REGISTRY"
-[host."http://$REGISTRY"]
+	local r
+	for r in "$REGISTRY" "$NODE_REGISTRY"; do
+		mkdir -p "$C/containerd/certs.d/$r"
+		cat >"$C/containerd/certs.d/$r/hosts.toml" <<EOH
+server = "http://$r"
+[host."http://$r"]
   capabilities = ["pull", "resolve"]
 EOH
+	done
 	cat >"$C/containerd/config.toml" <<EOT
 version = 3
 root = "$C/containerd/root"
@@ -593,6 +609,8 @@ export KUBECONFIG='$ADMIN'
 export SLESS_CLUSTER_DIR='$C'
 export SLESS_CLUSTER_SCRIPT='$ROOT/hack/cluster.sh'
 export SLESS_TEST_REGISTRY='$REGISTRY'
+export SLESS_CLUSTER_API_PORT='$API_PORT'
+export SLESS_NODE_REGISTRY='$NODE_REGISTRY'
 EOT
 }
 
@@ -693,6 +711,7 @@ case "${1:-}" in
 build) build_all ;;
 up) up ;;
 env) print_env ;;
+helm) build_helm && echo "$HELM" ;;
 down) down ;;
-*) die "usage: hack/cluster.sh build|up|down|env" ;;
+*) die "usage: hack/cluster.sh build|up|down|env|helm" ;;
 esac

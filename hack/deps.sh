@@ -42,7 +42,12 @@ RABBIT_MGMT_LISTENER="[{ip,\"127.0.0.1\"},{port,$RABBIT_MGMT_PORT}]"
 MINIO_PORT=${SLESS_MINIO_PORT:-9100}
 REGISTRY_PORT=${SLESS_REGISTRY_PORT:-5001}
 
-KUBE_DIR=$CACHE/kube-apiserver-$KUBE_VERSION
+# The Kubernetes commands are linked with their version (a module build
+# otherwise reports v0.0.0-master, which Helm's kubeVersion check and
+# clients refuse); -r2 is the cache key of that build.
+KUBE_LDFLAGS=$(v=${KUBE_VERSION#v}; printf -- '-X k8s.io/component-base/version.gitVersion=%s -X k8s.io/component-base/version.gitMajor=%s -X k8s.io/component-base/version.gitMinor=%s -X k8s.io/component-base/version.gitTreeState=clean' \
+	"$KUBE_VERSION" "${v%%.*}" "$(echo "$v" | cut -d. -f2)")
+KUBE_DIR=$CACHE/kube-apiserver-$KUBE_VERSION-r2
 ETCD_DIR=$CACHE/etcd-$ETCD_VERSION
 MINIO_DIR=$CACHE/minio-$MINIO_VERSION
 ASSETS=$CACHE/envtest-$KUBE_VERSION-etcd-$ETCD_VERSION
@@ -93,7 +98,7 @@ build_all() {
 	mkdir -p "$CACHE"
 	exec 9>"$CACHE/.build.lock"
 	flock 9
-	build kube-apiserver "$KUBE_DIR" k8s.io/kubernetes/cmd/kube-apiserver "$ROOT/hack/tools/kube"
+	build kube-apiserver "$KUBE_DIR" k8s.io/kubernetes/cmd/kube-apiserver "$ROOT/hack/tools/kube" "$KUBE_LDFLAGS"
 	build etcd "$ETCD_DIR" ./cmd/etcd "$ROOT/hack/tools/etcd"
 	build jaeger "$JAEGER_DIR" github.com/jaegertracing/jaeger/cmd/jaeger "$ROOT/hack/tools/jaeger"
 	build registry "$REGISTRY_DIR" github.com/distribution/distribution/v3/cmd/registry "$ROOT/hack/tools/registry"
