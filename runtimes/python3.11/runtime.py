@@ -357,8 +357,10 @@ class Worker:
             for conn, st in list(self.conns.items()):
                 if st[1]:
                     continue
-                # A connection accepted a moment ago has a request on its way.
-                if st[0] or (st[2] and now - st[3] < 1):
+                # A connection accepted a moment ago has a request on its way;
+                # so has one with bytes waiting (a kept-alive connection the
+                # client just reused): closing it would drop that request.
+                if st[0] or (st[2] and now - st[3] < 1) or has_input(conn):
                     busy = True
                 else:
                     shutdown(conn)
@@ -599,6 +601,13 @@ class Worker:
         finally:
             current.id = None
         return status, hdrs, body
+
+
+def has_input(conn):
+    try:
+        return bool(conn.recv(1, socket.MSG_PEEK | socket.MSG_DONTWAIT))
+    except OSError:  # nothing waiting (EAGAIN), or the connection is gone
+        return False
 
 
 def shutdown(conn, how=socket.SHUT_RDWR):

@@ -154,6 +154,14 @@ func (f *Forwarder) Forward(w http.ResponseWriter, r *http.Request, fn *slessv1.
 		return &Failure{Status: 502, Detail: fmt.Sprintf("function %s has an unusable endpoint", fn.Name), Cause: err}
 	}
 	out.ContentLength = r.ContentLength
+	if r.ContentLength == 0 {
+		// No body: http.NoBody makes the request replayable, so that the
+		// transport sends it again on a new connection when a kept-alive
+		// one turns out closed by the function (a runtime worker that
+		// recycles after a timeout closes its idle connections) instead of
+		// failing it with a 502.
+		out.Body = http.NoBody
+	}
 	out.Header = r.Header.Clone()
 	for _, h := range dropRequest {
 		out.Header.Del(h)

@@ -1,6 +1,7 @@
 package proxy
 
 import (
+	"bufio"
 	"io"
 	"log/slog"
 	"net"
@@ -105,5 +106,60 @@ func TestForwardClassifiesTheOutcome(t *testing.T) {
 				t.Errorf("outcome (-want +got):\n%s", diff)
 			}
 		})
+	}
+}
+
+// TestForwardRetriesABodilessRequestOnAClosedKeptAliveConnection: a
+// runtime worker that recycles closes its kept-alive connections; a
+// request without a body that was sent on one as it closed goes again on
+// a new connection instead of failing with a 502 (CI saw a GET after a
+// timeout answered 502).
+func TestForwardRetriesABodilessRequestOnAClosedKeptAliveConnection(t *testing.T) {
+	l, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer l.Close()
+	var conns sync.WaitGroup
+	defer conns.Wait()
+	n := 0
+	go func() {
+		for {
+			c, err := l.Accept()
+			if err != nil {
+				return
+			}
+			n++
+			first := n == 1
+			conns.Go(func() {
+				defer c.Close()
+				br := bufio.NewReader(c)
+				for i := 0; ; i++ {
+					req, err := http.ReadRequest(br)
+					if err != nil {
+						return
+					}
+					_, _ = io.Copy(io.Discard, req.Body)
+					if first && i == 1 {
+						return // read, then closed unanswered: the recycling worker
+					}
+					_, _ = io.WriteString(c, "HTTP/1.1 200 OK\r\nContent-Length: 2\r\n\r\nok")
+				}
+			})
+		}
+	}()
+	tr := DefaultTransport()
+	defer tr.CloseIdleConnections() // before conns.Wait: the server's reads end
+	f := &Forwarder{Transport: tr, Tracer: noop.NewTracerProvider().Tracer("test"), Prop: propagation.TraceContext{},
+		Recorder: &records{}, Metrics: nobody{}, Log: slog.New(slog.NewTextHandler(io.Discard, nil)), MaxResponseBytes: 1 << 20, MaxInlineResult: 1024}
+	for i := range 2 {
+		w := httptest.NewRecorder()
+		r := httptest.NewRequest(http.MethodGet, "/fn/t/hello", nil)
+		if err := f.Forward(w, r, readyFunction("http://"+l.Addr().String()), Call{Tenant: "t", Path: "/hello", Kind: msg.TriggerHTTP}); err != nil {
+			t.Fatalf("request %d: %v", i+1, err)
+		}
+		if w.Code != 200 || w.Body.String() != "ok" {
+			t.Fatalf("request %d: %d %q", i+1, w.Code, w.Body.String())
+		}
 	}
 }
