@@ -34,7 +34,12 @@ func (k *Kubernetes) Ensure(ctx context.Context, fn *slessv1.Function, a Artifac
 		return State{}, err
 	}
 	var d appsv1.Deployment
-	if err := k.Client.Get(ctx, client.ObjectKeyFromObject(desired), &d); err != nil {
+	if err := k.Client.Get(ctx, client.ObjectKeyFromObject(desired), &d); apierrors.IsNotFound(err) {
+		// Created a moment ago and not yet in the cache: its arrival
+		// reconciles the function again (seen on a real node, where this
+		// used to fail the function).
+		return State{Reason: "Progressing", Message: "waiting for the new deployment to be observed"}, nil
+	} else if err != nil {
 		return State{}, fmt.Errorf("read deployment: %w", err)
 	}
 	return deploymentState(&d, *desired.Spec.Replicas, resources.ServiceEndpoint(fn)), nil

@@ -1,0 +1,64 @@
+package driver
+
+import (
+	"context"
+	"testing"
+
+	appsv1 "k8s.io/api/apps/v1"
+	corev1 "k8s.io/api/core/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+	"sigs.k8s.io/controller-runtime/pkg/client/interceptor"
+
+	slessv1 "github.com/kube5s/sless/pkg/apis/sless/v1alpha1"
+	"github.com/kube5s/sless/pkg/testenv"
+	"github.com/kube5s/sless/services/operator/internal/resources"
+)
+
+// TestEnsureWaitsForADeploymentNotYetInTheCache: the Deployment the driver
+// has just created is not in the manager's cache yet (a real node showed
+// it); that is a rollout in progress, not a failed function. The API
+// server is real; only the cache's lag is simulated, by an interceptor
+// that does not find Deployments.
+func TestEnsureWaitsForADeploymentNotYetInTheCache(t *testing.T) {
+	kube, err := testenv.StartKube()
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = kube.Stop() })
+	c, err := client.NewWithWatch(kube.Config, client.Options{Scheme: testenv.Scheme()})
+	if err != nil {
+		t.Fatal(err)
+	}
+	lagging := interceptor.NewClient(c, interceptor.Funcs{Get: func(ctx context.Context, c client.WithWatch, key client.ObjectKey, obj client.Object, opts ...client.GetOption) error {
+		if _, ok := obj.(*appsv1.Deployment); ok {
+			return apierrors.NewNotFound(appsv1.Resource("deployments"), key.Name)
+		}
+		return c.Get(ctx, key, obj, opts...)
+	}})
+	ctx := t.Context()
+	ns := testenv.Name("fn-")
+	if err := c.Create(ctx, &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: ns}}); err != nil {
+		t.Fatal(err)
+	}
+	fn := &slessv1.Function{ObjectMeta: metav1.ObjectMeta{Name: "f", Namespace: ns},
+		Spec: slessv1.FunctionSpec{Runtime: slessv1.RuntimePython311, Entrypoint: "main.handler", MemoryMB: 128, CPUMillis: 100, TimeoutSec: 5,
+			Concurrency: 1, Scaling: &slessv1.Scaling{MinReplicas: 1, MaxReplicas: 1}}}
+	if err := c.Create(ctx, fn); err != nil {
+		t.Fatal(err)
+	}
+	st, err := (&Kubernetes{Client: lagging}).Ensure(ctx, fn, Artifact{Image: "registry.example.com/f@sha256:" + sixtyFour})
+	if err != nil {
+		t.Fatalf("a Deployment not yet in the cache failed the function: %v", err)
+	}
+	if st.Reason != "Progressing" || st.Serving {
+		t.Errorf("state %+v, want Progressing and not serving", st)
+	}
+	var d appsv1.Deployment
+	if err := c.Get(ctx, client.ObjectKeyFromObject(resources.Deployment(fn, "x")), &d); err != nil {
+		t.Errorf("the Deployment was not created: %v", err)
+	}
+}
+
+const sixtyFour = "0123456789abcdef0123456789abcdef0123456789abcdef0123456789abcdef"
