@@ -25,6 +25,7 @@ import (
 	"go.opentelemetry.io/otel/trace"
 
 	slessv1 "github.com/kube5s/sless/pkg/apis/sless/v1alpha1"
+	"github.com/kube5s/sless/pkg/jitter"
 	"github.com/kube5s/sless/pkg/msg"
 )
 
@@ -122,6 +123,23 @@ var originWide = []string{"Set-Cookie", "Set-Cookie2", "Strict-Transport-Securit
 	"Alt-Svc", "Nel", "Report-To", "Reporting-Endpoints", "Accept-Ch", "Critical-Ch", "Origin-Agent-Cluster",
 	"Public-Key-Pins", "Public-Key-Pins-Report-Only", "Expect-Ct"}
 
+// unsent is the request body on its way to the function: it counts what
+// was read, and the transport's Close after a failed attempt does not end
+// it, so that a request refused before any byte left can be sent again
+// (the server closes the incoming body itself).
+type unsent struct {
+	r io.Reader
+	n int64
+}
+
+func (u *unsent) Read(p []byte) (int, error) {
+	n, err := u.r.Read(p)
+	u.n += int64(n)
+	return n, err
+}
+
+func (u *unsent) Close() error { return nil }
+
 // MaxBody is the largest request body forwarded to a function.
 const MaxBody = 6 << 20
 
@@ -144,7 +162,7 @@ func (f *Forwarder) Forward(w http.ResponseWriter, r *http.Request, fn *slessv1.
 	ctx, cancel := context.WithTimeout(ctx, timeout)
 	defer cancel()
 
-	body := http.MaxBytesReader(w, r.Body, MaxBody)
+	body := &unsent{r: http.MaxBytesReader(w, r.Body, MaxBody)}
 	target := fn.Status.Endpoint + path
 	if r.URL.RawQuery != "" {
 		target += "?" + r.URL.RawQuery
@@ -180,6 +198,21 @@ func (f *Forwarder) Forward(w http.ResponseWriter, r *http.Request, fn *slessv1.
 	}()
 
 	resp, err := f.Transport.RoundTrip(out)
+	// A refused connection delivered nothing: a replica that has just
+	// become ready while kube-proxy is still programming the Service, or a
+	// runtime restarting. Sent again, briefly, while no byte of the body
+	// was read (so the function cannot have run).
+	again := jitter.Backoff(50*time.Millisecond, 400*time.Millisecond)
+	for tries := 0; err != nil && errors.Is(err, syscall.ECONNREFUSED) && body.n == 0 && tries < 6 && ctx.Err() == nil; tries++ {
+		if !jitter.Sleep(ctx, again) {
+			break
+		}
+		retry := out.Clone(ctx)
+		if out.Body != http.NoBody {
+			retry.Body = body
+		}
+		resp, err = f.Transport.RoundTrip(retry)
+	}
 	if err != nil {
 		var mbe *http.MaxBytesError
 		var failure *Failure

@@ -163,3 +163,43 @@ func TestForwardRetriesABodilessRequestOnAClosedKeptAliveConnection(t *testing.T
 		}
 	}
 }
+
+// TestForwardSendsARefusedRequestAgain: a replica that has just become
+// ready can refuse connections for a moment (kube-proxy still programming
+// its Service; seen on the one-node cluster as a 503 on the first call of
+// a new function). A refused connection delivered nothing, so the request,
+// body and all, goes again until the function listens.
+func TestForwardSendsARefusedRequestAgain(t *testing.T) {
+	l, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	addr := l.Addr().String()
+	l.Close() // refused until the server below listens
+	srv := &http.Server{Handler: http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		b, _ := io.ReadAll(r.Body)
+		_, _ = w.Write(b)
+	})}
+	defer srv.Close()
+	go func() {
+		time.Sleep(150 * time.Millisecond)
+		l, err := net.Listen("tcp", addr)
+		if err != nil {
+			t.Errorf("listen again on %s: %v", addr, err)
+			return
+		}
+		_ = srv.Serve(l)
+	}()
+	tr := DefaultTransport()
+	defer tr.CloseIdleConnections()
+	f := &Forwarder{Transport: tr, Tracer: noop.NewTracerProvider().Tracer("test"), Prop: propagation.TraceContext{},
+		Recorder: &records{}, Metrics: nobody{}, Log: slog.New(slog.NewTextHandler(io.Discard, nil)), MaxResponseBytes: 1 << 20, MaxInlineResult: 1024}
+	w := httptest.NewRecorder()
+	r := httptest.NewRequest(http.MethodPost, "/v1/tenants/t/functions/f/invoke", strings.NewReader(`{"n":1}`))
+	if err := f.Forward(w, r, readyFunction("http://"+addr), Call{Tenant: "t", Path: "/", Kind: msg.TriggerHTTP}); err != nil {
+		t.Fatalf("forward: %v", err)
+	}
+	if w.Code != 200 || w.Body.String() != `{"n":1}` {
+		t.Errorf("got %d %q, want the body echoed", w.Code, w.Body.String())
+	}
+}
