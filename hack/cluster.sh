@@ -351,7 +351,8 @@ control_plane_up() {
 	start kube-controller-manager "$KUBE_BIN/kube-controller-manager" --kubeconfig "$C/kube-controller-manager.kubeconfig" \
 		--secure-port 0 --leader-elect=false --use-service-account-credentials \
 		--service-account-private-key-file "$C/pki/sa.key" --root-ca-file "$C/pki/ca.crt" \
-		--service-cluster-ip-range "$SERVICE_CIDR" --profiling=false
+		--service-cluster-ip-range "$SERVICE_CIDR" --profiling=false \
+		--resource-quota-sync-period 15s
 	start kube-scheduler "$KUBE_BIN/kube-scheduler" --kubeconfig "$C/kube-scheduler.kubeconfig" \
 		--secure-port 0 --leader-elect=false --profiling=false
 }

@@ -30,13 +30,7 @@ import (
 // podSelector and port, egress by namespaceSelector, ports and ipBlock); Pod
 // Security "restricted"; and down/up twice, leaving nothing behind.
 func TestCluster(t *testing.T) {
-	if os.Geteuid() != 0 {
-		t.Fatal("the cluster runs as root (containerd, the kubelet); run this test as root")
-	}
-	registry := os.Getenv("SLESS_TEST_REGISTRY")
-	if registry == "" {
-		t.Fatal("SLESS_TEST_REGISTRY is not set: eval \"$(hack/deps.sh env)\" after hack/deps.sh up")
-	}
+	registry := preflight(t)
 	script, err := filepath.Abs("../cluster.sh")
 	if err != nil {
 		t.Fatal(err)
@@ -216,6 +210,20 @@ func networkPolicies(ctx context.Context, t *testing.T, cs kubernetes.Interface,
 	if ok, out := until(ctx, t, cs, ns, "get-egress-ipblock", locked, ref, url, true); !ok || !strings.HasPrefix(out, "hello from web") {
 		t.Fatalf("GET %s with egress to web's ipBlock: want hello from web, got ok=%v %q", url, ok, out)
 	}
+}
+
+// preflight checks what every test here needs (root, the registry of
+// hack/deps.sh) and returns the registry's address.
+func preflight(t *testing.T) string {
+	t.Helper()
+	if os.Geteuid() != 0 {
+		t.Fatal("the cluster runs as root (containerd, the kubelet); run this test as root")
+	}
+	registry := os.Getenv("SLESS_TEST_REGISTRY")
+	if registry == "" {
+		t.Fatal("SLESS_TEST_REGISTRY is not set: eval \"$(hack/deps.sh env)\" after hack/deps.sh up")
+	}
+	return registry
 }
 
 func cluster(t *testing.T, script, verb string) {

@@ -1,0 +1,707 @@
+package cluster_test
+
+import (
+	"archive/zip"
+	"bufio"
+	"bytes"
+	"context"
+	"encoding/base64"
+	"encoding/json"
+	"fmt"
+	"io"
+	"net"
+	"net/http"
+	"net/url"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"regexp"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	appsv1 "k8s.io/api/apps/v1"
+	batchv1 "k8s.io/api/batch/v1"
+	corev1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/watch"
+	"k8s.io/client-go/kubernetes"
+
+	sless "github.com/kube5s/sless/pkg/client"
+	"github.com/kube5s/sless/pkg/testenv"
+)
+
+const (
+	nodeIP      = "10.244.0.1" // hack/cluster.sh's NODE_IP
+	release     = "sless"
+	releaseNS   = "sless-system"
+	buildNS     = "sless-builds"
+	gatewayPort = 30080 // the gateway's NodePort
+)
+
+// TestHelmInstall installs the chart (deploy/helm/sless) on the one-node
+// cluster with the helm command line, as a platform team does: the images
+// `make images` built (ko) and the runtime bases, PostgreSQL, RabbitMQ and
+// MinIO of this machine as the external services named by existing
+// Secrets, the local registry. Then, through the gateway's NodePort, as a
+// user: a tenant, a Python and a Node function built in the cluster (deps
+// step, then assemble and push), invoked; then helm test, and helm
+// uninstall keeping the CRDs and the tenants' objects.
+func TestHelmInstall(t *testing.T) {
+	registry := preflight(t)
+	root, err := filepath.Abs("../..")
+	if err != nil {
+		t.Fatal(err)
+	}
+	script := filepath.Join(root, "hack/cluster.sh")
+	helm := helmBinary(t, root)
+	// The images first: ko and the runtime bases take minutes when cold,
+	// and the cluster need not wait for them.
+	images := lines(t, root, nil, "hack/images.sh")
+	bases := lines(t, root, nil, "hack/runtime-bases.sh", "push")
+	for k, v := range bases {
+		// Pulled by the node and fetched by the build's assemble step in a
+		// pod: the registry by the node's address (forwarded below).
+		bases[k] = strings.Replace(v, registry, nodeIP+":"+port(t, registry), 1)
+	}
+
+	cluster(t, script, "down")
+	t.Cleanup(func() { cluster(t, script, "down") })
+	start := time.Now()
+	cluster(t, script, "up")
+	t.Logf("cluster up: %s", time.Since(start).Round(time.Second))
+	env := clusterEnv(t, script)
+	kubeconfig := env["KUBECONFIG"]
+	cs := client(t, kubeconfig)
+	t.Cleanup(func() { // before the cluster goes down
+		if t.Failed() {
+			dumpPods(t, cs, releaseNS, buildNS)
+		}
+	})
+	ctx, cancel := context.WithTimeout(context.Background(), 25*time.Minute)
+	defer cancel()
+
+	// The machine's servers listen on loopback; pods reach them on the
+	// node's address through forwarders that live as long as the test.
+	pg := testenv.Postgres(t)
+	vhost, dropVhost, err := testenv.RabbitVhost()
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(dropVhost)
+	mgmt, mgmtUser, mgmtPassword := testenv.RabbitManagement(t)
+	s3 := testenv.S3(t)
+	for _, hostport := range []string{hostOf(t, pg), hostOf(t, vhost), hostOf(t, mgmt), s3.Endpoint, registry} {
+		forward(t, nodeIP+":"+port(t, hostport), hostport)
+	}
+	onNode := func(u string) string { return strings.Replace(u, "127.0.0.1:", nodeIP+":", 1) }
+
+	// The release namespace enforces Pod Security "restricted": every
+	// platform pod must pass it.
+	if _, err := cs.CoreV1().Namespaces().Create(ctx, &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: releaseNS,
+		Labels: map[string]string{"pod-security.kubernetes.io/enforce": "restricted"}}}, metav1.CreateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	adminToken := testenv.Name("admin-") + testenv.Name("") + testenv.Name("") + testenv.Name("") // 46 characters
+	dockerConfig, _ := json.Marshal(map[string]any{"auths": map[string]any{nodeIP + ":" + port(t, registry): map[string]string{
+		"auth": base64.StdEncoding.EncodeToString([]byte("sless:unused"))}}})
+	for name, data := range map[string]map[string]string{
+		"sless-admin":    {"token": adminToken},
+		"sless-postgres": {"url": onNode(pg)},
+		"sless-rabbitmq": {"url": onNode(vhost), "user": mgmtUser, "password": mgmtPassword},
+		"sless-s3":       {"SLESS_S3_ACCESS_KEY": s3.AccessKey, "SLESS_S3_SECRET_KEY": s3.SecretKey},
+	} {
+		secret := &corev1.Secret{ObjectMeta: metav1.ObjectMeta{Name: name}, StringData: data}
+		if _, err := cs.CoreV1().Secrets(releaseNS).Create(ctx, secret, metav1.CreateOptions{}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	// The build namespace holds what the build Job mounts: the registry's
+	// push credentials and the object store's keys (docs/install.md).
+	if _, err := cs.CoreV1().Namespaces().Create(ctx, &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: buildNS,
+		Labels: map[string]string{"app.kubernetes.io/part-of": "sless", "pod-security.kubernetes.io/enforce": "restricted"}}}, metav1.CreateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	for _, secret := range []*corev1.Secret{
+		{ObjectMeta: metav1.ObjectMeta{Name: "sless-registry"}, Type: corev1.SecretTypeDockerConfigJson,
+			Data: map[string][]byte{corev1.DockerConfigJsonKey: dockerConfig}},
+		{ObjectMeta: metav1.ObjectMeta{Name: "sless-s3"}, StringData: map[string]string{"SLESS_S3_ACCESS_KEY": s3.AccessKey, "SLESS_S3_SECRET_KEY": s3.SecretKey}},
+	} {
+		if _, err := cs.CoreV1().Secrets(buildNS).Create(ctx, secret, metav1.CreateOptions{}); err != nil {
+			t.Fatal(err)
+		}
+	}
+
+	values := map[string]any{
+		"image": map[string]any{
+			"repository": strings.TrimSuffix(images["gateway"][:strings.Index(images["gateway"], "@")], "/gateway"),
+			"digests":    digests(t, images),
+		},
+		"publicURL": fmt.Sprintf("http://%s:%d", nodeIP, gatewayPort),
+		"postgres":  map[string]any{"existingSecret": "sless-postgres"},
+		"rabbitmq": map[string]any{"existingSecret": "sless-rabbitmq", "managementURL": onNode(mgmt),
+			"managementUserKey": "user", "managementPasswordKey": "password"},
+		"s3":       map[string]any{"endpoint": onNode(s3.Endpoint), "bucket": s3.Bucket, "existingSecret": "sless-s3"},
+		"registry": map[string]any{"url": nodeIP + ":" + port(t, registry) + "/functions", "existingSecret": "sless-registry", "insecure": true},
+		"build": map[string]any{"baseImages": map[string]any{"python311": bases["python3.11"], "nodejs20": bases["nodejs20"]},
+			"cpu": "500m", "memory": "1Gi", "namespace": buildNS, "createNamespace": false},
+		"gateway":   component(1, map[string]any{"service": map[string]any{"type": "NodePort", "nodePort": gatewayPort}}),
+		"builder":   component(1, nil),
+		"operator":  component(1, nil),
+		"invoker":   component(1, nil),
+		"scheduler": component(1, nil),
+		"networkPolicy": map[string]any{
+			// The API server listens on the node's address at the
+			// cluster's port (policies see the Service's DNAT target),
+			// and the registry on its own port.
+			"platformEgress": []any{
+				map[string]any{"cidrs": []string{"0.0.0.0/0"}, "ports": []int{443, 6443, atoi(t, env["SLESS_CLUSTER_API_PORT"])}},
+				map[string]any{"cidrs": []string{"10.0.0.0/8"}, "ports": []int{atoi(t, port(t, hostOf(t, pg))), atoi(t, port(t, hostOf(t, vhost))),
+					atoi(t, port(t, hostOf(t, mgmt))), atoi(t, port(t, s3.Endpoint)), 4318}},
+			},
+			"buildEgress": []any{
+				map[string]any{"cidrs": []string{"10.0.0.0/8"}, "ports": []int{atoi(t, port(t, s3.Endpoint)), atoi(t, port(t, registry))}},
+			},
+		},
+	}
+	valuesFile := filepath.Join(t.TempDir(), "values.json")
+	b, _ := json.MarshalIndent(values, "", "  ")
+	if err := os.WriteFile(valuesFile, b, 0o600); err != nil {
+		t.Fatal(err)
+	}
+
+	// 1. helm install: every platform pod Ready; the migration hook Job
+	// runs once.
+	migrations := countJobs(ctx, t, cs, releaseNS)
+	start = time.Now()
+	helmRun(t, helm, kubeconfig, "install", release, filepath.Join(root, "deploy/helm/sless"), "-n", releaseNS,
+		"-f", valuesFile, "--wait", "--timeout", "10m")
+	t.Logf("helm install to every pod Ready: %s", time.Since(start).Round(time.Second))
+	if n := migrations(); n != 1 {
+		t.Errorf("the migration hook ran %d times, want 1", n)
+	}
+	pods, err := cs.CoreV1().Pods(releaseNS).List(ctx, metav1.ListOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, p := range pods.Items {
+		if p.Status.Phase == corev1.PodRunning && !podReady(&p) {
+			t.Errorf("pod %s is running but not Ready", p.Name)
+		}
+	}
+
+	// 2. As a user, through the gateway's NodePort (kube-proxy programs it
+	// a moment after the pods are Ready).
+	base := fmt.Sprintf("http://%s:%d", nodeIP, gatewayPort)
+	waitFor(ctx, t, time.Minute, "the gateway on its NodePort", func() (bool, string) {
+		resp, err := http.Get(base + "/healthz")
+		if err != nil {
+			return false, err.Error()
+		}
+		resp.Body.Close()
+		return resp.StatusCode == 200, resp.Status
+	})
+	admin, err := sless.New(base, adminToken, "sless-cluster-test")
+	if err != nil {
+		t.Fatal(err)
+	}
+	tenant := testenv.Name("helm")
+	t.Cleanup(func() { testenv.DeleteTenantBroker(tenant) })
+	if _, err := sless.Do(admin.CreateTenantWithResponse(ctx, sless.TenantInput{Name: tenant})); err != nil {
+		t.Fatalf("create tenant: %v", err)
+	}
+	issued, err := sless.Do(admin.CreateTokenWithResponse(ctx, tenant, sless.TokenInBody{Name: ptrTo("cluster")}))
+	if err != nil {
+		t.Fatalf("issue token: %v", err)
+	}
+	tok := issued.JSON201.Token
+	user, err := sless.New(base, tok, "sless-cluster-test")
+	if err != nil {
+		t.Fatal(err)
+	}
+	waitFor(ctx, t, 2*time.Minute, "tenant Ready", func() (bool, string) {
+		var out map[string]any
+		if _, err := getJSON(base+"/v1/tenants/"+tenant, tok, &out); err != nil {
+			return false, err.Error()
+		}
+		return phase(out) == "Ready", fmt.Sprint(out["status"])
+	})
+
+	fns := []struct {
+		name    string
+		runtime sless.FunctionInputRuntime
+		entry   string
+		files   map[string]string
+	}{
+		{"hello-py", sless.FunctionInputRuntimePython311, "main.handler", map[string]string{"main.py": pyHandler}},
+		{"hello-node", sless.FunctionInputRuntimeNodejs20, "index.handler", map[string]string{"index.js": nodeHandler}},
+	}
+	for _, f := range fns {
+		if _, err := sless.Do(user.CreateFunctionWithResponse(ctx, tenant, sless.FunctionInput{Name: f.name, Runtime: f.runtime,
+			Entrypoint: f.entry, TimeoutSec: ptrTo(int32(3))})); err != nil {
+			t.Fatalf("create %s: %v", f.name, err)
+		}
+		start := time.Now()
+		if _, err := sless.UploadZip(ctx, user, tenant, f.name, zipOf(t, f.files)); err != nil {
+			t.Fatalf("upload %s: %v", f.name, err)
+		}
+		fnURL := base + "/v1/tenants/" + tenant + "/functions/" + f.name
+		var buildID string
+		waitFor(ctx, t, time.Minute, "a build of "+f.name, func() (bool, string) {
+			var out struct{ Items []struct{ ID string } }
+			if _, err := getJSON(fnURL+"/builds", tok, &out); err != nil {
+				return false, err.Error()
+			}
+			if len(out.Items) > 0 {
+				buildID = out.Items[0].ID
+			}
+			return buildID != "", ""
+		})
+		log := follow(ctx, t, fnURL+"/builds/"+buildID+"/log?follow=true", tok)
+		if !strings.Contains(log, "build succeeded") {
+			t.Fatalf("the build log of %s does not end in success:\n%s", f.name, log)
+		}
+		t.Logf("build log of %s:\n%s", f.name, log)
+		var fn map[string]any
+		waitFor(ctx, t, 3*time.Minute, f.name+" Ready", func() (bool, string) {
+			if _, err := getJSON(fnURL+"?wait=ready&timeout=30s", tok, &fn); err != nil {
+				return false, err.Error()
+			}
+			return phase(fn) == "Ready", fmt.Sprint(fn["status"])
+		})
+		t.Logf("%s: zip upload to Ready (cold, in-cluster build): %s", f.name, time.Since(start).Round(time.Second))
+		deploymentPinned(ctx, t, cs, tenant, f.name)
+
+		// The first call of the new pod, then a sync invoke that echoes.
+		start = time.Now()
+		status, body := post(t, fnURL+"/invoke", tok, `{"n":1}`)
+		if status != 200 || !strings.Contains(body, `"n": 1`) && !strings.Contains(body, `"n":1`) {
+			t.Fatalf("invoke %s: %d %s", f.name, status, body)
+		}
+		t.Logf("%s: first call %s", f.name, time.Since(start).Round(time.Millisecond))
+	}
+
+	// 6. A timeout in a function pod answers 504, and the pod keeps serving.
+	fnURL := base + "/v1/tenants/" + tenant + "/functions/hello-py"
+	if status, body := post(t, fnURL+"/invoke", tok, `{"spin":true}`); status != 504 {
+		t.Errorf("a runaway handler answered %d %s, want 504", status, body)
+	}
+	if status, body := post(t, fnURL+"/invoke", tok, `{"n":2}`); status != 200 {
+		t.Errorf("after a timeout: %d %s", status, body)
+	}
+
+	// 3. Async with polling, and a public HTTP trigger.
+	status, body := postAsync(t, fnURL+"/invoke", tok, `{"n":3}`)
+	if status != 202 {
+		t.Fatalf("async invoke: %d %s", status, body)
+	}
+	var accepted struct {
+		InvocationID string `json:"invocation_id"`
+	}
+	_ = json.Unmarshal([]byte(body), &accepted)
+	invURL := base + "/v1/tenants/" + tenant + "/invocations/"
+	waitFor(ctx, t, 2*time.Minute, "the async invocation", func() (bool, string) {
+		var inv map[string]any
+		if _, err := getJSON(invURL+accepted.InvocationID, tok, &inv); err != nil {
+			return false, err.Error()
+		}
+		return inv["status"] == "succeeded" && inv["trace_id"] != "", fmt.Sprint(inv)
+	})
+	if status, body := post(t, base+"/v1/tenants/"+tenant+"/triggers", tok,
+		`{"name":"web","function":"hello-node","type":"http","http":{"path":"/hello","auth":"none"}}`); status != 201 {
+		t.Fatalf("http trigger: %d %s", status, body)
+	}
+	waitFor(ctx, t, time.Minute, "the public trigger", func() (bool, string) {
+		resp, err := http.Post(base+"/fn/"+tenant+"/hello", "application/json", strings.NewReader(`{"via":"trigger"}`))
+		if err != nil {
+			return false, err.Error()
+		}
+		defer resp.Body.Close()
+		b, _ := io.ReadAll(resp.Body)
+		return resp.StatusCode == 200 && strings.Contains(string(b), "trigger"), fmt.Sprintf("%d %s", resp.StatusCode, b)
+	})
+
+	// 8. helm upgrade with a changed value while async invocations are in
+	// flight: none is lost.
+	var ids []string
+	for i := range 20 {
+		status, body := postAsync(t, fnURL+"/invoke", tok, fmt.Sprintf(`{"n":%d}`, 100+i))
+		if status != 202 {
+			t.Fatalf("async invoke %d: %d %s", i, status, body)
+		}
+		_ = json.Unmarshal([]byte(body), &accepted)
+		ids = append(ids, accepted.InvocationID)
+	}
+	start = time.Now()
+	helmRun(t, helm, kubeconfig, "upgrade", release, filepath.Join(root, "deploy/helm/sless"), "-n", releaseNS,
+		"-f", valuesFile, "--set", "gateway.replicas=2", "--wait", "--timeout", "10m")
+	t.Logf("helm upgrade (gateway replicas 2): %s", time.Since(start).Round(time.Second))
+	for _, id := range ids {
+		waitFor(ctx, t, 3*time.Minute, "async invocation "+id+" after the upgrade", func() (bool, string) {
+			var inv map[string]any
+			if _, err := getJSON(invURL+id, tok, &inv); err != nil {
+				return false, err.Error()
+			}
+			return inv["status"] == "succeeded", fmt.Sprint(inv["status"])
+		})
+	}
+	if gw, err := cs.AppsV1().Deployments(releaseNS).Get(ctx, "sless-gateway", metav1.GetOptions{}); err != nil || gw.Status.ReadyReplicas != 2 {
+		t.Errorf("after the upgrade the gateway has %v ready replicas (%v)", gw.Status.ReadyReplicas, err)
+	}
+
+	// 7. helm test, with a token of the tenant.
+	testToken := &corev1.Secret{ObjectMeta: metav1.ObjectMeta{Name: "sless-test-token"}, StringData: map[string]string{"tenant": tenant, "token": tok}}
+	if _, err := cs.CoreV1().Secrets(releaseNS).Create(ctx, testToken, metav1.CreateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	helmRun(t, helm, kubeconfig, "test", release, "-n", releaseNS, "--timeout", "5m")
+
+	// 9. helm uninstall removes the platform and keeps the CRDs and the
+	// tenants' objects.
+	helmRun(t, helm, kubeconfig, "uninstall", release, "-n", releaseNS, "--wait", "--timeout", "5m")
+	deps, err := cs.AppsV1().Deployments(releaseNS).List(ctx, metav1.ListOptions{})
+	if err != nil || len(deps.Items) != 0 {
+		t.Errorf("after uninstall, the release namespace has %d Deployments (%v)", len(deps.Items), err)
+	}
+	functions, err := cs.CoreV1().RESTClient().Get().AbsPath("/apis/sless.kube5s.ru/v1alpha1/functions").DoRaw(ctx)
+	if err != nil || !strings.Contains(string(functions), `"hello-py"`) {
+		t.Errorf("after uninstall, the Functions: %v %.500s", err, functions)
+	}
+}
+
+const pyHandler = `def handler(event, context):
+    body = event.get("json") or {}
+    if body.get("spin"):
+        while True:
+            pass
+    return body
+`
+
+const nodeHandler = `exports.handler = async (event) => event.json || {};
+`
+
+func component(replicas int, extra map[string]any) map[string]any {
+	c := map[string]any{"replicas": replicas, "podDisruptionBudget": map[string]any{"minAvailable": 0}}
+	for k, v := range extra {
+		c[k] = v
+	}
+	return c
+}
+
+// helmBinary builds the pinned helm command line (hack/tools/helm) once
+// into the cache.
+func helmBinary(t *testing.T, root string) string {
+	t.Helper()
+	cmd := exec.Command("bash", filepath.Join(root, "hack/cluster.sh"), "helm")
+	out, err := cmd.Output()
+	if err != nil {
+		t.Fatalf("hack/cluster.sh helm: %v %s", err, stderrOf(err))
+	}
+	return strings.TrimSpace(string(out))
+}
+
+func helmRun(t *testing.T, helm, kubeconfig string, args ...string) string {
+	t.Helper()
+	cmd := exec.Command(helm, append(args, "--kubeconfig", kubeconfig)...)
+	out, err := cmd.CombinedOutput()
+	t.Logf("helm %s:\n%s", strings.Join(args[:2], " "), out)
+	if err != nil {
+		t.Fatalf("helm %s: %v", strings.Join(args, " "), err)
+	}
+	return string(out)
+}
+
+// lines runs a script of the repository that prints "<name> <value>"
+// lines and returns them as a map.
+func lines(t *testing.T, root string, env []string, args ...string) map[string]string {
+	t.Helper()
+	cmd := exec.Command("bash", append([]string{filepath.Join(root, args[0])}, args[1:]...)...)
+	cmd.Dir = root
+	cmd.Env = append(os.Environ(), env...)
+	var stderr bytes.Buffer
+	cmd.Stderr = &stderr
+	out, err := cmd.Output()
+	if err != nil {
+		t.Fatalf("%s: %v\n%s", strings.Join(args, " "), err, stderr.String())
+	}
+	m := map[string]string{}
+	for _, l := range strings.Split(strings.TrimSpace(string(out)), "\n") {
+		if k, v, ok := strings.Cut(l, " "); ok {
+			m[k] = v
+		}
+	}
+	return m
+}
+
+var digestRE = regexp.MustCompile(`@(sha256:[0-9a-f]{64})$`)
+
+func digests(t *testing.T, images map[string]string) map[string]string {
+	t.Helper()
+	d := map[string]string{}
+	for _, s := range []string{"gateway", "builder", "operator", "invoker", "scheduler"} {
+		m := digestRE.FindStringSubmatch(images[s])
+		if m == nil {
+			t.Fatalf("make images printed no digest for %s: %v", s, images)
+		}
+		d[s] = m[1]
+	}
+	return d
+}
+
+func hostOf(t *testing.T, u string) string {
+	t.Helper()
+	p, err := url.Parse(u)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return p.Host
+}
+
+func port(t *testing.T, hostport string) string {
+	t.Helper()
+	_, p, err := net.SplitHostPort(hostport)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return p
+}
+
+func atoi(t *testing.T, s string) int {
+	t.Helper()
+	var n int
+	if _, err := fmt.Sscan(s, &n); err != nil {
+		t.Fatalf("%q is not a number", s)
+	}
+	return n
+}
+
+// forward accepts on listen and copies each connection to and from target
+// until the test ends.
+func forward(t *testing.T, listen, target string) {
+	t.Helper()
+	l, err := net.Listen("tcp", listen)
+	if err != nil {
+		t.Fatalf("forwarder on %s: %v", listen, err)
+	}
+	var wg sync.WaitGroup
+	t.Cleanup(func() { _ = l.Close(); wg.Wait() })
+	wg.Go(func() {
+		for {
+			c, err := l.Accept()
+			if err != nil {
+				return
+			}
+			go func() {
+				defer c.Close()
+				u, err := net.DialTimeout("tcp", target, 5*time.Second)
+				if err != nil {
+					return
+				}
+				defer u.Close()
+				go func() {
+					_, _ = io.Copy(u, c)
+					_ = u.(*net.TCPConn).CloseWrite()
+				}()
+				_, _ = io.Copy(c, u)
+			}()
+		}
+	})
+}
+
+// countJobs watches the Jobs created in ns from now on and returns how
+// many were created when called.
+func countJobs(ctx context.Context, t *testing.T, cs kubernetes.Interface, ns string) func() int {
+	t.Helper()
+	w, err := cs.BatchV1().Jobs(ns).Watch(ctx, metav1.ListOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	var mu sync.Mutex
+	seen := map[string]bool{}
+	go func() {
+		for ev := range w.ResultChan() {
+			if j, ok := ev.Object.(*batchv1.Job); ok && ev.Type == watch.Added {
+				mu.Lock()
+				seen[string(j.UID)] = true
+				mu.Unlock()
+			}
+		}
+	}()
+	return func() int {
+		w.Stop()
+		mu.Lock()
+		defer mu.Unlock()
+		return len(seen)
+	}
+}
+
+// dumpPods logs the status and the last lines of every container of the
+// pods in namespaces, and the namespaces' warning events.
+func dumpPods(t *testing.T, cs kubernetes.Interface, namespaces ...string) {
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	for _, ns := range namespaces {
+		pods, err := cs.CoreV1().Pods(ns).List(ctx, metav1.ListOptions{})
+		if err != nil {
+			t.Logf("pods of %s: %v", ns, err)
+			continue
+		}
+		for _, p := range pods.Items {
+			for _, c := range append(p.Spec.InitContainers, p.Spec.Containers...) {
+				tail := int64(40)
+				b, err := cs.CoreV1().Pods(ns).GetLogs(p.Name, &corev1.PodLogOptions{Container: c.Name, TailLines: &tail}).DoRaw(ctx)
+				t.Logf("pod %s/%s (%s) container %s (%v):\n%s", ns, p.Name, p.Status.Phase, c.Name, err, b)
+			}
+		}
+		fns, err := cs.CoreV1().RESTClient().Get().AbsPath("/apis/sless.kube5s.ru/v1alpha1/functions").DoRaw(ctx)
+		t.Logf("functions (%v): %s", err, fns)
+		events, _ := cs.CoreV1().Events(ns).List(ctx, metav1.ListOptions{FieldSelector: "type=Warning"})
+		for _, e := range events.Items {
+			t.Logf("event %s/%s: %s %s", ns, e.InvolvedObject.Name, e.Reason, e.Message)
+		}
+	}
+}
+
+func podReady(p *corev1.Pod) bool {
+	for _, c := range p.Status.Conditions {
+		if c.Type == corev1.PodReady {
+			return c.Status == corev1.ConditionTrue
+		}
+	}
+	return false
+}
+
+func deploymentPinned(ctx context.Context, t *testing.T, cs kubernetes.Interface, tenant, fn string) {
+	t.Helper()
+	deps, err := cs.AppsV1().Deployments("").List(ctx, metav1.ListOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	var found *appsv1.Deployment
+	for i, d := range deps.Items {
+		if strings.Contains(d.Namespace, tenant) && strings.Contains(d.Name, fn) {
+			found = &deps.Items[i]
+		}
+	}
+	if found == nil {
+		t.Fatalf("no Deployment of %s/%s", tenant, fn)
+	}
+	img := found.Spec.Template.Spec.Containers[0].Image
+	if !digestRE.MatchString(img) {
+		t.Errorf("the Deployment of %s runs %s, not pinned by digest", fn, img)
+	}
+	t.Logf("%s runs %s", fn, img)
+}
+
+func waitFor(ctx context.Context, t *testing.T, d time.Duration, what string, cond func() (bool, string)) {
+	t.Helper()
+	deadline := time.Now().Add(d)
+	last := ""
+	for {
+		ok, state := cond()
+		if ok {
+			return
+		}
+		last = state
+		if time.Now().After(deadline) || ctx.Err() != nil {
+			t.Fatalf("timed out after %s waiting for %s; last: %s", d, what, last)
+		}
+		time.Sleep(time.Second)
+	}
+}
+
+func getJSON(u, tok string, out any) (int, error) {
+	req, _ := http.NewRequest("GET", u, nil)
+	req.Header.Set("Authorization", "Bearer "+tok)
+	resp, err := http.DefaultClient.Do(req)
+	if err != nil {
+		return 0, err
+	}
+	defer resp.Body.Close()
+	b, _ := io.ReadAll(resp.Body)
+	if resp.StatusCode != 200 {
+		return resp.StatusCode, fmt.Errorf("GET %s: %d %s", u, resp.StatusCode, b)
+	}
+	return resp.StatusCode, json.Unmarshal(b, out)
+}
+
+func post(t *testing.T, u, tok, body string) (int, string) {
+	t.Helper()
+	req, _ := http.NewRequest("POST", u, strings.NewReader(body))
+	req.Header.Set("Authorization", "Bearer "+tok)
+	req.Header.Set("Content-Type", "application/json")
+	resp, err := http.DefaultClient.Do(req)
+	if err != nil {
+		t.Fatalf("POST %s: %v", u, err)
+	}
+	defer resp.Body.Close()
+	b, _ := io.ReadAll(resp.Body)
+	return resp.StatusCode, string(b)
+}
+
+func postAsync(t *testing.T, u, tok, body string) (int, string) {
+	t.Helper()
+	req, _ := http.NewRequest("POST", u, strings.NewReader(body))
+	req.Header.Set("Authorization", "Bearer "+tok)
+	req.Header.Set("Content-Type", "application/json")
+	req.Header.Set("Prefer", "respond-async")
+	resp, err := http.DefaultClient.Do(req)
+	if err != nil {
+		t.Fatalf("POST %s: %v", u, err)
+	}
+	defer resp.Body.Close()
+	b, _ := io.ReadAll(resp.Body)
+	return resp.StatusCode, string(b)
+}
+
+func follow(ctx context.Context, t *testing.T, u, tok string) string {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(ctx, 10*time.Minute)
+	defer cancel()
+	req, _ := http.NewRequestWithContext(ctx, "GET", u, nil)
+	req.Header.Set("Authorization", "Bearer "+tok)
+	resp, err := http.DefaultClient.Do(req)
+	if err != nil {
+		t.Fatalf("GET %s: %v", u, err)
+	}
+	defer resp.Body.Close()
+	var b strings.Builder
+	sc := bufio.NewScanner(resp.Body)
+	for sc.Scan() {
+		b.WriteString(sc.Text() + "\n")
+	}
+	return b.String()
+}
+
+func phase(obj map[string]any) string {
+	st, _ := obj["status"].(map[string]any)
+	p, _ := st["phase"].(string)
+	return p
+}
+
+func zipOf(t *testing.T, files map[string]string) []byte {
+	t.Helper()
+	var buf bytes.Buffer
+	zw := zip.NewWriter(&buf)
+	for name, content := range files {
+		w, err := zw.Create(name)
+		if err != nil {
+			t.Fatal(err)
+		}
+		_, _ = w.Write([]byte(content))
+	}
+	if err := zw.Close(); err != nil {
+		t.Fatal(err)
+	}
+	return buf.Bytes()
+}
+
+func stderrOf(err error) string {
+	if ee, ok := err.(*exec.ExitError); ok {
+		return string(ee.Stderr)
+	}
+	return ""
+}
+
+func ptrTo[T any](v T) *T { return &v }
