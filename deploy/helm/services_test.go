@@ -99,6 +99,7 @@ func TestServicesRunAsTheirServiceAccounts(t *testing.T) {
 			e["SLESS_EGRESS_ALLOW_CIDRS"] = "127.0.0.0/8" // the queue trigger's external broker is on loopback
 		case "operator":
 			e["SLESS_EXECUTION_DRIVER"] = "kubernetes"
+			e["SLESS_QUOTA_CONTROLLER"] = "false" // envtest runs no kube-controller-manager
 		case "builder":
 			e["SLESS_BUILD_DRIVER"] = "kubernetes"
 			e["SLESS_BUILD_NAMESPACE"] = "sless-builds"

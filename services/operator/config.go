@@ -20,6 +20,11 @@ type config struct {
 	Namespace       string   // SLESS_NAMESPACE: the sless system namespace (leases, policies)
 	PublicURL       string   // SLESS_PUBLIC_URL: the gateway's public base URL
 	ClusterCIDRs    []string // SLESS_CLUSTER_CIDRS: ranges functions may not reach
+	// QuotaController: a quota controller counts the tenants' quotas and a
+	// tenant is Ready only once it has (SLESS_QUOTA_CONTROLLER; on with the
+	// kubernetes driver: every cluster runs kube-controller-manager; off for
+	// an API server without one, as in envtest).
+	QuotaController bool
 	S3              objstore.Config
 	// The RabbitMQ management API, where the operator keeps each tenant's
 	// vhost and user; its user needs the administrator tag.
@@ -49,6 +54,7 @@ func loadConfig(getenv func(string) string) (config, error) {
 		Node:            r.String("SLESS_NODE", "node"),
 		FunctionLogDir:  r.String("SLESS_FUNCTION_LOG_DIR", os.TempDir()),
 	}
+	c.QuotaController = r.Bool("SLESS_QUOTA_CONTROLLER", c.ExecutionDriver == "kubernetes")
 	c.ManagementURL = strings.TrimSuffix(r.URL("SLESS_RABBITMQ_MANAGEMENT_URL", "http://127.0.0.1:15672", "http", "https"), "/")
 	platform, _ := url.Parse(c.RabbitURL) // r.URL reported a bad one
 	var user, password string

@@ -105,7 +105,7 @@ func run(ctx context.Context, getenv func(string) string, stdout io.Writer) erro
 		Store:     store,
 		Data:      &tenantdata.Store{DB: pool},
 		Driver:    drv,
-		Platform:  resources.Platform{SystemNamespace: cfg.Namespace, ClusterCIDRs: cfg.ClusterCIDRs, QuotaController: cfg.ExecutionDriver == "kubernetes"},
+		Platform:  resources.Platform{SystemNamespace: cfg.Namespace, ClusterCIDRs: cfg.ClusterCIDRs, QuotaController: cfg.QuotaController},
 		PublicURL: cfg.PublicURL,
 		Tracer:    svc.Tracer,
 		Metrics:   controller.NewMetrics(svc.Registry),
