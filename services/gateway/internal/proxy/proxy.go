@@ -18,6 +18,7 @@ import (
 	"syscall"
 	"time"
 
+	"github.com/cenkalti/backoff/v5"
 	"github.com/google/uuid"
 	"go.opentelemetry.io/otel/attribute"
 	"go.opentelemetry.io/otel/codes"
@@ -202,8 +203,11 @@ func (f *Forwarder) Forward(w http.ResponseWriter, r *http.Request, fn *slessv1.
 	// become ready while kube-proxy is still programming the Service, or a
 	// runtime restarting. Sent again, briefly, while no byte of the body
 	// was read (so the function cannot have run).
-	again := jitter.Backoff(50*time.Millisecond, 400*time.Millisecond)
+	var again backoff.BackOff // made on the first refusal only: the hot path pays nothing
 	for tries := 0; err != nil && errors.Is(err, syscall.ECONNREFUSED) && body.n == 0 && tries < 6 && ctx.Err() == nil; tries++ {
+		if again == nil {
+			again = jitter.Backoff(50*time.Millisecond, 400*time.Millisecond)
+		}
 		if !jitter.Sleep(ctx, again) {
 			break
 		}
