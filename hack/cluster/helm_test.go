@@ -541,6 +541,8 @@ func countJobs(ctx context.Context, t *testing.T, cs kubernetes.Interface, ns st
 func dumpPods(t *testing.T, cs kubernetes.Interface, namespaces ...string) {
 	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 	defer cancel()
+	fns, err := cs.CoreV1().RESTClient().Get().AbsPath("/apis/sless.kube5s.ru/v1alpha1/functions").DoRaw(ctx)
+	t.Logf("functions (%v): %s", err, fns)
 	for _, ns := range namespaces {
 		pods, err := cs.CoreV1().Pods(ns).List(ctx, metav1.ListOptions{})
 		if err != nil {
@@ -554,8 +556,6 @@ func dumpPods(t *testing.T, cs kubernetes.Interface, namespaces ...string) {
 				t.Logf("pod %s/%s (%s) container %s (%v):\n%s", ns, p.Name, p.Status.Phase, c.Name, err, b)
 			}
 		}
-		fns, err := cs.CoreV1().RESTClient().Get().AbsPath("/apis/sless.kube5s.ru/v1alpha1/functions").DoRaw(ctx)
-		t.Logf("functions (%v): %s", err, fns)
 		events, _ := cs.CoreV1().Events(ns).List(ctx, metav1.ListOptions{FieldSelector: "type=Warning"})
 		for _, e := range events.Items {
 			t.Logf("event %s/%s: %s %s", ns, e.InvolvedObject.Name, e.Reason, e.Message)
@@ -628,24 +628,24 @@ func getJSON(u, tok string, out any) (int, error) {
 
 func post(t *testing.T, u, tok, body string) (int, string) {
 	t.Helper()
-	req, _ := http.NewRequest("POST", u, strings.NewReader(body))
-	req.Header.Set("Authorization", "Bearer "+tok)
-	req.Header.Set("Content-Type", "application/json")
-	resp, err := http.DefaultClient.Do(req)
-	if err != nil {
-		t.Fatalf("POST %s: %v", u, err)
-	}
-	defer resp.Body.Close()
-	b, _ := io.ReadAll(resp.Body)
-	return resp.StatusCode, string(b)
+	return send(t, u, tok, body, nil)
 }
 
+// postAsync asks for an asynchronous invocation (Prefer: respond-async).
 func postAsync(t *testing.T, u, tok, body string) (int, string) {
 	t.Helper()
+	return send(t, u, tok, body, http.Header{"Prefer": {"respond-async"}})
+}
+
+func send(t *testing.T, u, tok, body string, extra http.Header) (int, string) {
+	t.Helper()
 	req, _ := http.NewRequest("POST", u, strings.NewReader(body))
+	req.Header = extra.Clone()
+	if req.Header == nil {
+		req.Header = http.Header{}
+	}
 	req.Header.Set("Authorization", "Bearer "+tok)
 	req.Header.Set("Content-Type", "application/json")
-	req.Header.Set("Prefer", "respond-async")
 	resp, err := http.DefaultClient.Do(req)
 	if err != nil {
 		t.Fatalf("POST %s: %v", u, err)
