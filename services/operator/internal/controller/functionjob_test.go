@@ -51,10 +51,9 @@ func TestJobRunsOncePerRunID(t *testing.T) {
 	if err := h.c.Patch(t.Context(), fn, client.RawPatch("application/merge-patch+json", []byte(`{"metadata":{"labels":{"poke":"1"}}}`))); err != nil {
 		t.Fatal(err)
 	}
-	h.stop()
-	before, listed := reconciles(t, "functionjob"), h.count(t, &slessv1.FunctionJobList{})
+	m := h.stopped(t, "functionjob", &slessv1.FunctionJobList{})
 	h = newHarness(t)
-	h.settled(t, "functionjob", before+float64(listed))
+	h.settled(t, "functionjob", m)
 	runs.flush(t)
 	got := runs.matching(wantID)
 	if len(got) != 1 {

@@ -358,15 +358,36 @@ func controllerMetric(t *testing.T, name, kind string) float64 {
 // atLeast reconciles, has nothing queued and no reconcile in flight: the
 // positive signal that a (re)started operator has looked at every object
 // it listed (a restarted manager enqueues them all) and is done with them.
-func (h *harness) settled(t *testing.T, kind string, atLeast float64) {
+// mark is where a stopped manager left a controller's metrics: the
+// reconciles counted so far plus the objects a new manager will list, and the
+// items still queued. A stopped controller's queue is shut down with its
+// items, and the depth gauge (shared by every controller of that name in the
+// process) keeps counting them.
+type mark struct{ reconciles, leftQueued float64 }
+
+// stopped stops h's manager and marks kind's metrics for settled.
+func (h *harness) stopped(t *testing.T, kind string, list client.ObjectList) mark {
+	t.Helper()
+	h.stop()
+	return mark{
+		reconciles: reconciles(t, kind) + float64(h.count(t, list)),
+		leftQueued: controllerMetric(t, "workqueue_depth", kind),
+	}
+}
+
+// settled waits until kind's controller has done at least m's reconciles and
+// is idle: nothing queued beyond what a stopped controller left, nothing in
+// flight.
+func (h *harness) settled(t *testing.T, kind string, m mark) {
 	t.Helper()
 	h.eventuallyShow(t, kind+" reconciles done", func() bool {
-		return reconciles(t, kind) >= atLeast &&
-			controllerMetric(t, "workqueue_depth", kind) == 0 &&
+		return reconciles(t, kind) >= m.reconciles &&
+			controllerMetric(t, "workqueue_depth", kind) == m.leftQueued &&
 			controllerMetric(t, "controller_runtime_active_workers", kind) == 0
 	}, func() string {
-		return fmt.Sprintf("%v reconciles (want %v), %v queued, %v in flight", reconciles(t, kind), atLeast,
-			controllerMetric(t, "workqueue_depth", kind), controllerMetric(t, "controller_runtime_active_workers", kind))
+		return fmt.Sprintf("%v reconciles (want %v), %v queued (%v left by the stopped manager), %v in flight",
+			reconciles(t, kind), m.reconciles, controllerMetric(t, "workqueue_depth", kind), m.leftQueued,
+			controllerMetric(t, "controller_runtime_active_workers", kind))
 	})
 }
 
