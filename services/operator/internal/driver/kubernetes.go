@@ -3,6 +3,7 @@ package driver
 import (
 	"context"
 	"fmt"
+	"strings"
 
 	appsv1 "k8s.io/api/apps/v1"
 	corev1 "k8s.io/api/core/v1"
@@ -64,8 +65,17 @@ func deploymentState(d *appsv1.Deployment, want int32, endpoint string) State {
 		st.Reason = "Progressing"
 		st.Message = fmt.Sprintf("%d of %d replicas updated and available", min(d.Status.UpdatedReplicas, d.Status.AvailableReplicas), want)
 		for _, c := range d.Status.Conditions {
-			if c.Type == appsv1.DeploymentProgressing && c.Status == corev1.ConditionFalse {
+			switch {
+			case c.Type == appsv1.DeploymentProgressing && c.Status == corev1.ConditionFalse:
 				st.Reason, st.Message = "RolloutFailed", c.Message
+			case c.Type == appsv1.DeploymentReplicaFailure && c.Status == corev1.ConditionTrue && st.Reason != "RolloutFailed":
+				// The ReplicaSet cannot create a pod: most often the
+				// tenant's ResourceQuota (pods, CPU, memory) is used up.
+				// The Function says so instead of waiting in silence.
+				st.Reason, st.Message = "ReplicaFailure", c.Message
+				if strings.Contains(c.Message, "exceeded quota") {
+					st.Reason = "QuotaExceeded"
+				}
 			}
 		}
 	}

@@ -62,3 +62,34 @@ func TestEnsureWaitsForADeploymentNotYetInTheCache(t *testing.T) {
 }
 
 const sixtyFour = "0123456789abcdef0123456789abcdef0123456789abcdef0123456789abcdef"
+
+// TestDeploymentStateNamesWhatStopsTheRollout: a ReplicaSet that cannot
+// create a pod (the message is the one kube-controller-manager writes when
+// the tenant's quota is used up) makes the Function say so, and a rollout
+// past its deadline is a failure whatever else the Deployment says.
+func TestDeploymentStateNamesWhatStopsTheRollout(t *testing.T) {
+	const quotaMsg = `pods "fn-over-7d9c-x2x" is forbidden: exceeded quota: sless-quota, requested: pods=1, used: pods=1, limited: pods=1`
+	replicaFailure := appsv1.DeploymentCondition{Type: appsv1.DeploymentReplicaFailure, Status: corev1.ConditionTrue, Reason: "FailedCreate", Message: quotaMsg}
+	deadline := appsv1.DeploymentCondition{Type: appsv1.DeploymentProgressing, Status: corev1.ConditionFalse, Reason: "ProgressDeadlineExceeded", Message: `ReplicaSet "fn-over-7d9c" has timed out progressing.`}
+	for _, tc := range []struct {
+		name        string
+		conditions  []appsv1.DeploymentCondition
+		reason, msg string
+	}{
+		{"quota used up", []appsv1.DeploymentCondition{replicaFailure}, "QuotaExceeded", quotaMsg},
+		{"another create failure", []appsv1.DeploymentCondition{{Type: appsv1.DeploymentReplicaFailure, Status: corev1.ConditionTrue,
+			Message: `pods "x" is forbidden: violates PodSecurity "restricted:latest"`}}, "ReplicaFailure", `pods "x" is forbidden: violates PodSecurity "restricted:latest"`},
+		{"deadline first", []appsv1.DeploymentCondition{deadline, replicaFailure}, "RolloutFailed", deadline.Message},
+		{"deadline last", []appsv1.DeploymentCondition{replicaFailure, deadline}, "RolloutFailed", deadline.Message},
+		{"cleared failure", []appsv1.DeploymentCondition{{Type: appsv1.DeploymentReplicaFailure, Status: corev1.ConditionFalse}}, "Progressing", "0 of 1 replicas updated and available"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			d := &appsv1.Deployment{ObjectMeta: metav1.ObjectMeta{Generation: 1},
+				Status: appsv1.DeploymentStatus{ObservedGeneration: 1, Conditions: tc.conditions}}
+			st := deploymentState(d, 1, "http://fn-over.ns.svc:80")
+			if st.Reason != tc.reason || st.Message != tc.msg || st.Serving || st.RolledOut {
+				t.Errorf("state = %+v, want reason %q message %q, not serving", st, tc.reason, tc.msg)
+			}
+		})
+	}
+}
