@@ -78,7 +78,18 @@ build_all() {
 	mkdir -p "$CACHE"
 	exec 8>"$CACHE/.cluster-build.lock"
 	flock 8
+	# Download in the background what the builds below will need, so that
+	# they compile while the network works (hack/deps.sh does the same):
+	# go install -n resolves and downloads a module's graph without
+	# compiling, go list -deps a wrapper module's.
 	local c
+	for c in "$CONTAINERD_DIR containerd/containerd/v2/cmd/containerd@$CONTAINERD_VERSION" \
+		"$CNI_DIR containernetworking/plugins/plugins/main/bridge@$CNI_VERSION" \
+		"$COREDNS_DIR coredns/coredns@$COREDNS_VERSION" \
+		"$KUBE_ROUTER_DIR cloudnativelabs/kube-router/v2/cmd/kube-router@$KUBE_ROUTER_VERSION"; do
+		[ -f "${c%% *}/.done" ] || GOWORK=off GOFLAGS=-mod=mod go install -n "github.com/${c#* }" >/dev/null 2>&1 &
+	done
+	[ -x "$HELM" ] || (cd "$ROOT/hack/tools/helm" && GOWORK=off go list -deps helm.sh/helm/v3/cmd/helm >/dev/null 2>&1) &
 	for c in kubelet kube-controller-manager kube-scheduler kube-proxy; do
 		build "$c" "$KUBE_BIN" "k8s.io/kubernetes/cmd/$c" "$ROOT/hack/tools/kube" "$KUBE_LDFLAGS"
 	done
@@ -101,6 +112,7 @@ build_all() {
 	install "$COREDNS_DIR" 0 "" "github.com/coredns/coredns@$COREDNS_VERSION"
 	install "$KUBE_ROUTER_DIR" 0 "" "github.com/cloudnativelabs/kube-router/v2/cmd/kube-router@$KUBE_ROUTER_VERSION"
 	build_helm
+	wait
 	flock -u 8
 }
 

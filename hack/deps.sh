@@ -94,10 +94,28 @@ build() {
 	say "built $name in $((SECONDS - start))s"
 }
 
+# prefetch NAME DIR PKG MODULE_DIR ...: download, in the background, the
+# modules that each missing build will need (go list -deps fetches exactly
+# those), so that the sequential builds below compile while the network
+# works: a cold build spends minutes of its time waiting on downloads.
+# Quadruples: the arguments of build; finish with wait.
+prefetch() {
+	while [ $# -ge 4 ]; do
+		[ -x "$2/$1" ] || (cd "$4" && GOWORK=off go list -deps "$3" >/dev/null 2>&1) &
+		shift 4
+	done
+}
+
 build_all() {
 	mkdir -p "$CACHE"
 	exec 9>"$CACHE/.build.lock"
 	flock 9
+	prefetch etcd "$ETCD_DIR" ./cmd/etcd "$ROOT/hack/tools/etcd" \
+		jaeger "$JAEGER_DIR" github.com/jaegertracing/jaeger/cmd/jaeger "$ROOT/hack/tools/jaeger" \
+		registry "$REGISTRY_DIR" github.com/distribution/distribution/v3/cmd/registry "$ROOT/hack/tools/registry" \
+		tofu "$TOFU_DIR" github.com/opentofu/opentofu/cmd/tofu "$ROOT/hack/tools/tofu"
+	# go install -n resolves and downloads without compiling.
+	[ -x "$MINIO_DIR/minio" ] || GOWORK=off go install -n "github.com/minio/minio@$MINIO_VERSION" >/dev/null 2>&1 &
 	build kube-apiserver "$KUBE_DIR" k8s.io/kubernetes/cmd/kube-apiserver "$ROOT/hack/tools/kube" "$KUBE_LDFLAGS"
 	build etcd "$ETCD_DIR" ./cmd/etcd "$ROOT/hack/tools/etcd"
 	build jaeger "$JAEGER_DIR" github.com/jaegertracing/jaeger/cmd/jaeger "$ROOT/hack/tools/jaeger"
@@ -111,6 +129,7 @@ build_all() {
 			die "building minio failed"
 		say "built minio in $((SECONDS - start))s"
 	fi
+	wait
 	mkdir -p "$ASSETS"
 	ln -sfn "$KUBE_DIR/kube-apiserver" "$ASSETS/kube-apiserver"
 	ln -sfn "$ETCD_DIR/etcd" "$ASSETS/etcd"
