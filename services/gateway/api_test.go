@@ -7,10 +7,8 @@ import (
 	"encoding/json"
 	"fmt"
 	"io"
-	"net"
 	"net/http"
 	"os"
-	"os/exec"
 	"path/filepath"
 	"strconv"
 	"strings"
@@ -219,28 +217,8 @@ var runtimesDir, _ = filepath.Abs(filepath.Join("..", "..", "runtimes"))
 // runtime starts the Python wrapper on the fixture handlers and returns its endpoint.
 func runtime(t testing.TB, timeout, concurrency string) string {
 	t.Helper()
-	ln, _ := net.Listen("tcp", "127.0.0.1:0")
-	port := ln.Addr().(*net.TCPAddr).Port
-	ln.Close()
-	c := exec.Command("python3", filepath.Join(runtimesDir, "python3.11", "runtime.py"))
-	c.Env = append(os.Environ(), "PORT="+strconv.Itoa(port), "SLESS_HOST=127.0.0.1", "SLESS_CODE_DIR="+filepath.Join(runtimesDir, "fixtures", "handlers"),
-		"SLESS_ENTRYPOINT=main.handler", "SLESS_TIMEOUT_SEC="+timeout, "SLESS_CONCURRENCY="+concurrency)
-	if err := c.Start(); err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { _ = c.Process.Kill(); _ = c.Wait() })
-	ep := fmt.Sprintf("http://127.0.0.1:%d", port)
-	deadline := time.Now().Add(20 * time.Second)
-	for {
-		if r, err := http.Get(ep + "/_/health"); err == nil && r.StatusCode == 200 {
-			r.Body.Close()
-			return ep
-		}
-		if time.Now().After(deadline) {
-			t.Fatal("runtime not healthy")
-		}
-		time.Sleep(30 * time.Millisecond)
-	}
+	return testenv.PythonRuntime(t, runtimesDir, filepath.Join(runtimesDir, "fixtures", "handlers"), nil,
+		"SLESS_TIMEOUT_SEC="+timeout, "SLESS_CONCURRENCY="+concurrency)
 }
 
 // replica starts another gateway on the shared one's servers, with extra
@@ -280,7 +258,7 @@ func (g *gw) ready(t testing.TB, tenant, name, endpoint string) {
 			return
 		}
 		if time.Now().After(deadline) {
-			t.Fatal("function never Ready")
+			t.Fatalf("the gateway never saw function %s/%s Ready; it last answered %d %s", tenant, name, r.status, r.body)
 		}
 		time.Sleep(20 * time.Millisecond)
 	}

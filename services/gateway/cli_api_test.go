@@ -4,12 +4,9 @@ import (
 	"bufio"
 	"context"
 	"encoding/json"
-	"fmt"
 	"io"
-	"net"
 	"net/http"
 	"os"
-	"os/exec"
 	"path/filepath"
 	"regexp"
 	"strconv"
@@ -260,30 +257,7 @@ func runPrinter(t *testing.T, logFile string) string {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { out.Close() })
-	ln, _ := net.Listen("tcp", "127.0.0.1:0")
-	port := ln.Addr().(*net.TCPAddr).Port
-	ln.Close()
-	c := exec.Command("python3", filepath.Join(runtimesDir, "python3.11", "runtime.py"))
-	c.Env = append(os.Environ(), "PORT="+strconv.Itoa(port), "SLESS_HOST=127.0.0.1", "SLESS_CODE_DIR="+code,
-		"SLESS_ENTRYPOINT=main.handler", "SLESS_FUNCTION=printer", "PYTHONUNBUFFERED=1")
-	c.Stdout, c.Stderr = out, out
-	if err := c.Start(); err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { _ = c.Process.Kill(); _ = c.Wait() })
-	ep := fmt.Sprintf("http://127.0.0.1:%d", port)
-	deadline := time.Now().Add(20 * time.Second)
-	for {
-		if r, err := http.Get(ep + "/_/health"); err == nil && r.StatusCode == 200 {
-			r.Body.Close()
-			return ep
-		}
-		if time.Now().After(deadline) {
-			b, _ := os.ReadFile(logFile)
-			t.Fatalf("runtime not healthy; its log:\n%s", b)
-		}
-		time.Sleep(30 * time.Millisecond)
-	}
+	return testenv.PythonRuntime(t, runtimesDir, code, out, "SLESS_FUNCTION=printer", "PYTHONUNBUFFERED=1")
 }
 
 func invokeDirect(t *testing.T, ep, path, id string) {

@@ -6,7 +6,6 @@ import (
 	"io"
 	"net"
 	"net/http"
-	"os"
 	"os/exec"
 	"path/filepath"
 	"strconv"
@@ -134,27 +133,7 @@ func (w *world) function(t *testing.T, name string, timeout int32) {
 // function name, Ready.
 func (w *world) pythonFunction(t *testing.T, name, codeDir string, timeout int32) {
 	t.Helper()
-	ln, _ := net.Listen("tcp", "127.0.0.1:0")
-	port := ln.Addr().(*net.TCPAddr).Port
-	ln.Close()
-	c := exec.Command("python3", filepath.Join(runtimesDir, "python3.11", "runtime.py"))
-	c.Env = append(os.Environ(), "PORT="+strconv.Itoa(port), "SLESS_HOST=127.0.0.1", "SLESS_CODE_DIR="+codeDir,
-		"SLESS_ENTRYPOINT=main.handler", "SLESS_TIMEOUT_SEC="+strconv.Itoa(int(timeout)), "SLESS_CONCURRENCY=16")
-	if err := c.Start(); err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { _ = c.Process.Kill(); _ = c.Wait() })
-	ep := fmt.Sprintf("http://127.0.0.1:%d", port)
-	for deadline := time.Now().Add(20 * time.Second); ; {
-		if r, err := http.Get(ep + "/_/health"); err == nil && r.StatusCode == 200 {
-			r.Body.Close()
-			break
-		}
-		if time.Now().After(deadline) {
-			t.Fatal("runtime not healthy")
-		}
-		time.Sleep(30 * time.Millisecond)
-	}
+	ep := testenv.PythonRuntime(t, runtimesDir, codeDir, nil, "SLESS_TIMEOUT_SEC="+strconv.Itoa(int(timeout)), "SLESS_CONCURRENCY=16")
 	w.readyFunction(t, name, ep, timeout)
 	w.waitSeen(t, w.tenant, name)
 }

@@ -210,7 +210,54 @@ func (h *harness) tenant(t *testing.T) (*slessv1.Tenant, string) {
 
 func (h *harness) eventually(t *testing.T, what string, cond func() bool) {
 	t.Helper()
-	h.eventuallyShow(t, what, cond, nil)
+	h.eventuallyShow(t, what, cond, func() string { return h.snapshot(t) })
+}
+
+// snapshot is the state of this test's tenants as the API server has it:
+// each Tenant's status and the status of every Function, Trigger and
+// FunctionJob in their namespaces.
+func (h *harness) snapshot(t *testing.T) string {
+	h.mu.Lock()
+	names := append([]string(nil), h.tenants...)
+	h.mu.Unlock()
+	ctx := context.Background()
+	var b strings.Builder
+	for _, name := range names {
+		var tn slessv1.Tenant
+		if err := h.c.Get(ctx, client.ObjectKey{Name: name}, &tn); err != nil {
+			fmt.Fprintf(&b, "tenant %s: %v\n", name, err)
+		} else {
+			fmt.Fprintf(&b, "tenant %s: %s\n", name, compact(tn.Status))
+		}
+		ns := client.InNamespace(slessv1.NamespaceFor(name))
+		var fns slessv1.FunctionList
+		var trs slessv1.TriggerList
+		var jobs slessv1.FunctionJobList
+		if err := h.c.List(ctx, &fns, ns); err == nil {
+			for _, o := range fns.Items {
+				fmt.Fprintf(&b, "  function %s (generation %d): %s\n", o.Name, o.Generation, compact(o.Status))
+			}
+		}
+		if err := h.c.List(ctx, &trs, ns); err == nil {
+			for _, o := range trs.Items {
+				fmt.Fprintf(&b, "  trigger %s: %s\n", o.Name, compact(o.Status))
+			}
+		}
+		if err := h.c.List(ctx, &jobs, ns); err == nil {
+			for _, o := range jobs.Items {
+				fmt.Fprintf(&b, "  job %s: %s\n", o.Name, compact(o.Status))
+			}
+		}
+	}
+	if b.Len() == 0 {
+		return "(no tenant made by this test)"
+	}
+	return b.String()
+}
+
+func compact(v any) string {
+	b, _ := json.Marshal(v)
+	return string(b)
 }
 
 // eventuallyShow is eventually that, when it times out, prints what show
