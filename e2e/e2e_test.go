@@ -388,9 +388,9 @@ func TestUserJourney(t *testing.T) {
 	// One trace per path in Jaeger: the async call from the gateway through
 	// RabbitMQ and the invoker to the function, and the upload from the
 	// gateway through the operator and the builder back to the operator.
-	traceHas(t, asyncTrace, map[string][]string{"gateway": {"POST /v1/tenants/{t}/functions/{name}/invoke"},
+	testenv.TraceHas(t, asyncTrace, map[string][]string{"gateway": {"POST /v1/tenants/{t}/functions/{name}/invoke"},
 		"invoker": {"sless.invoker.invocation-requested process", "invoke app"}})
-	traceHas(t, uploadTrace, map[string][]string{"gateway": {"PUT /v1/tenants/{t}/functions/{name}/source"},
+	testenv.TraceHas(t, uploadTrace, map[string][]string{"gateway": {"PUT /v1/tenants/{t}/functions/{name}/source"},
 		"operator": {"function.build.request", "sless.operator.build-completed process"}, "builder": {"sless.builder.build-requested process", "build app"}})
 
 	// A cron trigger fires.
@@ -571,58 +571,4 @@ func (p *platform) count(t *testing.T, prefix string) int {
 		t.Fatal(err)
 	}
 	return n
-}
-
-// traceHas waits until Jaeger holds trace id with, for each service, spans
-// of those names.
-func traceHas(t *testing.T, id string, want map[string][]string) {
-	t.Helper()
-	if id == "" {
-		t.Fatal("no X-Trace-Id on the response")
-	}
-	var missing []string
-	deadline := time.Now().Add(30 * time.Second)
-	for {
-		missing = missing[:0]
-		got := map[string]map[string]bool{}
-		resp, err := http.Get("http://127.0.0.1:16686/api/traces/" + id)
-		if err == nil {
-			var body struct {
-				Data []struct {
-					Spans []struct {
-						OperationName string `json:"operationName"`
-						ProcessID     string `json:"processID"`
-					} `json:"spans"`
-					Processes map[string]struct {
-						ServiceName string `json:"serviceName"`
-					} `json:"processes"`
-				} `json:"data"`
-			}
-			_ = json.NewDecoder(resp.Body).Decode(&body)
-			resp.Body.Close()
-			for _, tr := range body.Data {
-				for _, sp := range tr.Spans {
-					svc := tr.Processes[sp.ProcessID].ServiceName
-					if got[svc] == nil {
-						got[svc] = map[string]bool{}
-					}
-					got[svc][sp.OperationName] = true
-				}
-			}
-		}
-		for svc, names := range want {
-			for _, n := range names {
-				if !got[svc][n] {
-					missing = append(missing, svc+": "+n)
-				}
-			}
-		}
-		if len(missing) == 0 {
-			return
-		}
-		if time.Now().After(deadline) {
-			t.Fatalf("trace %s lacks %v (has %v)", id, missing, got)
-		}
-		time.Sleep(500 * time.Millisecond)
-	}
 }

@@ -92,7 +92,9 @@ func TestHelmInstall(t *testing.T) {
 	t.Cleanup(dropVhost)
 	mgmt, mgmtUser, mgmtPassword := testenv.RabbitManagement(t)
 	s3 := testenv.S3(t)
-	for _, hostport := range []string{hostOf(t, pg), hostOf(t, vhost), hostOf(t, mgmt), s3.Endpoint, registry} {
+	// Traces go to a Jaeger on this machine (OTLP on 127.0.0.1:4318).
+	testenv.Jaeger(t)
+	for _, hostport := range []string{hostOf(t, pg), hostOf(t, vhost), hostOf(t, mgmt), s3.Endpoint, registry, "127.0.0.1:4318"} {
 		forward(t, nodeIP+":"+port(t, hostport), hostport)
 	}
 	onNode := func(u string) string { return strings.Replace(u, "127.0.0.1:", nodeIP+":", 1) }
@@ -146,6 +148,9 @@ func TestHelmInstall(t *testing.T) {
 		"registry": map[string]any{"url": nodeIP + ":" + port(t, registry) + "/functions", "existingSecret": "sless-registry", "insecure": true},
 		"build": map[string]any{"baseImages": map[string]any{"python311": bases["python3.11"], "nodejs20": bases["nodejs20"]},
 			"cpu": "500m", "memory": "1Gi", "namespace": buildNS, "createNamespace": false},
+		"otel": map[string]any{"endpoint": "http://" + nodeIP + ":4318"},
+		// The callback receiver of checkTriggers listens on the node.
+		"egress":    map[string]any{"allowCIDRs": []string{nodeIP + "/32"}},
 		"gateway":   component(1, map[string]any{"service": map[string]any{"type": "NodePort", "nodePort": gatewayPort}}),
 		"builder":   component(1, nil),
 		"operator":  component(1, nil),
@@ -206,108 +211,50 @@ func TestHelmInstall(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	tenant := testenv.Name("helm")
-	t.Cleanup(func() { testenv.DeleteTenantBroker(tenant) })
-	if _, err := sless.Do(admin.CreateTenantWithResponse(ctx, sless.TenantInput{Name: tenant})); err != nil {
-		t.Fatalf("create tenant: %v", err)
-	}
-	issued, err := sless.Do(admin.CreateTokenWithResponse(ctx, tenant, sless.TokenInBody{Name: ptrTo("cluster")}))
-	if err != nil {
-		t.Fatalf("issue token: %v", err)
-	}
-	tok := issued.JSON201.Token
-	user, err := sless.New(base, tok, "sless-cluster-test")
-	if err != nil {
-		t.Fatal(err)
-	}
-	waitFor(ctx, t, 2*time.Minute, "tenant Ready", func() (bool, string) {
-		var out map[string]any
-		if _, err := getJSON(base+"/v1/tenants/"+tenant, tok, &out); err != nil {
-			return false, err.Error()
-		}
-		return phase(out) == "Ready", fmt.Sprint(out["status"])
-	})
-
-	fns := []struct {
-		name    string
-		runtime sless.FunctionInputRuntime
-		entry   string
-		files   map[string]string
-	}{
-		{"hello-py", sless.FunctionInputRuntimePython311, "main.handler", map[string]string{"main.py": pyHandler}},
-		{"hello-node", sless.FunctionInputRuntimeNodejs20, "index.handler", map[string]string{"index.js": nodeHandler}},
-	}
-	for _, f := range fns {
-		if _, err := sless.Do(user.CreateFunctionWithResponse(ctx, tenant, sless.FunctionInput{Name: f.name, Runtime: f.runtime,
-			Entrypoint: f.entry, TimeoutSec: ptrTo(int32(3))})); err != nil {
-			t.Fatalf("create %s: %v", f.name, err)
-		}
-		start := time.Now()
-		if _, err := sless.UploadZip(ctx, user, tenant, f.name, zipOf(t, f.files)); err != nil {
-			t.Fatalf("upload %s: %v", f.name, err)
-		}
-		fnURL := base + "/v1/tenants/" + tenant + "/functions/" + f.name
-		var buildID string
-		waitFor(ctx, t, time.Minute, "a build of "+f.name, func() (bool, string) {
-			var out struct{ Items []struct{ ID string } }
-			if _, err := getJSON(fnURL+"/builds", tok, &out); err != nil {
-				return false, err.Error()
-			}
-			if len(out.Items) > 0 {
-				buildID = out.Items[0].ID
-			}
-			return buildID != "", ""
-		})
-		log := follow(ctx, t, fnURL+"/builds/"+buildID+"/log?follow=true", tok)
-		if !strings.Contains(log, "build succeeded") {
-			t.Fatalf("the build log of %s does not end in success:\n%s", f.name, log)
-		}
-		t.Logf("build log of %s:\n%s", f.name, log)
-		var fn map[string]any
-		waitFor(ctx, t, 3*time.Minute, f.name+" Ready", func() (bool, string) {
-			if _, err := getJSON(fnURL+"?wait=ready&timeout=30s", tok, &fn); err != nil {
-				return false, err.Error()
-			}
-			return phase(fn) == "Ready", fmt.Sprint(fn["status"])
-		})
-		t.Logf("%s: zip upload to Ready (cold, in-cluster build): %s", f.name, time.Since(start).Round(time.Second))
-		deploymentPinned(ctx, t, cs, tenant, f.name)
-
-		// The first call of the new pod, then a sync invoke that echoes.
-		start = time.Now()
-		status, body := post(t, fnURL+"/invoke", tok, `{"n":1}`)
-		if status != 200 || !strings.Contains(body, `"n": 1`) && !strings.Contains(body, `"n":1`) {
-			t.Fatalf("invoke %s: %d %s", f.name, status, body)
-		}
-		t.Logf("%s: first call %s", f.name, time.Since(start).Round(time.Millisecond))
-	}
+	a := newTenant(ctx, t, base, admin, testenv.Name("helm"), nil)
+	tenant, tok := a.name, a.tok
+	fnURL := a.deploy(ctx, t, cs, fnSpec{"hello-py", sless.FunctionInputRuntimePython311, "main.handler", map[string]string{"main.py": pyHandler}})
+	a.deploy(ctx, t, cs, fnSpec{"hello-node", sless.FunctionInputRuntimeNodejs20, "index.handler", map[string]string{"index.js": nodeHandler}})
 
 	// 6. A timeout in a function pod answers 504, and the pod keeps serving.
-	fnURL := base + "/v1/tenants/" + tenant + "/functions/hello-py"
 	if status, body := post(t, fnURL+"/invoke", tok, `{"spin":true}`); status != 504 {
 		t.Errorf("a runaway handler answered %d %s, want 504", status, body)
 	}
 	if status, body := post(t, fnURL+"/invoke", tok, `{"n":2}`); status != 200 {
 		t.Errorf("after a timeout: %d %s", status, body)
 	}
+	// What the handler printed, read from the pod's log through the API
+	// (the gateway's pods/log permission), with the invocation's id.
+	waitFor(ctx, t, time.Minute, "the handler's print in the function's logs", func() (bool, string) {
+		req, _ := http.NewRequestWithContext(ctx, "GET", fnURL+"/logs?tail=200", nil)
+		req.Header.Set("Authorization", "Bearer "+tok)
+		resp, err := http.DefaultClient.Do(req)
+		if err != nil {
+			return false, err.Error()
+		}
+		defer resp.Body.Close()
+		b, _ := io.ReadAll(resp.Body)
+		for _, l := range strings.Split(string(b), "\n") {
+			var rec struct {
+				Message      string `json:"message"`
+				InvocationID string `json:"invocation_id"`
+			}
+			if json.Unmarshal([]byte(l), &rec) == nil && strings.Contains(rec.Message, `handled {"n": 2}`) && rec.InvocationID != "" {
+				return true, ""
+			}
+		}
+		return false, fmt.Sprintf("%d %.2000s", resp.StatusCode, b)
+	})
 
-	// 3. Async with polling, and a public HTTP trigger.
+	// 3. Async with polling (its trace in the collector), a public HTTP
+	// trigger, a cron schedule, a queue trigger and a callback.
 	status, body := postAsync(t, fnURL+"/invoke", tok, `{"n":3}`)
 	if status != 202 {
 		t.Fatalf("async invoke: %d %s", status, body)
 	}
-	var accepted struct {
-		InvocationID string `json:"invocation_id"`
-	}
-	_ = json.Unmarshal([]byte(body), &accepted)
-	invURL := base + "/v1/tenants/" + tenant + "/invocations/"
-	waitFor(ctx, t, 2*time.Minute, "the async invocation", func() (bool, string) {
-		var inv map[string]any
-		if _, err := getJSON(invURL+accepted.InvocationID, tok, &inv); err != nil {
-			return false, err.Error()
-		}
-		return inv["status"] == "succeeded" && inv["trace_id"] != "", fmt.Sprint(inv)
-	})
+	inv := a.succeeded(ctx, t, acceptedID(t, body))
+	testenv.TraceHas(t, fmt.Sprint(inv["trace_id"]), map[string][]string{"gateway": {"POST /v1/tenants/{t}/functions/{name}/invoke"},
+		"invoker": {"sless.invoker.invocation-requested process", "invoke hello-py"}})
 	if status, body := post(t, base+"/v1/tenants/"+tenant+"/triggers", tok,
 		`{"name":"web","function":"hello-node","type":"http","http":{"path":"/hello","auth":"none"}}`); status != 201 {
 		t.Fatalf("http trigger: %d %s", status, body)
@@ -322,6 +269,26 @@ func TestHelmInstall(t *testing.T) {
 		return resp.StatusCode == 200 && strings.Contains(string(b), "trigger"), fmt.Sprintf("%d %s", resp.StatusCode, b)
 	})
 
+	checkTriggers(ctx, t, a, "hello-node")
+
+	// 4 and 5. A second tenant whose pod quota (one) its first function
+	// uses up: the second function says so. From a function pod of the
+	// first tenant, the second tenant's pod, the platform's servers, the API
+	// server and the metadata address are out of reach.
+	other := newTenant(ctx, t, base, admin, testenv.Name("helmb"), &sless.TenantQuotas{MaxPods: ptrTo(int32(1))})
+	other.deploy(ctx, t, cs, fnSpec{"target", sless.FunctionInputRuntimePython311, "main.handler", map[string]string{"main.py": pyHandler}})
+	if _, err := sless.Do(other.api.CreateFunctionWithResponse(ctx, other.name, sless.FunctionInput{Name: "over", Runtime: sless.FunctionInputRuntimePython311,
+		Entrypoint: "main.handler"})); err != nil {
+		t.Fatalf("create over: %v", err)
+	}
+	if _, err := sless.UploadZip(ctx, other.api, other.name, "over", zipOf(t, map[string]string{"main.py": pyHandler})); err != nil {
+		t.Fatalf("upload over: %v", err)
+	}
+	checkQuota(ctx, t, other, "over")
+	checkNetworkPolicies(ctx, t, cs, a, other, "hello-py", "target", bases["python3.11"], []string{
+		nodeIP + ":" + port(t, hostOf(t, pg)), nodeIP + ":" + port(t, hostOf(t, vhost)), nodeIP + ":" + env["SLESS_CLUSTER_API_PORT"],
+	})
+
 	// 8. helm upgrade with a changed value while async invocations are in
 	// flight: none is lost.
 	var ids []string
@@ -330,21 +297,14 @@ func TestHelmInstall(t *testing.T) {
 		if status != 202 {
 			t.Fatalf("async invoke %d: %d %s", i, status, body)
 		}
-		_ = json.Unmarshal([]byte(body), &accepted)
-		ids = append(ids, accepted.InvocationID)
+		ids = append(ids, acceptedID(t, body))
 	}
 	start = time.Now()
 	helmRun(t, helm, kubeconfig, "upgrade", release, filepath.Join(root, "deploy/helm/sless"), "-n", releaseNS,
 		"-f", valuesFile, "--set", "gateway.replicas=2", "--wait", "--timeout", "10m")
 	t.Logf("helm upgrade (gateway replicas 2): %s", time.Since(start).Round(time.Second))
 	for _, id := range ids {
-		waitFor(ctx, t, 3*time.Minute, "async invocation "+id+" after the upgrade", func() (bool, string) {
-			var inv map[string]any
-			if _, err := getJSON(invURL+id, tok, &inv); err != nil {
-				return false, err.Error()
-			}
-			return inv["status"] == "succeeded", fmt.Sprint(inv["status"])
-		})
+		a.succeeded(ctx, t, id)
 	}
 	if gw, err := cs.AppsV1().Deployments(releaseNS).Get(ctx, "sless-gateway", metav1.GetOptions{}); err != nil || gw.Status.ReadyReplicas != 2 {
 		t.Errorf("after the upgrade the gateway has %v ready replicas (%v)", gw.Status.ReadyReplicas, err)
@@ -370,11 +330,17 @@ func TestHelmInstall(t *testing.T) {
 	}
 }
 
-const pyHandler = `def handler(event, context):
+// pyHandler echoes its JSON body, spins on {"spin": true} and probes
+// connections on {"connect": ["host:port", ...]}.
+const pyHandler = probeScript + `
+def handler(event, context):
     body = event.get("json") or {}
     if body.get("spin"):
         while True:
             pass
+    if "connect" in body:
+        return probe(body["connect"])
+    print("handled", json.dumps(body, sort_keys=True))
     return body
 `
 
@@ -628,18 +594,18 @@ func getJSON(u, tok string, out any) (int, error) {
 
 func post(t *testing.T, u, tok, body string) (int, string) {
 	t.Helper()
-	return send(t, u, tok, body, nil)
+	return send(t, "POST", u, tok, body, nil)
 }
 
 // postAsync asks for an asynchronous invocation (Prefer: respond-async).
 func postAsync(t *testing.T, u, tok, body string) (int, string) {
 	t.Helper()
-	return send(t, u, tok, body, http.Header{"Prefer": {"respond-async"}})
+	return send(t, "POST", u, tok, body, http.Header{"Prefer": {"respond-async"}})
 }
 
-func send(t *testing.T, u, tok, body string, extra http.Header) (int, string) {
+func send(t *testing.T, method, u, tok, body string, extra http.Header) (int, string) {
 	t.Helper()
-	req, _ := http.NewRequest("POST", u, strings.NewReader(body))
+	req, _ := http.NewRequest(method, u, strings.NewReader(body))
 	req.Header = extra.Clone()
 	if req.Header == nil {
 		req.Header = http.Header{}
@@ -648,7 +614,7 @@ func send(t *testing.T, u, tok, body string, extra http.Header) (int, string) {
 	req.Header.Set("Content-Type", "application/json")
 	resp, err := http.DefaultClient.Do(req)
 	if err != nil {
-		t.Fatalf("POST %s: %v", u, err)
+		t.Fatalf("%s %s: %v", method, u, err)
 	}
 	defer resp.Body.Close()
 	b, _ := io.ReadAll(resp.Body)
