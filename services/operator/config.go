@@ -10,6 +10,7 @@ import (
 	"github.com/kube5s/sless/pkg/envconf"
 	"github.com/kube5s/sless/pkg/objstore"
 	"github.com/kube5s/sless/pkg/service"
+	"github.com/kube5s/sless/services/operator/internal/brokeradmin"
 )
 
 type config struct {
@@ -32,6 +33,10 @@ type config struct {
 	ManagementUser     string   // SLESS_RABBITMQ_MANAGEMENT_USER: default the user of SLESS_RABBITMQ_URL
 	ManagementPassword string   // SLESS_RABBITMQ_MANAGEMENT_PASSWORD: default its password
 	TenantBrokerURL    *url.URL // SLESS_TENANT_BROKER_URL: the broker address tenants use; default that of SLESS_RABBITMQ_URL
+	// What each tenant's vhost may hold (brokeradmin.DefaultLimits):
+	// SLESS_TENANT_BROKER_MAX_QUEUES, SLESS_TENANT_BROKER_MAX_CONNECTIONS,
+	// SLESS_TENANT_QUEUE_MAX_MESSAGES, SLESS_TENANT_QUEUE_MAX_BYTES.
+	TenantBrokerLimits brokeradmin.Limits
 	// local driver
 	RuntimesDir    string // SLESS_RUNTIMES_DIR: holds python3.11/runtime.py and nodejs20/runtime.js
 	Python         string // SLESS_PYTHON: the Python 3.11 interpreter
@@ -55,6 +60,13 @@ func loadConfig(getenv func(string) string) (config, error) {
 		FunctionLogDir:  r.String("SLESS_FUNCTION_LOG_DIR", os.TempDir()),
 	}
 	c.QuotaController = r.Bool("SLESS_QUOTA_CONTROLLER", c.ExecutionDriver == "kubernetes")
+	d := brokeradmin.DefaultLimits
+	c.TenantBrokerLimits = brokeradmin.Limits{
+		Queues:        r.Int("SLESS_TENANT_BROKER_MAX_QUEUES", d.Queues, 10, 100_000),
+		Connections:   r.Int("SLESS_TENANT_BROKER_MAX_CONNECTIONS", d.Connections, 5, 100_000),
+		QueueMessages: r.Int("SLESS_TENANT_QUEUE_MAX_MESSAGES", d.QueueMessages, 100, 100_000_000),
+		QueueBytes:    int64(r.Int("SLESS_TENANT_QUEUE_MAX_BYTES", int(d.QueueBytes), 1<<20, 1<<40)),
+	}
 	c.ManagementURL = strings.TrimSuffix(r.URL("SLESS_RABBITMQ_MANAGEMENT_URL", "http://127.0.0.1:15672", "http", "https"), "/")
 	platform, _ := url.Parse(c.RabbitURL) // r.URL reported a bad one
 	var user, password string

@@ -98,6 +98,7 @@ func run(ctx context.Context, getenv func(string) string, stdout io.Writer) erro
 	if err != nil {
 		return err
 	}
+	broker.Limits = cfg.TenantBrokerLimits
 	err = controller.Setup(ctx, mgr, controller.Deps{
 		Broker:    broker,
 		BrokerURL: cfg.TenantBrokerURL,

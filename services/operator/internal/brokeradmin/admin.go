@@ -19,7 +19,31 @@ import (
 // users and permissions (the administrator tag).
 type Admin struct {
 	rmq *rabbithole.Client
+	// Limits bound what each tenant can hold on the shared broker.
+	Limits Limits
 }
+
+// Limits bound a tenant's vhost: a tenant has every permission there, so
+// without them one tenant could fill the broker until its memory or disk
+// alarm blocks every publisher, the platform's included. The queue limits
+// are an operator policy (a tenant cannot override it; where a queue
+// declares its own, the lower limit applies); beyond them a queue drops its
+// oldest message, or refuses the publish if the queue was declared with
+// x-overflow reject-publish (as the platform declares a queue trigger's
+// missing queue). RabbitMQ 3.10's operator policies cannot set overflow.
+type Limits struct {
+	Queues        int   // queues in the vhost (a queue trigger uses its queue, a dead-letter queue and its retry queues)
+	Connections   int   // connections to the vhost, the platform's consumers included
+	QueueMessages int   // messages in one queue
+	QueueBytes    int64 // bytes of message bodies in one queue
+}
+
+// DefaultLimits allow about ten queue triggers with their retry queues
+// and at most 100 x 32 MiB of messages per tenant.
+var DefaultLimits = Limits{Queues: 100, Connections: 100, QueueMessages: 100_000, QueueBytes: 32 << 20}
+
+// LimitsPolicy is the name of the operator policy on each tenant vhost.
+const LimitsPolicy = "sless-tenant-limits"
 
 // New returns an Admin for the management API at endpoint
 // (http://host:15672); every call is bounded by timeout.
@@ -29,7 +53,7 @@ func New(endpoint, user, password string, timeout time.Duration) (*Admin, error)
 		return nil, fmt.Errorf("rabbitmq management client: %w", err)
 	}
 	c.SetTimeout(timeout)
-	return &Admin{rmq: c}, nil
+	return &Admin{rmq: c, Limits: DefaultLimits}, nil
 }
 
 // EnsureTenant creates or updates the account's vhost and user and gives
@@ -49,6 +73,13 @@ func (a *Admin) EnsureTenant(ctx context.Context, acc resources.BrokerAccount) e
 		}},
 		{"permissions of " + acc.User + " on " + acc.Vhost, func() (*http.Response, error) {
 			return a.rmq.UpdatePermissionsIn(acc.Vhost, acc.User, rabbithole.Permissions{Configure: ".*", Write: ".*", Read: ".*"})
+		}},
+		{"limits of " + acc.Vhost, func() (*http.Response, error) {
+			return a.rmq.PutVhostLimits(acc.Vhost, rabbithole.VhostLimitsValues{"max-queues": a.Limits.Queues, "max-connections": a.Limits.Connections})
+		}},
+		{"operator policy " + LimitsPolicy + " on " + acc.Vhost, func() (*http.Response, error) {
+			return a.rmq.PutOperatorPolicy(acc.Vhost, LimitsPolicy, rabbithole.OperatorPolicy{Pattern: ".*", ApplyTo: "queues",
+				Definition: rabbithole.PolicyDefinition{"max-length": a.Limits.QueueMessages, "max-length-bytes": a.Limits.QueueBytes}})
 		}},
 	}
 	for _, s := range steps {

@@ -1,0 +1,123 @@
+package brokeradmin
+
+import (
+	"context"
+	"fmt"
+	"net/url"
+	"strings"
+	"testing"
+	"time"
+
+	amqp "github.com/rabbitmq/amqp091-go"
+
+	"github.com/kube5s/sless/pkg/testenv"
+	"github.com/kube5s/sless/services/operator/internal/resources"
+)
+
+// TestTenantVhostIsBounded: a tenant has every permission on its vhost,
+// yet it cannot make more queues or connections than its limits, and a
+// queue holds at most the policy's messages (a reject-publish queue
+// refuses the next publish, another drops its oldest), even when the
+// tenant declares its own, larger limit. Real RabbitMQ, through the
+// management API and AMQP as the tenant's user.
+func TestTenantVhostIsBounded(t *testing.T) {
+	endpoint, user, password := testenv.RabbitManagement(t)
+	a, err := New(endpoint, user, password, 30*time.Second)
+	if err != nil {
+		t.Fatal(err)
+	}
+	a.Limits = Limits{Queues: 3, Connections: 2, QueueMessages: 2, QueueBytes: 1 << 20}
+	tenant := testenv.Name("bound")
+	acc := resources.TenantBroker(tenant, "pw-"+tenant)
+	t.Cleanup(func() { testenv.DeleteTenantBroker(tenant) })
+	ctx := context.Background()
+	if err := a.EnsureTenant(ctx, acc); err != nil {
+		t.Fatal(err)
+	}
+	if err := a.EnsureTenant(ctx, acc); err != nil {
+		t.Fatalf("a second EnsureTenant: %v", err)
+	}
+
+	platform, err := url.Parse(testenv.RabbitURL(t))
+	if err != nil {
+		t.Fatal(err)
+	}
+	tenantURL := (&url.URL{Scheme: "amqp", User: url.UserPassword(acc.User, acc.Password), Host: platform.Host, Path: "/" + acc.Vhost}).String()
+	conn, err := amqp.Dial(tenantURL)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer conn.Close()
+	ch, err := conn.Channel()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := ch.Confirm(false); err != nil {
+		t.Fatal(err)
+	}
+
+	// Its own x-max-length of 1000 does not lift the policy's 2.
+	publish := func(q string, n int) []bool {
+		t.Helper()
+		var acks []bool
+		for i := range n {
+			dc, err := ch.PublishWithDeferredConfirmWithContext(ctx, "", q, false, false, amqp.Publishing{Body: []byte(fmt.Sprint(i))})
+			if err != nil {
+				t.Fatal(err)
+			}
+			ok, err := dc.WaitContext(ctx)
+			if err != nil {
+				t.Fatal(err)
+			}
+			acks = append(acks, ok)
+		}
+		return acks
+	}
+	if _, err := ch.QueueDeclare("refuses", true, false, false, false, amqp.Table{"x-max-length": int64(1000), "x-overflow": "reject-publish"}); err != nil {
+		t.Fatal(err)
+	}
+	if acks := publish("refuses", 3); acks[0] != true || acks[1] != true || acks[2] != false {
+		t.Errorf("publishes to a reject-publish queue at its limit of 2: acks %v, want [true true false]", acks)
+	}
+	if _, err := ch.QueueDeclare("drops", true, false, false, false, nil); err != nil {
+		t.Fatal(err)
+	}
+	publish("drops", 3)
+	waitMessages(t, ch, "drops", 2)
+
+	// A third queue is the last one allowed; a fourth is refused.
+	if _, err := ch.QueueDeclare("third", true, false, false, false, nil); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := ch.QueueDeclare("fourth", true, false, false, false, nil); err == nil || !strings.Contains(err.Error(), "queue limit") {
+		t.Errorf("a fourth queue in a vhost limited to 3: %v, want a refusal naming the queue limit", err)
+	}
+
+	// The second connection is the last one allowed.
+	second, err := amqp.Dial(tenantURL)
+	if err != nil {
+		t.Fatalf("a second connection: %v", err)
+	}
+	defer second.Close()
+	if third, err := amqp.Dial(tenantURL); err == nil {
+		third.Close()
+		t.Error("a third connection to a vhost limited to 2 was accepted")
+	}
+}
+
+// waitMessages waits until queue q holds n messages (a passive declare
+// counts them), for at most 10 s.
+func waitMessages(t *testing.T, ch *amqp.Channel, q string, n int) {
+	t.Helper()
+	var got int
+	for deadline := time.Now().Add(10 * time.Second); time.Now().Before(deadline); time.Sleep(50 * time.Millisecond) {
+		st, err := ch.QueueDeclarePassive(q, true, false, false, false, nil)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if got = st.Messages; got == n {
+			return
+		}
+	}
+	t.Errorf("queue %s holds %d messages, want %d", q, got, n)
+}
