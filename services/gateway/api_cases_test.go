@@ -2,6 +2,7 @@ package main
 
 import (
 	"bytes"
+	"encoding/base64"
 	"encoding/json"
 	"fmt"
 	"io"
@@ -755,6 +756,19 @@ func TestLookupsWithBytesPostgresRefuses(t *testing.T) {
 	}
 	expect(t, g.call(t, "GET", "/v1/tenants/"+ten+"/invocations/bad%00id", tok, nil), 404, "an invocation id with a NUL")
 	expect(t, g.call(t, "GET", "/v1/tenants/"+ten+"/invocations/bad%FFid", tok, nil), 404, "an invocation id with invalid UTF-8")
+	for _, q := range []string{"function=a%00b", "trigger_name=a%00b", "function=a%FFb"} {
+		r := g.call(t, "GET", "/v1/tenants/"+ten+"/dead-letters?"+q, tok, nil)
+		expect(t, r, 200, "dead letters filtered by "+q)
+		if items, _ := r.json(t)["items"].([]any); len(items) != 0 {
+			t.Errorf("dead letters by %s: %v", q, items)
+		}
+	}
+	expect(t, g.call(t, "GET", "/v1/tenants/"+ten+"/dead-letters/bad%00id", tok, nil), 404, "a dead letter id with a NUL")
+	expect(t, g.call(t, "POST", "/v1/tenants/"+ten+"/dead-letters/bad%00id/replay", tok, nil), 404, "replaying a dead letter id with a NUL")
+	// A page cursor is (time, id) in base64: a forged one may hold any byte.
+	cursor := base64.RawURLEncoding.EncodeToString([]byte("1700000000000000000|bad\x00id"))
+	expect(t, g.call(t, "GET", "/v1/tenants/"+ten+"/functions/hello/builds?cursor="+cursor, tok, nil), 200, "a build list cursor naming an id with a NUL")
+	expect(t, g.call(t, "GET", "/v1/tenants/"+ten+"/dead-letters?cursor="+cursor, tok, nil), 200, "a dead letter cursor naming an id with a NUL")
 	key := []string{"Prefer", "respond-async", "Idempotency-Key", "key-\xff"}
 	r1 := g.call(t, "POST", "/v1/tenants/"+ten+"/functions/hello/invoke", tok, "{}", key...)
 	expect(t, r1, 202, "an Idempotency-Key with invalid UTF-8")

@@ -6,6 +6,8 @@ import (
 	"fmt"
 	"time"
 
+	"github.com/kube5s/sless/pkg/pgtext"
+
 	"github.com/jackc/pgx/v5"
 )
 
@@ -49,13 +51,13 @@ func (f DeadLetterFilter) where(q string, args []any) (string, []any) {
 		q += fmt.Sprintf(" AND "+cond, len(args))
 	}
 	if f.Function != "" {
-		add("function = $%d", f.Function)
+		add("function = $%d", pgtext.Clean(f.Function))
 	}
 	if f.Trigger != "" {
-		add("trigger_kind = $%d", f.Trigger)
+		add("trigger_kind = $%d", pgtext.Clean(f.Trigger))
 	}
 	if f.TriggerName != "" {
-		add("trigger_name = $%d", f.TriggerName)
+		add("trigger_name = $%d", pgtext.Clean(f.TriggerName))
 	}
 	switch f.Replayed {
 	case "true":
@@ -71,7 +73,7 @@ func (f DeadLetterFilter) where(q string, args []any) (string, []any) {
 func (s *Store) DeadLetters(ctx context.Context, tenant string, f DeadLetterFilter, after *After, limit int64) ([]DeadLetter, error) {
 	q, args := f.where(`SELECT `+deadLetterColumns+` FROM dead_letters WHERE tenant = $1`, []any{tenant})
 	if after != nil {
-		args = append(args, after.Time, after.ID)
+		args = append(args, after.Time, pgtext.Clean(after.ID))
 		q += fmt.Sprintf(" AND (dead_lettered_at, id) < ($%d, $%d)", len(args)-1, len(args))
 	}
 	args = append(args, limit)
@@ -94,7 +96,7 @@ func (s *Store) DeadLetters(ctx context.Context, tenant string, f DeadLetterFilt
 
 // DeadLetter reads one dead letter of tenant.
 func (s *Store) DeadLetter(ctx context.Context, tenant, id string) (DeadLetter, error) {
-	d, err := scanDeadLetter(s.db.QueryRow(ctx, `SELECT `+deadLetterColumns+` FROM dead_letters WHERE tenant = $1 AND id = $2`, tenant, id))
+	d, err := scanDeadLetter(s.db.QueryRow(ctx, `SELECT `+deadLetterColumns+` FROM dead_letters WHERE tenant = $1 AND id = $2`, tenant, pgtext.Clean(id)))
 	if errors.Is(err, pgx.ErrNoRows) {
 		return d, ErrNotFound
 	}
@@ -134,7 +136,7 @@ type Request struct {
 func (s *Store) DeadLetterRequest(ctx context.Context, tenant, id string) (Request, error) {
 	var r Request
 	err := s.db.QueryRow(ctx, `SELECT request, coalesce(request_key, ''), coalesce(replay_invocation_id, '') FROM dead_letters
-		WHERE tenant = $1 AND id = $2`, tenant, id).Scan(&r.Raw, &r.Key, &r.ReplayedAs)
+		WHERE tenant = $1 AND id = $2`, tenant, pgtext.Clean(id)).Scan(&r.Raw, &r.Key, &r.ReplayedAs)
 	if errors.Is(err, pgx.ErrNoRows) {
 		return r, ErrNotFound
 	}
@@ -148,7 +150,7 @@ func (s *Store) DeadLetterRequest(ctx context.Context, tenant, id string) (Reque
 // newID; false when it was replayed meanwhile.
 func (s *Store) MarkReplayed(ctx context.Context, tenant, id, newID string) (bool, error) {
 	tag, err := s.db.Exec(ctx, `UPDATE dead_letters SET replayed_at = now(), replay_invocation_id = $3
-		WHERE tenant = $1 AND id = $2 AND replayed_at IS NULL`, tenant, id, newID)
+		WHERE tenant = $1 AND id = $2 AND replayed_at IS NULL`, tenant, pgtext.Clean(id), newID)
 	if err != nil {
 		return false, &Unavailable{Detail: "the dead letters are unavailable", Err: err}
 	}

@@ -195,7 +195,7 @@ func (s *Store) Builds(ctx context.Context, tenant, function string, after *Afte
 	q := `SELECT ` + buildColumns + ` FROM builds WHERE tenant = $1 AND function = $2`
 	args := []any{tenant, pgtext.Clean(function)}
 	if after != nil {
-		args = append(args, after.Time, after.ID)
+		args = append(args, after.Time, pgtext.Clean(after.ID))
 		q += ` AND (requested_at, id) < ($3, $4)`
 	}
 	args = append(args, limit)
