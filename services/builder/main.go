@@ -9,9 +9,14 @@ import (
 	"os/signal"
 	"strings"
 	"syscall"
+
+	"github.com/kube5s/sless/pkg/service"
 )
 
 func main() {
+	if service.Command("builder", "turns a function source archive into a runnable artifact (sless); builder assemble and builder prepare-context are steps of a build Job", os.Args[1:], os.Stdout) {
+		return
+	}
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
 	defer stop()
 	if len(os.Args) > 1 && (os.Args[1] == "prepare-context" || os.Args[1] == "assemble") {

@@ -7,9 +7,14 @@ import (
 	"os"
 	"os/signal"
 	"syscall"
+
+	"github.com/kube5s/sless/pkg/service"
 )
 
 func main() {
+	if service.Command("gateway", "the public REST API, source upload and the invoke path of sless", os.Args[1:], os.Stdout) {
+		return
+	}
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
 	defer stop()
 	if err := run(ctx, os.Getenv, os.Stdout); err != nil {

@@ -75,6 +75,11 @@ func TestImagesAreNonRootAndRun(t *testing.T) {
 			if err := extractFile(rc, strings.TrimPrefix(cf.Config.Entrypoint[0], "/"), bin); err != nil {
 				t.Fatal(err)
 			}
+			version, err := exec.CommandContext(t.Context(), bin, "--version").CombinedOutput()
+			if err != nil || !strings.HasPrefix(string(version), "sless-"+svc+" ") {
+				t.Errorf("the entrypoint --version: %v, printed %q; want sless-%s <version> <go version>", err, version, svc)
+			}
+			t.Logf("%s --version: %s", svc, strings.TrimSpace(string(version)))
 			run := exec.CommandContext(t.Context(), bin)
 			run.Env = []string{"LOG_LEVEL=bogus"}
 			msg, err := run.CombinedOutput()
