@@ -446,9 +446,28 @@ func atoi(t *testing.T, s string) int {
 // until the test ends.
 func forward(t *testing.T, listen, target string) {
 	t.Helper()
-	l, err := net.Listen("tcp", listen)
+	accept(t, listen, func(c net.Conn) {
+		defer c.Close()
+		u, err := net.DialTimeout("tcp", target, 5*time.Second)
+		if err != nil {
+			return
+		}
+		defer u.Close()
+		go func() {
+			_, _ = io.Copy(u, c)
+			_ = u.(*net.TCPConn).CloseWrite()
+		}()
+		_, _ = io.Copy(c, u)
+	})
+}
+
+// accept listens on addr until the test ends and hands each connection to
+// handle in a goroutine of its own.
+func accept(t *testing.T, addr string, handle func(net.Conn)) {
+	t.Helper()
+	l, err := net.Listen("tcp", addr)
 	if err != nil {
-		t.Fatalf("forwarder on %s: %v", listen, err)
+		t.Fatalf("listen on %s: %v", addr, err)
 	}
 	var wg sync.WaitGroup
 	t.Cleanup(func() { _ = l.Close(); wg.Wait() })
@@ -458,19 +477,7 @@ func forward(t *testing.T, listen, target string) {
 			if err != nil {
 				return
 			}
-			go func() {
-				defer c.Close()
-				u, err := net.DialTimeout("tcp", target, 5*time.Second)
-				if err != nil {
-					return
-				}
-				defer u.Close()
-				go func() {
-					_, _ = io.Copy(u, c)
-					_ = u.(*net.TCPConn).CloseWrite()
-				}()
-				_, _ = io.Copy(c, u)
-			}()
+			go handle(c)
 		}
 	})
 }

@@ -9,7 +9,6 @@ import (
 	"net/http"
 	"os/exec"
 	"strings"
-	"sync"
 	"testing"
 	"time"
 
@@ -314,21 +313,7 @@ func metadataListener(t *testing.T) string {
 		t.Fatalf("ip addr add %s: %v %s", addr, err, out)
 	}
 	t.Cleanup(func() { _ = exec.Command("ip", "addr", "del", addr+"/32", "dev", "sless0").Run() })
-	l, err := net.Listen("tcp", addr+":80")
-	if err != nil {
-		t.Fatal(err)
-	}
-	var wg sync.WaitGroup
-	t.Cleanup(func() { _ = l.Close(); wg.Wait() })
-	wg.Go(func() {
-		for {
-			c, err := l.Accept()
-			if err != nil {
-				return
-			}
-			_ = c.Close()
-		}
-	})
+	accept(t, addr+":80", func(c net.Conn) { _ = c.Close() })
 	return addr + ":80"
 }
 
