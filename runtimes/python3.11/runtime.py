@@ -346,26 +346,34 @@ class Worker:
             return
         self.report("recycle")  # the supervisor forks a replacement now
         self.stop()
+        # At once, not after the accept loop's next tick: a client that
+        # learns of the recycle (a timeout's 504 is sent after this) and
+        # reuses a kept-alive connection of this worker would have its
+        # request reset as the worker closes it.
+        self.close_idle()
+
+    def close_idle(self):
+        """Shuts the connections that wait for a request; reports whether any
+        connection is still busy."""
+        busy = False
+        now = time.monotonic()
+        for conn, st in list(self.conns.items()):
+            if st[1]:
+                continue
+            # A connection accepted a moment ago has a request on its way;
+            # so has one with bytes waiting (a kept-alive connection the
+            # client just reused): closing it would drop that request.
+            if st[0] or (st[2] and now - st[3] < 1) or has_input(conn):
+                busy = True
+            else:
+                shutdown(conn)
+        return busy
 
     def finish(self):
         """After the accept loop: wait for the invocations still running (not
         the abandoned ones), close idle connections, end the process group."""
         deadline = time.monotonic() + self.cfg.timeout + 5
-        while time.monotonic() < deadline:
-            busy = False
-            now = time.monotonic()
-            for conn, st in list(self.conns.items()):
-                if st[1]:
-                    continue
-                # A connection accepted a moment ago has a request on its way;
-                # so has one with bytes waiting (a kept-alive connection the
-                # client just reused): closing it would drop that request.
-                if st[0] or (st[2] and now - st[3] < 1) or has_input(conn):
-                    busy = True
-                else:
-                    shutdown(conn)
-            if not busy:
-                break
+        while time.monotonic() < deadline and self.close_idle():
             time.sleep(TICK)
         os.killpg(0, signal.SIGKILL)  # this worker and whatever its handlers started
 
@@ -388,6 +396,7 @@ class Worker:
             self.publish()
         inv.state[1] = True  # its thread is lost to the handler; the connection is ours
         log("warn", "invocation timed out; worker recycled", invocationId=inv.id, function=self.cfg.function)
+        self.recycle()  # first: the idle connections close before the client has the 504
         status, headers, body = problem(504, "Timeout", f"function timed out after {self.cfg.timeout:g}s", inv.id)
         try:
             # Never block the watchdog on a client that does not read.
@@ -395,7 +404,6 @@ class Worker:
         except OSError:
             pass
         shutdown(inv.conn, socket.SHUT_WR)
-        self.recycle()
 
     def publish(self):
         """Publishes how many semaphore units this worker holds (under self.lock),

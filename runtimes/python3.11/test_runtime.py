@@ -295,6 +295,31 @@ class BehaviourTest(unittest.TestCase):
         self.assertEqual((status, body["status"]), (200, "ok"))
         self.assertEqual(rt.request("GET", "/text")[0], 200)
 
+    def test_idle_connections_close_before_the_timeout_answers(self):
+        # A client that reused a kept-alive connection of the recycling
+        # worker right after the 504 had its request reset (a 502 from the
+        # gateway): the worker closed its idle connections only on its
+        # accept loop's next tick. Now they are closed before the 504 is
+        # sent, so by the time the client has it, the idle one is at EOF.
+        rt = self.start(timeout="1", concurrency="4", workers="1")
+        with socket.create_connection(("127.0.0.1", rt.port), timeout=10) as idle:
+            idle.sendall(b"GET /text HTTP/1.1\r\nHost: runtime\r\n\r\n")
+            f = idle.makefile("rb")
+            self.assertIn(b" 200 ", f.readline())
+            length = 0
+            while (line := f.readline()) not in (b"\r\n", b""):
+                if line.lower().startswith(b"content-length:"):
+                    length = int(line.split(b":")[1])
+            self.assertEqual(f.read(length), b"hello, world")
+            self.assertEqual(rt.request("GET", "/spin")[0], 504)
+            idle.setblocking(False)  # peek at what is there now, without waiting
+            try:
+                waiting = idle.recv(1, socket.MSG_PEEK)
+            except BlockingIOError:
+                waiting = None
+            self.assertEqual(waiting, b"", "the recycled worker's idle connection is still open after its 504")
+        self.assertEqual(rt.request("GET", "/text")[0], 200)
+
     def test_health_says_draining_after_sigterm(self):
         rt = self.start(timeout="5", workers="1")
         status, body = self.health_while_stopping(rt, lambda: (rt.proc.send_signal(signal.SIGTERM), time.sleep(0.3)))
