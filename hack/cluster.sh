@@ -87,9 +87,9 @@ build_all() {
 		"$CNI_DIR containernetworking/plugins/plugins/main/bridge@$CNI_VERSION" \
 		"$COREDNS_DIR coredns/coredns@$COREDNS_VERSION" \
 		"$KUBE_ROUTER_DIR cloudnativelabs/kube-router/v2/cmd/kube-router@$KUBE_ROUTER_VERSION"; do
-		[ -f "${c%% *}/.done" ] || GOWORK=off GOFLAGS=-mod=mod go install -n "github.com/${c#* }" >/dev/null 2>&1 &
+		[ -f "${c%% *}/.done" ] || GOWORK=off GOFLAGS=-mod=mod go install -n "github.com/${c#* }" >/dev/null 2>&1 8>&- &
 	done
-	[ -x "$HELM" ] || (cd "$ROOT/hack/tools/helm" && GOWORK=off go list -deps helm.sh/helm/v3/cmd/helm >/dev/null 2>&1) &
+	[ -x "$HELM" ] || (cd "$ROOT/hack/tools/helm" && GOWORK=off go list -deps helm.sh/helm/v3/cmd/helm >/dev/null 2>&1) 8>&- &
 	for c in kubelet kube-controller-manager kube-scheduler kube-proxy; do
 		build "$c" "$KUBE_BIN" "k8s.io/kubernetes/cmd/$c" "$ROOT/hack/tools/kube" "$KUBE_LDFLAGS"
 	done

@@ -98,10 +98,12 @@ build() {
 # modules that each missing build will need (go list -deps fetches exactly
 # those), so that the sequential builds below compile while the network
 # works: a cold build spends minutes of its time waiting on downloads.
-# Quadruples: the arguments of build; finish with wait.
+# Quadruples: the arguments of build; finish with wait. The downloads do
+# not hold the build lock (9>&-): a build that fails leaves no process
+# holding it for the next run.
 prefetch() {
 	while [ $# -ge 4 ]; do
-		[ -x "$2/$1" ] || (cd "$4" && GOWORK=off go list -deps "$3" >/dev/null 2>&1) &
+		[ -x "$2/$1" ] || (cd "$4" && GOWORK=off go list -deps "$3" >/dev/null 2>&1) 9>&- &
 		shift 4
 	done
 }
@@ -115,7 +117,7 @@ build_all() {
 		registry "$REGISTRY_DIR" github.com/distribution/distribution/v3/cmd/registry "$ROOT/hack/tools/registry" \
 		tofu "$TOFU_DIR" github.com/opentofu/opentofu/cmd/tofu "$ROOT/hack/tools/tofu"
 	# go install -n resolves and downloads without compiling.
-	[ -x "$MINIO_DIR/minio" ] || GOWORK=off go install -n "github.com/minio/minio@$MINIO_VERSION" >/dev/null 2>&1 &
+	[ -x "$MINIO_DIR/minio" ] || GOWORK=off go install -n "github.com/minio/minio@$MINIO_VERSION" >/dev/null 2>&1 9>&- &
 	build kube-apiserver "$KUBE_DIR" k8s.io/kubernetes/cmd/kube-apiserver "$ROOT/hack/tools/kube" "$KUBE_LDFLAGS"
 	build etcd "$ETCD_DIR" ./cmd/etcd "$ROOT/hack/tools/etcd"
 	build jaeger "$JAEGER_DIR" github.com/jaegertracing/jaeger/cmd/jaeger "$ROOT/hack/tools/jaeger"

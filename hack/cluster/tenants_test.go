@@ -233,7 +233,7 @@ def probe(targets):
     def one(t):
         host, port = t.rsplit(":", 1)
         try:
-            socket.create_connection((host, int(port)), timeout=1.5).close()
+            socket.create_connection((host, int(port)), timeout=1).close()
             return t, "connected"
         except OSError as e:
             return t, "%s: %s" % (type(e).__name__, e)
@@ -321,7 +321,7 @@ func metadataListener(t *testing.T) string {
 // and returns what it found.
 func probeFromPod(ctx context.Context, t *testing.T, cs kubernetes.Interface, image string, targets []string) map[string]string {
 	t.Helper()
-	ns := "sless-probe"
+	ns := testenv.Name("probe-")
 	if _, err := cs.CoreV1().Namespaces().Create(ctx, &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: ns}}, metav1.CreateOptions{}); err != nil {
 		t.Fatal(err)
 	}
@@ -332,9 +332,11 @@ func probeFromPod(ctx context.Context, t *testing.T, cs kubernetes.Interface, im
 		Containers: []corev1.Container{{Name: "probe", Image: image,
 			Command: append([]string{"python3", "-c", probeScript + "print(json.dumps(probe(sys.argv[1:])))"}, targets...)}},
 	}}
-	if _, err := cs.CoreV1().Pods(ns).Create(ctx, pod, metav1.CreateOptions{}); err != nil {
-		t.Fatal(err)
-	}
+	// Refused until the namespace's default ServiceAccount exists.
+	waitFor(ctx, t, time.Minute, "the control probe pod created", func() (bool, string) {
+		_, err := cs.CoreV1().Pods(ns).Create(ctx, pod, metav1.CreateOptions{})
+		return err == nil, fmt.Sprint(err)
+	})
 	waitFor(ctx, t, 2*time.Minute, "the control probe pod", func() (bool, string) {
 		p, err := cs.CoreV1().Pods(ns).Get(ctx, "probe", metav1.GetOptions{})
 		if err != nil {

@@ -347,9 +347,8 @@ class Worker:
         self.report("recycle")  # the supervisor forks a replacement now
         self.stop()
         # At once, not after the accept loop's next tick: a client that
-        # learns of the recycle (a timeout's 504 is sent after this) and
-        # reuses a kept-alive connection of this worker would have its
-        # request reset as the worker closes it.
+        # learns of the recycle and reuses a kept-alive connection of this
+        # worker would have its request reset as the worker closes it.
         self.close_idle()
 
     def close_idle(self):
@@ -396,7 +395,12 @@ class Worker:
             self.publish()
         inv.state[1] = True  # its thread is lost to the handler; the connection is ours
         log("warn", "invocation timed out; worker recycled", invocationId=inv.id, function=self.cfg.function)
-        self.recycle()  # first: the idle connections close before the client has the 504
+        # The idle connections close before the client has the 504 (a
+        # client that reused one after it would have its request reset);
+        # the recycle comes after the 504 is sent: once stopping, the accept
+        # loop may end the process, and this connection, abandoned, would
+        # not hold it.
+        self.close_idle()
         status, headers, body = problem(504, "Timeout", f"function timed out after {self.cfg.timeout:g}s", inv.id)
         try:
             # Never block the watchdog on a client that does not read.
@@ -404,6 +408,7 @@ class Worker:
         except OSError:
             pass
         shutdown(inv.conn, socket.SHUT_WR)
+        self.recycle()
 
     def publish(self):
         """Publishes how many semaphore units this worker holds (under self.lock),

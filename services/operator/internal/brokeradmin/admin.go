@@ -28,19 +28,23 @@ type Admin struct {
 // alarm blocks every publisher, the platform's included. The queue limits
 // are an operator policy (a tenant cannot override it; where a queue
 // declares its own, the lower limit applies); beyond them a queue drops its
-// oldest message, or refuses the publish if the queue was declared with
-// x-overflow reject-publish (as the platform declares a queue trigger's
-// missing queue). RabbitMQ 3.10's operator policies cannot set overflow.
+// oldest message, unless it was declared with x-overflow reject-publish,
+// when the publish is refused. The platform declares a queue trigger's
+// missing queue without arguments, so that one drops. RabbitMQ 3.10's
+// operator policies cannot set the overflow behaviour.
 type Limits struct {
-	Queues        int   // queues in the vhost (a queue trigger uses its queue, a dead-letter queue and its retry queues)
-	Connections   int   // connections to the vhost, the platform's consumers included
+	Queues        int   // queues in the vhost (a queue trigger declares about 12: its queue, a dead-letter queue and its retry queues)
+	Connections   int   // connections to the vhost (each queue trigger holds one per invoker replica)
 	QueueMessages int   // messages in one queue
 	QueueBytes    int64 // bytes of message bodies in one queue
 }
 
-// DefaultLimits allow about ten queue triggers with their retry queues
-// and at most 100 x 32 MiB of messages per tenant.
-var DefaultLimits = Limits{Queues: 100, Connections: 100, QueueMessages: 100_000, QueueBytes: 32 << 20}
+// DefaultLimits allow about 80 queue triggers with their retry queues.
+// The byte limit counts bodies only, so it bounds what a tenant's backlog
+// holds, not what a hostile tenant can make the broker hold (headers,
+// exchanges, bindings); the broker's own memory and disk alarms remain the
+// last line.
+var DefaultLimits = Limits{Queues: 1000, Connections: 300, QueueMessages: 100_000, QueueBytes: 32 << 20}
 
 // LimitsPolicy is the name of the operator policy on each tenant vhost.
 const LimitsPolicy = "sless-tenant-limits"
