@@ -221,6 +221,30 @@ func checkTriggers(ctx context.Context, t *testing.T, u *tenantUser, fn string) 
 	case <-time.After(time.Minute):
 		t.Fatal("no callback within a minute")
 	}
+
+	// Every invocation of the tenant so far is in the history with a
+	// trace id: sync calls and the public trigger's (http), async, cron
+	// and queue ones.
+	waitFor(ctx, t, time.Minute, "every invocation in the history with a trace id", func() (bool, string) {
+		var out struct{ Items []map[string]any }
+		if _, err := getJSON(u.url("/invocations?limit=500"), u.tok, &out); err != nil {
+			return false, err.Error()
+		}
+		kinds := map[string]int{}
+		for _, inv := range out.Items {
+			if id, _ := inv["trace_id"].(string); id == "" {
+				return false, fmt.Sprintf("invocation %v (%v) has no trace id", inv["id"], inv["trigger"])
+			}
+			kinds[fmt.Sprint(inv["trigger"])]++
+		}
+		for _, k := range []string{"http", "async", "cron", "queue"} {
+			if kinds[k] == 0 {
+				return false, fmt.Sprintf("no %s invocation among %v", k, kinds)
+			}
+		}
+		t.Logf("the history of %s: %v invocations by trigger, each with a trace id", u.name, kinds)
+		return true, ""
+	})
 }
 
 // probeScript defines probe(targets): a TCP connection to each host:port at
