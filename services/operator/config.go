@@ -9,6 +9,7 @@ import (
 
 	"github.com/kube5s/sless/pkg/envconf"
 	"github.com/kube5s/sless/pkg/objstore"
+	"github.com/kube5s/sless/pkg/rabbit"
 	"github.com/kube5s/sless/pkg/service"
 	"github.com/kube5s/sless/services/operator/internal/brokeradmin"
 )
@@ -62,10 +63,12 @@ func loadConfig(getenv func(string) string) (config, error) {
 	c.QuotaController = r.Bool("SLESS_QUOTA_CONTROLLER", c.ExecutionDriver == "kubernetes")
 	d := brokeradmin.DefaultLimits
 	c.TenantBrokerLimits = brokeradmin.Limits{
-		Queues:        r.Int("SLESS_TENANT_BROKER_MAX_QUEUES", d.Queues, 10, 100_000),
-		Connections:   r.Int("SLESS_TENANT_BROKER_MAX_CONNECTIONS", d.Connections, 5, 100_000),
-		QueueMessages: r.Int("SLESS_TENANT_QUEUE_MAX_MESSAGES", d.QueueMessages, 100, 100_000_000),
-		QueueBytes:    int64(r.Int("SLESS_TENANT_QUEUE_MAX_BYTES", int(d.QueueBytes), 1<<20, 1<<40)),
+		Queues:      r.Int("SLESS_TENANT_BROKER_MAX_QUEUES", d.Queues, 10, 100_000),
+		Connections: r.Int("SLESS_TENANT_BROKER_MAX_CONNECTIONS", d.Connections, 5, 100_000),
+		Queue: rabbit.Limits{
+			Messages: r.Int("SLESS_TENANT_QUEUE_MAX_MESSAGES", d.Queue.Messages, 100, 100_000_000),
+			Bytes:    int64(r.Int("SLESS_TENANT_QUEUE_MAX_BYTES", int(d.Queue.Bytes), 1<<20, 1<<40)),
+		},
 	}
 	c.ManagementURL = strings.TrimSuffix(r.URL("SLESS_RABBITMQ_MANAGEMENT_URL", "http://127.0.0.1:15672", "http", "https"), "/")
 	platform, _ := url.Parse(c.RabbitURL) // r.URL reported a bad one

@@ -12,6 +12,8 @@ import (
 
 	rabbithole "github.com/michaelklishin/rabbit-hole/v2"
 
+	"github.com/kube5s/sless/pkg/rabbit"
+
 	"github.com/kube5s/sless/services/operator/internal/resources"
 )
 
@@ -33,10 +35,11 @@ type Admin struct {
 // missing queue without arguments, so that one drops. RabbitMQ 3.10's
 // operator policies cannot set the overflow behaviour.
 type Limits struct {
-	Queues        int   // queues in the vhost (a queue trigger declares about 12: its queue, a dead-letter queue and its retry queues)
-	Connections   int   // connections to the vhost (each queue trigger holds one per invoker replica)
-	QueueMessages int   // messages in one queue
-	QueueBytes    int64 // bytes of message bodies in one queue
+	Queues      int // queues in the vhost (a queue trigger declares about 12: its queue, a dead-letter queue and its retry queues)
+	Connections int // connections to the vhost (each queue trigger holds one per invoker replica)
+	// Queue bounds one queue (messages, bytes of bodies), as
+	// rabbit.Limits bounds the platform's own queues (by their arguments).
+	Queue rabbit.Limits
 }
 
 // DefaultLimits allow about 80 queue triggers with their retry queues.
@@ -44,7 +47,7 @@ type Limits struct {
 // holds, not what a hostile tenant can make the broker hold (headers,
 // exchanges, bindings); the broker's own memory and disk alarms remain the
 // last line.
-var DefaultLimits = Limits{Queues: 1000, Connections: 300, QueueMessages: 100_000, QueueBytes: 32 << 20}
+var DefaultLimits = Limits{Queues: 1000, Connections: 300, Queue: rabbit.Limits{Messages: 100_000, Bytes: 32 << 20}}
 
 // LimitsPolicy is the name of the operator policy on each tenant vhost.
 const LimitsPolicy = "sless-tenant-limits"
@@ -83,7 +86,7 @@ func (a *Admin) EnsureTenant(ctx context.Context, acc resources.BrokerAccount) e
 		}},
 		{"operator policy " + LimitsPolicy + " on " + acc.Vhost, func() (*http.Response, error) {
 			return a.rmq.PutOperatorPolicy(acc.Vhost, LimitsPolicy, rabbithole.OperatorPolicy{Pattern: ".*", ApplyTo: "queues",
-				Definition: rabbithole.PolicyDefinition{"max-length": a.Limits.QueueMessages, "max-length-bytes": a.Limits.QueueBytes}})
+				Definition: rabbithole.PolicyDefinition{"max-length": a.Limits.Queue.Messages, "max-length-bytes": a.Limits.Queue.Bytes}})
 		}},
 	}
 	for _, s := range steps {

@@ -10,6 +10,7 @@ import (
 
 	amqp "github.com/rabbitmq/amqp091-go"
 
+	"github.com/kube5s/sless/pkg/rabbit"
 	"github.com/kube5s/sless/pkg/testenv"
 	"github.com/kube5s/sless/services/operator/internal/resources"
 )
@@ -26,7 +27,7 @@ func TestTenantVhostIsBounded(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	a.Limits = Limits{Queues: 3, Connections: 2, QueueMessages: 2, QueueBytes: 1 << 20}
+	a.Limits = Limits{Queues: 3, Connections: 2, Queue: rabbit.Limits{Messages: 2, Bytes: 1 << 20}}
 	tenant := testenv.Name("bound")
 	acc := resources.TenantBroker(tenant, "pw-"+tenant)
 	t.Cleanup(func() { testenv.DeleteTenantBroker(tenant) })

@@ -78,7 +78,7 @@ func TestDeploymentStateNamesWhatStopsTheRollout(t *testing.T) {
 	}{
 		{"quota used up", []appsv1.DeploymentCondition{replicaFailure}, "QuotaExceeded", quotaMsg},
 		{"another create failure", []appsv1.DeploymentCondition{{Type: appsv1.DeploymentReplicaFailure, Status: corev1.ConditionTrue,
-			Message: `pods "x" is forbidden: violates PodSecurity "restricted:latest"`}}, "ReplicaFailure", `pods "x" is forbidden: violates PodSecurity "restricted:latest"`},
+			Message: `pods "x" is forbidden: violates PodSecurity "restricted:v1.37"`}}, "ReplicaFailure", `pods "x" is forbidden: violates PodSecurity "restricted:v1.37"`},
 		{"deadline first", []appsv1.DeploymentCondition{deadline, replicaFailure}, "RolloutFailed", deadline.Message},
 		{"deadline last", []appsv1.DeploymentCondition{replicaFailure, deadline}, "RolloutFailed", deadline.Message},
 		{"cleared failure", []appsv1.DeploymentCondition{{Type: appsv1.DeploymentReplicaFailure, Status: corev1.ConditionFalse}}, "Progressing", "0 of 1 replicas updated and available"},
