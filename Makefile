@@ -47,24 +47,20 @@ test-images: ## build the platform images (make images) and check each one pulle
 	@$(DEPS_ENV); cd hack/tools/ko && GOWORK=off go test -count=1 -timeout 25m ./...
 
 .PHONY: test
-# pkg/ and the services' internal packages run under the race detector (the
-# concurrent code lives there); a service's main package, whose tests start
-# whole services and kill them, runs without it (see docs/decisions.md).
-# The runtime bases (cached; the first build needs root and about 10
-# minutes) are what the builder's assembled-image test runs on;
-# test-images takes about a minute once ko and the build cache are warm.
-# The Terraform provider's acceptance tests (TF_ACC=1) drive OpenTofu, which
-# hack/deps.sh builds, against a make dev platform of their own.
-test: deps cluster-build verify test-runtimes runtime-bases test-images ## start the real dependencies and run every test
-	@$(DEPS_ENV); for m in $(MODULES); do \
-		echo "== go test $$m"; \
-		case $$m in \
-		pkg) (cd $$m && go test -race -count=1 -timeout 25m ./...) || exit 1 ;; \
-		services/*) (cd $$m && go test -count=1 -timeout 25m . && go test -race -count=1 -timeout 25m ./internal/...) || exit 1 ;; \
-		terraform) (cd $$m && TF_ACC=1 go test -count=1 -timeout 40m ./...) || exit 1 ;; \
-		*) (cd $$m && go test -count=1 -timeout 25m ./...) || exit 1 ;; \
-		esac; \
-	done
+# hack/test.sh: two lanes side by side, the module tests and the
+# platform-wide ones (cluster, e2e, Terraform); pkg/ and the services'
+# internal packages run under the race detector (the concurrent code lives
+# there); a service's main package, whose tests start whole services and
+# kill them, runs without it (see docs/decisions.md). The runtime bases
+# (cached; the first build needs root) are what the builder's
+# assembled-image test runs on. The Terraform provider's acceptance tests
+# (TF_ACC=1) drive OpenTofu against a make dev platform of their own.
+test: ## start the real dependencies and run every test
+	@hack/test.sh
+
+.PHONY: print-modules
+print-modules:
+	@echo $(MODULES)
 
 .PHONY: test-cluster cluster-build cluster-up cluster-down
 cluster-build: ## build the one-node cluster's programs (cached by version under ~/.cache/sless)

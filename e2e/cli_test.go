@@ -14,6 +14,8 @@ import (
 	"sync"
 	"testing"
 	"time"
+
+	"github.com/kube5s/sless/pkg/testenv"
 )
 
 // sless runs the built CLI with a config directory of its own.
@@ -85,6 +87,7 @@ func buildCLI(t *testing.T) string {
 // invocation in the list, a redeploy that uploads nothing, -o json against
 // the API's own objects, a build that fails, delete.
 func TestCLIJourney(t *testing.T) {
+	testenv.SteadyServers(t)
 	p := startPlatform(t)
 	home := t.TempDir()
 	c := &slessCLI{bin: buildCLI(t), env: append(os.Environ(), "HOME="+home, "XDG_CONFIG_HOME="+filepath.Join(home, "cfg"), "NO_COLOR=1",

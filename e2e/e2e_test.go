@@ -312,6 +312,7 @@ def handler(event, context):
 `
 
 func TestUserJourney(t *testing.T) {
+	testenv.SteadyServers(t)
 	p := startPlatform(t)
 	ctx := context.Background()
 

@@ -5,8 +5,10 @@
 # starts.
 #
 #   hack/deps.sh up      build what is missing and start what is not running
+#   hack/deps.sh up-core as up, without building Jaeger and OpenTofu
 #   hack/deps.sh env     print the export lines that point tests at them
 #   hack/deps.sh build   only build the cached binaries
+#   hack/deps.sh build-late   only build Jaeger and OpenTofu
 #   hack/deps.sh down    stop the servers this script started (MinIO, and
 #                        PostgreSQL/RabbitMQ only if it started them)
 #   hack/deps.sh postgres stop|start   for the database outage tests
@@ -108,7 +110,12 @@ prefetch() {
 	done
 }
 
-build_all() {
+# build_core builds what every module's tests need (the API server and
+# etcd of envtest, the registry, MinIO); build_late what only the
+# platform-wide tests need (Jaeger for e2e and the cluster test, OpenTofu
+# for the provider's), so that hack/test.sh can build those beside the
+# first module tests. The downloads of both start at once.
+build_core() {
 	mkdir -p "$CACHE"
 	exec 9>"$CACHE/.build.lock"
 	flock 9
@@ -120,9 +127,7 @@ build_all() {
 	[ -x "$MINIO_DIR/minio" ] || GOWORK=off go install -n "github.com/minio/minio@$MINIO_VERSION" >/dev/null 2>&1 9>&- &
 	build kube-apiserver "$KUBE_DIR" k8s.io/kubernetes/cmd/kube-apiserver "$ROOT/hack/tools/kube" "$KUBE_LDFLAGS"
 	build etcd "$ETCD_DIR" ./cmd/etcd "$ROOT/hack/tools/etcd"
-	build jaeger "$JAEGER_DIR" github.com/jaegertracing/jaeger/cmd/jaeger "$ROOT/hack/tools/jaeger"
 	build registry "$REGISTRY_DIR" github.com/distribution/distribution/v3/cmd/registry "$ROOT/hack/tools/registry"
-	build_tofu
 	if [ ! -x "$MINIO_DIR/minio" ]; then
 		say "building minio $MINIO_VERSION into $MINIO_DIR (first time only)"
 		local start=$SECONDS
@@ -136,6 +141,21 @@ build_all() {
 	ln -sfn "$KUBE_DIR/kube-apiserver" "$ASSETS/kube-apiserver"
 	ln -sfn "$ETCD_DIR/etcd" "$ASSETS/etcd"
 	flock -u 9
+}
+
+build_late() {
+	mkdir -p "$CACHE"
+	(
+		exec 9>"$CACHE/.build.lock"
+		flock 9
+		build jaeger "$JAEGER_DIR" github.com/jaegertracing/jaeger/cmd/jaeger "$ROOT/hack/tools/jaeger"
+	)
+	build_tofu
+}
+
+build_all() {
+	build_core
+	build_late
 }
 
 # build_tofu builds the OpenTofu CLI once. Its release builds link with
@@ -423,19 +443,31 @@ down() {
 	if [ "$RABBIT_PORT" = 5672 ] && [ -f "$STATE/rabbitmq.ours" ]; then rabbitmqctl stop >/dev/null 2>&1 || true; rm -f "$STATE/rabbitmq.ours"; fi
 }
 
-mkdir -p "$STATE"
-case "${1:-up}" in
-up)
-	for tool in go python3 node curl; do command -v $tool >/dev/null || die "$tool not found on PATH (prerequisites: Go, Python 3.11, Node 20, curl)"; done
-	build_all
+servers_up() {
 	postgres_up
 	rabbitmq_up
 	rabbitmq_management
 	rabbitmq_gc
 	minio_up
 	registry_up
+}
+
+mkdir -p "$STATE"
+case "${1:-up}" in
+up)
+	for tool in go python3 node curl; do command -v $tool >/dev/null || die "$tool not found on PATH (prerequisites: Go, Python 3.11, Node 20, curl)"; done
+	build_all
+	servers_up
+	;;
+# up-core: what up does without Jaeger and OpenTofu (hack/test.sh builds
+# those with build-late beside the first tests).
+up-core)
+	for tool in go python3 node curl; do command -v $tool >/dev/null || die "$tool not found on PATH (prerequisites: Go, Python 3.11, Node 20, curl)"; done
+	build_core
+	servers_up
 	;;
 build) build_all ;;
+build-late) build_late ;;
 tofu)
 	build_tofu
 	printf '%s\n' "$TOFU_DIR/tofu"
@@ -454,9 +486,9 @@ rabbitmq)
 	;;
 registry)
 	[ "${2:-}" = up ] || die "usage: hack/deps.sh registry up"
-	build_all
+	build_core
 	registry_up
 	;;
 down) down ;;
-*) die "usage: hack/deps.sh [up|env|build|down]" ;;
+*) die "usage: hack/deps.sh [up|up-core|env|build|build-late|tofu|down|postgres ...|rabbitmq up|registry up]" ;;
 esac

@@ -49,6 +49,7 @@ const (
 // step, then assemble and push), invoked; then helm test, and helm
 // uninstall keeping the CRDs and the tenants' objects.
 func TestHelmInstall(t *testing.T) {
+	testenv.SteadyServers(t)
 	registry := preflight(t)
 	root, err := filepath.Abs("../..")
 	if err != nil {

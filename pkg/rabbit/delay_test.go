@@ -177,6 +177,7 @@ func TestClassicDelayQueuesAreReplacedWithoutLoss(t *testing.T) {
 // while the broker is down all reach their work queue once it is back (a
 // classic delay queue dead-letters at most once and may drop them).
 func TestDelayedMessagesSurviveABrokerRestart(t *testing.T) {
+	testenv.Outage(t)
 	ctl, err := exec.LookPath("rabbitmqctl")
 	if err != nil {
 		t.Fatal(err)

@@ -270,6 +270,7 @@ func TestDelay(t *testing.T) {
 // are the deliveries that were unacked when the connection went (at most the
 // prefetch) plus the one publish in flight that may be sent again.
 func TestBrokerRestartLosesNothing(t *testing.T) {
+	testenv.Outage(t)
 	ctl, err := exec.LookPath("rabbitmqctl")
 	if err != nil {
 		t.Fatalf("rabbitmqctl is needed to restart the broker: %v", err)

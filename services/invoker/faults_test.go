@@ -53,6 +53,7 @@ func kill(c *exec.Cmd) {
 // invocations are deferred through the broker's delay queues, and the
 // broker stops while messages wait there.
 func TestFaultsLoseNothing(t *testing.T) {
+	testenv.Outage(t)
 	bin := filepath.Join(t.TempDir(), "invoker")
 	if out, err := exec.Command("go", "build", "-o", bin, ".").CombinedOutput(); err != nil {
 		t.Fatalf("build the invoker: %v\n%s", err, out)
@@ -169,6 +170,7 @@ func (w *world) waitDelayed(t *testing.T, queue string) int {
 // TestDatabaseOutageDelaysHistory stops PostgreSQL for 30 seconds while
 // invocations run; their records arrive after it returns.
 func TestDatabaseOutageDelaysHistory(t *testing.T) {
+	testenv.Outage(t)
 	script := os.Getenv("SLESS_DEPS_SCRIPT")
 	if script == "" {
 		t.Fatal("SLESS_DEPS_SCRIPT is not set; run through make test")

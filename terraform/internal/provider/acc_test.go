@@ -27,6 +27,7 @@ import (
 // test framework serves it and hands OpenTofu its address
 // (TF_REATTACH_PROVIDERS), so no registry is asked for it.
 func TestAcc(t *testing.T) {
+	testenv.SteadyServers(t)
 	if os.Getenv("TF_ACC") == "" {
 		t.Fatal("the acceptance tests need TF_ACC=1 (make test sets it) and the servers of hack/deps.sh up")
 	}

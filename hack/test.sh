@@ -1,0 +1,132 @@
+#!/usr/bin/env bash
+# make test: every test of the project against the real servers.
+#
+# Two lanes run side by side, because most of the platform-wide tests'
+# time is spent waiting (on the cluster, on a whole make dev) while the
+# module tests and the builds need the CPU:
+#
+#   modules   verify, the runtime wrappers' tests, the runtime bases, the
+#             platform images, then every module's go test in turn;
+#   platform  Jaeger and OpenTofu, the one-node cluster's programs (all
+#             cached by version), then, once the images are in the
+#             registry, the cluster test, e2e and the Terraform provider's
+#             acceptance tests.
+#
+# The few module tests that stop a shared server (the broker's
+# application, PostgreSQL) and the platform-wide tests take one
+# machine-wide lock (pkg/testenv/outage.go), so an outage never lands in
+# the middle of a platform-wide test. The platform lane's output is kept
+# in a file and printed when it ends; a failing module lane stops it.
+# Each step prints its time, and a table of them closes the run.
+#
+#   hack/test.sh          both lanes (what make test runs)
+set -euo pipefail
+
+ROOT=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
+cd "$ROOT"
+
+# Every module of the Makefile's MODULES is in exactly one lane.
+MODULE_LANE="pkg migrations runtimes services/invoker services/gateway services/builder services/operator services/scheduler deploy/helm cli hack/devcluster"
+PLATFORM_LANE="hack/cluster e2e terraform"
+for m in $(make -s --no-print-directory print-modules); do
+	case " $MODULE_LANE $PLATFORM_LANE " in
+	*" $m "*) ;;
+	*) echo "hack/test.sh: module $m (Makefile MODULES) is in neither lane" >&2; exit 1 ;;
+	esac
+done
+
+# gotest MODULE: the module's tests; pkg/ and the services' internal
+# packages under the race detector (docs/decisions.md).
+gotest() {
+	local m=$1
+	case $m in
+	pkg) (cd "$m" && go test -race -count=1 -timeout 25m ./...) ;;
+	services/*) (cd "$m" && go test -count=1 -timeout 25m . && go test -race -count=1 -timeout 25m ./internal/...) ;;
+	terraform) (cd "$m" && TF_ACC=1 go test -count=1 -timeout 40m ./...) ;;
+	hack/cluster) (cd "$m" && go test -count=1 -timeout 40m -v ./...) ;;
+	*) (cd "$m" && go test -count=1 -timeout 25m ./...) ;;
+	esac
+}
+
+# step NAME COMMAND...: run it with a header and its time, recorded in
+# $TIMES for the closing table.
+step() {
+	local name=$1 start=$SECONDS
+	shift
+	printf '== %s\n' "$name"
+	if ! "$@"; then
+		printf '== %s: FAILED after %d s\n' "$name" $((SECONDS - start))
+		printf '%s\t%d\tFAILED\n' "$name" $((SECONDS - start)) >>"$TIMES"
+		return 1
+	fi
+	printf '== %s: ok in %d s\n' "$name" $((SECONDS - start))
+	printf '%s\t%d\n' "$name" $((SECONDS - start)) >>"$TIMES"
+}
+
+# The platform lane, run by the main one as `hack/test.sh platform-lane`
+# in a session of its own (so that it can be stopped as a whole).
+platform_lane() {
+	step "build Jaeger and OpenTofu" hack/deps.sh build-late
+	step "build the cluster's programs" hack/cluster.sh build
+	# The cluster test installs the chart from the images that the module
+	# lane pushes; the module lane writes $IMAGES_DONE after them.
+	local waited=$SECONDS
+	until [ -e "$IMAGES_DONE" ]; do sleep 2; done
+	printf '== waited %d s for the platform images\n' $((SECONDS - waited))
+	for m in $PLATFORM_LANE; do
+		step "go test $m" gotest "$m"
+	done
+}
+
+if [ "${1:-}" = platform-lane ]; then
+	platform_lane
+	exit
+fi
+
+begin=$SECONDS
+work=$(mktemp -d)
+export TIMES=$work/times IMAGES_DONE=$work/images.done
+: >"$TIMES"
+lane=
+stop_lane() {
+	if [ -n "$lane" ] && kill -0 "$lane" 2>/dev/null; then
+		kill -TERM -- "-$lane" 2>/dev/null || true
+		wait "$lane" 2>/dev/null || true
+	fi
+}
+trap 'stop_lane; rm -rf "$work"' EXIT
+
+step "hack/deps.sh up-core" hack/deps.sh up-core
+eval "$(hack/deps.sh env)"
+setsid "$ROOT/hack/test.sh" platform-lane >"$work/platform.log" 2>&1 &
+lane=$!
+
+modules() {
+	# (set -e does not act inside a function called as a condition)
+	step "make verify" make --no-print-directory verify || return 1
+	step "make test-runtimes" make --no-print-directory test-runtimes || return 1
+	step "make runtime-bases" make --no-print-directory runtime-bases || return 1
+	step "make test-images" make --no-print-directory test-images || return 1
+	touch "$IMAGES_DONE"
+	for m in $MODULE_LANE; do
+		step "go test $m" gotest "$m" || return 1
+	done
+}
+
+status=0
+if ! modules; then
+	status=1
+	echo "== the module lane failed: stopping the platform lane"
+	stop_lane
+fi
+waited=$SECONDS
+wait "$lane" || status=1
+lane=
+[ $status = 0 ] && printf '== the module lane waited %d s for the platform lane\n' $((SECONDS - waited))
+echo "== the platform lane's output"
+cat "$work/platform.log"
+echo
+echo "== times (s; the two lanes overlap)"
+awk -F'\t' '{printf "  %-40s %6s %s\n", $1, $2, $3}' "$TIMES"
+printf '== make test: %s in %d min %d s\n' "$([ $status = 0 ] && echo ok || echo FAILED)" $(((SECONDS - begin) / 60)) $(((SECONDS - begin) % 60))
+exit $status
