@@ -191,13 +191,18 @@ func (a *app) logsCommand() *cobra.Command {
 				if len(bytes.TrimSpace(line)) == 0 {
 					continue
 				}
-				if p.Format == "json" {
-					fmt.Fprintf(a.stdout, "%s\n", line)
-					continue
-				}
 				var rec logRecord
 				if err := json.Unmarshal(line, &rec); err != nil {
-					fmt.Fprintln(a.stdout, output.Safe(string(line)))
+					if !p.Streamed() {
+						fmt.Fprintln(a.stdout, output.Safe(string(line)))
+						continue
+					}
+					line, _ = json.Marshal(logRecord{Stream: "raw", Message: string(line)})
+				}
+				if p.Streamed() { // the API's record as it came
+					if err := p.Record(line); err != nil {
+						return err
+					}
 					continue
 				}
 				inv := rec.InvocationID
@@ -215,6 +220,6 @@ func (a *app) logsCommand() *cobra.Command {
 	c.Flags().BoolVarP(&follow, "follow", "f", false, "keep printing new lines until interrupted")
 	c.Flags().StringVar(&since, "since", "", "only lines of this last while (10m) or since an RFC 3339 time")
 	c.Flags().Int64Var(&tail, "tail", 1000, "at most this many earlier lines (per replica)")
-	c.Flags().StringVarP(&a.outputFlag, "output", "o", "", "json prints the API's records, one per line")
+	c.Flags().StringVarP(&a.outputFlag, "output", "o", "", "table (lines: time, invocation, stream, message), json (the API's records, one per line) or yaml (one document per record)")
 	return c
 }

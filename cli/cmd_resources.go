@@ -1,6 +1,7 @@
 package main
 
 import (
+	"bufio"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -542,44 +543,120 @@ func (a *app) buildsCommand() *cobra.Command {
 		Use: "logs FUNCTION [BUILD_ID]", Short: "Print a build's log (the newest build's by default); -f follows it until the build ends",
 		Args: cobra.RangeArgs(1, 2),
 		RunE: func(cmd *cobra.Command, args []string) error {
+			p, err := a.printer()
+			if err != nil {
+				return err
+			}
 			t, err := a.connect(true)
 			if err != nil {
 				return err
 			}
-			id := ""
-			if len(args) == 2 {
-				id = args[1]
-			} else {
-				r, err := client.Do(t.api.ListBuildsWithResponse(cmd.Context(), t.Tenant, args[0], &client.ListBuildsParams{Limit: ptr(int64(1))}))
-				if err != nil {
+			b, err := findBuild(cmd, t, args)
+			if err != nil {
+				return err
+			}
+			id := b.Id
+			if !p.Streamed() {
+				return streamBuildLog(cmd, t, args[0], id, follow, a.stdout, "")
+			}
+			body, err := openBuildLog(cmd, t, args[0], id, follow)
+			if err != nil {
+				return err
+			}
+			defer body.Close()
+			sc := bufio.NewScanner(body)
+			sc.Buffer(make([]byte, 64<<10), 1<<20)
+			for n := 1; sc.Scan(); n++ {
+				rec, _ := json.Marshal(buildLogLine{Build: id, Line: n, Text: sc.Text()})
+				if err := p.Record(rec); err != nil {
 					return err
 				}
-				bs := deref(r.JSON200.Items)
-				if len(bs) == 0 {
-					return fmt.Errorf("function %s has no builds yet", args[0])
-				}
-				id = bs[0].Id
 			}
-			return streamBuildLog(cmd, t, args[0], id, follow, a.stdout, "")
+			return sc.Err()
 		},
 	}
+	var traces string
+	trace := &cobra.Command{
+		Use: "trace FUNCTION [BUILD_ID]", Short: "Print a build's trace (upload, operator, builder) as a tree of spans; the newest build's by default",
+		Args: cobra.RangeArgs(1, 2),
+		RunE: func(cmd *cobra.Command, args []string) error {
+			p, err := a.printer()
+			if err != nil {
+				return err
+			}
+			t, err := a.connect(true)
+			if err != nil {
+				return err
+			}
+			b, err := findBuild(cmd, t, args)
+			if err != nil {
+				return err
+			}
+			tid := str(b.TraceId)
+			if tid == "" {
+				return fmt.Errorf("build %s has no trace id (tracing was off when it ran)", b.Id)
+			}
+			return a.showTrace(cmd, p, traces, traceJSON{TraceID: tid, BuildID: b.Id})
+		},
+	}
+	a.addTraceFlags(trace, &traces)
 	logs.Flags().BoolVarP(&follow, "follow", "f", false, "follow the log until the build ends")
+	logs.Flags().StringVarP(&a.outputFlag, "output", "o", "", "table (the log's text), json (one record per line: build, line, text) or yaml (one document per line)")
 	a.addOutputFlag(list)
-	c.AddCommand(list, logs)
+	c.AddCommand(list, logs, trace)
 	return c
+}
+
+// findBuild reads the build args name: FUNCTION and BUILD_ID, or the
+// function's newest build.
+func findBuild(cmd *cobra.Command, t *target, args []string) (*client.Build, error) {
+	if len(args) == 2 {
+		r, err := client.Do(t.api.GetBuildWithResponse(cmd.Context(), t.Tenant, args[0], args[1]))
+		if err != nil {
+			return nil, err
+		}
+		return r.JSON200, nil
+	}
+	r, err := client.Do(t.api.ListBuildsWithResponse(cmd.Context(), t.Tenant, args[0], &client.ListBuildsParams{Limit: ptr(int64(1))}))
+	if err != nil {
+		return nil, err
+	}
+	bs := deref(r.JSON200.Items)
+	if len(bs) == 0 {
+		return nil, fmt.Errorf("function %s has no builds yet", args[0])
+	}
+	return &bs[0], nil
+}
+
+// buildLogLine is one line of a build log, as builds logs -o json|yaml
+// prints it.
+type buildLogLine struct {
+	Build string `json:"build"`
+	Line  int    `json:"line"`
+	Text  string `json:"text"`
+}
+
+// openBuildLog opens a build's log (text), following it if asked.
+func openBuildLog(cmd *cobra.Command, t *target, fn, id string, follow bool) (io.ReadCloser, error) {
+	resp, err := t.api.GetBuildLog(cmd.Context(), t.Tenant, fn, id, &client.GetBuildLogParams{Follow: &follow})
+	if err != nil {
+		return nil, err
+	}
+	if resp.StatusCode >= 400 {
+		defer resp.Body.Close()
+		b, _ := io.ReadAll(io.LimitReader(resp.Body, 64<<10))
+		return nil, client.Check(resp, b)
+	}
+	return resp.Body, nil
 }
 
 // streamBuildLog copies a build's log to w, each line after prefix and
 // safe for a terminal (the build ran the tenant's code).
 func streamBuildLog(cmd *cobra.Command, t *target, fn, id string, follow bool, w io.Writer, prefix string) error {
-	resp, err := t.api.GetBuildLog(cmd.Context(), t.Tenant, fn, id, &client.GetBuildLogParams{Follow: &follow})
+	body, err := openBuildLog(cmd, t, fn, id, follow)
 	if err != nil {
 		return err
 	}
-	defer resp.Body.Close()
-	if resp.StatusCode >= 400 {
-		b, _ := io.ReadAll(io.LimitReader(resp.Body, 64<<10))
-		return client.Check(resp, b)
-	}
-	return output.SafeLines(w, resp.Body, prefix)
+	defer body.Close()
+	return output.SafeLines(w, body, prefix)
 }

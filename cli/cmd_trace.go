@@ -12,6 +12,7 @@ import (
 
 	"github.com/spf13/cobra"
 
+	"github.com/kube5s/sless/cli/internal/output"
 	"github.com/kube5s/sless/pkg/client"
 )
 
@@ -62,6 +63,10 @@ The backend is --traces, else SLESS_TRACES_URL, else http://127.0.0.1:16686
 (make dev's Jaeger).`,
 		Args: cobra.ExactArgs(1),
 		RunE: func(cmd *cobra.Command, args []string) error {
+			p, err := a.printer()
+			if err != nil {
+				return err
+			}
 			t, err := a.connect(true)
 			if err != nil {
 				return err
@@ -74,45 +79,97 @@ The backend is --traces, else SLESS_TRACES_URL, else http://127.0.0.1:16686
 			if tid == "" {
 				return fmt.Errorf("invocation %s has no trace id (tracing was off when it ran)", args[0])
 			}
-			if traces == "" {
-				traces = a.getenv("SLESS_TRACES_URL")
-			}
-			if traces == "" {
-				traces = "http://127.0.0.1:16686"
-			}
-			req, err := http.NewRequestWithContext(cmd.Context(), http.MethodGet, strings.TrimRight(traces, "/")+"/api/traces/"+url.PathEscape(tid), nil)
-			if err != nil {
-				return err
-			}
-			resp, err := http.DefaultClient.Do(req)
-			if err != nil {
-				return fmt.Errorf("read trace %s: %w", tid, err)
-			}
-			defer resp.Body.Close()
-			b, err := io.ReadAll(io.LimitReader(resp.Body, 32<<20))
-			if err != nil {
-				return fmt.Errorf("read trace %s: %w", tid, err)
-			}
-			if resp.StatusCode != http.StatusOK {
-				return fmt.Errorf("read trace %s from %s: %s: %s", tid, traces, resp.Status, strings.TrimSpace(string(b[:min(len(b), 300)])))
-			}
-			var jt jaegerTrace
-			if err := json.Unmarshal(b, &jt); err != nil {
-				return fmt.Errorf("read trace %s: %w", tid, err)
-			}
-			roots := spanTree(&jt)
-			if len(roots) == 0 {
-				return fmt.Errorf("trace %s has no spans yet (they are exported within seconds; try again)", tid)
-			}
-			fmt.Fprintf(a.stdout, "trace %s (invocation %s)\n", tid, args[0])
-			for i, s := range roots {
-				printSpan(a.stdout, s, "", i == len(roots)-1)
-			}
-			return nil
+			return a.showTrace(cmd, p, traces, traceJSON{TraceID: tid, InvocationID: args[0]})
 		},
 	}
-	c.Flags().StringVar(&traces, "traces", "", "the traces backend's query API (Jaeger)")
+	a.addTraceFlags(c, &traces)
 	return c
+}
+
+// addTraceFlags gives a command that prints a trace --traces and -o.
+func (a *app) addTraceFlags(c *cobra.Command, traces *string) {
+	c.Flags().StringVar(traces, "traces", "", "the traces backend's query API (Jaeger)")
+	c.Flags().StringVarP(&a.outputFlag, "output", "o", "", "table (the tree), json or yaml (the tree as data: service, operation, start and duration in µs, children)")
+}
+
+// showTrace reads trace meta.TraceID from the traces backend (--traces,
+// else SLESS_TRACES_URL, else make dev's Jaeger) and prints it as a tree,
+// or as data with -o json|yaml.
+func (a *app) showTrace(cmd *cobra.Command, p *output.Printer, traces string, meta traceJSON) error {
+	tid := meta.TraceID
+	if traces == "" {
+		traces = a.getenv("SLESS_TRACES_URL")
+	}
+	if traces == "" {
+		traces = "http://127.0.0.1:16686"
+	}
+	req, err := http.NewRequestWithContext(cmd.Context(), http.MethodGet, strings.TrimRight(traces, "/")+"/api/traces/"+url.PathEscape(tid), nil)
+	if err != nil {
+		return err
+	}
+	resp, err := http.DefaultClient.Do(req)
+	if err != nil {
+		return fmt.Errorf("read trace %s: %w", tid, err)
+	}
+	defer resp.Body.Close()
+	b, err := io.ReadAll(io.LimitReader(resp.Body, 32<<20))
+	if err != nil {
+		return fmt.Errorf("read trace %s: %w", tid, err)
+	}
+	if resp.StatusCode != http.StatusOK {
+		return fmt.Errorf("read trace %s from %s: %s: %s", tid, traces, resp.Status, output.Safe(strings.TrimSpace(string(b[:min(len(b), 300)]))))
+	}
+	var jt jaegerTrace
+	if err := json.Unmarshal(b, &jt); err != nil {
+		return fmt.Errorf("read trace %s: %w", tid, err)
+	}
+	roots := spanTree(&jt)
+	if len(roots) == 0 {
+		return fmt.Errorf("trace %s has no spans yet (they are exported within seconds; try again)", tid)
+	}
+	if p.Streamed() { // -o json|yaml: the tree as data
+		meta.Spans = spansJSON(roots)
+		raw, err := json.Marshal(meta)
+		if err != nil {
+			return err
+		}
+		return p.Print(raw, output.Rows{})
+	}
+	of := "invocation " + meta.InvocationID
+	if meta.BuildID != "" {
+		of = "build " + meta.BuildID
+	}
+	fmt.Fprintf(a.stdout, "trace %s (%s)\n", tid, of)
+	for i, s := range roots {
+		printSpan(a.stdout, s, "", i == len(roots)-1)
+	}
+	return nil
+}
+
+// traceJSON is trace -o json|yaml.
+type traceJSON struct {
+	TraceID      string     `json:"trace_id"`
+	InvocationID string     `json:"invocation_id,omitempty"`
+	BuildID      string     `json:"build_id,omitempty"`
+	Spans        []spanJSON `json:"spans"`
+}
+
+type spanJSON struct {
+	Service    string     `json:"service"`
+	Operation  string     `json:"operation"`
+	StartUS    int64      `json:"start_us"` // from the trace's first span
+	DurationUS int64      `json:"duration_us"`
+	Error      bool       `json:"error,omitempty"`
+	Children   []spanJSON `json:"children,omitempty"`
+}
+
+func spansJSON(ss []*span) []spanJSON {
+	out := make([]spanJSON, 0, len(ss))
+	for _, s := range ss {
+		out = append(out, spanJSON{Service: s.service, Operation: s.name, StartUS: s.start.Microseconds(), DurationUS: s.dur.Microseconds(),
+			Error: s.failed, Children: spansJSON(s.children)})
+	}
+	return out
 }
 
 // spanTree links the spans of the trace by their CHILD_OF references.

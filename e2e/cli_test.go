@@ -188,6 +188,48 @@ func TestCLIJourney(t *testing.T) {
 		return r.code == 0 && strings.Contains(r.stdout, "gateway:") && strings.Contains(r.stdout, "invoker:"), r.stdout + r.stderr
 	})
 	c.show(t, "trace", asyncID)
+	// -o json|yaml on the trace and the two log streams: data, not text.
+	var tr struct {
+		TraceID string      `json:"trace_id"`
+		Spans   []traceSpan `json:"spans"`
+	}
+	if out := c.ok(t, "trace", asyncID, "-o", "json"); json.Unmarshal([]byte(out), &tr) != nil || tr.TraceID == "" ||
+		!hasService(tr.Spans, "gateway") || !hasService(tr.Spans, "invoker") {
+		t.Errorf("trace -o json: want the tree with gateway and invoker spans:\n%s", out)
+	}
+	if out := c.ok(t, "trace", asyncID, "-o", "yaml"); !strings.Contains(out, "trace_id: ") || !strings.Contains(out, "service: gateway") {
+		t.Errorf("trace -o yaml:\n%s", out)
+	}
+	records := func(out string) []map[string]any {
+		var recs []map[string]any
+		for _, line := range strings.Split(strings.TrimSpace(out), "\n") {
+			var r map[string]any
+			if err := json.Unmarshal([]byte(line), &r); err != nil {
+				t.Fatalf("a line of -o json is not a JSON record: %v: %q", err, line)
+			}
+			recs = append(recs, r)
+		}
+		return recs
+	}
+	saw := false
+	for _, r := range records(c.ok(t, "logs", "hello", "--since", "10m", "-o", "json")) {
+		saw = saw || strings.Contains(fmt.Sprint(r["message"]), marker+" cli") && r["invocation_id"] != nil
+	}
+	if !saw {
+		t.Error("logs -o json: no record of the handler's print with its invocation id")
+	}
+	if out := c.ok(t, "logs", "hello", "--since", "10m", "-o", "yaml"); !strings.HasPrefix(out, "---\n") || !strings.Contains(out, "message: ") {
+		t.Errorf("logs -o yaml: want one document per record:\n%s", out)
+	}
+	// builds trace: the upload's trace through the operator to the builder.
+	eventuallySaw(t, time.Minute, "the build's trace", func() (bool, string) {
+		r := c.run(t, "", "builds", "trace", "hello")
+		return r.code == 0 && strings.Contains(r.stdout, "gateway:") && strings.Contains(r.stdout, "builder:"), r.stdout + r.stderr
+	})
+	c.show(t, "builds", "trace", "hello")
+	if recs := records(c.ok(t, "builds", "logs", "hello", "-o", "json")); len(recs) == 0 || recs[0]["build"] == "" || recs[0]["line"] != float64(1) {
+		t.Errorf("builds logs -o json: %v", recs)
+	}
 	c.show(t, "invocations", "list", "--function", "hello", "-o", "table")
 	c.show(t, "fn", "list", "-o", "table")
 	c.show(t, "triggers", "list", "-o", "table")
@@ -237,6 +279,21 @@ func TestCLIJourney(t *testing.T) {
 		r := c.run(t, "", "fn", "get", "hello")
 		return r.code == 1 && strings.Contains(r.stderr, "404"), r.stdout + r.stderr
 	})
+}
+
+// traceSpan is a span of trace -o json.
+type traceSpan struct {
+	Service  string      `json:"service"`
+	Children []traceSpan `json:"children"`
+}
+
+func hasService(ss []traceSpan, service string) bool {
+	for _, s := range ss {
+		if s.Service == service || hasService(s.Children, service) {
+			return true
+		}
+	}
+	return false
 }
 
 // toAny makes a value compare with what encoding/json decodes into any.

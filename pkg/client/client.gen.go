@@ -468,6 +468,7 @@ type Build struct {
 	SourceSha256 string     `json:"source_sha256"`
 	StartedAt    *time.Time `json:"started_at,omitempty"`
 	State        BuildState `json:"state"`
+	TraceId      *string    `json:"trace_id,omitempty"`
 }
 
 // BuildState defines model for Build.State.

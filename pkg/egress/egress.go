@@ -23,6 +23,8 @@ import (
 	"strings"
 	"syscall"
 	"time"
+
+	"github.com/kube5s/sless/pkg/envconf"
 )
 
 // ErrNotPublic is wrapped by every refusal.
@@ -101,6 +103,19 @@ type Policy struct {
 // New returns a policy that also allows the given ranges.
 func New(allow ...netip.Prefix) *Policy {
 	return &Policy{allow: allow}
+}
+
+// EnvAllow is the setting every service reads its allow-list from.
+const EnvAllow = "SLESS_EGRESS_ALLOW_CIDRS"
+
+// ReadAllow reads the allow-list from EnvAllow, recording a bad value as
+// r's error.
+func ReadAllow(r *envconf.Reader) []netip.Prefix {
+	allow, err := ParseCIDRs(r.String(EnvAllow, ""))
+	if err != nil {
+		r.Failf("%s: %v", EnvAllow, err)
+	}
+	return allow
 }
 
 // ParseCIDRs reads a comma-separated list of CIDRs (SLESS_EGRESS_ALLOW_CIDRS).

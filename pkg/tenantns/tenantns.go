@@ -9,6 +9,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"strings"
 
 	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
@@ -72,4 +73,17 @@ func (r Resolver) Tenant(ctx context.Context, namespace string) (string, error) 
 		return "", fmt.Errorf("namespace %s: %w", namespace, ErrNotTenant)
 	}
 	return t, nil
+}
+
+// Named returns the tenant whose namespace is named namespace (the inverse
+// of slessv1.NamespaceFor), or "" when the name is not a tenant
+// namespace's. The name alone proves nothing: use it only for an object
+// already admitted by Of or a Resolver (the operator's pure builders, which
+// see the namespace's name and not the Namespace).
+func Named(namespace string) string {
+	t, ok := strings.CutPrefix(namespace, slessv1.NamespaceFor(""))
+	if !ok {
+		return ""
+	}
+	return t
 }

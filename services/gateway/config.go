@@ -58,11 +58,7 @@ func loadConfig(getenv func(string) string) (config, error) {
 			MaxBytes:   int64(r.Int("SLESS_BUILD_MAX_UNPACKED_BYTES", int(archive.DefaultLimits.MaxBytes), 1, 1<<31-1)),
 		},
 	}
-	allow, err := egress.ParseCIDRs(r.String("SLESS_EGRESS_ALLOW_CIDRS", ""))
-	if err != nil {
-		r.Failf("SLESS_EGRESS_ALLOW_CIDRS: %v", err)
-	}
-	c.EgressAllow = allow
+	c.EgressAllow = egress.ReadAllow(r)
 	if c.MigrateOnly {
 		return c, nil // only the database is needed
 	}

@@ -40,10 +40,6 @@ func loadConfig(getenv func(string) string) (config, error) {
 	if c.SweepInterval <= 0 {
 		r.Failf("SLESS_HISTORY_SWEEP_INTERVAL=%s: must be positive", c.SweepInterval)
 	}
-	allow, err := egress.ParseCIDRs(r.String("SLESS_EGRESS_ALLOW_CIDRS", ""))
-	if err != nil {
-		r.Failf("SLESS_EGRESS_ALLOW_CIDRS: %v", err)
-	}
-	c.EgressAllow = allow
+	c.EgressAllow = egress.ReadAllow(r)
 	return c, r.Err()
 }

@@ -172,3 +172,31 @@ func SafeLines(w io.Writer, r io.Reader, prefix string) error {
 		}
 	}
 }
+
+// Streamed reports whether records of a stream (a function's logs, a
+// build log's lines) print as structured records: -o json or yaml.
+func (p *Printer) Streamed() bool { return p.Format == JSON || p.Format == YAML }
+
+// Record prints one record of a stream as it arrives: -o json as one
+// compact line (NDJSON, for jq and for following), -o yaml as one
+// document. raw is the record's JSON.
+func (p *Printer) Record(raw json.RawMessage) error {
+	switch p.Format {
+	case JSON:
+		var buf bytes.Buffer
+		if err := json.Compact(&buf, raw); err != nil {
+			return fmt.Errorf("print json: %w", err)
+		}
+		buf.WriteByte('\n')
+		_, err := p.W.Write(buf.Bytes())
+		return err
+	case YAML:
+		b, err := yaml.JSONToYAML(raw)
+		if err != nil {
+			return fmt.Errorf("print yaml: %w", err)
+		}
+		_, err = p.W.Write(append([]byte("---\n"), b...))
+		return err
+	}
+	return fmt.Errorf("print: %q is not a record format", p.Format)
+}

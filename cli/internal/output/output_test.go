@@ -80,3 +80,38 @@ func TestSafeLines(t *testing.T) {
 		t.Errorf("got %q, want %q", out.String(), want)
 	}
 }
+
+// TestRecord: a stream's records print as NDJSON lines with -o json and as
+// YAML documents with -o yaml, each reading back as the record.
+func TestRecord(t *testing.T) {
+	recs := []json.RawMessage{json.RawMessage(`{ "message": "a\tb", "n": 1 }`), json.RawMessage(`{"message":"second"}`)}
+	var js, ys bytes.Buffer
+	for _, r := range recs {
+		if err := (&Printer{W: &js, Format: JSON}).Record(r); err != nil {
+			t.Fatal(err)
+		}
+		if err := (&Printer{W: &ys, Format: YAML}).Record(r); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if want := "{\"message\":\"a\\tb\",\"n\":1}\n{\"message\":\"second\"}\n"; js.String() != want {
+		t.Errorf("-o json: %q, want %q", js.String(), want)
+	}
+	docs := strings.Split(strings.TrimPrefix(ys.String(), "---\n"), "---\n")
+	if len(docs) != len(recs) {
+		t.Fatalf("-o yaml: %d documents, want %d: %q", len(docs), len(recs), ys.String())
+	}
+	for i, d := range docs {
+		var got, want any
+		if err := yaml.Unmarshal([]byte(d), &got); err != nil {
+			t.Fatal(err)
+		}
+		_ = json.Unmarshal(recs[i], &want)
+		if diff := cmp.Diff(want, got); diff != "" {
+			t.Errorf("document %d (-want +got):\n%s", i, diff)
+		}
+	}
+	if (&Printer{W: &js}).Record(recs[0]) == nil || (&Printer{}).Streamed() || !(&Printer{Format: YAML}).Streamed() {
+		t.Error("table output is not a record format")
+	}
+}

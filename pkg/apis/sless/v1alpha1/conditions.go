@@ -40,6 +40,15 @@ func (f *Function) IsReady() bool {
 	return f.Status.Phase == FunctionReady && f.Status.Endpoint != ""
 }
 
+// Phase is the Function's phase, Pending until the operator first sets
+// one: the one reading of an empty phase for every service.
+func (f *Function) Phase() FunctionPhase {
+	if f.Status.Phase == "" {
+		return FunctionPending
+	}
+	return f.Status.Phase
+}
+
 // NamespaceFor returns the namespace that holds a tenant's functions.
 func NamespaceFor(tenant string) string { return "sless-fn-" + tenant }
 

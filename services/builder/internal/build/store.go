@@ -6,6 +6,8 @@ import (
 	"fmt"
 	"time"
 
+	"go.opentelemetry.io/otel/trace"
+
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgxpool"
 
@@ -50,9 +52,14 @@ const (
 
 // Claim records the request (once) and takes the build for owner.
 func (s *Store) Claim(ctx context.Context, r *msg.BuildRequested, driver, logKey, owner string, lease time.Duration) (ClaimResult, *Record, error) {
-	_, err := s.DB.Exec(ctx, `INSERT INTO builds (id, tenant, function, source_sha256, runtime, driver, state, log_key, requested_at)
-		VALUES ($1, $2, $3, $4, $5, $6, 'queued', $7, $8) ON CONFLICT (id) DO NOTHING`,
-		r.BuildID, r.Tenant, r.Function, r.SourceSHA256, r.Runtime, driver, logKey, r.RequestedAt)
+	var traceID *string // the build's trace: the upload's, carried by the request
+	if sc := trace.SpanContextFromContext(ctx); sc.HasTraceID() {
+		id := sc.TraceID().String()
+		traceID = &id
+	}
+	_, err := s.DB.Exec(ctx, `INSERT INTO builds (id, tenant, function, source_sha256, runtime, driver, state, log_key, requested_at, trace_id)
+		VALUES ($1, $2, $3, $4, $5, $6, 'queued', $7, $8, $9) ON CONFLICT (id) DO NOTHING`,
+		r.BuildID, r.Tenant, r.Function, r.SourceSHA256, r.Runtime, driver, logKey, r.RequestedAt, traceID)
 	if err != nil {
 		return 0, nil, fmt.Errorf("record build %s: %w", r.BuildID, err)
 	}

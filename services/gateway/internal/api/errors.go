@@ -6,10 +6,12 @@ import (
 	"errors"
 	"fmt"
 	"net/http"
+	"runtime/debug"
 	"strconv"
 	"strings"
 
 	"github.com/danielgtaylor/huma/v2"
+	"github.com/go-chi/chi/v5"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 
 	"github.com/kube5s/sless/services/gateway/internal/auth"
@@ -212,4 +214,40 @@ func restField(f string) string {
 		b.WriteRune(r)
 	}
 	return "body." + strings.ReplaceAll(strings.ReplaceAll(b.String(), "m_b", "mb"), "i_d", "id")
+}
+
+// noRoute answers a path no route serves, as every other error is answered.
+func (s *Server) noRoute(w http.ResponseWriter, r *http.Request) {
+	s.writeError(w, r, problem(404, "", "no such route"))
+}
+
+// wrongMethod answers a method the path does not take, with Allow.
+func (s *Server) wrongMethod(w http.ResponseWriter, r *http.Request) {
+	var allow []string
+	for _, m := range []string{http.MethodGet, http.MethodHead, http.MethodPost, http.MethodPut, http.MethodPatch, http.MethodDelete, http.MethodOptions} {
+		if s.router.Match(chi.NewRouteContext(), m, r.URL.Path) {
+			allow = append(allow, m)
+		}
+	}
+	w.Header().Set("Allow", strings.Join(allow, ", "))
+	s.writeError(w, r, problem(405, "", "this route does not take %s", r.Method))
+}
+
+// recoverPanics turns a handler's panic into the error writer's 500,
+// logged with the request id and the stack, instead of a dropped
+// connection; http.ErrAbortHandler keeps its meaning.
+func (s *Server) recoverPanics(next http.Handler) http.Handler {
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		defer func() {
+			v := recover()
+			if v == nil {
+				return
+			}
+			if v == http.ErrAbortHandler {
+				panic(v)
+			}
+			s.writeError(w, r, s.internal(r.Context(), 500, fmt.Errorf("panic: %v\n%s", v, debug.Stack()), "the request failed"))
+		}()
+		next.ServeHTTP(w, r)
+	})
 }

@@ -11,6 +11,8 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/go-chi/chi/v5"
+
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	"k8s.io/apimachinery/pkg/runtime/schema"
 
@@ -99,5 +101,67 @@ func TestKubeQuotaRefusals(t *testing.T) {
 		if p.Status != c.status || !strings.HasSuffix(p.Type, c.slug) || p.GetHeaders().Get("Retry-After") != c.retryAfter {
 			t.Errorf("%s: got %d %s Retry-After %q", c.msg, p.Status, p.Type, p.GetHeaders().Get("Retry-After"))
 		}
+	}
+}
+
+// TestEveryErrorGoesThroughTheWriter: a path no route serves, a method a
+// route does not take, a handler's panic and a failed read of a function
+// are answered as problems like every other error; only a function that
+// does not exist is a 404.
+func TestEveryErrorGoesThroughTheWriter(t *testing.T) {
+	var log bytes.Buffer
+	s := &Server{Deps: Deps{Log: slog.New(slog.NewJSONHandler(&log, nil))}}
+	r := chi.NewRouter()
+	r.Use(s.requestID)
+	r.Use(s.recoverPanics)
+	r.NotFound(s.noRoute)
+	r.MethodNotAllowed(s.wrongMethod)
+	r.Get("/v1/things", func(http.ResponseWriter, *http.Request) {})
+	r.Put("/v1/things", func(http.ResponseWriter, *http.Request) {})
+	r.Get("/v1/panics", func(http.ResponseWriter, *http.Request) { panic("boom at 10.1.2.3") })
+	s.router = r
+	notFound := apierrors.NewNotFound(schema.GroupResource{Group: "sless.kube5s.ru", Resource: "functions"}, "f")
+	unreachable := errors.New("dial tcp 10.1.2.3:6443: connection refused")
+	r.Get("/v1/fn/{which}", func(w http.ResponseWriter, r *http.Request) {
+		err := map[string]error{"missing": notFound, "unreachable": unreachable}[chi.URLParam(r, "which")]
+		s.writeError(w, r, s.lookupFailed(r.Context(), err, "function f of tenant t not found"))
+	})
+
+	for _, c := range []struct {
+		method, path string
+		status       int
+		allow        string
+		logged       string
+	}{
+		{http.MethodGet, "/nowhere", 404, "", ""},
+		{http.MethodDelete, "/v1/things", 405, "GET, PUT", ""},
+		{http.MethodGet, "/v1/panics", 500, "", "boom at 10.1.2.3"},
+		{http.MethodGet, "/v1/fn/missing", 404, "", ""},
+		{http.MethodGet, "/v1/fn/unreachable", 503, "", "connection refused"},
+	} {
+		t.Run(c.method+" "+c.path, func(t *testing.T) {
+			log.Reset()
+			w := httptest.NewRecorder()
+			r.ServeHTTP(w, httptest.NewRequest(c.method, c.path, nil))
+			if w.Code != c.status {
+				t.Fatalf("status = %d, want %d: %s", w.Code, c.status, w.Body)
+			}
+			if ct := w.Header().Get("Content-Type"); ct != "application/problem+json" {
+				t.Errorf("Content-Type = %q, want a problem", ct)
+			}
+			var p Problem
+			if err := json.Unmarshal(w.Body.Bytes(), &p); err != nil || p.Status != c.status || p.RequestID == "" {
+				t.Errorf("body %s: %v", w.Body, err)
+			}
+			if strings.Contains(w.Body.String(), "10.1.2.3") {
+				t.Errorf("the cause reached the body: %s", w.Body)
+			}
+			if got := w.Header().Get("Allow"); got != c.allow {
+				t.Errorf("Allow = %q, want %q", got, c.allow)
+			}
+			if c.logged != "" && !strings.Contains(log.String(), c.logged) {
+				t.Errorf("the log does not name the cause %q: %s", c.logged, log.String())
+			}
+		})
 	}
 }

@@ -30,12 +30,9 @@ import (
 // publicMethods are the methods an http trigger can take.
 var publicMethods = []string{http.MethodGet, http.MethodHead, http.MethodPost, http.MethodPut, http.MethodPatch, http.MethodDelete, http.MethodOptions}
 
-func (s *Server) registerInvoke() {
-	s.router.Post("/v1/tenants/{t}/functions/{name}/invoke", s.invoke)
-	for _, m := range publicMethods {
-		s.router.Method(m, "/fn/{t}/*", http.HandlerFunc(s.publicTrigger))
-		s.router.Method(m, "/fn/{t}", http.HandlerFunc(s.publicTrigger))
-	}
+// documentInvoke adds the invoke and public-trigger routes (mounted from
+// rawRoutes) to the OpenAPI document.
+func (s *Server) documentInvoke() {
 	op := func(id, method, path, summary string, params []*huma.Param, responses map[string]*huma.Response) {
 		s.api.OpenAPI().AddOperation(&huma.Operation{OperationID: id, Method: method, Path: path, Summary: summary, Tags: []string{"invoke"},
 			Parameters: params, Responses: responses,
@@ -93,7 +90,7 @@ func (s *Server) invoke(w http.ResponseWriter, r *http.Request) {
 	}
 	fn, err := s.function(r.Context(), tenant, name)
 	if err != nil {
-		s.writeError(w, r, problem(404, "", "function %s of tenant %s not found", name, tenant))
+		s.writeError(w, r, s.lookupFailed(r.Context(), err, "function %s of tenant %s not found", name, tenant))
 		return
 	}
 	if strings.Contains(strings.ToLower(r.Header.Get("Prefer")), "respond-async") {
@@ -110,7 +107,7 @@ func (s *Server) publicTrigger(w http.ResponseWriter, r *http.Request) {
 	sub := "/" + chi.URLParam(r, "*")
 	var list slessv1.TriggerList
 	if err := s.Cache.List(r.Context(), &list, client.InNamespace(slessv1.NamespaceFor(tenant)), client.UnsafeDisableDeepCopy); err != nil {
-		s.writeError(w, r, problem(503, "", "triggers are not loaded yet"))
+		s.writeError(w, r, s.internal(r.Context(), 503, err, "triggers are not loaded yet").retry(1))
 		return
 	}
 	var tr *slessv1.Trigger
@@ -147,7 +144,7 @@ func (s *Server) publicTrigger(w http.ResponseWriter, r *http.Request) {
 	}
 	fn, ferr := s.function(r.Context(), tenant, tr.Spec.FunctionRef.Name)
 	if ferr != nil {
-		s.writeError(w, r, problem(404, "", "the function %s of trigger %s does not exist", tr.Spec.FunctionRef.Name, tr.Name))
+		s.writeError(w, r, s.lookupFailed(r.Context(), ferr, "the function %s of trigger %s does not exist", tr.Spec.FunctionRef.Name, tr.Name))
 		return
 	}
 	// The trigger's path is where the function is mounted: below it, the
@@ -157,6 +154,16 @@ func (s *Server) publicTrigger(w http.ResponseWriter, r *http.Request) {
 		rest = "/" + rest
 	}
 	s.forward(w, r, fn, proxy.Call{Tenant: tenant, Path: rest, Kind: msg.TriggerHTTP, Trigger: tr.Name})
+}
+
+// lookupFailed is the problem for a failed read of a function: 404 with
+// the message when it does not exist, else a 503 whose cause is logged
+// (the API server or the watch cache is unreachable).
+func (s *Server) lookupFailed(ctx context.Context, err error, format string, args ...any) *Problem {
+	if apierrors.IsNotFound(err) {
+		return problem(404, "", format, args...)
+	}
+	return s.internal(ctx, 503, err, "the function could not be read; try again").retry(1)
 }
 
 // forward passes the call to proxy.Forwarder and writes the failure it

@@ -106,6 +106,11 @@ func (s *Server) registerLogs() {
 				ctx := hctx.Context()
 				if sent == 0 { // nothing written yet: the status can still say it
 					p := problemOf(ctx, s.internal(ctx, 502, err, "the function's logs could not be read"))
+					for k, vs := range p.GetHeaders() {
+						for _, v := range vs {
+							hctx.AppendHeader(k, v)
+						}
+					}
 					hctx.SetHeader("Content-Type", "application/problem+json")
 					hctx.SetStatus(p.Status)
 					_ = json.NewEncoder(w).Encode(p)

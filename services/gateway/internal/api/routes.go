@@ -13,9 +13,7 @@ import (
 // path, summary and limits. The handlers are in the file of their
 // resource (tenants.go, functions.go, ...), registered by operation id
 // through register(s, s.route(id), handler); New fails if an operation
-// has no handler. The routes outside huma (GET /healthz, the invoke
-// endpoint and the public triggers under /fn/{t}) are mounted in New and
-// registerInvoke, which adds them to the OpenAPI document.
+// has no handler. The routes outside huma are in rawRoutes, below.
 func (s *Server) routeTable() []huma.Operation {
 	return []huma.Operation{
 		// tenants.go
@@ -73,6 +71,26 @@ func (s *Server) routeTable() []huma.Operation {
 		{OperationID: "get-callback-secret", Method: http.MethodGet, Path: "/v1/tenants/{t}/callback-secret", Tags: []string{"invoke"}, Summary: "The secret the tenant's callbacks are signed with (made on first read)"},
 		{OperationID: "rotate-callback-secret", Method: http.MethodPost, Path: "/v1/tenants/{t}/callback-secret/rotate", Tags: []string{"invoke"}, Summary: "Replace the callback secret; callbacks signed from now on use the new one"},
 	}
+}
+
+// rawRoute is a route served outside huma: the liveness probe, and the
+// calls of functions, whose handlers stream the body both ways themselves.
+type rawRoute struct {
+	Method, Path string
+	Handler      http.Handler
+}
+
+// rawRoutes is every route outside huma, mounted by New; documentInvoke
+// adds the invoke and public-trigger routes to the OpenAPI document.
+func (s *Server) rawRoutes() []rawRoute {
+	rs := []rawRoute{
+		{http.MethodGet, "/healthz", s.Health}, // liveness only: /readyz and /metrics are on the ops port
+		{http.MethodPost, "/v1/tenants/{t}/functions/{name}/invoke", http.HandlerFunc(s.invoke)}, // invoke.go
+	}
+	for _, m := range publicMethods { // invoke.go: a tenant's http triggers
+		rs = append(rs, rawRoute{m, "/fn/{t}", http.HandlerFunc(s.publicTrigger)}, rawRoute{m, "/fn/{t}/*", http.HandlerFunc(s.publicTrigger)})
+	}
+	return rs
 }
 
 // route returns the operation of the table with id.

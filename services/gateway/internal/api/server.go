@@ -126,11 +126,16 @@ func New(d Deps) *Server {
 
 	r := chi.NewRouter()
 	r.Use(s.requestID)
+	r.Use(s.recoverPanics)
 	r.Use(telemetry.Middleware(d.Tracer, s.prop, telemetry.NewHTTPMetrics(d.Registry, "gateway"), routePattern))
 	// Liveness only: /readyz (which names the failing dependency), /metrics
 	// (every tenant's traffic) and any debug handler are on the ops port.
 	r.Use(s.authenticateFirst)
-	r.Method(http.MethodGet, "/healthz", d.Health)
+	r.NotFound(s.noRoute)
+	r.MethodNotAllowed(s.wrongMethod)
+	for _, rr := range s.rawRoutes() {
+		r.Method(rr.Method, rr.Path, rr.Handler)
+	}
 
 	cfg := huma.Config{
 		OpenAPI: &huma.OpenAPI{
@@ -161,7 +166,7 @@ func New(d Deps) *Server {
 	s.registerHistory()
 	s.registerResults()
 	s.registerDeadLetters()
-	s.registerInvoke()
+	s.documentInvoke()
 	s.registerCallbackSecret()
 	s.checkRoutes()
 	s.documentCreates()

@@ -151,7 +151,7 @@ func (f *Forwarder) Forward(w http.ResponseWriter, r *http.Request, fn *slessv1.
 	tenant, path, kind, trigger := c.Tenant, c.Path, c.Kind, c.Trigger
 	if !fn.IsReady() {
 		return &Failure{Status: 503, Slug: "not-ready", RetryAfter: 1,
-			Detail: fmt.Sprintf("function %s is %s; try again shortly", fn.Name, strings.ToLower(string(phaseOf(fn))))}
+			Detail: fmt.Sprintf("function %s is %s; try again shortly", fn.Name, strings.ToLower(string(fn.Phase())))}
 	}
 	start := time.Now()
 	id := uuid.NewString()
@@ -291,13 +291,6 @@ func (f *Forwarder) Forward(w http.ResponseWriter, r *http.Request, fn *slessv1.
 	}
 	span.SetAttributes(attribute.Int("http.response.status_code", resp.StatusCode))
 	return nil
-}
-
-func phaseOf(fn *slessv1.Function) slessv1.FunctionPhase {
-	if fn.Status.Phase == "" {
-		return slessv1.FunctionPending
-	}
-	return fn.Status.Phase
 }
 
 // errorOf reads the runtime's {"error": ...} body.

@@ -76,6 +76,7 @@ type Build struct {
 	RequestedAt  time.Time  `json:"requested_at"`
 	StartedAt    *time.Time `json:"started_at,omitempty"`
 	FinishedAt   *time.Time `json:"finished_at,omitempty"`
+	TraceID      string     `json:"trace_id,omitempty"` // upload, operator and builder spans
 }
 
 const invocationColumns = `id, function, trigger_kind, trigger_name, status, http_status, attempts, enqueued_at, started_at, finished_at,
@@ -180,12 +181,12 @@ func (s *Store) Result(ctx context.Context, tenant, id string) (Result, error) {
 }
 
 const buildColumns = `id, function, source_sha256, runtime, driver, state, coalesce(reason, ''), coalesce(message, ''), coalesce(artifact, ''),
-	coalesce(image, ''), attempts, requested_at, started_at, finished_at`
+	coalesce(image, ''), attempts, requested_at, started_at, finished_at, coalesce(trace_id, '')`
 
 func scanBuild(row pgx.Row) (Build, error) {
 	var b Build
 	err := row.Scan(&b.ID, &b.Function, &b.SourceSHA256, &b.Runtime, &b.Driver, &b.State, &b.Reason, &b.Message, &b.Artifact, &b.Image,
-		&b.Attempts, &b.RequestedAt, &b.StartedAt, &b.FinishedAt)
+		&b.Attempts, &b.RequestedAt, &b.StartedAt, &b.FinishedAt, &b.TraceID)
 	return b, err
 }
 

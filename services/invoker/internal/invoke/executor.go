@@ -165,7 +165,7 @@ func (e *Executor) Execute(ctx context.Context, req *msg.InvocationRequested, at
 		rec.Status, rec.Error = msg.StatusFailed, "functions are not loaded yet"
 		return rec, true
 	case !fn.IsReady():
-		rec.Status, rec.Error = msg.StatusFailed, fmt.Sprintf("function %s is not ready (%s)", fn.Name, fn.Status.Phase)
+		rec.Status, rec.Error = msg.StatusFailed, fmt.Sprintf("function %s is not ready (%s)", fn.Name, fn.Phase())
 		return rec, true
 	}
 	timeout := time.Duration(fn.Spec.TimeoutSec) * time.Second

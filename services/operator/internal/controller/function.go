@@ -19,6 +19,7 @@ import (
 	slessv1 "github.com/kube5s/sless/pkg/apis/sless/v1alpha1"
 	"github.com/kube5s/sless/pkg/msg"
 	"github.com/kube5s/sless/pkg/objstore"
+	"github.com/kube5s/sless/pkg/tenantns"
 	"github.com/kube5s/sless/services/operator/internal/driver"
 	"github.com/kube5s/sless/services/operator/internal/resources"
 )
@@ -152,12 +153,12 @@ func (r *FunctionReconciler) source(ctx context.Context, fn *slessv1.Function) e
 	}
 	ctx = propagation.TraceContext{}.Extract(ctx, propagation.MapCarrier{"traceparent": fn.Annotations[resources.TraceparentAnnotation]})
 	ctx, span := r.Tracer.Start(ctx, "function.build.request", trace.WithSpanKind(trace.SpanKindProducer), trace.WithAttributes(
-		attribute.String("faas.name", fn.Name), attribute.String("sless.tenant", resources.TenantOf(fn.Namespace)),
+		attribute.String("faas.name", fn.Name), attribute.String("sless.tenant", tenantns.Named(fn.Namespace)),
 		attribute.String("sless.build.id", want), attribute.String("messaging.system", "rabbitmq"),
 		attribute.String("messaging.destination.name", msg.Exchange)))
 	defer span.End()
 	err := r.Publisher.PublishMessage(ctx, &msg.BuildRequested{
-		BuildID: want, Tenant: resources.TenantOf(fn.Namespace), Namespace: fn.Namespace, Function: fn.Name,
+		BuildID: want, Tenant: tenantns.Named(fn.Namespace), Namespace: fn.Namespace, Function: fn.Name,
 		FunctionUID: string(fn.UID), Runtime: string(fn.Spec.Runtime), Entrypoint: fn.Spec.Entrypoint,
 		SourceKey: src.S3Key, SourceSHA256: src.SHA256, RequestedAt: time.Now().UTC(), AllowSourceBuilds: fn.Spec.AllowSourceBuilds,
 	})
@@ -208,7 +209,7 @@ func (r *FunctionReconciler) finalize(ctx context.Context, fn *slessv1.Function)
 	if err := r.Driver.Delete(ctx, fn); err != nil {
 		return fmt.Errorf("stop function %s/%s: %w", fn.Namespace, fn.Name, err)
 	}
-	tenant := resources.TenantOf(fn.Namespace)
+	tenant := tenantns.Named(fn.Namespace)
 	for _, prefix := range objstore.FunctionPrefixes(tenant, fn.Name) {
 		if _, err := r.Store.DeletePrefix(ctx, prefix); err != nil {
 			return fmt.Errorf("delete stored objects of %s/%s: %w", tenant, fn.Name, err)

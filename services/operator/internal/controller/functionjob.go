@@ -17,6 +17,7 @@ import (
 
 	slessv1 "github.com/kube5s/sless/pkg/apis/sless/v1alpha1"
 	"github.com/kube5s/sless/pkg/msg"
+	"github.com/kube5s/sless/pkg/tenantns"
 	"github.com/kube5s/sless/services/operator/internal/resources"
 )
 
@@ -106,7 +107,7 @@ func (r *FunctionJobReconciler) dispatch(ctx context.Context, job *slessv1.Funct
 	}
 	m := &msg.InvocationRequested{
 		InvocationID: job.Status.InvocationID,
-		Tenant:       resources.TenantOf(job.Namespace),
+		Tenant:       tenantns.Named(job.Namespace),
 		Namespace:    job.Namespace,
 		Function:     job.Spec.FunctionRef.Name,
 		Trigger:      msg.TriggerJob,

@@ -13,7 +13,7 @@ import (
 
 	slessv1 "github.com/kube5s/sless/pkg/apis/sless/v1alpha1"
 	"github.com/kube5s/sless/pkg/cronsched"
-	"github.com/kube5s/sless/services/operator/internal/resources"
+	"github.com/kube5s/sless/pkg/tenantns"
 )
 
 // Trigger condition reasons.
@@ -91,11 +91,11 @@ func (r *TriggerReconciler) evaluate(ctx context.Context, t *slessv1.Trigger) (s
 		return slessv1.TriggerWaiting, ReasonFunctionNotFound, fmt.Sprintf("function %q does not exist", t.Spec.FunctionRef.Name)
 	}
 	if !fn.IsReady() {
-		return slessv1.TriggerWaiting, ReasonFunctionNotReady, fmt.Sprintf("function %q is %s", fn.Name, phaseOr(fn.Status.Phase))
+		return slessv1.TriggerWaiting, ReasonFunctionNotReady, fmt.Sprintf("function %q is %s", fn.Name, fn.Phase())
 	}
 	switch t.Spec.Type {
 	case slessv1.TriggerHTTP:
-		st.URL = r.PublicURL + "/fn/" + resources.TenantOf(t.Namespace) + t.Spec.HTTP.Path
+		st.URL = r.PublicURL + "/fn/" + tenantns.Named(t.Namespace) + t.Spec.HTTP.Path
 	case slessv1.TriggerCron:
 		s, _ := cronsched.Parse(t.Spec.Cron.Schedule, t.Spec.Cron.TimeZone) // validated above
 		now := r.Now()
@@ -127,11 +127,4 @@ func (r *TriggerReconciler) validate(ctx context.Context, t *slessv1.Trigger) st
 		}
 	}
 	return ""
-}
-
-func phaseOr(p slessv1.FunctionPhase) string {
-	if p == "" {
-		return "not reconciled yet"
-	}
-	return string(p)
 }

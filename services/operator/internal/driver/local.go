@@ -22,6 +22,7 @@ import (
 	"time"
 
 	"github.com/kube5s/sless/pkg/funclog"
+	"github.com/kube5s/sless/pkg/tenantns"
 
 	corev1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/types"
@@ -318,7 +319,7 @@ func (p *proc) supervise() {
 			restart.Reset() // it ran a while: a new failure, not a crash loop
 		}
 		wait := restart.NextBackOff()
-		p.l.Log.Warn("function process exited; restarting", "tenant", resources.TenantOf(p.name.Namespace), "function", p.name.Name,
+		p.l.Log.Warn("function process exited; restarting", "tenant", tenantns.Named(p.name.Namespace), "function", p.name.Name,
 			"err", p.lastErrText(), "retryIn", wait.String())
 		select {
 		case <-p.stopCh:

@@ -12,6 +12,7 @@ import (
 	"k8s.io/utils/ptr"
 
 	slessv1 "github.com/kube5s/sless/pkg/apis/sless/v1alpha1"
+	"github.com/kube5s/sless/pkg/tenantns"
 )
 
 // Runtime contract environment variables (runtimes/README.md).
@@ -39,7 +40,7 @@ func RuntimeEnv(fn *slessv1.Function, port int) []corev1.EnvVar {
 	env := []corev1.EnvVar{
 		{Name: EnvPort, Value: strconv.Itoa(port)},
 		{Name: EnvFunction, Value: fn.Name},
-		{Name: EnvTenant, Value: TenantOf(fn.Namespace)},
+		{Name: EnvTenant, Value: tenantns.Named(fn.Namespace)},
 		{Name: EnvRuntime, Value: string(fn.Spec.Runtime)},
 		{Name: EnvEntrypoint, Value: fn.Spec.Entrypoint},
 		{Name: EnvTimeoutSec, Value: strconv.Itoa(int(fn.Spec.TimeoutSec))},
@@ -125,7 +126,7 @@ func PodSpec(fn *slessv1.Function, image string) corev1.PodSpec {
 // Deployment runs a function's replicas. Updates surge a new pod before an
 // old one goes, so a rollout never drops capacity.
 func Deployment(fn *slessv1.Function, image string) *appsv1.Deployment {
-	tenant := TenantOf(fn.Namespace)
+	tenant := tenantns.Named(fn.Namespace)
 	labels := FunctionLabels(tenant, fn.Name)
 	return &appsv1.Deployment{
 		ObjectMeta: metav1.ObjectMeta{Name: WorkloadName(fn.Name), Namespace: fn.Namespace, Labels: labels},
@@ -151,7 +152,7 @@ func Deployment(fn *slessv1.Function, image string) *appsv1.Deployment {
 // Service addresses a function's ready pods.
 func Service(fn *slessv1.Function) *corev1.Service {
 	return &corev1.Service{
-		ObjectMeta: metav1.ObjectMeta{Name: WorkloadName(fn.Name), Namespace: fn.Namespace, Labels: FunctionLabels(TenantOf(fn.Namespace), fn.Name)},
+		ObjectMeta: metav1.ObjectMeta{Name: WorkloadName(fn.Name), Namespace: fn.Namespace, Labels: FunctionLabels(tenantns.Named(fn.Namespace), fn.Name)},
 		Spec: corev1.ServiceSpec{
 			Selector: map[string]string{slessv1.LabelFunction: fn.Name},
 			Ports: []corev1.ServicePort{{
@@ -168,5 +169,5 @@ func ServiceEndpoint(fn *slessv1.Function) string {
 
 // InvokeURL is the public URL of a function through the gateway.
 func InvokeURL(publicURL string, fn *slessv1.Function) string {
-	return fmt.Sprintf("%s/v1/tenants/%s/functions/%s/invoke", publicURL, TenantOf(fn.Namespace), fn.Name)
+	return fmt.Sprintf("%s/v1/tenants/%s/functions/%s/invoke", publicURL, tenantns.Named(fn.Namespace), fn.Name)
 }

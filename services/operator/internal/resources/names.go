@@ -33,16 +33,6 @@ const (
 // WorkloadName names the Deployment and Service of a function.
 func WorkloadName(function string) string { return functionWorkloadPrefix + function }
 
-// TenantOf returns the tenant that owns a namespace, or "" when the
-// namespace is not a tenant namespace.
-func TenantOf(namespace string) string {
-	t, ok := strings.CutPrefix(namespace, slessv1.NamespaceFor(""))
-	if !ok {
-		return ""
-	}
-	return t
-}
-
 // BuildID is the id of the build of one source digest for one function and
 // runtime. The same inputs always give the same id, which is what makes
 // build requests idempotent.
