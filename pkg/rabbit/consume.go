@@ -331,7 +331,7 @@ func (c *Consumer) call(ctx context.Context, d *amqp.Delivery) (err error) {
 }
 
 func (c *Consumer) retry(ctx context.Context, pub *Publisher, acks *acker, d *amqp.Delivery, attempt int, cause error) {
-	delay := c.Queue.Retry.Delay(max(attempt, 1))
+	delay := c.Queue.Retry.stepDelay(attempt)
 	m := republish(d)
 	m.Headers[HeaderAttempt] = int32(attempt + 1)
 	m.Headers[HeaderError] = truncate(cause.Error(), 1024)

@@ -262,6 +262,28 @@ func TestDelay(t *testing.T) {
 	}
 }
 
+// TestRetryStepsBoundTheDelayQueues: a policy with Steps declares that
+// many delay queues, and a retry past them waits the last step instead of
+// naming a queue that was never declared.
+func TestRetryStepsBoundTheDelayQueues(t *testing.T) {
+	q := Queue{Name: "q", Retry: RetryPolicy{MaxRetries: 2, Initial: time.Second, Max: 300 * time.Second, Steps: 2}}
+	if diff := cmp.Diff([]string{"q.retry.1000", "q.retry.2000"}, q.RetryQueues()); diff != "" {
+		t.Errorf("delay queues (-want +got):\n%s", diff)
+	}
+	for attempt, want := range map[int]time.Duration{0: time.Second, 1: time.Second, 2: 2 * time.Second, 7: 2 * time.Second} {
+		if got := q.Retry.stepDelay(attempt); got != want {
+			t.Errorf("retry %d waits %s, want %s", attempt, got, want)
+		}
+	}
+	q.Retry.Steps = 0 // every step up to Max
+	if n := len(q.RetryQueues()); n != 10 {
+		t.Errorf("%d delay queues without Steps, want 10 (1 s to 256 s, then 300 s)", n)
+	}
+	if got := q.Retry.stepDelay(7); got != 64*time.Second {
+		t.Errorf("retry 7 without Steps waits %s, want 64s", got)
+	}
+}
+
 // TestBrokerRestartLosesNothing stops and starts the RabbitMQ application in
 // the middle of a publish/consume stream: messages are published before the
 // stop, while the broker is down and after it is back. Every message whose

@@ -69,6 +69,12 @@ type RetryPolicy struct {
 	MaxRetries int
 	Initial    time.Duration
 	Max        time.Duration
+	// Steps, when positive, is how many backoff steps (delay queues) the
+	// queue has: a retry past them waits the last one. A queue whose
+	// handler never retries past MaxRetries needs no more (a tenant's
+	// queue trigger, whose delay queues count against its vhost's limit);
+	// zero declares every step up to Max.
+	Steps int
 }
 
 // DefaultRetry is used when a Queue's policy is zero.
@@ -95,11 +101,21 @@ func (p RetryPolicy) Delay(attempt int) time.Duration {
 	return min(d, p.Max)
 }
 
+// stepDelay is the wait before retry number attempt on this queue: Delay,
+// with attempts past Steps waiting the last step.
+func (p RetryPolicy) stepDelay(attempt int) time.Duration {
+	if p.Steps > 0 {
+		attempt = min(attempt, p.Steps)
+	}
+	return p.Delay(max(attempt, 1))
+}
+
 // delays lists the distinct delay steps, one delay queue each.
 func (p RetryPolicy) delays() []time.Duration {
+	steps := p.Steps
 	p = p.orDefault()
 	var out []time.Duration
-	for i := 1; ; i++ {
+	for i := 1; steps <= 0 || i <= steps; i++ {
 		d := p.Delay(i)
 		if len(out) > 0 && out[len(out)-1] == d {
 			return out
@@ -109,6 +125,7 @@ func (p RetryPolicy) delays() []time.Duration {
 			return out
 		}
 	}
+	return out
 }
 
 // DeadLetterQueue is the name of the queue holding q's dead letters.

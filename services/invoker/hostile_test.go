@@ -159,9 +159,13 @@ func TestOneTenantCannotHoldEverySlot(t *testing.T) {
 			t.Fatalf("the slow tenant has %d calls in flight, want its cap of 2", inFlight.Load())
 		}
 	}
+	asked := time.Now()
 	w.requestFor(t, quiet, "quick-1", "quick", "/", 0, "")
 	select {
 	case <-started:
+		// Not asserted (no wall-clock bound in a test); the contract is a
+		// second, and the run's figure goes into docs/benchmarks.md.
+		t.Logf("the other tenant's call started %s after it was published, the slow tenant at its cap", time.Since(asked).Round(time.Millisecond))
 	case <-time.After(30 * time.Second):
 		t.Fatalf("the other tenant's call did not start while the slow tenant held %d calls", inFlight.Load())
 	}

@@ -35,8 +35,10 @@ func TestAcc(t *testing.T) {
 	p := startPlatform(t)
 	t.Run("function", func(t *testing.T) { testFunctionLifecycle(t, p) })
 	t.Run("failed build", func(t *testing.T) { testFailedBuild(t, p) })
+	t.Run("create timeout", func(t *testing.T) { testCreateTimeout(t, p) })
 	t.Run("trigger and job", func(t *testing.T) { testTriggerAndJob(t, p) })
 	t.Run("tenant and token", func(t *testing.T) { testTenantAndToken(t, p) })
+	t.Run("the example, with dev_overrides", func(t *testing.T) { testExample(t, p) })
 }
 
 // setupTofu points the test framework at OpenTofu: its binary, the
@@ -172,16 +174,48 @@ func testFunctionLifecycle(t *testing.T, p *platform) {
 
 // A build that fails is an apply error that says why (the builder's reason
 // and the end of the build log).
+//
+// The code comes from source_zip here (a zip made beforehand), the other
+// steps' from source_dir.
 func testFailedBuild(t *testing.T, p *platform) {
 	dir := t.TempDir()
 	writeFiles(t, dir, map[string]string{"main.py": "def handler(event, context)\n    return 1\n"}) // no colon
+	packed, err := archive.Pack(dir, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	zip := filepath.Join(t.TempDir(), "code.zip")
+	if err := os.WriteFile(zip, packed.Bytes, 0o644); err != nil {
+		t.Fatal(err)
+	}
 	name := testenv.Name("tf-bad-")
+	config := strings.Replace(functionConfig(p, name, dir), fmt.Sprintf("source_dir  = %q", dir), fmt.Sprintf("source_zip  = %q", zip), 1)
+	if !strings.Contains(config, "source_zip") {
+		t.Fatalf("no source_zip in the configuration:\n%s", config)
+	}
 	resource.Test(t, resource.TestCase{
 		ProtoV6ProviderFactories: factories(),
 		CheckDestroy:             checkGone(p, "functions", name),
 		Steps: []resource.TestStep{{
-			Config:      functionConfig(p, name, dir),
-			ExpectError: regexp.MustCompile(`(?s)the build failed: SyntaxError.*main\.py`),
+			Config:      config,
+			ExpectError: regexp.MustCompile(`(?s)the build failed: SyntaxError.*The end of build \S+'s log:\n.*main\.py`),
+		}},
+	})
+}
+
+// A create that outlasts timeouts.create is an error that says so; the
+// function it made stays in the state and is destroyed with it.
+func testCreateTimeout(t *testing.T, p *platform) {
+	dir := t.TempDir()
+	writeFiles(t, dir, map[string]string{"main.py": pyHandler("slow")})
+	name := testenv.Name("tf-to-")
+	config := strings.Replace(functionConfig(p, name, dir), "  source_dir", "  timeouts    = { create = \"1s\" }\n  source_dir", 1)
+	resource.Test(t, resource.TestCase{
+		ProtoV6ProviderFactories: factories(),
+		CheckDestroy:             checkGone(p, "functions", name),
+		Steps: []resource.TestStep{{
+			Config:      config,
+			ExpectError: regexp.MustCompile(`(?s)(did not become ready|Cannot upload).*deadline exceeded`),
 		}},
 	})
 }

@@ -277,7 +277,10 @@ func (q *QueueTriggers) start(parent context.Context, t *slessv1.Trigger, tenant
 		broker = externalBroker(url, "sless-invoker-trigger-"+t.Name, q.Log, q.Egress)
 	}
 	wg.Go(func() { _ = broker.Run(ctx) })
-	retry := rabbit.RetryPolicy{MaxRetries: int(spec.MaxRetries), Initial: time.Second, Max: 300 * time.Second}
+	// Steps: the trigger's retries (Decide never retries past them) and at
+	// least one, for a call deferred by the tenant's cap; more would only
+	// fill the tenant's vhost with delay queues nothing uses.
+	retry := rabbit.RetryPolicy{MaxRetries: int(spec.MaxRetries), Initial: time.Second, Max: 300 * time.Second, Steps: max(int(spec.MaxRetries), 1)}
 	if b := spec.Backoff; b != nil {
 		retry.Initial, retry.Max = time.Duration(b.InitialSeconds)*time.Second, time.Duration(b.MaxSeconds)*time.Second
 	}
