@@ -146,7 +146,9 @@ build_core() {
 build_late() {
 	mkdir -p "$CACHE"
 	(
-		exec 9>"$CACHE/.build.lock"
+		# A lock of its own: the core's (taken by every `registry up`) stays
+		# free while Jaeger compiles.
+		exec 9>"$CACHE/.build-late.lock"
 		flock 9
 		build jaeger "$JAEGER_DIR" github.com/jaegertracing/jaeger/cmd/jaeger "$ROOT/hack/tools/jaeger"
 	)

@@ -28,7 +28,9 @@ cd "$ROOT"
 # Every module of the Makefile's MODULES is in exactly one lane.
 MODULE_LANE="pkg migrations runtimes services/invoker services/gateway services/builder services/operator services/scheduler deploy/helm cli hack/devcluster"
 PLATFORM_LANE="hack/cluster e2e terraform"
-for m in $(make -s --no-print-directory print-modules); do
+modules=$(make -s --no-print-directory print-modules)
+[ -n "$modules" ] || { echo "hack/test.sh: make print-modules printed nothing" >&2; exit 1; }
+for m in $modules; do
 	case " $MODULE_LANE $PLATFORM_LANE " in
 	*" $m "*) ;;
 	*) echo "hack/test.sh: module $m (Makefile MODULES) is in neither lane" >&2; exit 1 ;;
@@ -64,16 +66,26 @@ step() {
 }
 
 # The platform lane, run by the main one as `hack/test.sh platform-lane`
-# in a session of its own (so that it can be stopped as a whole).
+# in a session of its own. It starts no new step once the module lane has
+# failed ($MODULES_FAILED) or the main script is gone, and lets the step
+# that runs end on its own, so that its tests stop what they started (a
+# make dev, the cluster).
 platform_lane() {
+	go_on() { [ ! -e "$MODULES_FAILED" ] && kill -0 "$MAIN" 2>/dev/null; }
+	go_on || exit 1
 	step "build Jaeger and OpenTofu" hack/deps.sh build-late
+	go_on || exit 1
 	step "build the cluster's programs" hack/cluster.sh build
 	# The cluster test installs the chart from the images that the module
 	# lane pushes; the module lane writes $IMAGES_DONE after them.
 	local waited=$SECONDS
-	until [ -e "$IMAGES_DONE" ]; do sleep 2; done
+	until [ -e "$IMAGES_DONE" ]; do
+		go_on || exit 1
+		sleep 2
+	done
 	printf '== waited %d s for the platform images\n' $((SECONDS - waited))
 	for m in $PLATFORM_LANE; do
+		go_on || exit 1
 		step "go test $m" gotest "$m"
 	done
 }
@@ -85,19 +97,24 @@ fi
 
 begin=$SECONDS
 work=$(mktemp -d)
-export TIMES=$work/times IMAGES_DONE=$work/images.done
+export MAIN=$$ TIMES=$work/times IMAGES_DONE=$work/images.done MODULES_FAILED=$work/modules.failed
 : >"$TIMES"
 lane=
+# On an interrupt the platform lane is stopped at once (its tests' servers
+# may outlive it: hack/cluster.sh down and the next run's deps clean up).
 stop_lane() {
+	touch "$MODULES_FAILED"
 	if [ -n "$lane" ] && kill -0 "$lane" 2>/dev/null; then
 		kill -TERM -- "-$lane" 2>/dev/null || true
 		wait "$lane" 2>/dev/null || true
 	fi
 }
 trap 'stop_lane; rm -rf "$work"' EXIT
+trap 'echo "== interrupted"; exit 130' INT TERM
 
 step "hack/deps.sh up-core" hack/deps.sh up-core
-eval "$(hack/deps.sh env)"
+deps_env=$(hack/deps.sh env)
+eval "$deps_env"
 setsid "$ROOT/hack/test.sh" platform-lane >"$work/platform.log" 2>&1 &
 lane=$!
 
@@ -116,8 +133,8 @@ modules() {
 status=0
 if ! modules; then
 	status=1
-	echo "== the module lane failed: stopping the platform lane"
-	stop_lane
+	touch "$MODULES_FAILED"
+	echo "== the module lane failed: the platform lane ends the step it is in and stops"
 fi
 waited=$SECONDS
 wait "$lane" || status=1

@@ -1,10 +1,12 @@
 package testenv
 
 import (
+	"errors"
 	"os"
 	"path/filepath"
 	"syscall"
 	"testing"
+	"time"
 )
 
 // hack/test.sh runs the platform-wide tests (a whole make dev, the Helm
@@ -34,12 +36,34 @@ func hold(t testing.TB, how int, what string) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if err := syscall.Flock(int(f.Fd()), how|syscall.LOCK_NB); err != nil {
-		t.Logf("waiting for %s: another test holds the machine's outage lock", what)
-		if err := syscall.Flock(int(f.Fd()), how); err != nil {
-			f.Close()
-			t.Fatal(err)
+	t.Cleanup(func() { f.Close() }) // closing the file releases the lock
+	// The wait counts against go test's -timeout: give up with five minutes
+	// of it left for the test itself, saying why.
+	var giveUp time.Time
+	if d, ok := t.(interface{ Deadline() (time.Time, bool) }); ok {
+		if end, set := d.Deadline(); set {
+			giveUp = end.Add(-5 * time.Minute)
 		}
 	}
-	t.Cleanup(func() { f.Close() }) // closing the file releases the lock
+	start, logged := time.Now(), false
+	for {
+		err := syscall.Flock(int(f.Fd()), how|syscall.LOCK_NB)
+		if err == nil {
+			if logged {
+				t.Logf("waited %s for the outage lock", time.Since(start).Round(time.Second))
+			}
+			return
+		}
+		if !errors.Is(err, syscall.EWOULDBLOCK) {
+			t.Fatalf("outage lock: %v", err)
+		}
+		if !logged {
+			t.Logf("waiting to %s: another test holds the machine's outage lock (%s)", what, f.Name())
+			logged = true
+		}
+		if !giveUp.IsZero() && time.Now().After(giveUp) {
+			t.Fatalf("waited %s to %s: another test held the machine's outage lock all that time", time.Since(start).Round(time.Second), what)
+		}
+		time.Sleep(time.Second)
+	}
 }

@@ -207,9 +207,11 @@ func testFailedBuild(t *testing.T, p *platform) {
 // function it made stays in the state and is destroyed with it.
 func testCreateTimeout(t *testing.T, p *platform) {
 	dir := t.TempDir()
-	writeFiles(t, dir, map[string]string{"main.py": pyHandler("slow")})
+	// The handler's module takes a minute to import, so the function cannot
+	// be Ready within the 5 s allowed (its create and upload take far less).
+	writeFiles(t, dir, map[string]string{"main.py": "import time\ntime.sleep(60)\n\n" + pyHandler("slow")})
 	name := testenv.Name("tf-to-")
-	config := strings.Replace(functionConfig(p, name, dir), "  source_dir", "  timeouts    = { create = \"1s\" }\n  source_dir", 1)
+	config := strings.Replace(functionConfig(p, name, dir), "  source_dir", "  timeouts    = { create = \"5s\" }\n  source_dir", 1)
 	resource.Test(t, resource.TestCase{
 		ProtoV6ProviderFactories: factories(),
 		CheckDestroy:             checkGone(p, "functions", name),

@@ -223,9 +223,13 @@ func (s *Server) noRoute(w http.ResponseWriter, r *http.Request) {
 
 // wrongMethod answers a method the path does not take, with Allow.
 func (s *Server) wrongMethod(w http.ResponseWriter, r *http.Request) {
+	path := r.URL.RawPath // as chi routes
+	if path == "" {
+		path = r.URL.Path
+	}
 	var allow []string
 	for _, m := range []string{http.MethodGet, http.MethodHead, http.MethodPost, http.MethodPut, http.MethodPatch, http.MethodDelete, http.MethodOptions} {
-		if s.router.Match(chi.NewRouteContext(), m, r.URL.Path) {
+		if s.router.Match(chi.NewRouteContext(), m, path) {
 			allow = append(allow, m)
 		}
 	}

@@ -127,6 +127,11 @@ func TestEveryErrorGoesThroughTheWriter(t *testing.T) {
 		s.writeError(w, r, s.lookupFailed(r.Context(), err, "function f of tenant t not found"))
 	})
 
+	for _, name := range []string{"..", "a%2fb", "UPPER", strings.Repeat("x", 300)} {
+		if _, err := s.function(t.Context(), "t", name); !apierrors.IsNotFound(err) {
+			t.Errorf("function %q: %v, want not found (no such name can exist)", name, err)
+		}
+	}
 	for _, c := range []struct {
 		method, path string
 		status       int

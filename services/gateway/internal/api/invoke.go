@@ -16,6 +16,7 @@ import (
 	"github.com/go-chi/chi/v5"
 	"github.com/google/uuid"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	"k8s.io/apimachinery/pkg/util/validation"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	slessv1 "github.com/kube5s/sless/pkg/apis/sless/v1alpha1"
@@ -68,6 +69,10 @@ func (s *Server) documentInvoke() {
 
 // function reads a Function from the watch cache, without a copy.
 func (s *Server) function(ctx context.Context, tenant, name string) (*slessv1.Function, error) {
+	if len(validation.IsDNS1123Label(tenant)) > 0 || len(validation.IsDNS1123Subdomain(name)) > 0 {
+		// No such object can exist; the API server would refuse the read.
+		return nil, apierrors.NewNotFound(slessv1.GroupVersion.WithResource("functions").GroupResource(), name)
+	}
 	var fn slessv1.Function
 	key := client.ObjectKey{Namespace: slessv1.NamespaceFor(tenant), Name: name}
 	err := s.Cache.Get(ctx, key, &fn, client.UnsafeDisableDeepCopy)
@@ -105,6 +110,10 @@ func (s *Server) invoke(w http.ResponseWriter, r *http.Request) {
 func (s *Server) publicTrigger(w http.ResponseWriter, r *http.Request) {
 	tenant := chi.URLParam(r, "t")
 	sub := "/" + chi.URLParam(r, "*")
+	if len(validation.IsDNS1123Label(tenant)) > 0 {
+		s.writeError(w, r, problem(404, "", "no such tenant"))
+		return
+	}
 	var list slessv1.TriggerList
 	if err := s.Cache.List(r.Context(), &list, client.InNamespace(slessv1.NamespaceFor(tenant)), client.UnsafeDisableDeepCopy); err != nil {
 		s.writeError(w, r, s.internal(r.Context(), 503, err, "triggers are not loaded yet").retry(1))

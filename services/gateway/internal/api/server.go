@@ -126,8 +126,8 @@ func New(d Deps) *Server {
 
 	r := chi.NewRouter()
 	r.Use(s.requestID)
-	r.Use(s.recoverPanics)
 	r.Use(telemetry.Middleware(d.Tracer, s.prop, telemetry.NewHTTPMetrics(d.Registry, "gateway"), routePattern))
+	r.Use(s.recoverPanics) // inside telemetry: a panic is counted and traced as its 500
 	// Liveness only: /readyz (which names the failing dependency), /metrics
 	// (every tenant's traffic) and any debug handler are on the ops port.
 	r.Use(s.authenticateFirst)
