@@ -84,7 +84,7 @@ type rawRoute struct {
 // adds the invoke and public-trigger routes to the OpenAPI document.
 func (s *Server) rawRoutes() []rawRoute {
 	rs := []rawRoute{
-		{http.MethodGet, "/healthz", s.Health}, // liveness only: /readyz and /metrics are on the ops port
+		{http.MethodGet, "/healthz", s.Health},                                                   // liveness only: /readyz and /metrics are on the ops port
 		{http.MethodPost, "/v1/tenants/{t}/functions/{name}/invoke", http.HandlerFunc(s.invoke)}, // invoke.go
 	}
 	for _, m := range publicMethods { // invoke.go: a tenant's http triggers
