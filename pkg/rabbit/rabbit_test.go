@@ -562,14 +562,19 @@ func TestQueueDeclaredWithOtherArgumentsIsKept(t *testing.T) {
 
 // TestPlatformQueuesAreBounded: every queue the platform declares has a
 // length limit that refuses publishes when reached, and every work queue
-// a delivery limit.
+// a delivery limit; a queue trigger's queue too, when the platform is the
+// one that declares it.
 func TestPlatformQueuesAreBounded(t *testing.T) {
 	vhost, cleanup, err := testenv.RabbitVhost()
 	if err != nil {
 		t.Fatal(err)
 	}
 	defer cleanup()
-	c := New(vhost, t.Name(), quiet(), PlatformTopology(Limits{})...)
+	// With the platform's queues, a queue trigger's queue that did not
+	// exist (the platform declares it, its dead-letter queue and its two
+	// delay queues).
+	trigger := Queue{Name: "tenant-events", External: true, Retry: RetryPolicy{MaxRetries: 2, Initial: time.Second, Max: 300 * time.Second, Steps: 2}}
+	c := New(vhost, t.Name(), quiet(), append(PlatformTopology(Limits{}), trigger)...)
 	ctx, cancel := context.WithCancel(context.Background())
 	done := make(chan struct{})
 	go func() { _ = c.Run(ctx); close(done) }()
@@ -600,7 +605,7 @@ func TestPlatformQueuesAreBounded(t *testing.T) {
 		}
 		delete(work, name)
 	}
-	if len(work) != 0 || seen < 3*len(PlatformTopology(Limits{})) {
+	if len(work) != 0 || seen < 3*len(PlatformTopology(Limits{}))+4 || !strings.Contains(string(out), "tenant-events\t") {
 		t.Errorf("%d queues declared; work queues missing: %v", seen, work)
 	}
 }

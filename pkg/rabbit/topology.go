@@ -185,14 +185,15 @@ func (q Queue) declare(d *declarer) error {
 }
 
 // declareExternal declares the dead-letter queue, the user queue unless it
-// exists (not ours: declared plainly when missing, consumed as it is), and
-// the retry queues of an External queue.
+// exists (not ours: declared bounded when missing, as every queue the
+// platform declares; one its owner declared is consumed as it is), and the
+// retry queues of an External queue.
 func (q Queue) declareExternal(d *declarer, exists bool) error {
 	if err := d.queue(q.DLQ(), q.limits(nil)); err != nil {
 		return err
 	}
 	if !exists {
-		if err := d.queue(q.Name, nil); err != nil {
+		if err := d.queue(q.Name, q.limits(nil)); err != nil {
 			return err
 		}
 	}

@@ -337,12 +337,14 @@ func requestFromDelivery(d *amqp.Delivery, tenant string, t *slessv1.Trigger) *m
 		sum := sha256.Sum256([]byte(t.Namespace + "/" + t.Name + "/" + d.MessageId))
 		id = "q-" + hex.EncodeToString(sum[:12])
 	}
-	h := map[string][]string{"X-Sless-Queue": {t.Spec.Queue.Queue}, "X-Sless-Routing-Key": {d.RoutingKey}}
-	if d.ContentType != "" {
-		h["Content-Type"] = []string{d.ContentType}
-	}
-	if d.MessageId != "" {
-		h["X-Sless-Message-Id"] = []string{d.MessageId}
+	// The publisher chooses the properties too: one that is not a valid
+	// header value (CR, LF, NUL) is left out, not passed to a request that
+	// every attempt would then fail to send.
+	h := map[string][]string{"X-Sless-Queue": {t.Spec.Queue.Queue}}
+	for name, v := range map[string]string{"X-Sless-Routing-Key": d.RoutingKey, "Content-Type": d.ContentType, "X-Sless-Message-Id": d.MessageId} {
+		if (v != "" || name == "X-Sless-Routing-Key") && httpguts.ValidHeaderFieldValue(v) {
+			h[name] = []string{v}
+		}
 	}
 	for k, v := range d.Headers {
 		// Whoever publishes to the queue chooses these freely: only string

@@ -32,4 +32,15 @@ func TestRequestFromDeliveryChecksHeaders(t *testing.T) {
 	if diff := cmp.Diff(want, req.Request.Headers); diff != "" {
 		t.Errorf("headers (-want +got):\n%s", diff)
 	}
+	// The properties are the publisher's too.
+	d = &amqp.Delivery{RoutingKey: "a\r\nb", ContentType: "text/plain\x00", MessageId: "m\n1", Body: []byte("{}")}
+	want = map[string][]string{"X-Sless-Queue": {"demo-numbers"}}
+	if diff := cmp.Diff(want, requestFromDelivery(d, "demo", tr).Request.Headers); diff != "" {
+		t.Errorf("headers from bad properties (-want +got):\n%s", diff)
+	}
+	d = &amqp.Delivery{ContentType: "application/json", MessageId: "m-1", Body: []byte("{}")}
+	want = map[string][]string{"X-Sless-Queue": {"demo-numbers"}, "X-Sless-Routing-Key": {""}, "Content-Type": {"application/json"}, "X-Sless-Message-Id": {"m-1"}}
+	if diff := cmp.Diff(want, requestFromDelivery(d, "demo", tr).Request.Headers); diff != "" {
+		t.Errorf("headers from good properties (-want +got):\n%s", diff)
+	}
 }
