@@ -210,6 +210,9 @@ type res struct {
 	body   []byte
 }
 
+// String is what a failed wait prints of the answer it last saw.
+func (r res) String() string { return fmt.Sprintf("%d %s", r.status, r.body) }
+
 func (r res) obj(t *testing.T) map[string]any {
 	var m map[string]any
 	if err := json.Unmarshal(r.body, &m); err != nil {
@@ -264,11 +267,6 @@ func zipOf(files map[string]string) []byte {
 	}
 	_ = zw.Close()
 	return buf.Bytes()
-}
-
-func eventually(t *testing.T, within time.Duration, what string, cond func() bool) {
-	t.Helper()
-	eventuallySaw(t, within, what, func() (bool, string) { return cond(), "" })
 }
 
 // eventuallySaw waits for cond; when it times out, it prints what cond
@@ -347,12 +345,12 @@ func TestUserJourney(t *testing.T) {
 	}
 	uploadTrace := up.HTTPResponse.Header.Get("X-Trace-Id")
 	var buildID string
-	eventually(t, 30*time.Second, "a build", func() bool {
+	eventuallySaw(t, 30*time.Second, "a build", func() (bool, string) {
 		items := p.json(t, "GET", fn+"/builds", tok, nil, 200)["items"].([]any)
 		if len(items) > 0 {
 			buildID = items[0].(map[string]any)["id"].(string)
 		}
-		return buildID != ""
+		return buildID != "", "the function: " + p.do(t, "GET", fn, tok, "", nil).String()
 	})
 	log := p.do(t, "GET", fn+"/builds/"+buildID+"/log?follow=true", tok, "", nil)
 	if log.status != 200 || !strings.Contains(string(log.body), "build succeeded") {
@@ -381,9 +379,9 @@ func TestUserJourney(t *testing.T) {
 	}
 	loc := r.header.Get("Location")
 	asyncTrace := r.header.Get("X-Trace-Id")
-	eventually(t, 30*time.Second, "the async invocation's record", func() bool {
+	eventuallySaw(t, 30*time.Second, "the async invocation's record", func() (bool, string) {
 		rr := p.do(t, "GET", loc, tok, "", nil)
-		return rr.status == 200 && rr.obj(t)["status"] == "succeeded" && rr.obj(t)["trigger"] == "async" && rr.obj(t)["trace_id"] == asyncTrace
+		return rr.status == 200 && rr.obj(t)["status"] == "succeeded" && rr.obj(t)["trigger"] == "async" && rr.obj(t)["trace_id"] == asyncTrace, rr.String()
 	})
 
 	// One trace per path in Jaeger: the async call from the gateway through
@@ -396,8 +394,9 @@ func TestUserJourney(t *testing.T) {
 
 	// A cron trigger fires.
 	p.json(t, "POST", "/v1/tenants/acme/triggers", tok, map[string]any{"name": "tick", "function": "app", "type": "cron", "cron": map[string]any{"schedule": "@every 2s"}}, 201)
-	eventually(t, 30*time.Second, "a cron invocation", func() bool {
-		return len(p.json(t, "GET", "/v1/tenants/acme/invocations?trigger=cron", tok, nil, 200)["items"].([]any)) > 0
+	eventuallySaw(t, 30*time.Second, "a cron invocation", func() (bool, string) {
+		return len(p.json(t, "GET", "/v1/tenants/acme/invocations?trigger=cron", tok, nil, 200)["items"].([]any)) > 0,
+			"the trigger: " + p.do(t, "GET", "/v1/tenants/acme/triggers/tick", tok, "", nil).String()
 	})
 	p.json(t, "PATCH", "/v1/tenants/acme/triggers/tick", tok, map[string]any{"enabled": false}, 200)
 
@@ -407,13 +406,13 @@ func TestUserJourney(t *testing.T) {
 	p.json(t, "POST", "/v1/tenants/acme/triggers", tok, map[string]any{"name": "orders", "function": "app", "type": "queue",
 		"queue": map[string]any{"queue": "acme-orders"}}, 201)
 	var brokerURL string
-	eventually(t, 30*time.Second, "the tenant's broker account", func() bool {
+	eventuallySaw(t, 30*time.Second, "the tenant's broker account", func() (bool, string) {
 		r := p.do(t, "GET", "/v1/tenants/acme/broker", tok, "", nil)
 		if r.status != 200 {
-			return false
+			return false, r.String()
 		}
 		brokerURL, _ = r.obj(t)["url"].(string)
-		return brokerURL != ""
+		return brokerURL != "", r.String()
 	})
 	conn, err := amqp.Dial(brokerURL)
 	if err != nil {
@@ -421,20 +420,21 @@ func TestUserJourney(t *testing.T) {
 	}
 	defer conn.Close()
 	ch, _ := conn.Channel()
-	eventually(t, 30*time.Second, "the trigger's queue", func() bool {
+	eventuallySaw(t, 30*time.Second, "the trigger's queue", func() (bool, string) {
 		probe, _ := conn.Channel()
 		_, err := probe.QueueDeclarePassive("acme-orders", true, false, false, false, nil)
 		if err == nil {
 			probe.Close()
 		}
-		return err == nil
+		return err == nil, fmt.Sprintf("%v; the trigger: %s", err, p.do(t, "GET", "/v1/tenants/acme/triggers/orders", tok, "", nil))
 	})
 	if err := ch.PublishWithContext(ctx, "", "acme-orders", false, false, amqp.Publishing{MessageId: "order-1", ContentType: "application/json",
 		Body: []byte(`{"order":1}`), DeliveryMode: amqp.Persistent}); err != nil {
 		t.Fatal(err)
 	}
-	eventually(t, 30*time.Second, "the queue invocation", func() bool {
-		return len(p.json(t, "GET", "/v1/tenants/acme/invocations?trigger=queue", tok, nil, 200)["items"].([]any)) == 1
+	eventuallySaw(t, 30*time.Second, "the queue invocation", func() (bool, string) {
+		return len(p.json(t, "GET", "/v1/tenants/acme/invocations?trigger=queue", tok, nil, 200)["items"].([]any)) == 1,
+			"the trigger: " + p.do(t, "GET", "/v1/tenants/acme/triggers/orders", tok, "", nil).String()
 	})
 
 	// A job run (a new run_id) succeeds, once.
@@ -446,7 +446,9 @@ func TestUserJourney(t *testing.T) {
 	jobRecords := func() int {
 		return len(p.json(t, "GET", "/v1/tenants/acme/invocations?trigger=job", tok, nil, 200)["items"].([]any))
 	}
-	eventually(t, 30*time.Second, "the job run's record", func() bool { return jobRecords() > 0 })
+	eventuallySaw(t, 30*time.Second, "the job run's record", func() (bool, string) {
+		return jobRecords() > 0, "the job: " + p.do(t, "GET", "/v1/tenants/acme/jobs/report", tok, "", nil).String()
+	})
 	if n := jobRecords(); n != 1 {
 		t.Errorf("%d job invocations, want 1", n)
 	}
@@ -487,13 +489,15 @@ func TestUserJourney(t *testing.T) {
 	if _, err := client.UploadZip(ctx, acme, "acme", "app", zipOf(map[string]string{"main.py": fmt.Sprintf(app, "v2")})); err != nil {
 		t.Fatalf("second upload: %v", err)
 	}
-	eventually(t, 90*time.Second, "v2 served", sawV2.Load)
+	eventuallySaw(t, 90*time.Second, "v2 served", func() (bool, string) {
+		return sawV2.Load(), "the function: " + p.do(t, "GET", "/v1/tenants/acme/functions/app", tok, "", nil).String()
+	})
 	// The load goes on until the old process has drained and stopped.
 	logFile := funclog.Path(filepath.Join(p.state, "functions"), slessv1.NamespaceFor("acme"), "app")
 	stopped := regexp.MustCompile(`"msg":\s*"stopped"`)
-	eventually(t, 60*time.Second, "the old process stopped", func() bool {
+	eventuallySaw(t, 60*time.Second, "the old process stopped", func() (bool, string) {
 		b, _ := os.ReadFile(logFile)
-		return stopped.Match(b)
+		return stopped.Match(b), "the function's log ends: " + string(b[max(0, len(b)-2000):])
 	})
 	close(stop)
 	wg.Wait()
@@ -508,7 +512,10 @@ func TestUserJourney(t *testing.T) {
 	if r.status != 201 {
 		t.Fatalf("http trigger: %d %s", r.status, r.body)
 	}
-	eventually(t, 10*time.Second, "the http trigger", func() bool { return p.do(t, "GET", "/fn/acme/app/hello", "", "", nil).status == 200 })
+	eventuallySaw(t, 10*time.Second, "the http trigger", func() (bool, string) {
+		r := p.do(t, "GET", "/fn/acme/app/hello", "", "", nil)
+		return r.status == 200, r.String()
+	})
 	if r := p.do(t, "GET", "/fn/acme/app/spin", "", "", nil); r.status != 504 {
 		t.Fatalf("a runaway handler answered %d %s, want 504", r.status, r.body)
 	}
@@ -532,8 +539,14 @@ func TestUserJourney(t *testing.T) {
 		t.Fatal("no stored objects of the function before delete")
 	}
 	p.json(t, "DELETE", fn, tok, nil, 202)
-	eventually(t, 30*time.Second, "the function gone", func() bool { return p.do(t, "GET", fn, tok, "", nil).status == 404 })
-	eventually(t, 30*time.Second, "its endpoint gone", func() bool { return p.do(t, "POST", fn+"/invoke", tok, "application/json", []byte("{}")).status == 404 })
+	eventuallySaw(t, 30*time.Second, "the function gone", func() (bool, string) {
+		r := p.do(t, "GET", fn, tok, "", nil)
+		return r.status == 404, r.String()
+	})
+	eventuallySaw(t, 30*time.Second, "its endpoint gone", func() (bool, string) {
+		r := p.do(t, "POST", fn+"/invoke", tok, "application/json", []byte("{}"))
+		return r.status == 404, r.String()
+	})
 	if n := objects(); n != 0 {
 		t.Errorf("%d stored objects of the deleted function remain", n)
 	}
@@ -545,11 +558,17 @@ func TestUserJourney(t *testing.T) {
 		t.Fatalf("upload: %d %s", r.status, r.body)
 	}
 	p.json(t, "DELETE", "/v1/tenants/acme", p.admin, nil, 202)
-	eventually(t, 60*time.Second, "the tenant gone", func() bool { return p.do(t, "GET", "/v1/tenants/acme", p.admin, "", nil).status == 404 })
+	eventuallySaw(t, 60*time.Second, "the tenant gone", func() (bool, string) {
+		r := p.do(t, "GET", "/v1/tenants/acme", p.admin, "", nil)
+		return r.status == 404, r.String()
+	})
 	if r := p.do(t, "GET", "/v1/tenants/acme/functions", tok, "", nil); r.status != 401 {
 		t.Errorf("the deleted tenant's token answered %d", r.status)
 	}
-	eventually(t, 30*time.Second, "the tenant's objects gone", func() bool { return p.count(t, "sources/acme/") == 0 })
+	eventuallySaw(t, 30*time.Second, "the tenant's objects gone", func() (bool, string) {
+		n := p.count(t, "sources/acme/")
+		return n == 0, fmt.Sprintf("%d objects under sources/acme/", n)
+	})
 	// ... and its rows: a new tenant of the same name starts empty.
 	pg, err := pgx.Connect(ctx, p.db)
 	if err != nil {

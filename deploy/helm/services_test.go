@@ -160,17 +160,23 @@ func TestServicesRunAsTheirServiceAccounts(t *testing.T) {
 	var tok struct {
 		Token string `json:"token"`
 	}
-	eventually(t, "tenant Ready (operator as its ServiceAccount)", func() bool {
+	eventually(t, "tenant Ready (operator as its ServiceAccount)", func() (bool, string) {
 		var tn slessv1.Tenant
-		return admin.Get(ctx, client.ObjectKey{Name: tenant}, &tn) == nil && tn.Status.Phase == slessv1.TenantReady
+		err := admin.Get(ctx, client.ObjectKey{Name: tenant}, &tn)
+		return err == nil && tn.Status.Phase == slessv1.TenantReady, fmt.Sprintf("%v %+v", err, tn.Status)
 	})
 	_ = json.Unmarshal([]byte(must(201, "POST", "/v1/tenants/"+tenant+"/tokens", adminToken, `{}`)), &tok)
 
 	// Operator: a function with a prebuilt image becomes a Deployment.
 	must(201, "POST", "/v1/tenants/"+tenant+"/functions", tok.Token,
 		`{"name":"img","runtime":"python3.11","entrypoint":"main.handler","image":"registry.example/fn@sha256:`+zeros+`"}`)
-	eventually(t, "the function's Deployment", func() bool {
-		return admin.Get(ctx, client.ObjectKey{Namespace: ns, Name: "fn-img"}, &appsv1.Deployment{}) == nil
+	functionStatus := func(name string) string {
+		var fn slessv1.Function
+		err := admin.Get(ctx, client.ObjectKey{Namespace: ns, Name: name}, &fn)
+		return fmt.Sprintf("function %s: %v %+v", name, err, fn.Status)
+	}
+	eventually(t, "the function's Deployment", func() (bool, string) {
+		return admin.Get(ctx, client.ObjectKey{Namespace: ns, Name: "fn-img"}, &appsv1.Deployment{}) == nil, functionStatus("img")
 	})
 
 	// Builder: an uploaded source becomes a build Job in the build namespace.
@@ -181,17 +187,22 @@ func TestServicesRunAsTheirServiceAccounts(t *testing.T) {
 	if resp, err := http.DefaultClient.Do(req); err != nil || resp.StatusCode != 200 {
 		t.Fatalf("upload: %v %v", err, resp)
 	}
-	eventually(t, "a build Job (builder as its ServiceAccount)", func() bool {
+	eventually(t, "a build Job (builder as its ServiceAccount)", func() (bool, string) {
 		var jobs batchv1.JobList
 		_ = admin.List(ctx, &jobs, client.InNamespace("sless-builds"), client.MatchingLabels{"sless.kube5s.ru/function": "src"})
-		return len(jobs.Items) == 1
+		return len(jobs.Items) == 1, fmt.Sprintf("%d jobs; %s", len(jobs.Items), functionStatus("src"))
 	})
 
 	// Scheduler: a cron trigger fires and its status is patched.
 	must(201, "POST", "/v1/tenants/"+tenant+"/triggers", tok.Token, `{"name":"tick","function":"img","type":"cron","cron":{"schedule":"@every 1s"}}`)
-	eventually(t, "the trigger's lastFireTime (scheduler as its ServiceAccount)", func() bool {
+	triggerStatus := func(name string) string {
 		var tr slessv1.Trigger
-		return admin.Get(ctx, client.ObjectKey{Namespace: ns, Name: "tick"}, &tr) == nil && tr.Status.LastFireTime != nil
+		err := admin.Get(ctx, client.ObjectKey{Namespace: ns, Name: name}, &tr)
+		return fmt.Sprintf("trigger %s: %v %+v", name, err, tr.Status)
+	}
+	eventually(t, "the trigger's lastFireTime (scheduler as its ServiceAccount)", func() (bool, string) {
+		var tr slessv1.Trigger
+		return admin.Get(ctx, client.ObjectKey{Namespace: ns, Name: "tick"}, &tr) == nil && tr.Status.LastFireTime != nil, triggerStatus("tick")
 	})
 	db, err := pgxpool.New(ctx, env["SLESS_POSTGRES_URL"])
 	if err != nil {
@@ -214,14 +225,14 @@ func TestServicesRunAsTheirServiceAccounts(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer conn.Close()
-	eventually(t, "the queue trigger's consumer (invoker as its ServiceAccount)", func() bool {
+	eventually(t, "the queue trigger's consumer (invoker as its ServiceAccount)", func() (bool, string) {
 		ch, err := conn.Channel()
 		if err != nil {
-			return false
+			return false, err.Error()
 		}
 		defer ch.Close()
 		q, err := ch.QueueDeclarePassive("rbac-orders", true, false, false, false, nil)
-		return err == nil && q.Consumers == 1
+		return err == nil && q.Consumers == 1, fmt.Sprintf("queue: %v, %d consumers; %s", err, q.Consumers, triggerStatus("orders"))
 	})
 }
 
@@ -260,12 +271,18 @@ func waitReady(t *testing.T, name, url string, logs *testenv.SyncBuffer) {
 	t.Fatalf("%s not ready as its ServiceAccount:\n%s", name, tailOf(logs.String(), 20))
 }
 
-func eventually(t *testing.T, what string, cond func() bool) {
+// eventually waits up to a minute for cond, and says what it saw last
+// (the object's status) when it gives up.
+func eventually(t *testing.T, what string, cond func() (bool, string)) {
 	t.Helper()
 	deadline := time.Now().Add(60 * time.Second)
-	for !cond() {
+	for {
+		ok, saw := cond()
+		if ok {
+			return
+		}
 		if time.Now().After(deadline) {
-			t.Fatalf("timed out waiting for %s", what)
+			t.Fatalf("timed out waiting for %s; last seen: %s", what, saw)
 		}
 		time.Sleep(100 * time.Millisecond)
 	}
