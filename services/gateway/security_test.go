@@ -67,7 +67,8 @@ func (g *gw) withPublicTrigger(t *testing.T, quotas map[string]any, endpoint str
 			return ten, tok
 		}
 		if time.Now().After(deadline) {
-			t.Fatal("the trigger never answered")
+			tr := g.call(t, "GET", "/v1/tenants/"+ten+"/triggers/web", admin, nil)
+			t.Fatalf("the trigger never answered (404 for 10 s); the trigger: %d %s", tr.status, tr.body)
 		}
 	}
 }

@@ -179,23 +179,29 @@ func serve(t *testing.T, interp, wrapper, dir, entrypoint string) string {
 	c := exec.Command(interp, filepath.Join(runtimesDir, wrapper))
 	c.Env = append(os.Environ(), "PORT="+strconv.Itoa(port), "SLESS_HOST=127.0.0.1", "SLESS_CODE_DIR="+dir, "SLESS_ENTRYPOINT="+entrypoint,
 		"PYTHONPATH="+filepath.Join(dir, "deps"))
+	out := &testenv.SyncBuffer{}
+	c.Stdout, c.Stderr = out, out
 	if err := c.Start(); err != nil {
 		t.Fatal(err)
 	}
 	defer func() { _ = c.Process.Kill(); _ = c.Wait() }()
 	deadline := time.Now().Add(20 * time.Second)
+	last := "no answer"
 	for time.Now().Before(deadline) {
 		resp, err := http.Get(fmt.Sprintf("http://127.0.0.1:%d/", port))
-		if err == nil {
+		if err != nil {
+			last = err.Error()
+		} else {
 			b, _ := io.ReadAll(resp.Body)
 			resp.Body.Close()
 			if resp.StatusCode != http.StatusServiceUnavailable {
 				return fmt.Sprintf("%d %s", resp.StatusCode, b)
 			}
+			last = fmt.Sprintf("%d %s", resp.StatusCode, b)
 		}
 		time.Sleep(50 * time.Millisecond)
 	}
-	t.Fatal("the runtime never served the artifact")
+	t.Fatalf("the runtime never served the artifact; last answer: %s; its output:\n%s", last, out.String())
 	return ""
 }
 
