@@ -157,11 +157,7 @@ func (a *app) logsCommand() *cobra.Command {
 		Short: "Print what a function printed, with the invocation each line belongs to; -f follows",
 		Args:  cobra.ExactArgs(1),
 		RunE: func(cmd *cobra.Command, args []string) error {
-			p, err := a.printer()
-			if err != nil {
-				return err
-			}
-			t, err := a.connect(true)
+			t, p, err := a.reader()
 			if err != nil {
 				return err
 			}

@@ -543,15 +543,7 @@ func (a *app) buildsCommand() *cobra.Command {
 		Use: "logs FUNCTION [BUILD_ID]", Short: "Print a build's log (the newest build's by default); -f follows it until the build ends",
 		Args: cobra.RangeArgs(1, 2),
 		RunE: func(cmd *cobra.Command, args []string) error {
-			p, err := a.printer()
-			if err != nil {
-				return err
-			}
-			t, err := a.connect(true)
-			if err != nil {
-				return err
-			}
-			b, err := findBuild(cmd, t, args)
+			t, p, b, err := a.buildReader(cmd, args)
 			if err != nil {
 				return err
 			}
@@ -580,15 +572,7 @@ func (a *app) buildsCommand() *cobra.Command {
 		Use: "trace FUNCTION [BUILD_ID]", Short: "Print a build's trace (upload, operator, builder) as a tree of spans; the newest build's by default",
 		Args: cobra.RangeArgs(1, 2),
 		RunE: func(cmd *cobra.Command, args []string) error {
-			p, err := a.printer()
-			if err != nil {
-				return err
-			}
-			t, err := a.connect(true)
-			if err != nil {
-				return err
-			}
-			b, err := findBuild(cmd, t, args)
+			t, p, b, err := a.buildReader(cmd, args)
 			if err != nil {
 				return err
 			}
@@ -607,25 +591,29 @@ func (a *app) buildsCommand() *cobra.Command {
 	return c
 }
 
-// findBuild reads the build args name: FUNCTION and BUILD_ID, or the
-// function's newest build.
-func findBuild(cmd *cobra.Command, t *target, args []string) (*client.Build, error) {
+// buildReader is a read command's target and printer, and the build its
+// args name: FUNCTION and BUILD_ID, or the function's newest build.
+func (a *app) buildReader(cmd *cobra.Command, args []string) (*target, *output.Printer, *client.Build, error) {
+	t, p, err := a.reader()
+	if err != nil {
+		return nil, nil, nil, err
+	}
 	if len(args) == 2 {
 		r, err := client.Do(t.api.GetBuildWithResponse(cmd.Context(), t.Tenant, args[0], args[1]))
 		if err != nil {
-			return nil, err
+			return nil, nil, nil, err
 		}
-		return r.JSON200, nil
+		return t, p, r.JSON200, nil
 	}
 	r, err := client.Do(t.api.ListBuildsWithResponse(cmd.Context(), t.Tenant, args[0], &client.ListBuildsParams{Limit: ptr(int64(1))}))
 	if err != nil {
-		return nil, err
+		return nil, nil, nil, err
 	}
 	bs := deref(r.JSON200.Items)
 	if len(bs) == 0 {
-		return nil, fmt.Errorf("function %s has no builds yet", args[0])
+		return nil, nil, nil, fmt.Errorf("function %s has no builds yet", args[0])
 	}
-	return &bs[0], nil
+	return t, p, &bs[0], nil
 }
 
 // buildLogLine is one line of a build log, as builds logs -o json|yaml

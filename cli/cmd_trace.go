@@ -63,11 +63,7 @@ The backend is --traces, else SLESS_TRACES_URL, else http://127.0.0.1:16686
 (make dev's Jaeger).`,
 		Args: cobra.ExactArgs(1),
 		RunE: func(cmd *cobra.Command, args []string) error {
-			p, err := a.printer()
-			if err != nil {
-				return err
-			}
-			t, err := a.connect(true)
+			t, p, err := a.reader()
 			if err != nil {
 				return err
 			}

@@ -53,21 +53,11 @@ type Rows struct {
 // Print prints raw (the API's JSON: one object or an array of them) in
 // the structured formats, or rows as a table.
 func (p *Printer) Print(raw json.RawMessage, rows Rows) error {
-	switch p.Format {
-	case JSON:
-		var buf bytes.Buffer
-		if err := json.Indent(&buf, raw, "", "  "); err != nil {
-			return fmt.Errorf("print json: %w", err)
+	if p.Streamed() {
+		b, err := p.structured(raw, false)
+		if err == nil {
+			_, err = p.W.Write(b)
 		}
-		buf.WriteByte('\n')
-		_, err := p.W.Write(buf.Bytes())
-		return err
-	case YAML:
-		b, err := yaml.JSONToYAML(raw)
-		if err != nil {
-			return fmt.Errorf("print yaml: %w", err)
-		}
-		_, err = p.W.Write(b)
 		return err
 	}
 	if p.Format == Table || p.Terminal {
@@ -181,22 +171,38 @@ func (p *Printer) Streamed() bool { return p.Format == JSON || p.Format == YAML 
 // compact line (NDJSON, for jq and for following), -o yaml as one
 // document. raw is the record's JSON.
 func (p *Printer) Record(raw json.RawMessage) error {
-	switch p.Format {
-	case JSON:
-		var buf bytes.Buffer
-		if err := json.Compact(&buf, raw); err != nil {
-			return fmt.Errorf("print json: %w", err)
-		}
-		buf.WriteByte('\n')
-		_, err := p.W.Write(buf.Bytes())
-		return err
-	case YAML:
+	if !p.Streamed() {
+		return fmt.Errorf("print: %q is not a record format", p.Format)
+	}
+	b, err := p.structured(raw, true)
+	if err == nil {
+		_, err = p.W.Write(b)
+	}
+	return err
+}
+
+// structured renders raw as -o json (indented; compact, one line, for a
+// record of a stream) or -o yaml (a document of its own for a record).
+func (p *Printer) structured(raw json.RawMessage, record bool) ([]byte, error) {
+	if p.Format == YAML {
 		b, err := yaml.JSONToYAML(raw)
 		if err != nil {
-			return fmt.Errorf("print yaml: %w", err)
+			return nil, fmt.Errorf("print yaml: %w", err)
 		}
-		_, err = p.W.Write(append([]byte("---\n"), b...))
-		return err
+		if record {
+			b = append([]byte("---\n"), b...)
+		}
+		return b, nil
 	}
-	return fmt.Errorf("print: %q is not a record format", p.Format)
+	var buf bytes.Buffer
+	err := json.Indent(&buf, raw, "", "  ")
+	if record {
+		buf.Reset()
+		err = json.Compact(&buf, raw)
+	}
+	if err != nil {
+		return nil, fmt.Errorf("print json: %w", err)
+	}
+	buf.WriteByte('\n')
+	return buf.Bytes(), nil
 }
