@@ -572,7 +572,7 @@ func (a *app) buildsCommand() *cobra.Command {
 		Use: "trace FUNCTION [BUILD_ID]", Short: "Print a build's trace (upload, operator, builder) as a tree of spans; the newest build's by default",
 		Args: cobra.RangeArgs(1, 2),
 		RunE: func(cmd *cobra.Command, args []string) error {
-			t, p, b, err := a.buildReader(cmd, args)
+			_, p, b, err := a.buildReader(cmd, args)
 			if err != nil {
 				return err
 			}
