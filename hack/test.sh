@@ -1,23 +1,26 @@
 #!/usr/bin/env bash
 # make test: every test of the project against the real servers.
 #
-# Two lanes run side by side, because most of the platform-wide tests'
-# time is spent waiting (on the cluster, on a whole make dev) while the
-# module tests and the builds need the CPU:
+# Two lanes run side by side, because much of the platform-wide tests'
+# time is spent waiting (on the cluster, on a whole make dev, on the
+# network while the runtime bases are fetched) while the module tests
+# need the CPU:
 #
-#   modules   verify, the runtime wrappers' tests, the runtime bases, the
-#             platform images, then every module's go test in turn;
-#   platform  Jaeger and OpenTofu, the one-node cluster's programs (all
-#             cached by version), then, once the images are in the
-#             registry, the cluster test, e2e and the Terraform provider's
-#             acceptance tests.
+#   modules   verify, then every module's go test in turn (the builder's
+#             waits for the runtime bases, which its image test runs on);
+#   platform  the runtime bases and the runtime wrappers' own tests, Jaeger
+#             and OpenTofu, the one-node cluster's programs (all cached by
+#             version), the platform images (make test-images), then the
+#             cluster test (the Helm chart on the cluster), e2e and the
+#             Terraform provider's acceptance tests.
 #
 # The few module tests that stop a shared server (the broker's
 # application, PostgreSQL) and the platform-wide tests take one
 # machine-wide lock (pkg/testenv/outage.go), so an outage never lands in
 # the middle of a platform-wide test. The platform lane's output is kept
-# in a file and printed when it ends; a failing module lane stops it.
-# Each step prints its time, and a table of them closes the run.
+# in a file and printed when it ends; after a failure of the module lane
+# it starts no new step. Each step prints its time, and a table of them
+# closes the run.
 #
 #   hack/test.sh          both lanes (what make test runs)
 set -euo pipefail
@@ -26,7 +29,9 @@ ROOT=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
 cd "$ROOT"
 
 # Every module of the Makefile's MODULES is in exactly one lane.
-MODULE_LANE="pkg migrations runtimes services/invoker services/gateway services/builder services/operator services/scheduler deploy/helm cli hack/devcluster"
+# The modules whose tests stop shared servers (pkg, the invoker) go first,
+# while the platform lane is still building.
+MODULE_LANE="pkg services/invoker migrations runtimes services/gateway services/builder services/operator services/scheduler deploy/helm cli hack/devcluster"
 PLATFORM_LANE="hack/cluster e2e terraform"
 modules=$(make -s --no-print-directory print-modules)
 [ -n "$modules" ] || { echo "hack/test.sh: make print-modules printed nothing" >&2; exit 1; }
@@ -73,17 +78,16 @@ step() {
 platform_lane() {
 	go_on() { [ ! -e "$MODULES_FAILED" ] && kill -0 "$MAIN" 2>/dev/null; }
 	go_on || exit 1
+	step "make runtime-bases" make --no-print-directory runtime-bases
+	touch "$BASES_DONE"
+	go_on || exit 1
+	step "make test-runtimes" make --no-print-directory test-runtimes
+	go_on || exit 1
 	step "build Jaeger and OpenTofu" hack/deps.sh build-late
 	go_on || exit 1
 	step "build the cluster's programs" hack/cluster.sh build
-	# The cluster test installs the chart from the images that the module
-	# lane pushes; the module lane writes $IMAGES_DONE after them.
-	local waited=$SECONDS
-	until [ -e "$IMAGES_DONE" ]; do
-		go_on || exit 1
-		sleep 2
-	done
-	printf '== waited %d s for the platform images\n' $((SECONDS - waited))
+	go_on || exit 1
+	step "make test-images" make --no-print-directory test-images
 	for m in $PLATFORM_LANE; do
 		go_on || exit 1
 		step "go test $m" gotest "$m"
@@ -97,7 +101,7 @@ fi
 
 begin=$SECONDS
 work=$(mktemp -d)
-export MAIN=$$ TIMES=$work/times IMAGES_DONE=$work/images.done MODULES_FAILED=$work/modules.failed
+export MAIN=$$ TIMES=$work/times BASES_DONE=$work/bases.done MODULES_FAILED=$work/modules.failed
 : >"$TIMES"
 lane=
 # On an interrupt the platform lane is stopped at once (its tests' servers
@@ -121,11 +125,15 @@ lane=$!
 modules() {
 	# (set -e does not act inside a function called as a condition)
 	step "make verify" make --no-print-directory verify || return 1
-	step "make test-runtimes" make --no-print-directory test-runtimes || return 1
-	step "make runtime-bases" make --no-print-directory runtime-bases || return 1
-	step "make test-images" make --no-print-directory test-images || return 1
-	touch "$IMAGES_DONE"
 	for m in $MODULE_LANE; do
+		if [ "$m" = services/builder ] && [ ! -e "$BASES_DONE" ]; then
+			local waited=$SECONDS
+			until [ -e "$BASES_DONE" ]; do
+				kill -0 "$lane" 2>/dev/null || { echo "== the platform lane ended before the runtime bases were built"; return 1; }
+				sleep 2
+			done
+			printf '== waited %d s for the runtime bases\n' $((SECONDS - waited))
+		fi
 		step "go test $m" gotest "$m" || return 1
 	done
 }
