@@ -145,7 +145,9 @@ func TestTenantCannotConsumePlatformExchange(t *testing.T) {
 	// then one on the tenant's, each time.
 	for i, deadline := 0, time.Now().Add(60*time.Second); len(calls.all()) == 0; i++ {
 		if time.Now().After(deadline) {
-			t.Fatal("no message reached the function")
+			var got slessv1.Trigger
+			err := w.kube.Get(t.Context(), client.ObjectKeyFromObject(tr), &got)
+			t.Fatalf("no message reached the function; the trigger: %v %+v", err, got.Status)
 		}
 		if err := w.pub.PublishWithContext(t.Context(), msg.Exchange, "build.requested.v1", false, false,
 			amqp.Publishing{MessageId: fmt.Sprintf("platform-%d", i), Body: []byte(`{"platform":"secret"}`)}); err != nil {
