@@ -230,7 +230,7 @@ func body(v any) (io.Reader, error) {
 func (c *client) getFunction(ctx context.Context, tenant, name string) (*apiFunction, error) {
 	var f apiFunction
 	r, err := c.api.GetFunctionWithResponse(ctx, tenant, name, &slessclient.GetFunctionParams{})
-	return &f, call("read function "+tenant+"/"+name, r, err, &f)
+	return result(&f, call("read function "+tenant+"/"+name, r, err, &f))
 }
 
 // waitFunction answers once the function is Ready or Failed for its
@@ -239,7 +239,7 @@ func (c *client) waitFunction(ctx context.Context, tenant, name string, wait tim
 	var f apiFunction
 	ready, timeout := slessclient.GetFunctionParamsWaitReady, wait.String()
 	r, err := c.api.GetFunctionWithResponse(ctx, tenant, name, &slessclient.GetFunctionParams{Wait: &ready, Timeout: &timeout})
-	return &f, call("wait for function "+tenant+"/"+name, r, err, &f)
+	return result(&f, call("wait for function "+tenant+"/"+name, r, err, &f))
 }
 
 func (c *client) createFunction(ctx context.Context, tenant, name string, spec functionSpec) (*apiFunction, error) {
@@ -252,7 +252,7 @@ func (c *client) createFunction(ctx context.Context, tenant, name string, spec f
 	}
 	var f apiFunction
 	r, err := c.api.CreateFunctionWithBodyWithResponse(ctx, tenant, jsonType, b)
-	return &f, call("create function "+tenant+"/"+name, r, err, &f)
+	return result(&f, call("create function "+tenant+"/"+name, r, err, &f))
 }
 
 func (c *client) replaceFunction(ctx context.Context, tenant, name string, spec functionSpec) (*apiFunction, error) {
@@ -273,7 +273,7 @@ func (c *client) replaceFunction(ctx context.Context, tenant, name string, spec 
 	}
 	var f apiFunction
 	r, err := c.api.ReplaceFunctionWithBodyWithResponse(ctx, tenant, name, jsonType, b)
-	return &f, call("replace function "+tenant+"/"+name, r, err, &f)
+	return result(&f, call("replace function "+tenant+"/"+name, r, err, &f))
 }
 
 func (c *client) deleteFunction(ctx context.Context, tenant, name string) error {
@@ -292,7 +292,7 @@ func (c *client) uploadSource(ctx context.Context, tenant, name string, zip []by
 func (c *client) getBuild(ctx context.Context, tenant, name, id string) (*apiBuild, error) {
 	var b apiBuild
 	r, err := c.api.GetBuildWithResponse(ctx, tenant, name, id)
-	return &b, call("read build "+id, r, err, &b)
+	return result(&b, call("read build "+id, r, err, &b))
 }
 
 func (c *client) buildLog(ctx context.Context, tenant, name, id string) (string, error) {
@@ -304,7 +304,7 @@ func (c *client) buildLog(ctx context.Context, tenant, name, id string) (string,
 func (c *client) getTrigger(ctx context.Context, tenant, name string) (*apiTrigger, error) {
 	var t apiTrigger
 	r, err := c.api.GetTriggerWithResponse(ctx, tenant, name)
-	return &t, call("read trigger "+tenant+"/"+name, r, err, &t)
+	return result(&t, call("read trigger "+tenant+"/"+name, r, err, &t))
 }
 
 func (c *client) putTrigger(ctx context.Context, tenant, name string, spec triggerSpec) (*apiTrigger, error) {
@@ -314,7 +314,7 @@ func (c *client) putTrigger(ctx context.Context, tenant, name string, spec trigg
 	}
 	var t apiTrigger
 	r, err := c.api.ReplaceTriggerWithBodyWithResponse(ctx, tenant, name, jsonType, b)
-	return &t, call("replace trigger "+tenant+"/"+name, r, err, &t)
+	return result(&t, call("replace trigger "+tenant+"/"+name, r, err, &t))
 }
 
 func (c *client) createTrigger(ctx context.Context, tenant, name string, spec triggerSpec) (*apiTrigger, error) {
@@ -327,7 +327,7 @@ func (c *client) createTrigger(ctx context.Context, tenant, name string, spec tr
 	}
 	var t apiTrigger
 	r, err := c.api.CreateTriggerWithBodyWithResponse(ctx, tenant, jsonType, b)
-	return &t, call("create trigger "+tenant+"/"+name, r, err, &t)
+	return result(&t, call("create trigger "+tenant+"/"+name, r, err, &t))
 }
 
 func (c *client) deleteTrigger(ctx context.Context, tenant, name string) error {
@@ -338,7 +338,7 @@ func (c *client) deleteTrigger(ctx context.Context, tenant, name string) error {
 func (c *client) getJob(ctx context.Context, tenant, name string) (*apiJob, error) {
 	var j apiJob
 	r, err := c.api.GetJobWithResponse(ctx, tenant, name)
-	return &j, call("read job "+tenant+"/"+name, r, err, &j)
+	return result(&j, call("read job "+tenant+"/"+name, r, err, &j))
 }
 
 func (c *client) createJob(ctx context.Context, tenant, name string, spec jobSpec) (*apiJob, error) {
@@ -351,7 +351,7 @@ func (c *client) createJob(ctx context.Context, tenant, name string, spec jobSpe
 	}
 	var j apiJob
 	r, err := c.api.CreateJobWithBodyWithResponse(ctx, tenant, jsonType, b)
-	return &j, call("create job "+tenant+"/"+name, r, err, &j)
+	return result(&j, call("create job "+tenant+"/"+name, r, err, &j))
 }
 
 func (c *client) putJob(ctx context.Context, tenant, name string, spec jobSpec) (*apiJob, error) {
@@ -361,7 +361,7 @@ func (c *client) putJob(ctx context.Context, tenant, name string, spec jobSpec) 
 	}
 	var j apiJob
 	r, err := c.api.ReplaceJobWithBodyWithResponse(ctx, tenant, name, jsonType, b)
-	return &j, call("replace job "+tenant+"/"+name, r, err, &j)
+	return result(&j, call("replace job "+tenant+"/"+name, r, err, &j))
 }
 
 func (c *client) deleteJob(ctx context.Context, tenant, name string) error {
@@ -372,7 +372,7 @@ func (c *client) deleteJob(ctx context.Context, tenant, name string) error {
 func (c *client) getTenant(ctx context.Context, name string) (*apiTenant, error) {
 	var t apiTenant
 	r, err := c.api.GetTenantWithResponse(ctx, name)
-	return &t, call("read tenant "+name, r, err, &t)
+	return result(&t, call("read tenant "+name, r, err, &t))
 }
 
 func (c *client) createTenant(ctx context.Context, in tenantInput) (*apiTenant, error) {
@@ -382,7 +382,7 @@ func (c *client) createTenant(ctx context.Context, in tenantInput) (*apiTenant, 
 	}
 	var t apiTenant
 	r, err := c.api.CreateTenantWithBodyWithResponse(ctx, jsonType, b)
-	return &t, call("create tenant "+in.Name, r, err, &t)
+	return result(&t, call("create tenant "+in.Name, r, err, &t))
 }
 
 func (c *client) deleteTenant(ctx context.Context, name string) error {
@@ -393,7 +393,7 @@ func (c *client) deleteTenant(ctx context.Context, name string) error {
 func (c *client) createToken(ctx context.Context, tenant, name string) (*apiToken, error) {
 	var t apiToken
 	r, err := c.api.CreateTokenWithResponse(ctx, tenant, slessclient.CreateTokenJSONRequestBody{Name: &name})
-	return &t, call("issue a token of tenant "+tenant, r, err, &t)
+	return result(&t, call("issue a token of tenant "+tenant, r, err, &t))
 }
 
 func (c *client) revokeToken(ctx context.Context, tenant, id string) error {
@@ -402,6 +402,16 @@ func (c *client) revokeToken(ctx context.Context, tenant, id string) error {
 }
 
 // waitGone polls get until it answers 404.
+// result is v, or nil when err: a half-decoded answer must not pass for
+// the object (a failed wait once left the function's name empty in the
+// state, so that destroy deleted nothing).
+func result[T any](v *T, err error) (*T, error) {
+	if err != nil {
+		return nil, err
+	}
+	return v, nil
+}
+
 func waitGone(ctx context.Context, what string, get func(context.Context) error) error {
 	var last error
 	for {

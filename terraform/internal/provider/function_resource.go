@@ -430,11 +430,12 @@ var errBuildFailed = errors.New("the build failed")
 // of that source failed (the error then carries the build's reason,
 // message and the end of its log).
 func waitFunctionReady(ctx context.Context, c *client, tenant, name, sum string) (*apiFunction, error) {
-	var f *apiFunction
+	var f *apiFunction // the last answer read
 	var err error
 	for {
-		f, err = c.waitFunction(ctx, tenant, name, time.Minute)
-		if err == nil {
+		var got *apiFunction
+		if got, err = c.waitFunction(ctx, tenant, name, time.Minute); err == nil {
+			f = got
 			st := f.Status
 			if st.Ready && st.Phase == "Ready" && st.BuiltSourceSHA256 == sum {
 				return f, nil
