@@ -6,13 +6,14 @@
 # network while the runtime bases are fetched) while the module tests
 # need the CPU:
 #
-#   modules   verify, then every module's go test in turn (the builder's
-#             waits for the runtime bases, which its image test runs on);
+#   modules   the tests of pkg and the invoker, verify, then the other
+#             modules' tests in turn (the builder's wait for the runtime
+#             bases, which its image test runs on);
 #   platform  the runtime bases and the runtime wrappers' own tests, Jaeger
 #             and OpenTofu, the one-node cluster's programs (all cached by
 #             version), the platform images (make test-images), then the
-#             cluster test (the Helm chart on the cluster), e2e and the
-#             Terraform provider's acceptance tests.
+#             cluster test (the Helm chart on the cluster), e2e, the
+#             Terraform provider's acceptance tests and the chart's own.
 #
 # The few module tests that stop a shared server (the broker's
 # application, PostgreSQL) and the platform-wide tests take one
@@ -30,13 +31,15 @@ cd "$ROOT"
 
 # Every module of the Makefile's MODULES is in exactly one lane.
 # The modules whose tests stop shared servers (pkg, the invoker) go first,
-# while the platform lane is still building.
-MODULE_LANE="pkg services/invoker migrations runtimes services/gateway services/builder services/operator services/scheduler deploy/helm cli hack/devcluster"
-PLATFORM_LANE="hack/cluster e2e terraform"
+# before make verify, so that their outages come while the platform lane
+# builds and runs the cluster test's first half, which holds no lock.
+MODULE_LANE_FIRST="pkg services/invoker"
+MODULE_LANE="migrations runtimes services/gateway services/builder services/operator services/scheduler cli hack/devcluster"
+PLATFORM_LANE="hack/cluster e2e terraform deploy/helm"
 modules=$(make -s --no-print-directory print-modules)
 [ -n "$modules" ] || { echo "hack/test.sh: make print-modules printed nothing" >&2; exit 1; }
 for m in $modules; do
-	case " $MODULE_LANE $PLATFORM_LANE " in
+	case " $MODULE_LANE_FIRST $MODULE_LANE $PLATFORM_LANE " in
 	*" $m "*) ;;
 	*) echo "hack/test.sh: module $m (Makefile MODULES) is in neither lane" >&2; exit 1 ;;
 	esac
@@ -124,6 +127,9 @@ lane=$!
 
 modules() {
 	# (set -e does not act inside a function called as a condition)
+	for m in $MODULE_LANE_FIRST; do
+		step "go test $m" gotest "$m" || return 1
+	done
 	step "make verify" make --no-print-directory verify || return 1
 	for m in $MODULE_LANE; do
 		if [ "$m" = services/builder ] && [ ! -e "$BASES_DONE" ]; then
