@@ -13,7 +13,7 @@
 #             and OpenTofu, the one-node cluster's programs (all cached by
 #             version), the platform images (make test-images), then the
 #             cluster test (the Helm chart on the cluster), e2e, the
-#             Terraform provider's acceptance tests and the chart's own.
+#             Terraform provider's acceptance tests, the chart's and the scheduler's.
 #
 # The few module tests that stop a shared server (the broker's
 # application, PostgreSQL) and the platform-wide tests take one
@@ -34,8 +34,8 @@ cd "$ROOT"
 # before make verify, so that their outages come while the platform lane
 # builds and runs the cluster test's first half, which holds no lock.
 MODULE_LANE_FIRST="pkg services/invoker"
-MODULE_LANE="migrations runtimes services/gateway services/builder services/operator services/scheduler cli hack/devcluster"
-PLATFORM_LANE="hack/cluster e2e terraform deploy/helm"
+MODULE_LANE="migrations runtimes services/gateway services/builder services/operator cli hack/devcluster"
+PLATFORM_LANE="hack/cluster e2e terraform deploy/helm services/scheduler"
 modules=$(make -s --no-print-directory print-modules)
 [ -n "$modules" ] || { echo "hack/test.sh: make print-modules printed nothing" >&2; exit 1; }
 for m in $modules; do
