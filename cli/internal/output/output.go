@@ -195,10 +195,11 @@ func (p *Printer) structured(raw json.RawMessage, record bool) ([]byte, error) {
 		return b, nil
 	}
 	var buf bytes.Buffer
-	err := json.Indent(&buf, raw, "", "  ")
+	var err error
 	if record {
-		buf.Reset()
 		err = json.Compact(&buf, raw)
+	} else {
+		err = json.Indent(&buf, raw, "", "  ")
 	}
 	if err != nil {
 		return nil, fmt.Errorf("print json: %w", err)

@@ -228,7 +228,7 @@ func (s *Server) wrongMethod(w http.ResponseWriter, r *http.Request) {
 		path = r.URL.Path
 	}
 	var allow []string
-	for _, m := range []string{http.MethodGet, http.MethodHead, http.MethodPost, http.MethodPut, http.MethodPatch, http.MethodDelete, http.MethodOptions} {
+	for _, m := range publicMethods { // every method the gateway routes
 		if s.router.Match(chi.NewRouteContext(), m, path) {
 			allow = append(allow, m)
 		}
