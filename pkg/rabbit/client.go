@@ -37,7 +37,14 @@ type Client struct {
 	conn    *amqp.Connection
 	up      chan struct{} // closed while conn is usable
 	stopped bool
+	holds   int           // consumers that still settle their deliveries
+	idle    chan struct{} // closed when holds drops to 0
 }
+
+// drainLimit bounds how long Run keeps the connection open after its
+// context ended, for the consumers that still finish their work (their
+// grace is 30 s by default).
+const drainLimit = 40 * time.Second
 
 // New returns a client for url; nothing connects until Run. The queues are
 // declared on every (re)connection. name is shown in the broker's
@@ -55,7 +62,11 @@ func (c *Client) WithDialer(d *net.Dialer) *Client {
 }
 
 // Run dials, declares the topology and keeps the connection alive until ctx
-// ends, redialling with backoff whenever the broker goes away.
+// ends, redialling with backoff whenever the broker goes away. After ctx
+// ended, the connection stays open while a Consumer of the client still
+// finishes its work in flight (at most drainLimit), so that their acks and
+// publishes go out instead of every unfinished message coming back to run
+// again.
 func (c *Client) Run(ctx context.Context) error {
 	defer func() {
 		c.mu.Lock()
@@ -89,6 +100,7 @@ func (c *Client) Run(ctx context.Context) error {
 
 		select {
 		case <-ctx.Done():
+			c.drain(closed)
 			return nil
 		case err := <-closed:
 			c.mu.Lock()
@@ -97,6 +109,46 @@ func (c *Client) Run(ctx context.Context) error {
 			c.mu.Unlock()
 			c.log.Warn("rabbitmq connection lost", "err", err)
 		}
+	}
+}
+
+// hold keeps the connection open after Run's context ended until release
+// is called (see Run).
+func (c *Client) hold() (release func()) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if c.holds == 0 {
+		c.idle = make(chan struct{})
+	}
+	c.holds++
+	var once sync.Once
+	return func() {
+		once.Do(func() {
+			c.mu.Lock()
+			defer c.mu.Unlock()
+			if c.holds--; c.holds == 0 {
+				close(c.idle)
+			}
+		})
+	}
+}
+
+// drain waits until no consumer holds the connection, it closed, or
+// drainLimit passed.
+func (c *Client) drain(closed <-chan *amqp.Error) {
+	c.mu.Lock()
+	holds, idle := c.holds, c.idle
+	c.mu.Unlock()
+	if holds == 0 {
+		return
+	}
+	t := time.NewTimer(drainLimit)
+	defer t.Stop()
+	select {
+	case <-idle:
+	case <-closed:
+	case <-t.C:
+		c.log.Warn("closing the rabbitmq connection with consumers still finishing their work", "consumers", holds, "waited", drainLimit.String())
 	}
 }
 

@@ -114,6 +114,8 @@ func (c *Consumer) Run(ctx context.Context) error {
 	if c.Tracer == nil {
 		c.Tracer = noop.NewTracerProvider().Tracer("rabbit")
 	}
+	// The connection outlives ctx until the work in flight is settled.
+	defer c.Client.hold()()
 	pub := NewPublisher(c.Client)
 	defer pub.Close()
 	grace := c.Grace

@@ -609,3 +609,69 @@ func TestPlatformQueuesAreBounded(t *testing.T) {
 		t.Errorf("%d queues declared; work queues missing: %v", seen, work)
 	}
 }
+
+// TestStoppingSettlesTheWorkInFlight: when the context that runs both the
+// client and its consumer ends (a service stopping, a queue trigger
+// disabled), the handlers in flight finish and their messages are acked
+// on the same connection, instead of the connection closing under them
+// and every unfinished message coming back to run again.
+func TestStoppingSettlesTheWorkInFlight(t *testing.T) {
+	q := Queue{Name: testenv.Name("sless-test-")}
+	other := start(t, q) // publishes and looks at the queue afterwards
+	pub := NewPublisher(other)
+	defer pub.Close()
+
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	c := New(testenv.RabbitURL(t), t.Name()+"-stopping", quiet(), q)
+	clientDone := make(chan struct{})
+	go func() { _ = c.Run(ctx); close(clientDone) }()
+	const n = 5
+	var started, finished atomic.Int32
+	release := make(chan struct{})
+	consumerDone := make(chan struct{})
+	go func() {
+		_ = (&Consumer{Client: c, Queue: q, Prefetch: 2 * n, Handler: func(context.Context, *amqp.Delivery) error {
+			started.Add(1)
+			<-release
+			finished.Add(1)
+			return nil
+		}}).Run(ctx)
+		close(consumerDone)
+	}()
+	for i := range n {
+		if err := pub.Publish(t.Context(), "", q.Name, amqp.Publishing{MessageId: fmt.Sprint(i), Body: []byte("work")}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	waitFor(t, 10*time.Second, fmt.Sprintf("%d handlers in flight", n), func() bool { return started.Load() == n })
+
+	cancel()
+	time.Sleep(200 * time.Millisecond) // a connection closed at once is closed by now
+	if !c.Connected() {
+		t.Fatal("the connection closed while handlers were still working")
+	}
+	close(release)
+	for what, done := range map[string]chan struct{}{"consumer": consumerDone, "client": clientDone} {
+		select {
+		case <-done:
+		case <-time.After(10 * time.Second):
+			t.Fatalf("the %s did not stop 10 s after its handlers finished", what)
+		}
+	}
+	if c.Connected() {
+		t.Error("the connection is still open after Run returned")
+	}
+	ch, err := other.Channel(t.Context())
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer ch.Close()
+	left, err := ch.QueueDeclarePassive(q.Name, true, false, false, false, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if left.Messages != 0 || finished.Load() != n {
+		t.Fatalf("%d of %d handlers finished, %d messages back in the queue (want every one acked)", finished.Load(), n, left.Messages)
+	}
+}
