@@ -22,15 +22,28 @@ import (
 
 func quiet() *slog.Logger { return slog.New(slog.NewTextHandler(io.Discard, nil)) }
 
+// testLog logs a client's warnings to the test's log, shown when the test
+// fails (why it could not connect, for one).
+func testLog(t *testing.T) *slog.Logger {
+	return slog.New(slog.NewTextHandler(testWriter{t}, &slog.HandlerOptions{Level: slog.LevelWarn}))
+}
+
+type testWriter struct{ t *testing.T }
+
+func (w testWriter) Write(p []byte) (int, error) {
+	w.t.Log(strings.TrimSuffix(string(p), "\n"))
+	return len(p), nil
+}
+
 // start runs a client with the queues declared and stops it with the test.
 func start(t *testing.T, queues ...Queue) *Client {
 	t.Helper()
-	c := New(testenv.RabbitURL(t), t.Name(), quiet(), queues...)
+	c := New(testenv.RabbitURL(t), t.Name(), testLog(t), queues...)
 	ctx, cancel := context.WithCancel(context.Background())
 	done := make(chan struct{})
 	go func() { _ = c.Run(ctx); close(done) }()
 	t.Cleanup(func() { cancel(); <-done })
-	waitFor(t, 10*time.Second, "client connected", c.Connected)
+	waitFor(t, 10*time.Second, "client connected (its warnings are above)", c.Connected)
 	t.Cleanup(func() { deleteQueues(t, queues...) })
 	return c
 }
@@ -579,7 +592,7 @@ func TestPlatformQueuesAreBounded(t *testing.T) {
 	done := make(chan struct{})
 	go func() { _ = c.Run(ctx); close(done) }()
 	defer func() { cancel(); <-done }()
-	waitFor(t, 10*time.Second, "client connected", c.Connected)
+	waitFor(t, 10*time.Second, "client connected (its warnings are above)", c.Connected)
 	out, err := exec.Command("rabbitmqctl", "list_queues", "-q", "-p", vhost[strings.LastIndex(vhost, "/")+1:], "name", "arguments").CombinedOutput()
 	if err != nil {
 		t.Fatalf("list queues: %v %s", err, out)

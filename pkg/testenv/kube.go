@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
+	"sync"
 	"testing"
 	"time"
 
@@ -45,7 +46,14 @@ func StartKube() (*Kube, error) {
 	if err != nil {
 		return nil, err
 	}
+	// What etcd and the API server print is kept (its end) to say why a
+	// start failed; envtest would otherwise discard it.
+	out := &tail{max: 16 << 10}
 	env := &envtest.Environment{
+		ControlPlane: envtest.ControlPlane{
+			APIServer: &envtest.APIServer{Out: out, Err: out},
+			Etcd:      &envtest.Etcd{Out: out, Err: out},
+		},
 		BinaryAssetsDirectory: assets,
 		CRDs:                  defs,
 		ErrorIfCRDPathMissing: true,
@@ -56,7 +64,7 @@ func StartKube() (*Kube, error) {
 	}
 	cfg, err := env.Start()
 	if err != nil {
-		return nil, fmt.Errorf("start envtest control plane: %w", err)
+		return nil, fmt.Errorf("start envtest control plane: %w; the end of what etcd and kube-apiserver printed:\n%s", err, out)
 	}
 	return &Kube{Config: cfg, env: env}, nil
 }
@@ -120,4 +128,27 @@ func TenantNamespace(ctx context.Context, t testing.TB, c client.Client, tenant 
 		t.Fatalf("create the namespace of tenant %s: %v", tenant, err)
 	}
 	return ns.Name
+}
+
+// tail keeps the last max bytes written to it.
+type tail struct {
+	mu  sync.Mutex
+	max int
+	buf []byte
+}
+
+func (t *tail) Write(p []byte) (int, error) {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	t.buf = append(t.buf, p...)
+	if len(t.buf) > t.max {
+		t.buf = append(t.buf[:0], t.buf[len(t.buf)-t.max:]...)
+	}
+	return len(p), nil
+}
+
+func (t *tail) String() string {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	return string(t.buf)
 }

@@ -76,7 +76,7 @@ func newHistory(t *testing.T) *historyWorld {
 	t.Cleanup(func() { cancel(); <-hDone; pub.Close(); <-mqDone })
 	for deadline := time.Now().Add(10 * time.Second); !w.mq.Connected(); time.Sleep(20 * time.Millisecond) {
 		if time.Now().After(deadline) {
-			t.Fatal("broker not connected")
+			t.Fatalf("the broker (%s) not connected within 10 s", testenv.RabbitURL(t))
 		}
 	}
 	return w

@@ -43,7 +43,10 @@ func TestOneFailedHealthProbeKeepsTheEndpoint(t *testing.T) {
 		deadline := time.Now().Add(15 * time.Second)
 		for !cond() {
 			if time.Now().After(deadline) {
-				t.Fatalf("timed out waiting for %s", what)
+				p.mu.Lock()
+				h := p.healthy
+				p.mu.Unlock()
+				t.Fatalf("timed out waiting for %s: %d probes, healthy %v, last error %q", what, probes.Load(), h, p.lastErrText())
 			}
 			time.Sleep(5 * time.Millisecond)
 		}
