@@ -8,6 +8,7 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"runtime/debug"
 	"sync"
 	"time"
 
@@ -296,7 +297,7 @@ func (q *QueueTriggers) start(parent context.Context, t *slessv1.Trigger, tenant
 	// from hoarding a queue that other replicas could share.
 	concurrency := int(max(spec.Concurrency, 1))
 	calls := make(chan struct{}, concurrency)
-	handle := func(ctx context.Context, d *amqp.Delivery) error {
+	handle := q.guard(tenant, t, func(ctx context.Context, d *amqp.Delivery) error {
 		req := requestFromDelivery(d, tenant, t)
 		attempt := rabbit.Attempt(d)
 		if d.MessageId != "" && (d.Redelivered || attempt > 1) {
@@ -312,7 +313,7 @@ func (q *QueueTriggers) start(parent context.Context, t *slessv1.Trigger, tenant
 		rec, retryable := q.Exec.Execute(ctx, req, attempt)
 		<-calls
 		return q.Exec.conclude(ctx, req, rec, attempt, retryable)
-	}
+	})
 	cons := &rabbit.Consumer{Client: broker, Queue: queue, Prefetch: QueuePrefetch(concurrency), Handler: handle, Tracer: q.Exec.Tracer, Declare: true,
 		OnConsume: func() { q.report(ctx, t, nil, metav1.ConditionTrue, "Consuming", "consuming queue "+spec.Queue) },
 		OnError: func(err error) {
@@ -325,18 +326,58 @@ func (q *QueueTriggers) start(parent context.Context, t *slessv1.Trigger, tenant
 	return c
 }
 
+// guard runs h under a recover: a message whose handling panics is given
+// up on for good, like any poison message, but first recorded as a dead
+// letter of the platform (with the panic's text), so that its tenant sees
+// it, and can replay it, through the API, as every other dead letter.
+// Without the record, it would only reach the trigger's dead-letter queue
+// in the broker, which the API does not show.
+func (q *QueueTriggers) guard(tenant string, t *slessv1.Trigger, h rabbit.Handler) rabbit.Handler {
+	return func(ctx context.Context, d *amqp.Delivery) (err error) {
+		defer func() {
+			p := recover()
+			if p == nil {
+				return
+			}
+			cause := fmt.Errorf("handler panicked: %v", p)
+			q.Log.Error("queue trigger handler panicked", "trigger", t.Namespace+"/"+t.Name, "messageID", d.MessageId,
+				"panic", fmt.Sprint(p), "stack", string(debug.Stack()))
+			// Only what cannot panic: the raw body, no headers.
+			req := &msg.InvocationRequested{InvocationID: queueInvocationID(d, t), Tenant: tenant, Namespace: t.Namespace,
+				Function: t.Spec.FunctionRef.Name, Trigger: msg.TriggerQueue, TriggerName: t.Name,
+				Request: msg.Request{Method: "POST", Path: "/", Body: d.Body}, EnqueuedAt: time.Now().UTC()}
+			m := &msg.InvocationDeadLettered{InvocationID: req.InvocationID, Tenant: tenant, Function: req.Function, Trigger: msg.TriggerQueue,
+				TriggerName: t.Name, Reason: rabbit.ReasonPoison, Error: cause.Error(), Attempts: int32(rabbit.Attempt(d)), Request: *req,
+				DeadLetteredAt: time.Now().UTC()}
+			if perr := q.Exec.Publisher.PublishMessage(ctx, m); perr != nil {
+				err = fmt.Errorf("%w; its dead letter was not recorded: %v", cause, perr) // back by the queue's policy
+				return
+			}
+			err = rabbit.Permanent(cause)
+		}()
+		return h(ctx, d)
+	}
+}
+
 // QueuePrefetch is how many unacked messages a queue trigger with
 // concurrency calls at once holds (see start).
 func QueuePrefetch(concurrency int) int { return 4 * max(concurrency, 1) }
 
+// queueInvocationID is the invocation id of a queue message: derived from
+// its message id, so that a redelivery is the same invocation, or new
+// when the publisher gave none.
+func queueInvocationID(d *amqp.Delivery, t *slessv1.Trigger) string {
+	if d.MessageId == "" {
+		return uuid.NewString()
+	}
+	sum := sha256.Sum256([]byte(t.Namespace + "/" + t.Name + "/" + d.MessageId))
+	return "q-" + hex.EncodeToString(sum[:12])
+}
+
 // requestFromDelivery turns a queue message into an invocation: the body
 // is the event body, the properties are headers.
 func requestFromDelivery(d *amqp.Delivery, tenant string, t *slessv1.Trigger) *msg.InvocationRequested {
-	id := uuid.NewString()
-	if d.MessageId != "" {
-		sum := sha256.Sum256([]byte(t.Namespace + "/" + t.Name + "/" + d.MessageId))
-		id = "q-" + hex.EncodeToString(sum[:12])
-	}
+	id := queueInvocationID(d, t)
 	// The publisher chooses the properties too: one that is not a valid
 	// header value (CR, LF, NUL) is left out, not passed to a request that
 	// every attempt would then fail to send.

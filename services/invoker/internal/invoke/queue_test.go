@@ -1,13 +1,22 @@
 package invoke
 
 import (
+	"context"
+	"encoding/json"
+	"io"
+	"log/slog"
+	"strings"
 	"testing"
+	"time"
 
 	"github.com/google/go-cmp/cmp"
 	amqp "github.com/rabbitmq/amqp091-go"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
 	slessv1 "github.com/kube5s/sless/pkg/apis/sless/v1alpha1"
+	"github.com/kube5s/sless/pkg/msg"
+	"github.com/kube5s/sless/pkg/rabbit"
+	"github.com/kube5s/sless/pkg/testenv"
 )
 
 // TestRequestFromDeliveryChecksHeaders: headers a publisher chose freely
@@ -42,5 +51,100 @@ func TestRequestFromDeliveryChecksHeaders(t *testing.T) {
 	want = map[string][]string{"X-Sless-Queue": {"demo-numbers"}, "X-Sless-Routing-Key": {""}, "Content-Type": {"application/json"}, "X-Sless-Message-Id": {"m-1"}}
 	if diff := cmp.Diff(want, requestFromDelivery(d, "demo", tr).Request.Headers); diff != "" {
 		t.Errorf("headers from good properties (-want +got):\n%s", diff)
+	}
+}
+
+// TestPanickedQueueMessageIsADeadLetterOfRecord: a queue message whose
+// handling panics is given up on, and the platform records it as a dead
+// letter (reason, the panic's text, the message's body), which the API
+// shows and replays; the message itself goes to the trigger's dead-letter
+// queue, and the consumer goes on with the next one.
+func TestPanickedQueueMessageIsADeadLetterOfRecord(t *testing.T) {
+	vhost, cleanup, err := testenv.RabbitVhost()
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(cleanup)
+	log := slog.New(slog.NewTextHandler(io.Discard, nil))
+	mq := rabbit.New(vhost, t.Name(), log, rabbit.PlatformTopology(rabbit.Limits{})...)
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan struct{}, 2)
+	go func() { _ = mq.Run(ctx); done <- struct{}{} }()
+	pub := rabbit.NewPublisher(mq)
+	defer pub.Close()
+	t.Cleanup(func() { cancel(); <-done; <-done })
+
+	tr := &slessv1.Trigger{ObjectMeta: metav1.ObjectMeta{Name: "numbers", Namespace: slessv1.NamespaceFor("demo")},
+		Spec: slessv1.TriggerSpec{FunctionRef: slessv1.LocalRef{Name: "fx"}, Type: slessv1.TriggerQueue, Queue: &slessv1.QueueTrigger{Queue: "demo-numbers"}}}
+	q := &QueueTriggers{Exec: &Executor{Publisher: pub}, Log: log}
+	handled := make(chan string, 10)
+	h := q.guard("demo", tr, func(_ context.Context, d *amqp.Delivery) error {
+		if string(d.Body) == "boom" {
+			var none []string
+			_ = none[len(d.Body)] // index out of range, as a bug would
+		}
+		handled <- string(d.Body)
+		return nil
+	})
+	queue := rabbit.Queue{Name: "demo-numbers", External: true}
+	go func() {
+		_ = (&rabbit.Consumer{Client: mq, Queue: queue, Declare: true, Prefetch: 4, Handler: h}).Run(ctx)
+		done <- struct{}{}
+	}()
+	var ch *amqp.Channel
+	for deadline := time.Now().Add(10 * time.Second); ; time.Sleep(50 * time.Millisecond) {
+		if ch, err = mq.Channel(t.Context()); err == nil {
+			if _, err = ch.QueueDeclarePassive(queue.Name, true, false, false, false, nil); err == nil {
+				break
+			}
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("the trigger's queue was not declared within 10 s: %v", err)
+		}
+	}
+	for _, body := range []string{"boom", "fine"} {
+		if err := pub.Publish(t.Context(), "", queue.Name, amqp.Publishing{MessageId: "m-" + body, Body: []byte(body)}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	select {
+	case got := <-handled:
+		if got != "fine" {
+			t.Fatalf("handled %q, want the message after the panicking one", got)
+		}
+	case <-time.After(10 * time.Second):
+		t.Fatal("the message after the panicking one was not handled within 10 s")
+	}
+
+	get := func(queue string) (amqp.Delivery, bool) {
+		ch, err := mq.Channel(t.Context())
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer ch.Close()
+		var d amqp.Delivery
+		var ok bool
+		for deadline := time.Now().Add(10 * time.Second); !ok && time.Now().Before(deadline); time.Sleep(50 * time.Millisecond) {
+			if d, ok, err = ch.Get(queue, true); err != nil {
+				t.Fatal(err)
+			}
+		}
+		return d, ok
+	}
+	d, ok := get(msg.QueueDeadLetters)
+	if !ok {
+		t.Fatalf("no dead letter of record in %s within 10 s", msg.QueueDeadLetters)
+	}
+	var m msg.InvocationDeadLettered
+	if err := json.Unmarshal(d.Body, &m); err != nil {
+		t.Fatal(err)
+	}
+	if m.InvocationID != queueInvocationID(&amqp.Delivery{MessageId: "m-boom"}, tr) || m.Tenant != "demo" || m.Function != "fx" ||
+		m.Trigger != msg.TriggerQueue || m.TriggerName != "numbers" || m.Reason != rabbit.ReasonPoison ||
+		!strings.Contains(m.Error, "panicked") || !strings.Contains(m.Error, "index out of range") || string(m.Request.Request.Body) != "boom" {
+		t.Errorf("dead letter of record: %+v", m)
+	}
+	if d, ok := get(rabbit.DeadLetterQueue(queue.Name)); !ok || string(d.Body) != "boom" {
+		t.Errorf("the trigger's dead-letter queue holds %q (found: %v), want the panicked message", d.Body, ok)
 	}
 }
