@@ -29,6 +29,14 @@ set -euo pipefail
 ROOT=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
 cd "$ROOT"
 
+# One build of the workspace's dependencies for the tests, the make dev
+# binaries and the images: ko builds static binaries (CGO_ENABLED=0) with
+# -trimpath, and a package built with other settings is compiled again, so
+# every Go command of the run uses ko's, except the race detector's (which
+# needs cgo, and is a build of its own anyway). The tools under hack/
+# set their own (docs/decisions.md).
+export CGO_ENABLED=0 GOFLAGS="${GOFLAGS:+$GOFLAGS }-trimpath"
+
 # Every module of the Makefile's MODULES is in exactly one lane.
 # The modules whose tests stop shared servers (pkg, the invoker) go first,
 # before make verify, so that their outages come while the platform lane
@@ -50,8 +58,8 @@ done
 gotest() {
 	local m=$1
 	case $m in
-	pkg) (cd "$m" && go test -race -count=1 -timeout 25m ./...) ;;
-	services/*) (cd "$m" && go test -count=1 -timeout 25m . && go test -race -count=1 -timeout 25m ./internal/...) ;;
+	pkg) (cd "$m" && CGO_ENABLED=1 go test -race -count=1 -timeout 25m ./...) ;;
+	services/*) (cd "$m" && go test -count=1 -timeout 25m . && CGO_ENABLED=1 go test -race -count=1 -timeout 25m ./internal/...) ;;
 	terraform) (cd "$m" && TF_ACC=1 go test -count=1 -timeout 40m ./...) ;;
 	hack/cluster) (cd "$m" && go test -count=1 -timeout 40m -v ./...) ;;
 	*) (cd "$m" && go test -count=1 -timeout 25m ./...) ;;
