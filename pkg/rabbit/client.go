@@ -37,13 +37,14 @@ type Client struct {
 	conn    *amqp.Connection
 	up      chan struct{} // closed while conn is usable
 	stopped bool
-	holds   int           // consumers that still settle their deliveries
+	holds   int           // consumers (and others) that still settle their work
 	idle    chan struct{} // closed when holds drops to 0
+	drainUp time.Duration // the longest a holder asked for
 }
 
 // drainLimit bounds how long Run keeps the connection open after its
-// context ended, for the consumers that still finish their work (their
-// grace is 30 s by default).
+// context ended for a holder that named no limit (a consumer's grace is
+// 30 s by default).
 const drainLimit = 40 * time.Second
 
 // New returns a client for url; nothing connects until Run. The queues are
@@ -64,7 +65,7 @@ func (c *Client) WithDialer(d *net.Dialer) *Client {
 // Run dials, declares the topology and keeps the connection alive until ctx
 // ends, redialling with backoff whenever the broker goes away. After ctx
 // ended, the connection stays open while a Consumer of the client still
-// finishes its work in flight (at most drainLimit), so that their acks and
+// finishes its work in flight (see Hold), so that their acks and
 // publishes go out instead of every unfinished message coming back to run
 // again.
 func (c *Client) Run(ctx context.Context) error {
@@ -112,15 +113,22 @@ func (c *Client) Run(ctx context.Context) error {
 	}
 }
 
-// hold keeps the connection open after Run's context ended until release
-// is called (see Run).
-func (c *Client) hold() (release func()) {
+// Hold keeps the connection open after Run's context ended until release
+// is called, or for at most limit (drainLimit when 0): for work that
+// publishes on this client while it finishes on another (a queue trigger's
+// consumer, on the tenant's broker, records on the platform's). Every
+// Consumer holds its own client for as long as its Run lasts.
+func (c *Client) Hold(limit time.Duration) (release func()) {
+	if limit <= 0 {
+		limit = drainLimit
+	}
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	if c.holds == 0 {
 		c.idle = make(chan struct{})
 	}
 	c.holds++
+	c.drainUp = max(c.drainUp, limit)
 	var once sync.Once
 	return func() {
 		once.Do(func() {
@@ -133,22 +141,22 @@ func (c *Client) hold() (release func()) {
 	}
 }
 
-// drain waits until no consumer holds the connection, it closed, or
-// drainLimit passed.
+// drain waits until nothing holds the connection, it closed, or the
+// longest limit a holder asked for passed.
 func (c *Client) drain(closed <-chan *amqp.Error) {
 	c.mu.Lock()
-	holds, idle := c.holds, c.idle
+	holds, idle, limit := c.holds, c.idle, c.drainUp
 	c.mu.Unlock()
 	if holds == 0 {
 		return
 	}
-	t := time.NewTimer(drainLimit)
+	t := time.NewTimer(limit)
 	defer t.Stop()
 	select {
 	case <-idle:
 	case <-closed:
 	case <-t.C:
-		c.log.Warn("closing the rabbitmq connection with consumers still finishing their work", "consumers", holds, "waited", drainLimit.String())
+		c.log.Warn("closing the rabbitmq connection with work still settling on it", "holders", holds, "waited", limit.String())
 	}
 }
 

@@ -114,14 +114,14 @@ func (c *Consumer) Run(ctx context.Context) error {
 	if c.Tracer == nil {
 		c.Tracer = noop.NewTracerProvider().Tracer("rabbit")
 	}
-	// The connection outlives ctx until the work in flight is settled.
-	defer c.Client.hold()()
-	pub := NewPublisher(c.Client)
-	defer pub.Close()
 	grace := c.Grace
 	if grace <= 0 {
 		grace = 30 * time.Second
 	}
+	// The connection outlives ctx until the work in flight is settled.
+	defer c.Client.Hold(grace + 10*time.Second)()
+	pub := NewPublisher(c.Client)
+	defer pub.Close()
 	// Handlers outlive ctx by up to grace, so that in-flight work finishes.
 	work, stopWork := context.WithCancel(context.WithoutCancel(ctx))
 	defer stopWork()

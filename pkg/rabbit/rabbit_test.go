@@ -642,6 +642,8 @@ func TestStoppingSettlesTheWorkInFlight(t *testing.T) {
 	const n = 5
 	var started, finished atomic.Int32
 	release := make(chan struct{})
+	letGo := sync.OnceFunc(func() { close(release) })
+	t.Cleanup(letGo) // a failed test does not leave its handlers blocked
 	consumerDone := make(chan struct{})
 	go func() {
 		_ = (&Consumer{Client: c, Queue: q, Prefetch: 2 * n, Handler: func(context.Context, *amqp.Delivery) error {
@@ -664,7 +666,7 @@ func TestStoppingSettlesTheWorkInFlight(t *testing.T) {
 	if !c.Connected() {
 		t.Fatal("the connection closed while handlers were still working")
 	}
-	close(release)
+	letGo()
 	for what, done := range map[string]chan struct{}{"consumer": consumerDone, "client": clientDone} {
 		select {
 		case <-done:
@@ -686,5 +688,36 @@ func TestStoppingSettlesTheWorkInFlight(t *testing.T) {
 	}
 	if left.Messages != 0 || finished.Load() != n {
 		t.Fatalf("%d of %d handlers finished, %d messages back in the queue (want every one acked)", finished.Load(), n, left.Messages)
+	}
+}
+
+// TestHoldKeepsTheConnectionForOtherWork: work that publishes on a client
+// while it finishes elsewhere (a queue trigger's consumer on the tenant's
+// broker records on the platform's) holds the client open after its
+// context ended, until it lets go.
+func TestHoldKeepsTheConnectionForOtherWork(t *testing.T) {
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	c := New(testenv.RabbitURL(t), t.Name(), quiet())
+	done := make(chan struct{})
+	go func() { _ = c.Run(ctx); close(done) }()
+	waitFor(t, 10*time.Second, "client connected", c.Connected)
+	release := c.Hold(0)
+	t.Cleanup(release)
+	cancel()
+	time.Sleep(200 * time.Millisecond) // a connection closed at once is closed by now
+	if !c.Connected() {
+		t.Fatal("the connection closed while held")
+	}
+	pub := NewPublisher(c)
+	defer pub.Close()
+	if err := pub.Publish(t.Context(), "", "", amqp.Publishing{Body: []byte("still open")}); err != nil {
+		t.Fatalf("publish on a held client after its context ended: %v", err)
+	}
+	release()
+	select {
+	case <-done:
+	case <-time.After(10 * time.Second):
+		t.Fatal("the client did not stop 10 s after it was let go")
 	}
 }

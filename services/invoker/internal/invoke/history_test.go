@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"io"
 	"log/slog"
+	"net/url"
 	"strings"
 	"sync/atomic"
 	"testing"
@@ -76,7 +77,7 @@ func newHistory(t *testing.T) *historyWorld {
 	t.Cleanup(func() { cancel(); <-hDone; pub.Close(); <-mqDone })
 	for deadline := time.Now().Add(10 * time.Second); !w.mq.Connected(); time.Sleep(20 * time.Millisecond) {
 		if time.Now().After(deadline) {
-			t.Fatalf("the broker (%s) not connected within 10 s", testenv.RabbitURL(t))
+			t.Fatalf("the broker (%s) not connected within 10 s", redacted(vhost))
 		}
 	}
 	return w
@@ -236,4 +237,13 @@ func TestBatchIsOneStatement(t *testing.T) {
 	if got := len(w.errors(t)); got != 200 {
 		t.Errorf("%d records written, want 200", got)
 	}
+}
+
+// redacted is a broker URL without its password, for a failure message.
+func redacted(raw string) string {
+	u, err := url.Parse(raw)
+	if err != nil {
+		return "(an unparsable URL)"
+	}
+	return u.Redacted()
 }

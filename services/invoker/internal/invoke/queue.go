@@ -55,8 +55,12 @@ type QueueTriggers struct {
 	// with a tenant's credentials and vhost.
 	BrokerURL string
 	Exec      *Executor
-	Log       *slog.Logger
-	Egress    *egress.Policy // applies to external brokers, never to the platform's
+	// Platform is the platform broker's client, which Exec publishes the
+	// records and dead letters on; a stopping consumer holds it open
+	// until its work in flight is recorded (rabbit.Client.Hold).
+	Platform *rabbit.Client
+	Log      *slog.Logger
+	Egress   *egress.Policy // applies to external brokers, never to the platform's
 
 	base    context.Context // consumers run until it ends (Run's)
 	mu      sync.Mutex
@@ -296,8 +300,31 @@ func (q *QueueTriggers) start(parent context.Context, t *slessv1.Trigger, tenant
 	// loop, 2x 0.43-0.47, 4x 0.49-0.73, 8x 0.62-0.71; 4x keeps one replica
 	// from hoarding a queue that other replicas could share.
 	concurrency := int(max(spec.Concurrency, 1))
+	handle := q.handler(tenant, t, concurrency)
+	cons := &rabbit.Consumer{Client: broker, Queue: queue, Prefetch: QueuePrefetch(concurrency), Handler: handle, Tracer: q.Exec.Tracer, Declare: true,
+		OnConsume: func() { q.report(ctx, t, nil, metav1.ConditionTrue, "Consuming", "consuming queue "+spec.Queue) },
+		OnError: func(err error) {
+			if reason, ok := refusalReason(err); ok {
+				q.report(ctx, t, nil, metav1.ConditionFalse, reason, err.Error())
+			}
+		}}
+	// Its handlers record on the platform broker: that connection stays
+	// open until they are done, when the invoker stops as a whole.
+	releasePlatform := func() {}
+	if q.Platform != nil {
+		releasePlatform = q.Platform.Hold(0)
+	}
+	wg.Go(func() { defer releasePlatform(); _ = cons.Run(ctx) })
+	go func() { wg.Wait(); close(c.done) }()
+	return c
+}
+
+// handler handles the messages of trigger t: at most concurrency calls at
+// once, a message already recorded not called again, every outcome
+// recorded, under guard.
+func (q *QueueTriggers) handler(tenant string, t *slessv1.Trigger, concurrency int) rabbit.Handler {
 	calls := make(chan struct{}, concurrency)
-	handle := q.guard(tenant, t, func(ctx context.Context, d *amqp.Delivery) error {
+	return q.guard(tenant, t, func(ctx context.Context, d *amqp.Delivery) error {
 		req := requestFromDelivery(d, tenant, t)
 		attempt := rabbit.Attempt(d)
 		if d.MessageId != "" && (d.Redelivered || attempt > 1) {
@@ -310,20 +337,14 @@ func (q *QueueTriggers) start(parent context.Context, t *slessv1.Trigger, tenant
 		case <-ctx.Done():
 			return ctx.Err()
 		}
+		// Freed by a panic too (guard recovers it): a slot lost would stop
+		// the trigger for good at concurrency 1.
+		free := sync.OnceFunc(func() { <-calls })
+		defer free()
 		rec, retryable := q.Exec.Execute(ctx, req, attempt)
-		<-calls
+		free()
 		return q.Exec.conclude(ctx, req, rec, attempt, retryable)
 	})
-	cons := &rabbit.Consumer{Client: broker, Queue: queue, Prefetch: QueuePrefetch(concurrency), Handler: handle, Tracer: q.Exec.Tracer, Declare: true,
-		OnConsume: func() { q.report(ctx, t, nil, metav1.ConditionTrue, "Consuming", "consuming queue "+spec.Queue) },
-		OnError: func(err error) {
-			if reason, ok := refusalReason(err); ok {
-				q.report(ctx, t, nil, metav1.ConditionFalse, reason, err.Error())
-			}
-		}}
-	wg.Go(func() { _ = cons.Run(ctx) })
-	go func() { wg.Wait(); close(c.done) }()
-	return c
 }
 
 // guard runs h under a recover: a message whose handling panics is given
@@ -350,7 +371,9 @@ func (q *QueueTriggers) guard(tenant string, t *slessv1.Trigger, h rabbit.Handle
 				TriggerName: t.Name, Reason: rabbit.ReasonPoison, Error: cause.Error(), Attempts: int32(rabbit.Attempt(d)), Request: *req,
 				DeadLetteredAt: time.Now().UTC()}
 			if perr := q.Exec.Publisher.PublishMessage(ctx, m); perr != nil {
-				err = fmt.Errorf("%w; its dead letter was not recorded: %v", cause, perr) // back by the queue's policy
+				// Not given up on unrecorded: it comes back later, without
+				// counting an attempt, and dies once it can be recorded.
+				err = rabbit.Defer(fmt.Errorf("%w; its dead letter was not recorded: %v", cause, perr))
 				return
 			}
 			err = rabbit.Permanent(cause)

@@ -6,12 +6,17 @@ import (
 	"io"
 	"log/slog"
 	"strings"
+	"sync/atomic"
 	"testing"
 	"time"
 
 	"github.com/google/go-cmp/cmp"
+	"github.com/prometheus/client_golang/prometheus"
 	amqp "github.com/rabbitmq/amqp091-go"
+	"go.opentelemetry.io/otel/trace/noop"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	slessv1 "github.com/kube5s/sless/pkg/apis/sless/v1alpha1"
 	"github.com/kube5s/sless/pkg/msg"
@@ -54,11 +59,26 @@ func TestRequestFromDeliveryChecksHeaders(t *testing.T) {
 	}
 }
 
+// panicsOnce is a watch cache whose first read panics (as a bug in the
+// call path would), and which holds no function after that.
+type panicsOnce struct{ n atomic.Int32 }
+
+func (p *panicsOnce) Get(_ context.Context, key client.ObjectKey, _ client.Object, _ ...client.GetOption) error {
+	if p.n.Add(1) == 1 {
+		var none []string
+		_ = none[len(key.Name)] // index out of range
+	}
+	return apierrors.NewNotFound(slessv1.GroupVersion.WithResource("functions").GroupResource(), key.Name)
+}
+
+func (p *panicsOnce) List(context.Context, client.ObjectList, ...client.ListOption) error { return nil }
+
 // TestPanickedQueueMessageIsADeadLetterOfRecord: a queue message whose
-// handling panics is given up on, and the platform records it as a dead
-// letter (reason, the panic's text, the message's body), which the API
-// shows and replays; the message itself goes to the trigger's dead-letter
-// queue, and the consumer goes on with the next one.
+// handling panics (here inside the call, while it holds the trigger's one
+// call slot) is given up on, and the platform records it as a dead letter
+// (reason, the panic's text, the message's body), which the API shows and
+// replays; the message itself goes to the trigger's dead-letter queue, and
+// the trigger goes on with the next message.
 func TestPanickedQueueMessageIsADeadLetterOfRecord(t *testing.T) {
 	vhost, cleanup, err := testenv.RabbitVhost()
 	if err != nil {
@@ -76,19 +96,12 @@ func TestPanickedQueueMessageIsADeadLetterOfRecord(t *testing.T) {
 
 	tr := &slessv1.Trigger{ObjectMeta: metav1.ObjectMeta{Name: "numbers", Namespace: slessv1.NamespaceFor("demo")},
 		Spec: slessv1.TriggerSpec{FunctionRef: slessv1.LocalRef{Name: "fx"}, Type: slessv1.TriggerQueue, Queue: &slessv1.QueueTrigger{Queue: "demo-numbers"}}}
-	q := &QueueTriggers{Exec: &Executor{Publisher: pub}, Log: log}
-	handled := make(chan string, 10)
-	h := q.guard("demo", tr, func(_ context.Context, d *amqp.Delivery) error {
-		if string(d.Body) == "boom" {
-			var none []string
-			_ = none[len(d.Body)] // index out of range, as a bug would
-		}
-		handled <- string(d.Body)
-		return nil
-	})
+	exec := &Executor{Functions: &panicsOnce{}, Publisher: pub, Records: &Records{Publisher: pub, MaxBatch: 16}, Log: log,
+		Tracer: noop.NewTracerProvider().Tracer("test"), Metrics: NewMetrics(prometheus.NewRegistry())}
+	q := &QueueTriggers{Exec: exec, Platform: mq, Log: log}
 	queue := rabbit.Queue{Name: "demo-numbers", External: true}
 	go func() {
-		_ = (&rabbit.Consumer{Client: mq, Queue: queue, Declare: true, Prefetch: 4, Handler: h}).Run(ctx)
+		_ = (&rabbit.Consumer{Client: mq, Queue: queue, Declare: true, Prefetch: QueuePrefetch(1), Handler: q.handler("demo", tr, 1)}).Run(ctx)
 		done <- struct{}{}
 	}()
 	var ch *amqp.Channel
@@ -102,20 +115,11 @@ func TestPanickedQueueMessageIsADeadLetterOfRecord(t *testing.T) {
 			t.Fatalf("the trigger's queue was not declared within 10 s: %v", err)
 		}
 	}
-	for _, body := range []string{"boom", "fine"} {
+	publish := func(body string) {
 		if err := pub.Publish(t.Context(), "", queue.Name, amqp.Publishing{MessageId: "m-" + body, Body: []byte(body)}); err != nil {
 			t.Fatal(err)
 		}
 	}
-	select {
-	case got := <-handled:
-		if got != "fine" {
-			t.Fatalf("handled %q, want the message after the panicking one", got)
-		}
-	case <-time.After(10 * time.Second):
-		t.Fatal("the message after the panicking one was not handled within 10 s")
-	}
-
 	get := func(queue string) (amqp.Delivery, bool) {
 		ch, err := mq.Channel(t.Context())
 		if err != nil {
@@ -131,6 +135,8 @@ func TestPanickedQueueMessageIsADeadLetterOfRecord(t *testing.T) {
 		}
 		return d, ok
 	}
+
+	publish("boom")
 	d, ok := get(msg.QueueDeadLetters)
 	if !ok {
 		t.Fatalf("no dead letter of record in %s within 10 s", msg.QueueDeadLetters)
@@ -144,7 +150,17 @@ func TestPanickedQueueMessageIsADeadLetterOfRecord(t *testing.T) {
 		!strings.Contains(m.Error, "panicked") || !strings.Contains(m.Error, "index out of range") || string(m.Request.Request.Body) != "boom" {
 		t.Errorf("dead letter of record: %+v", m)
 	}
-	if d, ok := get(rabbit.DeadLetterQueue(queue.Name)); !ok || string(d.Body) != "boom" {
-		t.Errorf("the trigger's dead-letter queue holds %q (found: %v), want the panicked message", d.Body, ok)
+	if d, ok := get(rabbit.DeadLetterQueue(queue.Name)); !ok || string(d.Body) != "boom" || d.Headers[rabbit.HeaderReason] != rabbit.ReasonPoison {
+		t.Errorf("the trigger's dead-letter queue holds %q %v (found: %v), want the panicked message as poison", d.Body, d.Headers, ok)
+	}
+
+	// The panic freed its call slot: the next message is called and recorded.
+	publish("next")
+	d, ok = get(msg.QueueInvocationHistory)
+	if !ok {
+		t.Fatalf("the message after the panicked one was not recorded within 10 s (its call slot was not freed?)")
+	}
+	if want := queueInvocationID(&amqp.Delivery{MessageId: "m-next"}, tr); !strings.Contains(string(d.Body), want) {
+		t.Errorf("history holds %s, want the record of %s", d.Body, want)
 	}
 }
