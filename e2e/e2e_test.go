@@ -58,7 +58,7 @@ func startPlatform(t *testing.T) *platform {
 	state := t.TempDir()
 	gw := testenv.FreeAddr(t)
 	port := gw[strings.LastIndex(gw, ":")+1:]
-	opsBase := 30000 + os.Getpid()%5000
+	opsBase := testenv.FreePortBlock(t, 5)
 	db := testenv.Name("sless_e2e_")
 	bucket := testenv.Name("sless-e2e-")
 	cmd := exec.Command("bash", filepath.Join("..", "hack", "dev.sh"))

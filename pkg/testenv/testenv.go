@@ -173,6 +173,35 @@ func FreeAddr(t testing.TB) string {
 	return ln.Addr().String()
 }
 
+// FreePortBlock returns the first of n consecutive loopback ports that
+// were free a moment ago, for programs that take their ports as a base and
+// offsets (make dev's ops ports). It searches 20000-26999: below Linux's
+// ephemeral range (32768+, where outgoing connections take their ports)
+// and the node ports of the one-node cluster (30000-32767), and below the
+// fixed ports of the programs the tests start beside them (Jaeger's expvar
+// and remote-storage listeners on 27777 and 27778, which a make dev
+// starting its Jaeger after this search would take from under it).
+func FreePortBlock(t testing.TB, n int) int {
+	t.Helper()
+	for try := range 50 {
+		base := 20000 + (os.Getpid()+try*97)%(7000-n)
+		free := true
+		for p := base; p < base+n && free; p++ {
+			ln, err := net.Listen("tcp", fmt.Sprintf("127.0.0.1:%d", p))
+			if err != nil {
+				free = false
+				break
+			}
+			ln.Close()
+		}
+		if free {
+			return base
+		}
+	}
+	t.Fatalf("no %d consecutive free ports in 20000-26999", n)
+	return 0
+}
+
 // ServiceEnv returns the environment a service needs to reach the test
 // servers: a fresh database, the broker, a fresh bucket and, when kubeconfig
 // is not empty, the control plane.

@@ -7,7 +7,6 @@ import (
 	"errors"
 	"fmt"
 	"io"
-	"net"
 	"net/http"
 	"os"
 	"os/exec"
@@ -40,7 +39,7 @@ func startPlatform(t *testing.T) *platform {
 	state := t.TempDir()
 	gw := testenv.FreeAddr(t)
 	port := gw[strings.LastIndex(gw, ":")+1:]
-	opsBase := freeOpsBase(t)
+	opsBase := testenv.FreePortBlock(t, 5)
 	cmd := exec.Command("bash", filepath.Join(repoRoot, "hack", "dev.sh"))
 	cmd.Env = append(os.Environ(), "SLESS_DEV_PORT="+port, fmt.Sprintf("SLESS_DEV_OPS_BASE=%d", opsBase), "SLESS_DEV_STATE="+state,
 		"SLESS_DEV_DATABASE="+testenv.Name("sless_tf_"), "SLESS_DEV_BUCKET="+testenv.Name("sless-tf-"), "SLESS_DEV_RABBITMQ_URL="+vhost)
@@ -109,30 +108,6 @@ func startPlatform(t *testing.T) *platform {
 		case <-time.After(300 * time.Millisecond):
 		}
 	}
-}
-
-// freeOpsBase finds five consecutive free ports for the services' ops
-// listeners, below Linux's ephemeral range (32768+, where outgoing
-// connections take their ports) and away from the e2e tests' 30000-34999.
-func freeOpsBase(t *testing.T) int {
-	t.Helper()
-	for try := 0; try < 50; try++ {
-		base := 20000 + (os.Getpid()+try*97)%9000
-		free := true
-		for p := base; p < base+5 && free; p++ {
-			ln, err := net.Listen("tcp", fmt.Sprintf("127.0.0.1:%d", p))
-			if err != nil {
-				free = false
-				break
-			}
-			ln.Close()
-		}
-		if free {
-			return base
-		}
-	}
-	t.Fatal("no five consecutive free ports in 20000-28999")
-	return 0
 }
 
 func lastLines(s string, n int) string {
