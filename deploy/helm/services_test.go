@@ -56,6 +56,7 @@ func impersonating(t *testing.T, base, component string) string {
 // trigger fired with its status updated, a queue trigger consumed with its
 // broker URL read from a Secret.
 func TestServicesRunAsTheirServiceAccounts(t *testing.T) {
+	testenv.SteadyServers(t) // no broker or database outage of the module tests in the middle
 	admin, err := client.New(kube.Config, client.Options{Scheme: testenv.Scheme()})
 	if err != nil {
 		t.Fatal(err)

@@ -12,6 +12,7 @@ var kube *testenv.Kube
 func TestMain(m *testing.M) { os.Exit(testenv.MainWithKube(m, &kube)) }
 
 func TestRunServesOpsAndStops(t *testing.T) {
+	testenv.SteadyServers(t)
 	env := testenv.ServiceEnv(t, kube.KubeconfigFile(t))
 
 	testenv.CheckOps(t, run, env)

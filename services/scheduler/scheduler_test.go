@@ -39,6 +39,9 @@ type schedWorld struct {
 
 func newSchedWorld(t *testing.T) *schedWorld {
 	t.Helper()
+	// The scheduler's tests run beside the module tests that stop the
+	// broker or the database (hack/test.sh): none of those in the middle.
+	testenv.SteadyServers(t)
 	vhost, cleanup, err := testenv.RabbitVhost()
 	if err != nil {
 		t.Fatal(err)
@@ -278,6 +281,7 @@ func TestForbidSkipsWhileThePreviousFireRuns(t *testing.T) {
 // and in a namespace that only looks like a tenant's (no label) never
 // fire, and do not stop the scheduler from firing a tenant's trigger.
 func TestTriggerOutsideATenantNamespaceIsIgnored(t *testing.T) {
+	testenv.SteadyServers(t)
 	vhost, cleanup, err := testenv.RabbitVhost()
 	if err != nil {
 		t.Fatal(err)
