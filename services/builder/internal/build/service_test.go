@@ -15,6 +15,7 @@ import (
 	"os/exec"
 	"path/filepath"
 	"strconv"
+	"syscall"
 	"strings"
 	"sync"
 	"testing"
@@ -181,10 +182,14 @@ func serve(t *testing.T, interp, wrapper, dir, entrypoint string) string {
 		"PYTHONPATH="+filepath.Join(dir, "deps"))
 	out := &testenv.SyncBuffer{}
 	c.Stdout, c.Stderr = out, out
+	// The wrapper forks workers that share its output pipe: the whole
+	// group goes, and Wait does not wait on a pipe a straggler still holds.
+	c.SysProcAttr = &syscall.SysProcAttr{Setpgid: true}
+	c.WaitDelay = 5 * time.Second
 	if err := c.Start(); err != nil {
 		t.Fatal(err)
 	}
-	defer func() { _ = c.Process.Kill(); _ = c.Wait() }()
+	defer func() { _ = syscall.Kill(-c.Process.Pid, syscall.SIGKILL); _ = c.Wait() }()
 	deadline := time.Now().Add(20 * time.Second)
 	last := "no answer"
 	for time.Now().Before(deadline) {
