@@ -188,11 +188,9 @@ func FreePortBlock(t testing.TB, n int) int {
 		free := true
 		for p := base; p < base+n && free; p++ {
 			ln, err := net.Listen("tcp", fmt.Sprintf("127.0.0.1:%d", p))
-			if err != nil {
-				free = false
-				break
+			if free = err == nil; free {
+				ln.Close()
 			}
-			ln.Close()
 		}
 		if free {
 			return base

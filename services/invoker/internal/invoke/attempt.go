@@ -66,7 +66,7 @@ func (e *Executor) conclude(ctx context.Context, req *msg.InvocationRequested, r
 		return rabbit.Retry(fmt.Errorf("%w: %s", errRetry, rec.Error))
 	}
 	if verdict == Exhausted {
-		if err := e.publishDeadLetter(ctx, req, rec); err != nil {
+		if err := e.publishDeadLetter(ctx, req, rabbit.ReasonExhausted, rec.Error, rec.Attempts); err != nil {
 			return err // the message comes back, and dies again
 		}
 	}

@@ -23,9 +23,9 @@ import (
 // itself so that it can be replayed, before the message moves to its
 // dead-letter queue: a tenant sees and replays dead letters through the
 // API, not in the broker.
-func (e *Executor) publishDeadLetter(ctx context.Context, req *msg.InvocationRequested, rec *msg.InvocationCompleted) error {
+func (e *Executor) publishDeadLetter(ctx context.Context, req *msg.InvocationRequested, reason, why string, attempts int32) error {
 	m := &msg.InvocationDeadLettered{InvocationID: req.InvocationID, Tenant: req.Tenant, Function: req.Function, Trigger: req.Trigger,
-		TriggerName: req.TriggerName, Reason: rabbit.ReasonExhausted, Error: rec.Error, Attempts: rec.Attempts, Request: *req,
+		TriggerName: req.TriggerName, Reason: reason, Error: why, Attempts: attempts, Request: *req,
 		DeadLetteredAt: time.Now().UTC()}
 	if err := e.Publisher.PublishMessage(ctx, m); err != nil {
 		return fmt.Errorf("publish dead letter %s: %w", req.InvocationID, err)

@@ -367,10 +367,7 @@ func (q *QueueTriggers) guard(tenant string, t *slessv1.Trigger, h rabbit.Handle
 			req := &msg.InvocationRequested{InvocationID: queueInvocationID(d, t), Tenant: tenant, Namespace: t.Namespace,
 				Function: t.Spec.FunctionRef.Name, Trigger: msg.TriggerQueue, TriggerName: t.Name,
 				Request: msg.Request{Method: "POST", Path: "/", Body: d.Body}, EnqueuedAt: time.Now().UTC()}
-			m := &msg.InvocationDeadLettered{InvocationID: req.InvocationID, Tenant: tenant, Function: req.Function, Trigger: msg.TriggerQueue,
-				TriggerName: t.Name, Reason: rabbit.ReasonPoison, Error: cause.Error(), Attempts: int32(rabbit.Attempt(d)), Request: *req,
-				DeadLetteredAt: time.Now().UTC()}
-			if perr := q.Exec.Publisher.PublishMessage(ctx, m); perr != nil {
+			if perr := q.Exec.publishDeadLetter(ctx, req, rabbit.ReasonPoison, cause.Error(), int32(rabbit.Attempt(d))); perr != nil {
 				// Not given up on unrecorded: it comes back later, without
 				// counting an attempt, and dies once it can be recorded.
 				err = rabbit.Defer(fmt.Errorf("%w; its dead letter was not recorded: %v", cause, perr))
