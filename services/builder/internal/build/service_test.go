@@ -15,9 +15,9 @@ import (
 	"os/exec"
 	"path/filepath"
 	"strconv"
-	"syscall"
 	"strings"
 	"sync"
+	"syscall"
 	"testing"
 	"time"
 
