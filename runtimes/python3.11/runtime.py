@@ -285,7 +285,7 @@ class Worker:
         self.lock = threading.Lock()  # the semaphore, inflight and the published count move together
         self.inflight = {}  # token -> Invocation
         self.next_token = 0
-        self.conns = {}  # socket -> [busy, abandoned, fresh, accepted at]
+        self.conns = {}  # socket -> [busy, abandoned, fresh, accepted at, reading side shut]
         self.loop = threading.local()
 
     # -- lifecycle
@@ -352,10 +352,11 @@ class Worker:
         self.close_idle()
 
     def close_idle(self):
-        """Shuts the connections that wait for a request; reports whether any
+        """Closes the connections that wait for a request; reports whether any
         connection is still busy."""
         busy = False
         now = time.monotonic()
+        shut = []
         for conn, st in list(self.conns.items()):
             if st[1]:
                 continue
@@ -364,8 +365,19 @@ class Worker:
             # client just reused): closing it would drop that request.
             if st[0] or (st[2] and now - st[3] < 1) or has_input(conn):
                 busy = True
-            else:
-                shutdown(conn)
+                continue
+            # Only its reading side: its thread may have read a request
+            # line an instant ago, not yet marked busy, and still answers
+            # it. A thread that waits for a request sees the end of input
+            # and closes the connection itself.
+            st[4] = True
+            shutdown(conn, socket.SHUT_RD)
+            shut.append(conn)
+        # Those threads close their connections at once; a client that has
+        # an answer after this (a 504) finds them closed, not reset later.
+        deadline = time.monotonic() + 1
+        while any(c in self.conns for c in shut) and time.monotonic() < deadline:
+            time.sleep(0.001)
         return busy
 
     def finish(self):
@@ -418,7 +430,8 @@ class Worker:
     # -- HTTP
 
     def serve_conn(self, conn):
-        state = [False, False, True, time.monotonic()]  # busy, abandoned (its invocation timed out), fresh, accepted at
+        # busy, abandoned (its invocation timed out), fresh, accepted at, reading side shut by close_idle
+        state = [False, False, True, time.monotonic(), False]
         self.conns[conn] = state
         rfile = conn.makefile("rb", 65536)
         try:
@@ -432,6 +445,8 @@ class Worker:
                 try:
                     keep = self.one_request(conn, rfile, line, state)
                 except BadRequest as e:
+                    if state[4]:
+                        return  # cut short by close_idle, not malformed: no answer, as a reset would have had
                     status, headers, body = problem(e.status, "BadRequest", str(e), None)
                     conn.sendall(render(status, headers, None, body, True))
                     return
@@ -445,10 +460,10 @@ class Worker:
         except OSError:
             pass
         finally:
-            self.conns.pop(conn, None)
             if not state[1]:
                 rfile.close()
                 conn.close()
+            self.conns.pop(conn, None)  # after the close: close_idle waits for it
 
     def one_request(self, conn, rfile, line, state):
         """Reads and answers one request; returns whether the connection stays open."""

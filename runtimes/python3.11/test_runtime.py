@@ -5,6 +5,7 @@ behaviour. Run: python3 -m unittest -v test_runtime.py"""
 import base64
 import http.client
 import json
+import mmap
 import os
 import resource
 import signal
@@ -362,6 +363,88 @@ class BehaviourTest(unittest.TestCase):
             time.sleep(0.3)
             self.assertEqual(rt.logs().count("handler failed to load"), 1)
 
+
+class RecycleRaceTest(unittest.TestCase):
+    """The worker's own connection handling, in this process, where the
+    moment a recycle lands can be chosen."""
+
+    def serve_with_recycle_after_line(self, n):
+        """A worker serving one kept-alive connection; it recycles right
+        after the connection's nth request line is read. Returns the
+        client's socket and the connection's thread."""
+        sys.path.insert(0, HERE)
+        import runtime
+        status_r, status_w = os.pipe()
+        self.addCleanup(os.close, status_r)
+        self.addCleanup(os.close, status_w)
+        cfg = runtime.Config({"SLESS_TIMEOUT_SEC": "5", "SLESS_CONCURRENCY": "2", "SLESS_FUNCTION": "race"})
+        worker = runtime.Worker(cfg, None, threading.BoundedSemaphore(2), mmap.mmap(-1, runtime.SLOT.size), 0, status_w)
+        worker.handler = lambda event, context: "answered"
+        lines = []
+
+        class RecyclingReader:
+            def __init__(self, raw):
+                self.raw = raw
+
+            def readline(self, limit=-1):
+                line = self.raw.readline(limit)
+                if line.startswith(b"POST "):
+                    lines.append(line)
+                    if len(lines) == n:
+                        worker.recycle()
+                return line
+
+            def read(self, size=-1):
+                return self.raw.read(size)
+
+            def close(self):
+                self.raw.close()
+
+        class RacingSocket(socket.socket):
+            def makefile(self, *args, **kwargs):
+                return RecyclingReader(super().makefile(*args, **kwargs))
+
+        with socket.create_server(("127.0.0.1", 0)) as listener:
+            client = socket.create_connection(listener.getsockname(), timeout=10)
+            self.addCleanup(client.close)
+            accepted, _ = listener.accept()
+        served = threading.Thread(target=worker.serve_conn, args=(RacingSocket(fileno=accepted.detach()),), daemon=True)
+        served.start()
+        self.addCleanup(lambda: self.assertEqual(os.read(status_r, 100), b"recycle\n"))
+        return client, served
+
+    def test_a_request_read_as_the_worker_recycles_is_answered(self):
+        # A kept-alive connection's thread had read the next request line
+        # but not yet marked itself busy when a recycle closed the idle
+        # connections: the request was dropped (the client saw the
+        # connection end with no answer).
+        client, served = self.serve_with_recycle_after_line(2)
+        c = http.client.HTTPConnection("127.0.0.1", 0, timeout=10)
+        c.sock = client
+        for i in range(2):
+            with self.subTest(request=i + 1):
+                c.request("POST", "/", body=b"{}")
+                r = c.getresponse()
+                self.assertEqual((r.status, r.read()), (200, b"answered"))
+        served.join(10)
+        self.assertFalse(served.is_alive(), "the connection's thread did not end after the recycle")
+
+    def test_a_request_cut_by_the_recycle_is_not_called_malformed(self):
+        # The recycle lands after a kept-alive connection's request line,
+        # before the body came:
+        # the request ends early because the worker closed its reading
+        # side, not because the client sent a bad one, so no 400.
+        client, served = self.serve_with_recycle_after_line(2)
+        f = client.makefile("rb")
+        client.sendall(b"POST / HTTP/1.1\r\nHost: w\r\nContent-Length: 2\r\n\r\n{}")
+        self.assertIn(b" 200 ", f.readline())
+        while f.readline() not in (b"\r\n", b""):
+            pass
+        self.assertEqual(f.read(8), b"answered")
+        client.sendall(b"POST / HTTP/1.1\r\nHost: w\r\nContent-Length: 2\r\n\r\n")
+        served.join(10)
+        self.assertFalse(served.is_alive(), "the connection's thread did not end after the recycle")
+        self.assertEqual(f.read(), b"", "an answer to a request the worker cut short")
 
 if __name__ == "__main__":
     unittest.main()
