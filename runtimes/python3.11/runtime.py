@@ -373,12 +373,14 @@ class Worker:
             st[4] = True
             shutdown(conn, socket.SHUT_RD)
             shut.append(conn)
-        # Those threads close their connections at once; a client that has
-        # an answer after this (a 504) finds them closed, not reset later.
+        # Those threads close their connections at once, so a client that
+        # has an answer after this (a 504) finds them closed, not reset
+        # later; or they mark themselves busy, having read a request. A
+        # connection still open is busy.
         deadline = time.monotonic() + 1
-        while any(c in self.conns for c in shut) and time.monotonic() < deadline:
+        while any(not self.conns.get(c, (True,))[0] for c in shut) and time.monotonic() < deadline:
             time.sleep(0.001)
-        return busy
+        return busy or any(c in self.conns for c in shut)
 
     def finish(self):
         """After the accept loop: wait for the invocations still running (not

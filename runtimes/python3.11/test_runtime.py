@@ -8,6 +8,7 @@ import json
 import mmap
 import os
 import resource
+import select
 import signal
 import socket
 import subprocess
@@ -410,7 +411,10 @@ class RecycleRaceTest(unittest.TestCase):
             accepted, _ = listener.accept()
         served = threading.Thread(target=worker.serve_conn, args=(RacingSocket(fileno=accepted.detach()),), daemon=True)
         served.start()
-        self.addCleanup(lambda: self.assertEqual(os.read(status_r, 100), b"recycle\n"))
+        def recycled():
+            ready, _, _ = select.select([status_r], [], [], 10)
+            self.assertEqual(os.read(status_r, 100) if ready else b"", b"recycle\n", "the worker did not report its recycle")
+        self.addCleanup(recycled)
         return client, served
 
     def test_a_request_read_as_the_worker_recycles_is_answered(self):
