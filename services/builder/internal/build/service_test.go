@@ -182,8 +182,11 @@ func serve(t *testing.T, interp, wrapper, dir, entrypoint string) string {
 		"PYTHONPATH="+filepath.Join(dir, "deps"))
 	out := &testenv.SyncBuffer{}
 	c.Stdout, c.Stderr = out, out
-	// The wrapper forks workers that share its output pipe: the whole
-	// group goes, and Wait does not wait on a pipe a straggler still holds.
+	// The wrapper forks workers that share its output pipe. Each worker
+	// moves to a group of its own, so the group kill reaches the
+	// supervisor (and what else is left in its group); the workers follow
+	// through their parent-death signal. WaitDelay is what keeps Wait from
+	// waiting on a pipe a straggler still holds.
 	c.SysProcAttr = &syscall.SysProcAttr{Setpgid: true}
 	c.WaitDelay = 5 * time.Second
 	if err := c.Start(); err != nil {

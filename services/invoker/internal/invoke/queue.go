@@ -363,10 +363,7 @@ func (q *QueueTriggers) guard(tenant string, t *slessv1.Trigger, h rabbit.Handle
 			cause := fmt.Errorf("handler panicked: %v", p)
 			q.Log.Error("queue trigger handler panicked", "trigger", t.Namespace+"/"+t.Name, "messageID", d.MessageId,
 				"panic", fmt.Sprint(p), "stack", string(debug.Stack()))
-			// Only what cannot panic: the raw body, no headers.
-			req := &msg.InvocationRequested{InvocationID: queueInvocationID(d, t), Tenant: tenant, Namespace: t.Namespace,
-				Function: t.Spec.FunctionRef.Name, Trigger: msg.TriggerQueue, TriggerName: t.Name,
-				Request: msg.Request{Method: "POST", Path: "/", Body: d.Body}, EnqueuedAt: time.Now().UTC()}
+			req := deadLetterRequest(d, tenant, t)
 			if perr := q.Exec.publishDeadLetter(ctx, req, rabbit.ReasonPoison, cause.Error(), int32(rabbit.Attempt(d))); perr != nil {
 				// Not given up on unrecorded: it comes back later, without
 				// counting an attempt, and dies once it can be recorded.
@@ -377,6 +374,21 @@ func (q *QueueTriggers) guard(tenant string, t *slessv1.Trigger, h rabbit.Handle
 		}()
 		return h(ctx, d)
 	}
+}
+
+// deadLetterRequest is the request a panicked message's dead letter
+// records: the one every attempt was made with, so that a replay is the
+// same call, or, if even building that panics, what cannot: the raw body,
+// no headers.
+func deadLetterRequest(d *amqp.Delivery, tenant string, t *slessv1.Trigger) (req *msg.InvocationRequested) {
+	defer func() {
+		if recover() != nil {
+			req = &msg.InvocationRequested{InvocationID: queueInvocationID(d, t), Tenant: tenant, Namespace: t.Namespace,
+				Function: t.Spec.FunctionRef.Name, Trigger: msg.TriggerQueue, TriggerName: t.Name,
+				Request: msg.Request{Method: "POST", Path: "/", Body: d.Body}, EnqueuedAt: time.Now().UTC()}
+		}
+	}()
+	return requestFromDelivery(d, tenant, t)
 }
 
 // QueuePrefetch is how many unacked messages a queue trigger with

@@ -150,6 +150,10 @@ func TestPanickedQueueMessageIsADeadLetterOfRecord(t *testing.T) {
 		!strings.Contains(m.Error, "panicked") || !strings.Contains(m.Error, "index out of range") || string(m.Request.Request.Body) != "boom" {
 		t.Errorf("dead letter of record: %+v", m)
 	}
+	// The request every attempt was made with, so that a replay is the same call.
+	if q := m.Request.Request.Headers["X-Sless-Queue"]; len(q) != 1 || q[0] != queue.Name {
+		t.Errorf("the dead letter's request has headers %v, want those of the message's calls (X-Sless-Queue: %s)", m.Request.Request.Headers, queue.Name)
+	}
 	if d, ok := get(rabbit.DeadLetterQueue(queue.Name)); !ok || string(d.Body) != "boom" || d.Headers[rabbit.HeaderReason] != rabbit.ReasonPoison {
 		t.Errorf("the trigger's dead-letter queue holds %q %v (found: %v), want the panicked message as poison", d.Body, d.Headers, ok)
 	}
