@@ -32,6 +32,7 @@ type Publisher interface {
 type Objects interface {
 	Sources
 	LogStore
+	Exists(ctx context.Context, key string) (bool, error)
 }
 
 // Sources reads source archives.
@@ -104,6 +105,23 @@ func (s *Service) Handle(ctx context.Context, d *amqp.Delivery) error {
 	defer span.End()
 	log := s.Log.With("buildID", req.BuildID, "tenant", req.Tenant, "function", req.Function)
 
+	if gone, err := s.sourceGone(ctx, &req); err != nil {
+		return err
+	} else if gone {
+		// Most likely its function or tenant was deleted since the request
+		// (which may have waited in a delay queue, at the tenant's build
+		// limit): claiming it would write a build row and a log of what
+		// no longer exists, after the tenant's rows were removed. The
+		// failure is reported all the same, unrecorded, so that a Function
+		// that does still exist says why it is not built.
+		log.Info("the build's source is gone (its function or tenant deleted?): nothing to build", "sourceKey", req.SourceKey)
+		s.Metrics.builds.WithLabelValues("failed", ReasonSourceUnavailable).Inc()
+		now := time.Now().UTC()
+		return s.Publisher.PublishMessage(ctx, &msg.BuildCompleted{BuildID: req.BuildID, Tenant: req.Tenant, Namespace: req.Namespace,
+			Function: req.Function, Runtime: req.Runtime, SourceSHA256: req.SourceSHA256, Result: msg.BuildFailed,
+			Reason: ReasonSourceUnavailable, Message: fmt.Sprintf("source archive %s is not in the object store: upload the source again", req.SourceKey),
+			StartedAt: now, FinishedAt: now})
+	}
 	logKey := objstore.BuildLogKey(req.Tenant, req.Function, req.BuildID)
 	claim, rec, err := s.Store.Claim(ctx, &req, s.Driver.Name(), logKey, s.Owner, s.Lease)
 	if err != nil {
@@ -142,6 +160,20 @@ func (s *Service) Handle(ctx context.Context, d *amqp.Delivery) error {
 	}
 	log.Info("build finished", "result", res.Result, "reason", res.Reason, "duration", time.Since(start).String())
 	return nil
+}
+
+// sourceGone reports whether the source of req, a key under its
+// function's own prefix, no longer exists. Any other key is left to the
+// build, which fails it with its reason.
+func (s *Service) sourceGone(ctx context.Context, req *msg.BuildRequested) (bool, error) {
+	if !strings.HasPrefix(req.SourceKey, objstore.SourcePrefix(req.Tenant, req.Function)) || strings.Contains(req.SourceKey, "..") {
+		return false, nil
+	}
+	ok, err := s.Objects.Exists(ctx, req.SourceKey)
+	if err != nil {
+		return false, fmt.Errorf("look up the source of build %s: %w", req.BuildID, err)
+	}
+	return !ok, nil
 }
 
 // build runs the driver with a lease heartbeat and the log upload.

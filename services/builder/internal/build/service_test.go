@@ -309,6 +309,29 @@ func TestSameDigestBuildsOnce(t *testing.T) {
 	}
 }
 
+func TestABuildWhoseSourceIsGoneLeavesNoRecord(t *testing.T) {
+	// A request that comes back (from a delay queue) after its tenant was
+	// deleted, rows and objects: before, it was claimed, so a build row of
+	// the deleted tenant appeared after its rows were removed (e2e saw "1
+	// rows of the deleted tenant in builds"), and a build log with it.
+	// The failure is still reported, for a Function that does exist.
+	e := newEnv(t, localDriver(t))
+	sha := strings.Repeat("ab", 32)
+	r := &msg.BuildRequested{BuildID: fmt.Sprintf("b-gone-%x", time.Now().UnixNano()&(1<<32-1)), Tenant: "acme", Namespace: "sless-fn-acme",
+		Function: "deleted", Runtime: "python3.11", Entrypoint: "main.handler", SourceKey: objstore.SourceKey("acme", "deleted", sha),
+		SourceSHA256: sha, RequestedAt: time.Now().UTC()}
+	e.publish(t, r)
+	if res := e.result(t, r.BuildID); res.Result != msg.BuildFailed || res.Reason != ReasonSourceUnavailable {
+		t.Errorf("result %+v, want failed with %s", res, ReasonSourceUnavailable)
+	}
+	if rec, err := e.svc.Store.Get(t.Context(), r.BuildID); err == nil {
+		t.Errorf("a build row for a source that is gone: %+v", rec)
+	}
+	if n, err := e.store.Count(t.Context(), objstore.BuildLogKey("acme", "deleted", r.BuildID)); err != nil || n != 0 {
+		t.Errorf("%d build logs for a source that is gone (%v)", n, err)
+	}
+}
+
 func TestBadArchiveReportsItsReason(t *testing.T) {
 	e := newEnv(t, localDriver(t))
 	req := e.request(t, "bad", "python3.11", "main.handler", zipOf(t, entry{name: "../main.py", body: "x"}))
