@@ -116,11 +116,10 @@ func (s *Service) Handle(ctx context.Context, d *amqp.Delivery) error {
 		// that does still exist says why it is not built.
 		log.Info("the build's source is gone (its function or tenant deleted?): nothing to build", "sourceKey", req.SourceKey)
 		s.Metrics.builds.WithLabelValues("failed", ReasonSourceUnavailable).Inc()
-		now := time.Now().UTC()
-		return s.Publisher.PublishMessage(ctx, &msg.BuildCompleted{BuildID: req.BuildID, Tenant: req.Tenant, Namespace: req.Namespace,
-			Function: req.Function, Runtime: req.Runtime, SourceSHA256: req.SourceSHA256, Result: msg.BuildFailed,
-			Reason: ReasonSourceUnavailable, Message: fmt.Sprintf("source archive %s is not in the object store: upload the source again", req.SourceKey),
-			StartedAt: now, FinishedAt: now})
+		res := completion(&req, "")
+		res.FinishedAt, res.Result, res.Reason = res.StartedAt, msg.BuildFailed, ReasonSourceUnavailable
+		res.Message = fmt.Sprintf("source archive %s is not in the object store: upload the source again", req.SourceKey)
+		return s.Publisher.PublishMessage(ctx, res)
 	}
 	logKey := objstore.BuildLogKey(req.Tenant, req.Function, req.BuildID)
 	claim, rec, err := s.Store.Claim(ctx, &req, s.Driver.Name(), logKey, s.Owner, s.Lease)
@@ -166,7 +165,7 @@ func (s *Service) Handle(ctx context.Context, d *amqp.Delivery) error {
 // function's own prefix, no longer exists. Any other key is left to the
 // build, which fails it with its reason.
 func (s *Service) sourceGone(ctx context.Context, req *msg.BuildRequested) (bool, error) {
-	if !strings.HasPrefix(req.SourceKey, objstore.SourcePrefix(req.Tenant, req.Function)) || strings.Contains(req.SourceKey, "..") {
+	if _, own := ownSourceKey(req); !own {
 		return false, nil
 	}
 	ok, err := s.Objects.Exists(ctx, req.SourceKey)
@@ -176,10 +175,22 @@ func (s *Service) sourceGone(ctx context.Context, req *msg.BuildRequested) (bool
 	return !ok, nil
 }
 
+// ownSourceKey reports whether req's source key is under its function's
+// own prefix (returned), with no way out of it.
+func ownSourceKey(req *msg.BuildRequested) (prefix string, own bool) {
+	prefix = objstore.SourcePrefix(req.Tenant, req.Function)
+	return prefix, strings.HasPrefix(req.SourceKey, prefix) && !strings.Contains(req.SourceKey, "..")
+}
+
+// completion is the result of req, started now, its outcome still to set.
+func completion(req *msg.BuildRequested, logKey string) *msg.BuildCompleted {
+	return &msg.BuildCompleted{BuildID: req.BuildID, Tenant: req.Tenant, Namespace: req.Namespace, Function: req.Function,
+		Runtime: req.Runtime, SourceSHA256: req.SourceSHA256, LogKey: logKey, StartedAt: time.Now().UTC()}
+}
+
 // build runs the driver with a lease heartbeat and the log upload.
 func (s *Service) build(ctx context.Context, req *msg.BuildRequested, logKey string, log *slog.Logger) *msg.BuildCompleted {
-	res := &msg.BuildCompleted{BuildID: req.BuildID, Tenant: req.Tenant, Namespace: req.Namespace, Function: req.Function,
-		Runtime: req.Runtime, SourceSHA256: req.SourceSHA256, LogKey: logKey, StartedAt: time.Now().UTC()}
+	res := completion(req, logKey)
 	blog := NewLog(s.Objects, logKey, time.Second, 4<<20)
 	fmt.Fprintf(blog, "build %s of %s/%s (%s, entrypoint %s, source %s) with the %s driver\n",
 		req.BuildID, req.Tenant, req.Function, req.Runtime, req.Entrypoint, req.SourceSHA256, s.Driver.Name())
@@ -221,7 +232,7 @@ func (s *Service) run(ctx context.Context, req *msg.BuildRequested, blog io.Writ
 	// function's own, and the archive must have the digest, or a tenant
 	// that declares another's digest could be handed the artifact built
 	// from the other's code.
-	if prefix := objstore.SourcePrefix(req.Tenant, req.Function); !strings.HasPrefix(req.SourceKey, prefix) || strings.Contains(req.SourceKey, "..") {
+	if prefix, own := ownSourceKey(req); !own {
 		return Artifact{}, fail(ReasonSourceUnavailable, "the source key %q is not under the function's own prefix %s", req.SourceKey, prefix)
 	}
 	job := &Job{ID: req.BuildID, Tenant: req.Tenant, Function: req.Function, Runtime: req.Runtime, Entrypoint: req.Entrypoint,
