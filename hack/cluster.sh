@@ -21,7 +21,6 @@ ETCD_VERSION=$(awk '/^require go.etcd.io\/etcd\/server\/v3/ {print $3}' "$ROOT/h
 CONTAINERD_VERSION=v2.4.2
 RUNC_VERSION=v1.5.3
 CNI_VERSION=v1.10.0
-COREDNS_VERSION=v1.14.7
 # The NetworkPolicy enforcer: kube-router's policy controller alone
 # (iptables + ipset); see docs/decisions.md for why not kube-network-policies.
 KUBE_ROUTER_VERSION=v2.1.0
@@ -65,11 +64,15 @@ KUBE_BIN=$CACHE/kube-node-$KUBE_VERSION-r2
 CONTAINERD_DIR=$CACHE/containerd-$CONTAINERD_VERSION
 RUNC_DIR=$CACHE/runc-$RUNC_VERSION
 CNI_DIR=$CACHE/cni-plugins-$CNI_VERSION
-COREDNS_DIR=$CACHE/coredns-$COREDNS_VERSION
 KUBE_ROUTER_DIR=$CACHE/kube-router-$KUBE_ROUTER_VERSION
 # helm installs the chart on the cluster (hack/cluster's TestHelmInstall).
+# CoreDNS with only the Corefile's plugins (hack/tools/coredns/main.go): the
+# cache key is the version and the plugin list.
+COREDNS_VERSION=$(awk '$1 == "require" && $2 == "github.com/coredns/coredns" {print $3}' "$ROOT/hack/tools/coredns/go.mod")
+COREDNS_KEY=$COREDNS_VERSION-$(sha256sum "$ROOT/hack/tools/coredns/main.go" | cut -c1-8)
 HELM_VERSION=$(awk '$1 == "helm.sh/helm/v3" {print $2}' "$ROOT/hack/tools/helm/go.mod")
 HELM=$CACHE/helm-$HELM_VERSION/helm
+COREDNS_DIR=$CACHE/coredns-$COREDNS_KEY
 APISERVER=$CACHE/kube-apiserver-$KUBE_VERSION-r2/kube-apiserver
 ETCD=$CACHE/etcd-$ETCD_VERSION/etcd
 
@@ -85,11 +88,11 @@ build_all() {
 	local c
 	for c in "$CONTAINERD_DIR containerd/containerd/v2/cmd/containerd@$CONTAINERD_VERSION" \
 		"$CNI_DIR containernetworking/plugins/plugins/main/bridge@$CNI_VERSION" \
-		"$COREDNS_DIR coredns/coredns@$COREDNS_VERSION" \
 		"$KUBE_ROUTER_DIR cloudnativelabs/kube-router/v2/cmd/kube-router@$KUBE_ROUTER_VERSION"; do
 		[ -f "${c%% *}/.done" ] || GOWORK=off GOFLAGS=-mod=mod go install -n "github.com/${c#* }" >/dev/null 2>&1 8>&- &
 	done
 	[ -x "$HELM" ] || (cd "$ROOT/hack/tools/helm" && GOWORK=off go list -deps helm.sh/helm/v3/cmd/helm >/dev/null 2>&1) 8>&- &
+	[ -x "$COREDNS_DIR/coredns" ] || (cd "$ROOT/hack/tools/coredns" && GOWORK=off go list -deps . >/dev/null 2>&1) 8>&- &
 	for c in kubelet kube-controller-manager kube-scheduler kube-proxy; do
 		build "$c" "$KUBE_BIN" "k8s.io/kubernetes/cmd/$c" "$ROOT/hack/tools/kube" "$KUBE_LDFLAGS"
 	done
@@ -109,7 +112,7 @@ build_all() {
 		"github.com/containernetworking/plugins/plugins/main/loopback@$CNI_VERSION" \
 		"github.com/containernetworking/plugins/plugins/ipam/host-local@$CNI_VERSION" \
 		"github.com/containernetworking/plugins/plugins/meta/portmap@$CNI_VERSION"
-	install "$COREDNS_DIR" 0 "" "github.com/coredns/coredns@$COREDNS_VERSION"
+	build coredns "$COREDNS_DIR" . "$ROOT/hack/tools/coredns"
 	install "$KUBE_ROUTER_DIR" 0 "" "github.com/cloudnativelabs/kube-router/v2/cmd/kube-router@$KUBE_ROUTER_VERSION"
 	build_helm
 	wait
@@ -325,7 +328,7 @@ EOT
 images() {
 	local key dir
 	key=$(cat "$ROOT/hack/cluster/pause/main.go" "$ROOT/hack/cluster/image/main.go" "$ROOT/hack/cluster/go.sum" | sha256sum | cut -c1-12)
-	dir=$CACHE/cluster-images-$COREDNS_VERSION-$key
+	dir=$CACHE/cluster-images-$COREDNS_KEY-$key
 	if [ ! -f "$dir/.done" ]; then
 		mkdir -p "$dir/bin"
 		(cd "$ROOT/hack/cluster" && GOWORK=off CGO_ENABLED=0 go build -trimpath -o "$dir/bin/pause" ./pause &&

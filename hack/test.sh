@@ -9,11 +9,14 @@
 #   modules   the tests of pkg and the invoker, verify, then the other
 #             modules' tests in turn (the builder's wait for the runtime
 #             bases, which its image test runs on);
-#   platform  the runtime bases and the runtime wrappers' own tests, Jaeger
-#             and OpenTofu, the one-node cluster's programs (all cached by
-#             version), the platform images (make test-images), then the
-#             cluster test (the Helm chart on the cluster), e2e, the
-#             Terraform provider's acceptance tests, the chart's and the scheduler's.
+#   platform  from the first second (beside the servers' builds): the
+#             runtime bases and the runtime wrappers' own tests, Jaeger and
+#             OpenTofu (all cached by version); once the servers are up,
+#             the bases' push, then two things at once: the tests that need
+#             no cluster (e2e, the Terraform provider's acceptance tests,
+#             the chart's and the scheduler's), and the one-node cluster's
+#             programs and the platform images (make test-images); last the
+#             cluster test (the Helm chart on the cluster), alone.
 #
 # The few module tests that stop a shared server (the broker's
 # application, PostgreSQL) and the platform-wide tests take one
@@ -43,7 +46,10 @@ export CGO_ENABLED=0 GOFLAGS="${GOFLAGS:+$GOFLAGS }-trimpath"
 # builds and runs the cluster test's first half, which holds no lock.
 MODULE_LANE_FIRST="pkg services/invoker"
 MODULE_LANE="migrations runtimes services/gateway services/builder services/operator cli hack/devcluster"
-PLATFORM_LANE="hack/cluster e2e terraform deploy/helm services/scheduler"
+# The platform lane's tests: those that need no cluster (run beside the
+# cluster's builds), then the cluster's.
+PLATFORM_TESTS="e2e terraform deploy/helm services/scheduler"
+PLATFORM_LANE="$PLATFORM_TESTS hack/cluster"
 modules=$(make -s --no-print-directory print-modules)
 [ -n "$modules" ] || { echo "hack/test.sh: make print-modules printed nothing" >&2; exit 1; }
 for m in $modules; do
@@ -82,27 +88,51 @@ step() {
 }
 
 # The platform lane, run by the main one as `hack/test.sh platform-lane`
-# in a session of its own. It starts no new step once the module lane has
-# failed ($MODULES_FAILED) or the main script is gone, and lets the step
-# that runs end on its own, so that its tests stop what they started (a
-# make dev, the cluster).
+# in a session of its own, from the start: what it builds first needs none
+# of the servers, so it builds beside them ($CORE_DONE marks them up). It
+# starts no new step once the module lane has failed ($MODULES_FAILED), a
+# test beside the cluster's builds has failed ($TESTS_FAILED) or the main
+# script is gone, and lets the step that runs end on its own, so that its
+# tests stop what they started (a make dev, the cluster).
 platform_lane() {
-	go_on() { [ ! -e "$MODULES_FAILED" ] && kill -0 "$MAIN" 2>/dev/null; }
+	go_on() { [ ! -e "$MODULES_FAILED" ] && [ ! -e "$TESTS_FAILED" ] && kill -0 "$MAIN" 2>/dev/null; }
 	go_on || exit 1
-	step "make runtime-bases" make --no-print-directory runtime-bases
-	touch "$BASES_DONE"
+	step "build the runtime bases" hack/runtime-bases.sh build
 	go_on || exit 1
 	step "make test-runtimes" make --no-print-directory test-runtimes
 	go_on || exit 1
 	step "build Jaeger and OpenTofu" hack/deps.sh build-late
+	local waited=$SECONDS
+	until [ -e "$CORE_DONE" ]; do
+		go_on || exit 1
+		sleep 2
+	done
+	printf '== waited %d s for the servers\n' $((SECONDS - waited))
+	go_on || exit 1
+	step "make runtime-bases" make --no-print-directory runtime-bases
+	touch "$BASES_DONE"
+	# The tests that need no cluster wait mostly on their servers, the
+	# cluster's builds on the CPU: side by side, with an output of their own
+	# (printed after this lane's).
+	(
+		for m in $PLATFORM_TESTS; do
+			go_on || exit 1
+			step "go test $m" gotest "$m" || { touch "$TESTS_FAILED"; exit 1; }
+		done
+	) >"$TESTS_LOG" 2>&1 &
+	tests=$!
+	# However this lane ends, the tests beside it end first (the main
+	# script's wait is on this lane only).
+	trap 'wait "$tests" 2>/dev/null || true' EXIT
 	go_on || exit 1
 	step "build the cluster's programs" hack/cluster.sh build
 	go_on || exit 1
 	step "make test-images" make --no-print-directory test-images
-	for m in $PLATFORM_LANE; do
-		go_on || exit 1
-		step "go test $m" gotest "$m"
-	done
+	waited=$SECONDS
+	wait "$tests" || exit 1
+	printf '== waited %d s for the tests beside the builds\n' $((SECONDS - waited))
+	go_on || exit 1
+	step "go test hack/cluster" gotest hack/cluster
 }
 
 if [ "${1:-}" = platform-lane ]; then
@@ -112,7 +142,8 @@ fi
 
 begin=$SECONDS
 work=$(mktemp -d)
-export MAIN=$$ TIMES=$work/times BASES_DONE=$work/bases.done MODULES_FAILED=$work/modules.failed
+export MAIN=$$ TIMES=$work/times BASES_DONE=$work/bases.done MODULES_FAILED=$work/modules.failed \
+	CORE_DONE=$work/core.done TESTS_FAILED=$work/tests.failed TESTS_LOG=$work/platform-tests.log
 : >"$TIMES"
 lane=
 # On an interrupt the platform lane is stopped at once (its tests' servers
@@ -127,11 +158,14 @@ stop_lane() {
 trap 'stop_lane; rm -rf "$work"' EXIT
 trap 'echo "== interrupted"; exit 130' INT TERM
 
-step "hack/deps.sh up-core" hack/deps.sh up-core
+# The environment names where the servers and tools will be (it needs
+# none of them built), so the platform lane starts at once.
 deps_env=$(hack/deps.sh env)
 eval "$deps_env"
 setsid "$ROOT/hack/test.sh" platform-lane >"$work/platform.log" 2>&1 &
 lane=$!
+step "hack/deps.sh up-core" hack/deps.sh up-core
+touch "$CORE_DONE"
 
 modules() {
 	# (set -e does not act inside a function called as a condition)
@@ -164,6 +198,10 @@ lane=
 [ $status = 0 ] && printf '== the module lane waited %d s for the platform lane\n' $((SECONDS - waited))
 echo "== the platform lane's output"
 cat "$work/platform.log"
+if [ -s "$TESTS_LOG" ]; then
+	echo "== the output of the platform lane's tests beside the cluster's builds"
+	cat "$TESTS_LOG"
+fi
 echo
 echo "== times (s; the two lanes overlap)"
 awk -F'\t' '{printf "  %-40s %6s %s\n", $1, $2, $3}' "$TIMES"
