@@ -39,7 +39,7 @@ type Client struct {
 	stopped bool
 	holds   int           // consumers (and others) that still settle their work
 	idle    chan struct{} // closed when holds drops to 0
-	drainUp time.Duration // the longest a holder asked for
+	drainUp time.Duration // the longest a holder asked for since nothing held it
 }
 
 // drainLimit bounds how long Run keeps the connection open after its
@@ -136,6 +136,7 @@ func (c *Client) Hold(limit time.Duration) (release func()) {
 			defer c.mu.Unlock()
 			if c.holds--; c.holds == 0 {
 				close(c.idle)
+				c.drainUp = 0 // a later holder's limit is its own
 			}
 		})
 	}

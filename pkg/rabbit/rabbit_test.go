@@ -721,3 +721,24 @@ func TestHoldKeepsTheConnectionForOtherWork(t *testing.T) {
 		t.Fatal("the client did not stop 10 s after it was let go")
 	}
 }
+
+// TestAHoldsLimitEndsWithIt: a holder that let go takes its limit with it.
+// One asked for an hour and let go; a second asks for a second and never
+// lets go (a consumer stuck in a call): the client closes a second after
+// its context ended, not an hour.
+func TestAHoldsLimitEndsWithIt(t *testing.T) {
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	c := New(testenv.RabbitURL(t), t.Name(), quiet())
+	done := make(chan struct{})
+	go func() { _ = c.Run(ctx); close(done) }()
+	waitFor(t, 10*time.Second, "client connected", c.Connected)
+	c.Hold(time.Hour)()
+	t.Cleanup(c.Hold(time.Second))
+	cancel()
+	select {
+	case <-done:
+	case <-time.After(20 * time.Second):
+		t.Fatal("the client still ran 20 s after its context ended: the limit of a holder that let go still counted")
+	}
+}

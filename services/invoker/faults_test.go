@@ -167,6 +167,55 @@ func (w *world) waitDelayed(t *testing.T, queue string) int {
 	}
 }
 
+// TestStopFinishesTheQueueCallInFlight: the invoker stops as a whole (its
+// context ends, as on SIGTERM) while a queue trigger's call is in flight.
+// The call is let finish, its record reaches the platform broker (the
+// trigger's consumer holds the platform connection open until it is done:
+// it consumes on the tenant's broker but records on the platform's), and
+// the message is acked: the invoker started again writes the record, and
+// the function is not called a second time by a redelivery.
+func TestStopFinishesTheQueueCallInFlight(t *testing.T) {
+	w := newWorld(t)
+	calls, ep := callCounter(t, 2*time.Second)
+	w.readyFunction(t, "slow", ep, 30)
+	conn, ch := w.queueTrigger(t, w.tenant, w.ns, "inflight", "slow", slessv1.QueueTrigger{Queue: "inflight", Concurrency: 1})
+	waitConsumers(t, conn, "inflight", 1)
+	publish := func(id string) {
+		t.Helper()
+		if err := ch.PublishWithContext(t.Context(), "", "inflight", false, false,
+			amqp.Publishing{MessageId: id, Body: []byte("{}"), DeliveryMode: amqp.Persistent}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	publish("m-1")
+	for deadline := time.Now().Add(30 * time.Second); calls.total() == 0; time.Sleep(10 * time.Millisecond) {
+		if time.Now().After(deadline) {
+			t.Fatal("the queue trigger did not call the function within 30 s")
+		}
+	}
+	began := time.Now()
+	if err := w.stop(); err != nil {
+		t.Fatalf("stopping the invoker: %v", err)
+	}
+	t.Logf("the invoker stopped %s after the call began (the call takes 2 s)", time.Since(began).Round(time.Millisecond))
+	if q := inspectQueue(t, conn, "inflight"); q.Messages != 0 {
+		t.Errorf("%d messages back in the queue after the stop: the call in flight was not acked", q.Messages)
+	}
+	w.start(t)
+	// A second message after the restart: once it is recorded too, the
+	// restarted consumer has had the first one back, had it been left
+	// unacked.
+	waitConsumers(t, conn, "inflight", 1)
+	publish("m-2")
+	w.waitCount(t, 60*time.Second, 2, "trigger_name = 'inflight'")
+	if n := w.count(t, "trigger_name = 'inflight' AND status = 'succeeded'"); n != 2 {
+		t.Errorf("%d of the 2 records succeeded", n)
+	}
+	if n := calls.total(); n != 2 {
+		t.Errorf("the function was called %d times for 2 messages", n)
+	}
+}
+
 // TestDatabaseOutageDelaysHistory stops PostgreSQL for 30 seconds while
 // invocations run; their records arrive after it returns.
 func TestDatabaseOutageDelaysHistory(t *testing.T) {

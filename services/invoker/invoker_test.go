@@ -186,6 +186,17 @@ func (c *calls) of(id string) int {
 	return c.n[id]
 }
 
+// total returns how many calls there were, of every invocation.
+func (c *calls) total() int {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	n := 0
+	for _, v := range c.n {
+		n += v
+	}
+	return n
+}
+
 // readyFunction plays the operator: a Function, Ready at endpoint.
 func (w *world) readyFunction(t testing.TB, name, endpoint string, timeout int32) {
 	t.Helper()
