@@ -691,17 +691,25 @@ func TestStoppingSettlesTheWorkInFlight(t *testing.T) {
 	}
 }
 
+// runClient runs c until cancel (or the test's end) and waits until it is
+// connected; done is closed when its Run returns.
+func runClient(t *testing.T, c *Client) (cancel context.CancelFunc, done <-chan struct{}) {
+	t.Helper()
+	ctx, cancel := context.WithCancel(context.Background())
+	t.Cleanup(cancel)
+	ran := make(chan struct{})
+	go func() { _ = c.Run(ctx); close(ran) }()
+	waitFor(t, 10*time.Second, "client connected", c.Connected)
+	return cancel, ran
+}
+
 // TestHoldKeepsTheConnectionForOtherWork: work that publishes on a client
 // while it finishes elsewhere (a queue trigger's consumer on the tenant's
 // broker records on the platform's) holds the client open after its
 // context ended, until it lets go.
 func TestHoldKeepsTheConnectionForOtherWork(t *testing.T) {
-	ctx, cancel := context.WithCancel(context.Background())
-	defer cancel()
 	c := New(testenv.RabbitURL(t), t.Name(), quiet())
-	done := make(chan struct{})
-	go func() { _ = c.Run(ctx); close(done) }()
-	waitFor(t, 10*time.Second, "client connected", c.Connected)
+	cancel, done := runClient(t, c)
 	release := c.Hold(0)
 	t.Cleanup(release)
 	cancel()
@@ -727,12 +735,8 @@ func TestHoldKeepsTheConnectionForOtherWork(t *testing.T) {
 // lets go (a consumer stuck in a call): the client closes a second after
 // its context ended, not an hour.
 func TestAHoldsLimitEndsWithIt(t *testing.T) {
-	ctx, cancel := context.WithCancel(context.Background())
-	defer cancel()
 	c := New(testenv.RabbitURL(t), t.Name(), quiet())
-	done := make(chan struct{})
-	go func() { _ = c.Run(ctx); close(done) }()
-	waitFor(t, 10*time.Second, "client connected", c.Connected)
+	cancel, done := runClient(t, c)
 	c.Hold(time.Hour)()
 	t.Cleanup(c.Hold(time.Second))
 	cancel()

@@ -2,8 +2,11 @@ package testenv
 
 import (
 	"errors"
+	"fmt"
 	"os"
 	"path/filepath"
+	"sync"
+	"sync/atomic"
 	"syscall"
 	"testing"
 	"time"
@@ -23,20 +26,23 @@ func Outage(t testing.TB) { hold(t, syscall.LOCK_EX, "stop a shared server") }
 // that needs PostgreSQL and RabbitMQ to stay up from start to end.
 func SteadyServers(t testing.TB) { hold(t, syscall.LOCK_SH, "run with the shared servers up") }
 
+// A test waiting to stop a server goes first: the lock has a gate in front
+// of it, which every taker passes and a stopper keeps closed while it waits
+// for the lock. Without it the platform-wide tests, one after the other,
+// each holding the lock shared, left hardly a second free between them,
+// and a module test could wait minutes for its outage.
+//
+// sharedHolds counts this process's shared holds: a second one in the
+// same process (two holds in one test) skips the gate, since a stopper
+// waiting there waits for the first.
+var sharedHolds atomic.Int32
+
 func hold(t testing.TB, how int, what string) {
 	t.Helper()
 	dir := os.Getenv("SLESS_CACHE_DIR") // hack/deps.sh env sets it
 	if dir == "" {
 		dir = os.TempDir()
 	}
-	if err := os.MkdirAll(dir, 0o755); err != nil {
-		t.Fatal(err)
-	}
-	f, err := os.OpenFile(filepath.Join(dir, ".outage.lock"), os.O_CREATE|os.O_RDWR, 0o644)
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { f.Close() }) // closing the file releases the lock
 	// The wait counts against go test's -timeout: give up with five minutes
 	// of it left for the test itself, saying why.
 	var giveUp time.Time
@@ -46,24 +52,76 @@ func hold(t testing.TB, how int, what string) {
 		}
 	}
 	start, logged := time.Now(), false
-	for {
-		err := syscall.Flock(int(f.Fd()), how|syscall.LOCK_NB)
-		if err == nil {
-			if logged {
-				t.Logf("waited %s for the outage lock", time.Since(start).Round(time.Second))
-			}
-			return
-		}
-		if !errors.Is(err, syscall.EWOULDBLOCK) {
-			t.Fatalf("outage lock: %v", err)
-		}
-		if !logged {
-			t.Logf("waiting to %s: another test holds the machine's outage lock (%s)", what, f.Name())
-			logged = true
-		}
-		if !giveUp.IsZero() && time.Now().After(giveUp) {
-			t.Fatalf("waited %s to %s: another test held the machine's outage lock all that time", time.Since(start).Round(time.Second), what)
-		}
-		time.Sleep(time.Second)
+	release, err := acquire(dir, how, giveUp, func() {
+		t.Logf("waiting to %s: another test holds the machine's outage lock (%s)", what, filepath.Join(dir, lockFile))
+		logged = true
+	})
+	if err != nil {
+		t.Fatalf("waited %s to %s: %v", time.Since(start).Round(time.Second), what, err)
 	}
+	t.Cleanup(release)
+	if logged {
+		t.Logf("waited %s for the outage lock", time.Since(start).Round(time.Second))
+	}
+}
+
+const lockFile, gateFile = ".outage.lock", ".outage.gate"
+
+// acquire takes the lock in dir (how: LOCK_EX or LOCK_SH) through its
+// gate, calling waiting once if it has to wait, and gives up after giveUp
+// (when set). release lets it go.
+func acquire(dir string, how int, giveUp time.Time, waiting func()) (release func(), err error) {
+	if err := os.MkdirAll(dir, 0o755); err != nil {
+		return nil, err
+	}
+	logged := false
+	take := func(name string, how int) (*os.File, error) {
+		f, err := os.OpenFile(filepath.Join(dir, name), os.O_CREATE|os.O_RDWR, 0o644)
+		if err != nil {
+			return nil, err
+		}
+		for {
+			err := syscall.Flock(int(f.Fd()), how|syscall.LOCK_NB)
+			if err == nil {
+				return f, nil // closing the file releases the lock
+			}
+			if !errors.Is(err, syscall.EWOULDBLOCK) {
+				f.Close()
+				return nil, fmt.Errorf("outage lock: %w", err)
+			}
+			if !logged {
+				waiting()
+				logged = true
+			}
+			if !giveUp.IsZero() && time.Now().After(giveUp) {
+				f.Close()
+				return nil, errors.New("another test held the machine's outage lock all that time")
+			}
+			time.Sleep(time.Second)
+		}
+	}
+	shared := how == syscall.LOCK_SH
+	if !shared || sharedHolds.Load() == 0 {
+		gate, err := take(gateFile, syscall.LOCK_EX)
+		if err != nil {
+			return nil, err
+		}
+		defer gate.Close()
+	}
+	lock, err := take(lockFile, how)
+	if err != nil {
+		return nil, err
+	}
+	if shared {
+		sharedHolds.Add(1)
+	}
+	var once sync.Once
+	return func() {
+		once.Do(func() {
+			if shared {
+				sharedHolds.Add(-1)
+			}
+			lock.Close()
+		})
+	}, nil
 }
