@@ -34,23 +34,22 @@ func TestAStopperGoesBeforeLaterSteadyTests(t *testing.T) {
 		order <- who
 		releases <- release
 	}
-	stopperWaits, steadyWaits := make(chan struct{}), make(chan struct{})
-	go get("stopper", syscall.LOCK_EX, stopperWaits)
-	select {
-	case <-stopperWaits:
-	case who := <-order:
-		t.Fatalf("%s got the lock while another process held it shared", who)
-	case <-time.After(30 * time.Second):
-		t.Fatal("the stopper neither got the lock nor waited for it in 30 s")
+	// mustWait starts who's take of the lock and fails the test unless who
+	// waits for it (why: what it would have got ahead of).
+	mustWait := func(who string, how int, why string) {
+		t.Helper()
+		waiting := make(chan struct{})
+		go get(who, how, waiting)
+		select {
+		case <-waiting:
+		case got := <-order:
+			t.Fatalf("%s got the lock %s", got, why)
+		case <-time.After(30 * time.Second):
+			t.Fatalf("the %s neither got the lock nor waited for it in 30 s", who)
+		}
 	}
-	go get("steady", syscall.LOCK_SH, steadyWaits)
-	select {
-	case <-steadyWaits:
-	case who := <-order:
-		t.Fatalf("%s got the lock before the stopper that waited for it", who)
-	case <-time.After(30 * time.Second):
-		t.Fatal("the steady test neither got the lock nor waited for it in 30 s")
-	}
+	mustWait("stopper", syscall.LOCK_EX, "while another process held it shared")
+	mustWait("steady", syscall.LOCK_SH, "before the stopper that waited for it")
 	other.Close() // the other process's test ends
 	got := []string{}
 	for len(got) < 2 {
