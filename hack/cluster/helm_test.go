@@ -511,12 +511,24 @@ func countJobs(ctx context.Context, t *testing.T, cs kubernetes.Interface, ns st
 }
 
 // dumpPods logs the status and the last lines of every container of the
-// pods in namespaces, and the namespaces' warning events.
+// pods in namespaces and in every tenant's function namespace (sless-fn-*),
+// with restarts and why the last run ended, and the namespaces' warning
+// events (every event in a function namespace: a pod's Killing is Normal).
 func dumpPods(t *testing.T, cs kubernetes.Interface, namespaces ...string) {
 	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 	defer cancel()
 	fns, err := cs.CoreV1().RESTClient().Get().AbsPath("/apis/sless.kube5s.ru/v1alpha1/functions").DoRaw(ctx)
 	t.Logf("functions (%v): %s", err, fns)
+	all, err := cs.CoreV1().Namespaces().List(ctx, metav1.ListOptions{})
+	if err != nil {
+		t.Logf("namespaces: %v", err)
+	} else {
+		for _, ns := range all.Items {
+			if strings.HasPrefix(ns.Name, "sless-fn-") {
+				namespaces = append(namespaces, ns.Name)
+			}
+		}
+	}
 	for _, ns := range namespaces {
 		pods, err := cs.CoreV1().Pods(ns).List(ctx, metav1.ListOptions{})
 		if err != nil {
@@ -524,15 +536,24 @@ func dumpPods(t *testing.T, cs kubernetes.Interface, namespaces ...string) {
 			continue
 		}
 		for _, p := range pods.Items {
+			for _, st := range append(p.Status.InitContainerStatuses, p.Status.ContainerStatuses...) {
+				if st.RestartCount > 0 || st.LastTerminationState.Terminated != nil {
+					t.Logf("pod %s/%s container %s: %d restarts, last run ended: %+v", ns, p.Name, st.Name, st.RestartCount, st.LastTerminationState.Terminated)
+				}
+			}
 			for _, c := range append(p.Spec.InitContainers, p.Spec.Containers...) {
 				tail := int64(40)
 				b, err := cs.CoreV1().Pods(ns).GetLogs(p.Name, &corev1.PodLogOptions{Container: c.Name, TailLines: &tail}).DoRaw(ctx)
 				t.Logf("pod %s/%s (%s) container %s (%v):\n%s", ns, p.Name, p.Status.Phase, c.Name, err, b)
 			}
 		}
-		events, _ := cs.CoreV1().Events(ns).List(ctx, metav1.ListOptions{FieldSelector: "type=Warning"})
+		opts := metav1.ListOptions{FieldSelector: "type=Warning"}
+		if strings.HasPrefix(ns, "sless-fn-") {
+			opts = metav1.ListOptions{}
+		}
+		events, _ := cs.CoreV1().Events(ns).List(ctx, opts)
 		for _, e := range events.Items {
-			t.Logf("event %s/%s: %s %s", ns, e.InvolvedObject.Name, e.Reason, e.Message)
+			t.Logf("event %s/%s: %s %s %s", ns, e.InvolvedObject.Name, e.Type, e.Reason, e.Message)
 		}
 	}
 }
