@@ -539,6 +539,9 @@ func dumpPods(t *testing.T, cs kubernetes.Interface, namespaces ...string) {
 			for _, st := range append(p.Status.InitContainerStatuses, p.Status.ContainerStatuses...) {
 				if st.RestartCount > 0 || st.LastTerminationState.Terminated != nil {
 					t.Logf("pod %s/%s container %s: %d restarts, last run ended: %+v", ns, p.Name, st.Name, st.RestartCount, st.LastTerminationState.Terminated)
+					tail := int64(40)
+					b, err := cs.CoreV1().Pods(ns).GetLogs(p.Name, &corev1.PodLogOptions{Container: st.Name, TailLines: &tail, Previous: true}).DoRaw(ctx)
+					t.Logf("pod %s/%s container %s, its previous run (%v):\n%s", ns, p.Name, st.Name, err, b)
 				}
 			}
 			for _, c := range append(p.Spec.InitContainers, p.Spec.Containers...) {
