@@ -28,6 +28,7 @@ import (
 	"k8s.io/apimachinery/pkg/watch"
 	"k8s.io/client-go/kubernetes"
 
+	slessv1 "github.com/kube5s/sless/pkg/apis/sless/v1alpha1"
 	sless "github.com/kube5s/sless/pkg/client"
 	"github.com/kube5s/sless/pkg/testenv"
 )
@@ -514,6 +515,9 @@ func countJobs(ctx context.Context, t *testing.T, cs kubernetes.Interface, ns st
 // pods in namespaces and in every tenant's function namespace (sless-fn-*),
 // with restarts and why the last run ended, and the namespaces' warning
 // events (every event in a function namespace: a pod's Killing is Normal).
+// fnNamespacePrefix begins the name of every tenant's function namespace.
+var fnNamespacePrefix = slessv1.NamespaceFor("")
+
 func dumpPods(t *testing.T, cs kubernetes.Interface, namespaces ...string) {
 	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 	defer cancel()
@@ -524,10 +528,16 @@ func dumpPods(t *testing.T, cs kubernetes.Interface, namespaces ...string) {
 		t.Logf("namespaces: %v", err)
 	} else {
 		for _, ns := range all.Items {
-			if strings.HasPrefix(ns.Name, "sless-fn-") {
+			if strings.HasPrefix(ns.Name, fnNamespacePrefix) {
 				namespaces = append(namespaces, ns.Name)
 			}
 		}
+	}
+	// logs prints the last lines of a container's current or previous run.
+	logs := func(ns, pod, container, what string, previous bool) {
+		tail := int64(40)
+		b, err := cs.CoreV1().Pods(ns).GetLogs(pod, &corev1.PodLogOptions{Container: container, TailLines: &tail, Previous: previous}).DoRaw(ctx)
+		t.Logf("pod %s/%s container %s, %s (%v):\n%s", ns, pod, container, what, err, b)
 	}
 	for _, ns := range namespaces {
 		pods, err := cs.CoreV1().Pods(ns).List(ctx, metav1.ListOptions{})
@@ -539,19 +549,15 @@ func dumpPods(t *testing.T, cs kubernetes.Interface, namespaces ...string) {
 			for _, st := range append(p.Status.InitContainerStatuses, p.Status.ContainerStatuses...) {
 				if st.RestartCount > 0 || st.LastTerminationState.Terminated != nil {
 					t.Logf("pod %s/%s container %s: %d restarts, last run ended: %+v", ns, p.Name, st.Name, st.RestartCount, st.LastTerminationState.Terminated)
-					tail := int64(40)
-					b, err := cs.CoreV1().Pods(ns).GetLogs(p.Name, &corev1.PodLogOptions{Container: st.Name, TailLines: &tail, Previous: true}).DoRaw(ctx)
-					t.Logf("pod %s/%s container %s, its previous run (%v):\n%s", ns, p.Name, st.Name, err, b)
+					logs(ns, p.Name, st.Name, "its previous run", true)
 				}
 			}
 			for _, c := range append(p.Spec.InitContainers, p.Spec.Containers...) {
-				tail := int64(40)
-				b, err := cs.CoreV1().Pods(ns).GetLogs(p.Name, &corev1.PodLogOptions{Container: c.Name, TailLines: &tail}).DoRaw(ctx)
-				t.Logf("pod %s/%s (%s) container %s (%v):\n%s", ns, p.Name, p.Status.Phase, c.Name, err, b)
+				logs(ns, p.Name, c.Name, "pod "+string(p.Status.Phase), false)
 			}
 		}
 		opts := metav1.ListOptions{FieldSelector: "type=Warning"}
-		if strings.HasPrefix(ns, "sless-fn-") {
+		if strings.HasPrefix(ns, fnNamespacePrefix) {
 			opts = metav1.ListOptions{}
 		}
 		events, _ := cs.CoreV1().Events(ns).List(ctx, opts)
