@@ -172,7 +172,6 @@ cpu_millis: 100
 timeout_sec: 30
 concurrency: 4
 min_replicas: 1
-max_replicas: 2
 env_vars: {}
 # Left out of the upload besides sless.yaml, .git and caches (path patterns).
 exclude: ["*.md"]

@@ -195,7 +195,7 @@ cat <<EOT
     curl -s $GATEWAY/fn/demo/hello?name=you
     curl -s -X POST $GATEWAY/fn/demo/api/notes -H "Authorization: Bearer \$SLESS_TOKEN" -H 'Content-Type: application/json' -d '{"text":"buy milk"}'
 
-  The queue trigger "numbers" consumes demo-numbers on the platform broker;
+  The queue trigger "numbers" consumes demo-numbers in the tenant's vhost (sless-t-demo);
   the cron trigger "every-minute" calls simple-python every minute.
   Ctrl-C stops everything.
 
