@@ -68,7 +68,7 @@ func tenantNotReady(ctx context.Context, tenant string, st nsState) *Problem {
 	if st == nsTerminating {
 		why = "its namespace is still being removed"
 	}
-	return withID(ctx, problem(503, "tenant-not-ready", "%s is not ready yet: %s; retry", who, why).retry(tenantNotReadyRetry))
+	return withID(ctx, problem(503, "tenant-not-ready", "%s is not ready yet: %s", who, why).retry(tenantNotReadyRetry))
 }
 
 // tenantTerminating is the answer of a create of a tenant whose previous
