@@ -324,7 +324,7 @@ func (a *app) tenantsCommand() *cobra.Command {
 			_, err = client.Do(t.api.CreateTenantWithResponse(cmd.Context(), in))
 			var p *client.Problem
 			switch {
-			case existOK && errors.As(err, &p) && p.Status == http.StatusConflict:
+			case existOK && errors.As(err, &p) && p.Status == http.StatusConflict && p.RetryAfter == 0: // not a namesake still being removed
 				fmt.Fprintf(a.stdout, "Tenant %s exists.\n", args[0])
 			case err != nil:
 				return err
