@@ -178,6 +178,7 @@ func New(d Deps) *Server {
 	s.registerCallbackSecret()
 	s.checkRoutes()
 	s.documentCreates()
+	s.documentTenantCreate()
 	return s
 }
 
