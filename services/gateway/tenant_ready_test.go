@@ -192,7 +192,8 @@ func TestTenantCallsBeforeItsNamespaceAnswer503(t *testing.T) {
 	}{
 		{"POST", "/tokens", map[string]any{"name": "ci"}, nil},
 		{"POST", "/functions", fn, nil},
-		{"PUT", "/functions/f0", fn, nil},
+		{"PUT", "/functions/f0", map[string]any{"name": "f0", "runtime": "python3.11", "entrypoint": "main.handler", "memory_mb": 128, "cpu_millis": 100,
+			"timeout_sec": 10, "concurrency": 1, "min_replicas": 1, "max_replicas": 1, "env_vars": map[string]string{}}, nil},
 		{"GET", "/functions", nil, nil},
 		{"GET", "/functions/f0", nil, nil},
 		{"PUT", "/functions/f0/source", zip, []string{"Content-Type", "application/zip"}},
