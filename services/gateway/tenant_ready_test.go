@@ -125,8 +125,12 @@ func TestRecreatedTenantWaitsForItsOldNamespace(t *testing.T) {
 	ctx := t.Context()
 	name, _ := g.tenant(t, nil)
 	nsName := slessv1.NamespaceFor(name)
-	expect(t, g.call(t, "DELETE", "/v1/tenants/"+name, admin, nil), 202, "delete the tenant")
 	var ns corev1.Namespace
+	testenv.Eventually(t, 10*time.Second, "the tenant's namespace", func() (bool, string) {
+		err := g.kube.Get(ctx, client.ObjectKey{Name: nsName}, &ns)
+		return err == nil, fmt.Sprint(err)
+	})
+	expect(t, g.call(t, "DELETE", "/v1/tenants/"+name, admin, nil), 202, "delete the tenant")
 	testenv.Eventually(t, 10*time.Second, "the tenant's namespace being removed", func() (bool, string) {
 		err := g.kube.Get(ctx, client.ObjectKey{Name: nsName}, &ns)
 		return err == nil && !ns.DeletionTimestamp.IsZero(), fmt.Sprintf("%v %+v", err, ns.ObjectMeta)
