@@ -7,6 +7,8 @@ import (
 	"io"
 	"os"
 	"strings"
+	"sync"
+	"time"
 
 	"github.com/spf13/cobra"
 	"golang.org/x/term"
@@ -37,6 +39,9 @@ type app struct {
 	contextName string
 	tenantFlag  string
 	outputFlag  string
+
+	mu       sync.Mutex
+	lastWait string // the reason sayWaiting printed last
 }
 
 // usageError marks a wrong command line (exit code 2).
@@ -160,6 +165,22 @@ func isTerminal(w io.Writer) bool {
 // configPath is where the contexts are kept.
 func (a *app) configPath() (string, error) { return config.Path(a.getenv) }
 
+// platformWait is how long a command waits out answers that ask to be
+// repeated (503 or 409 with Retry-After: a tenant whose namespace is being
+// made or removed, a quota being counted) before it fails with the last.
+const platformWait = 2 * time.Minute
+
+// sayWaiting tells stderr what a command waits for, once per reason.
+func (a *app) sayWaiting(_ context.Context, w client.Wait) {
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	if w.Problem == nil || w.Problem.Detail == a.lastWait {
+		return
+	}
+	a.lastWait = w.Problem.Detail
+	fmt.Fprintf(a.stderr, "Waiting: %s (asking again in %s, for up to %s)\n", w.Problem.Detail, w.After, platformWait)
+}
+
 // target is the platform, tenant and client a command talks to.
 type target struct {
 	config.Context
@@ -186,7 +207,7 @@ func (a *app) connect(needTenant bool) (*target, error) {
 	if needTenant && c.Tenant == "" {
 		return nil, errors.New("no tenant: pass --tenant, set SLESS_TENANT or log in with --tenant")
 	}
-	api, err := client.New(c.URL, c.Token, "sless-cli/"+version)
+	api, err := client.New(c.URL, c.Token, "sless-cli/"+version, client.WithWaits(platformWait, a.sayWaiting))
 	if err != nil {
 		return nil, err
 	}

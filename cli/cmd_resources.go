@@ -321,13 +321,15 @@ func (a *app) tenantsCommand() *cobra.Command {
 			if display != "" {
 				in.DisplayName = &display
 			}
-			_, err = client.Do(t.api.CreateTenantWithResponse(cmd.Context(), in))
+			r, err := client.Do(t.api.CreateTenantWithResponse(cmd.Context(), in))
 			var p *client.Problem
 			switch {
-			case existOK && errors.As(err, &p) && p.Status == http.StatusConflict:
+			case existOK && errors.As(err, &p) && p.Status == http.StatusConflict && p.RetryAfter == 0: // not a namesake still being removed
 				fmt.Fprintf(a.stdout, "Tenant %s exists.\n", args[0])
 			case err != nil:
 				return err
+			case r.StatusCode() == http.StatusAccepted:
+				fmt.Fprintf(a.stdout, "Tenant %s created; its namespace is not ready yet (commands on it wait for it).\n", args[0])
 			default:
 				fmt.Fprintf(a.stdout, "Tenant %s created ('sless tokens create %s' issues its first token).\n", args[0], args[0])
 			}

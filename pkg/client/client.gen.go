@@ -1358,14 +1358,18 @@ type ClientInterface interface {
 	// Corresponds with GET /v1/tenants (the `ListTenants` operationId).
 	ListTenants(ctx context.Context, params *ListTenantsParams, reqEditors ...RequestEditorFn) (*http.Response, error)
 
-	// CreateTenantWithBody Create a tenant (admin)
+	// CreateTenantWithBody Create a tenant (admin); it is usable when this answers 201
+	//
+	// Waits (30s by default) for the tenant's namespace: 201, usable; 202, not yet (its calls answer 503 tenant-not-ready with Retry-After until it is); 409 tenant-terminating with Retry-After while a namesake or its namespace is still being removed.
 	//
 	// Takes any type of body and a specified content type.
 	//
 	// Corresponds with POST /v1/tenants (the `CreateTenant` operationId).
 	CreateTenantWithBody(ctx context.Context, contentType string, body io.Reader, reqEditors ...RequestEditorFn) (*http.Response, error)
 
-	// CreateTenant Create a tenant (admin)
+	// CreateTenant Create a tenant (admin); it is usable when this answers 201
+	//
+	// Waits (30s by default) for the tenant's namespace: 201, usable; 202, not yet (its calls answer 503 tenant-not-ready with Retry-After until it is); 409 tenant-terminating with Retry-After while a namesake or its namespace is still being removed.
 	//
 	// Takes a body of the `application/json` content type.
 	//
@@ -1790,7 +1794,9 @@ func (c *Client) ListTenants(ctx context.Context, params *ListTenantsParams, req
 	return c.Client.Do(req)
 }
 
-// CreateTenantWithBody Create a tenant (admin)
+// CreateTenantWithBody Create a tenant (admin); it is usable when this answers 201
+//
+// Waits (30s by default) for the tenant's namespace: 201, usable; 202, not yet (its calls answer 503 tenant-not-ready with Retry-After until it is); 409 tenant-terminating with Retry-After while a namesake or its namespace is still being removed.
 //
 // Takes any type of body and a specified content type.
 //
@@ -1807,7 +1813,9 @@ func (c *Client) CreateTenantWithBody(ctx context.Context, contentType string, b
 	return c.Client.Do(req)
 }
 
-// CreateTenant Create a tenant (admin)
+// CreateTenant Create a tenant (admin); it is usable when this answers 201
+//
+// Waits (30s by default) for the tenant's namespace: 201, usable; 202, not yet (its calls answer 503 tenant-not-ready with Retry-After until it is); 409 tenant-terminating with Retry-After while a namesake or its namespace is still being removed.
 //
 // Takes a body of the `application/json` content type.
 //
@@ -5250,14 +5258,18 @@ type ClientWithResponsesInterface interface {
 	// Corresponds with GET /v1/tenants (the `ListTenants` operationId).
 	ListTenantsWithResponse(ctx context.Context, params *ListTenantsParams, reqEditors ...RequestEditorFn) (*ListTenantsResponse, error)
 
-	// CreateTenantWithBodyWithResponse Create a tenant (admin)
+	// CreateTenantWithBodyWithResponse Create a tenant (admin); it is usable when this answers 201
+	//
+	// Waits (30s by default) for the tenant's namespace: 201, usable; 202, not yet (its calls answer 503 tenant-not-ready with Retry-After until it is); 409 tenant-terminating with Retry-After while a namesake or its namespace is still being removed.
 	//
 	// Takes any type of body and a specified content type, and returns a wrapper object for the known response body format(s).
 	//
 	// Corresponds with POST /v1/tenants (the `CreateTenant` operationId).
 	CreateTenantWithBodyWithResponse(ctx context.Context, contentType string, body io.Reader, reqEditors ...RequestEditorFn) (*CreateTenantResponse, error)
 
-	// CreateTenantWithResponse Create a tenant (admin)
+	// CreateTenantWithResponse Create a tenant (admin); it is usable when this answers 201
+	//
+	// Waits (30s by default) for the tenant's namespace: 201, usable; 202, not yet (its calls answer 503 tenant-not-ready with Retry-After until it is); 409 tenant-terminating with Retry-After while a namesake or its namespace is still being removed.
 	//
 	// Takes a body of the `application/json` content type, and returns a wrapper object for the known response body format(s).
 	//
@@ -5891,20 +5903,41 @@ type CreateTenantResponse201Headers struct {
 	Location *string
 }
 
+// CreateTenantResponse202Headers the declared response headers of an HTTP 202 response for CreateTenant
+type CreateTenantResponse202Headers struct {
+	Location *string
+}
+
 type CreateTenantResponse struct {
 	Body         []byte
 	HTTPResponse *http.Response
 	// JSON201 the response for an HTTP 201 `application/json` response
 	JSON201 *Tenant
+	// JSON202 the response for an HTTP 202 `application/json` response
+	JSON202 *Tenant
+	// ApplicationproblemJSON409 the response for an HTTP 409 `application/problem+json` response
+	ApplicationproblemJSON409 *ErrorModel
 	// ApplicationproblemJSONDefault the response for an HTTP default `application/problem+json` response
 	ApplicationproblemJSONDefault *ErrorModel
 	// Headers201 the parsed response headers for an HTTP 201 response
 	Headers201 *CreateTenantResponse201Headers
+	// Headers202 the parsed response headers for an HTTP 202 response
+	Headers202 *CreateTenantResponse202Headers
 }
 
 // GetJSON201 returns the response for an HTTP 201 `application/json` response
 func (r CreateTenantResponse) GetJSON201() *Tenant {
 	return r.JSON201
+}
+
+// GetJSON202 returns the response for an HTTP 202 `application/json` response
+func (r CreateTenantResponse) GetJSON202() *Tenant {
+	return r.JSON202
+}
+
+// GetApplicationproblemJSON409 returns the response for an HTTP 409 `application/problem+json` response
+func (r CreateTenantResponse) GetApplicationproblemJSON409() *ErrorModel {
+	return r.ApplicationproblemJSON409
 }
 
 // GetApplicationproblemJSONDefault returns the response for an HTTP default `application/problem+json` response
@@ -8043,7 +8076,9 @@ func (c *ClientWithResponses) ListTenantsWithResponse(ctx context.Context, param
 	return ParseListTenantsResponse(rsp)
 }
 
-// CreateTenantWithBodyWithResponse Create a tenant (admin)
+// CreateTenantWithBodyWithResponse Create a tenant (admin); it is usable when this answers 201
+//
+// Waits (30s by default) for the tenant's namespace: 201, usable; 202, not yet (its calls answer 503 tenant-not-ready with Retry-After until it is); 409 tenant-terminating with Retry-After while a namesake or its namespace is still being removed.
 //
 // Takes any type of body and a specified content type, and returns a wrapper object for the known response body format(s).
 //
@@ -8056,7 +8091,9 @@ func (c *ClientWithResponses) CreateTenantWithBodyWithResponse(ctx context.Conte
 	return ParseCreateTenantResponse(rsp)
 }
 
-// CreateTenantWithResponse Create a tenant (admin)
+// CreateTenantWithResponse Create a tenant (admin); it is usable when this answers 201
+//
+// Waits (30s by default) for the tenant's namespace: 201, usable; 202, not yet (its calls answer 503 tenant-not-ready with Retry-After until it is); 409 tenant-terminating with Retry-After while a namesake or its namespace is still being removed.
 //
 // Takes a body of the `application/json` content type, and returns a wrapper object for the known response body format(s).
 //
@@ -8852,6 +8889,20 @@ func ParseCreateTenantResponse(rsp *http.Response) (*CreateTenantResponse, error
 		}
 		response.JSON201 = &dest
 
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 202:
+		var dest Tenant
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.JSON202 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 409:
+		var dest ErrorModel
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.ApplicationproblemJSON409 = &dest
+
 	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && true:
 		var dest ErrorModel
 		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
@@ -8872,6 +8923,16 @@ func ParseCreateTenantResponse(rsp *http.Response) (*CreateTenantResponse, error
 			headers.Location = &value
 		}
 		response.Headers201 = &headers
+	case rsp.StatusCode == 202:
+		var headers CreateTenantResponse202Headers
+		if values := rsp.Header.Values("Location"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "Location", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: false, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.Location = &value
+		}
+		response.Headers202 = &headers
 	}
 
 	return response, nil

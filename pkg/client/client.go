@@ -45,6 +45,9 @@ type Problem struct {
 	Instance  string        `json:"instance,omitempty"`
 	RequestID string        `json:"request_id,omitempty"`
 	Errors    []ProblemItem `json:"errors,omitempty"`
+	// RetryAfter is the answer's Retry-After: the same request may work
+	// after that long (0: no Retry-After).
+	RetryAfter time.Duration `json:"-"`
 }
 
 // ProblemItem is one reason of a validation problem.
@@ -91,6 +94,7 @@ func Check(resp *http.Response, body []byte) error {
 	if id := resp.Header.Get("X-Request-Id"); id != "" {
 		p.RequestID = id
 	}
+	p.RetryAfter = retryAfter(resp.Header.Get("Retry-After"), time.Now())
 	return p
 }
 

@@ -18,8 +18,6 @@ import (
 
 	"github.com/jackc/pgx/v5/pgxpool"
 	amqp "github.com/rabbitmq/amqp091-go"
-	corev1 "k8s.io/api/core/v1"
-	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	slessv1 "github.com/kube5s/sless/pkg/apis/sless/v1alpha1"
@@ -73,6 +71,9 @@ func gateway(t testing.TB) *gw {
 		env["LOG_LEVEL"] = "warn"
 		if v := os.Getenv("BENCH_RECORD_BUFFER"); v != "" {
 			env["SLESS_RECORD_BUFFER"] = v
+		}
+		if err := startTenantOperator(); err != nil {
+			t.Fatal(err)
 		}
 		stop := testenv.StartService(keepTB{t}, run, env)
 		_ = stop // stopped when the test binary exits
@@ -175,8 +176,9 @@ func expect(t testing.TB, r resp, status int, what string) {
 	}
 }
 
-// tenant creates a tenant through the API, plays the operator by creating
-// its namespace, and issues a token.
+// tenant creates a tenant through the API (the package's stand-in for the
+// operator makes its namespace, which the create waits for) and issues a
+// token.
 func (g *gw) tenant(t testing.TB, quotas map[string]any) (string, string) {
 	t.Helper()
 	name := testenv.Name("t")
@@ -188,9 +190,6 @@ func (g *gw) tenant(t testing.TB, quotas map[string]any) (string, string) {
 	expect(t, r, 201, "create tenant")
 	if loc := r.header.Get("Location"); loc != "/v1/tenants/"+name {
 		t.Errorf("Location %q", loc)
-	}
-	if err := g.kube.Create(t.Context(), &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: slessv1.NamespaceFor(name)}}); err != nil {
-		t.Fatal(err)
 	}
 	r = g.call(t, "POST", "/v1/tenants/"+name+"/tokens", admin, map[string]any{"name": "ci"})
 	expect(t, r, 201, "issue token")

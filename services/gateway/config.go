@@ -4,12 +4,14 @@ import (
 	"net/netip"
 	"os"
 	"strings"
+	"time"
 
 	"github.com/kube5s/sless/pkg/archive"
 	"github.com/kube5s/sless/pkg/egress"
 	"github.com/kube5s/sless/pkg/envconf"
 	"github.com/kube5s/sless/pkg/objstore"
 	"github.com/kube5s/sless/pkg/service"
+	"github.com/kube5s/sless/services/gateway/internal/api"
 )
 
 type config struct {
@@ -26,6 +28,7 @@ type config struct {
 	FunctionsDomain  string         // SLESS_FUNCTIONS_DOMAIN: serve tenant t's triggers on <t>.<domain>
 	RecordBuffer     int            // SLESS_RECORD_BUFFER: invocation records waiting to be published
 	RecordSync       bool           // SLESS_RECORD_SYNC_INVOCATIONS: record synchronous invocations in the history
+	TenantWait       time.Duration  // SLESS_TENANT_WAIT: how long a tenant's create waits for its namespace before 202
 	// ArchiveLimits: SLESS_BUILD_MAX_ENTRIES and SLESS_BUILD_MAX_UNPACKED_BYTES,
 	// the builder's settings, so that an upload it would refuse is refused at once.
 	ArchiveLimits archive.Limits
@@ -51,6 +54,7 @@ func loadConfig(getenv func(string) string) (config, error) {
 		FunctionsDomain:  strings.Trim(strings.ToLower(r.String("SLESS_FUNCTIONS_DOMAIN", "")), "."),
 		RecordBuffer:     r.Int("SLESS_RECORD_BUFFER", 10000, 1, 1000000),
 		RecordSync:       r.Bool("SLESS_RECORD_SYNC_INVOCATIONS", true),
+		TenantWait:       r.Duration("SLESS_TENANT_WAIT", api.DefaultTenantWait),
 		ExecutionDriver:  r.OneOf("SLESS_EXECUTION_DRIVER", "local", "local", "kubernetes"),
 		FunctionLogDir:   r.String("SLESS_FUNCTION_LOG_DIR", os.TempDir()),
 		ArchiveLimits: archive.Limits{

@@ -5,7 +5,10 @@ import (
 	"fmt"
 	"io"
 
+	corev1 "k8s.io/api/core/v1"
 	"k8s.io/client-go/kubernetes"
+	"sigs.k8s.io/controller-runtime/pkg/cache"
+	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	"github.com/kube5s/sless/migrations"
 	slessv1 "github.com/kube5s/sless/pkg/apis/sless/v1alpha1"
@@ -13,6 +16,7 @@ import (
 	"github.com/kube5s/sless/pkg/kubeclient"
 	"github.com/kube5s/sless/pkg/rabbit"
 	"github.com/kube5s/sless/pkg/service"
+	"github.com/kube5s/sless/pkg/tenantns"
 	"github.com/kube5s/sless/services/gateway/internal/api"
 	"github.com/kube5s/sless/services/gateway/internal/logs"
 	"github.com/kube5s/sless/services/gateway/internal/record"
@@ -44,8 +48,11 @@ func run(ctx context.Context, getenv func(string) string, stdout io.Writer) erro
 		return err
 	}
 	// The data plane reads Functions, Triggers and Tenants from a watch
-	// cache, never from the API server per request.
-	kube, watch, _, err := svc.Kube(ctx, kcfg, &slessv1.Function{}, &slessv1.Trigger{}, &slessv1.Tenant{})
+	// cache, never from the API server per request; the tenants'
+	// namespaces too, to know a tenant is usable (api/namespaces.go).
+	kube, watch, _, err := svc.KubeWatching(ctx, kcfg, map[client.Object]cache.ByObject{
+		&slessv1.Function{}: {}, &slessv1.Trigger{}: {}, &slessv1.Tenant{}: {}, &corev1.Namespace{}: tenantns.Watch(),
+	})
 	if err != nil {
 		return err
 	}
@@ -80,7 +87,8 @@ func run(ctx context.Context, getenv func(string) string, stdout io.Writer) erro
 	srv := api.New(api.Deps{
 		Config: api.Config{AdminToken: cfg.AdminToken, PublicURL: cfg.PublicURL, MaxSourceBytes: int64(cfg.MaxSourceBytes),
 			MaxResponseBytes: int64(cfg.MaxResponseBytes), MaxInlineResult: 4096,
-			Egress: egress.New(cfg.EgressAllow...), FunctionsDomain: cfg.FunctionsDomain, ArchiveLimits: cfg.ArchiveLimits},
+			Egress: egress.New(cfg.EgressAllow...), FunctionsDomain: cfg.FunctionsDomain, ArchiveLimits: cfg.ArchiveLimits,
+			TenantWait: cfg.TenantWait},
 		Kube: kube, Cache: watch, DB: pool, Store: store, Publisher: pub, Recorder: recorder,
 		Health: svc.Health, Registry: svc.Registry, Tracer: svc.Tracer, Log: svc.Log, Logs: fnLogs,
 	})

@@ -11,6 +11,8 @@ import (
 	"reflect"
 	"time"
 
+	"github.com/hashicorp/terraform-plugin-log/tflog"
+
 	slessclient "github.com/kube5s/sless/pkg/client"
 )
 
@@ -174,9 +176,19 @@ type client struct {
 	api *slessclient.ClientWithResponses
 }
 
+// platformWait is how long a call waits out answers that ask to be
+// repeated (503 or 409 with Retry-After: a tenant whose namespace is being
+// made or removed, a quota being counted), within the operation's context.
+const platformWait = 5 * time.Minute
+
 func newClient(url, token, version string) (*client, error) {
 	c, err := slessclient.New(url, token, "terraform-provider-sless/"+version,
-		slessclient.WithHTTPClient(&http.Client{Timeout: 6 * time.Minute})) // the longest wait=ready is 5m
+		slessclient.WithHTTPClient(&http.Client{Timeout: 6 * time.Minute}), // the longest wait=ready is 5m
+		slessclient.WithWaits(platformWait, func(ctx context.Context, w slessclient.Wait) {
+			if w.Problem != nil {
+				tflog.Info(ctx, "waiting for the platform: "+w.Problem.Detail, map[string]any{"request": w.Method + " " + w.Path, "retry_in": w.After.String()})
+			}
+		}))
 	if err != nil {
 		return nil, err
 	}

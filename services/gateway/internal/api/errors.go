@@ -169,6 +169,12 @@ func fromKube(ctx context.Context, what string, err error) error {
 	if errors.As(err, &p) {
 		return p
 	}
+	if tenant, st, ok := namespaceRefusal(err); ok {
+		// Never "function f0 not found" for the function being created.
+		p = tenantNotReady(ctx, tenant, st)
+		p.cause = err
+		return p
+	}
 	switch {
 	case apierrors.IsNotFound(err):
 		p = problem(404, "", "%s not found", what)

@@ -62,7 +62,9 @@ type PatchIn struct {
 	RawBody     []byte
 }
 
-// namespace returns the tenant's namespace after checking the tenant exists.
+// namespace returns the tenant's namespace after checking the tenant
+// exists and its namespace is usable (namespaces.go): the one place a
+// tenant-scoped handler resolves the tenant.
 func (s *Server) namespace(ctx context.Context, tenant string) (string, error) {
 	var t slessv1.Tenant
 	if err := s.Kube.Get(ctx, client.ObjectKey{Name: tenant}, &t); err != nil {
@@ -71,7 +73,7 @@ func (s *Server) namespace(ctx context.Context, tenant string) (string, error) {
 	if !t.DeletionTimestamp.IsZero() {
 		return "", withID(ctx, problem(404, "", "tenant %s is being deleted", tenant))
 	}
-	return slessv1.NamespaceFor(tenant), nil
+	return s.usableNamespace(ctx, tenant)
 }
 
 // kind ties a REST representation to its custom resource.

@@ -17,7 +17,8 @@ import (
 func (s *Server) routeTable() []huma.Operation {
 	return []huma.Operation{
 		// tenants.go
-		{OperationID: "create-tenant", Method: http.MethodPost, Path: "/v1/tenants", Tags: []string{"tenants"}, Summary: "Create a tenant (admin)", DefaultStatus: http.StatusCreated, MaxBodyBytes: 64 << 10},
+		{OperationID: "create-tenant", Method: http.MethodPost, Path: "/v1/tenants", Tags: []string{"tenants"}, Summary: "Create a tenant (admin); it is usable when this answers 201", DefaultStatus: http.StatusCreated, MaxBodyBytes: 64 << 10,
+			Description: "Waits (30s by default) for the tenant's namespace: 201, usable; 202, not yet (its calls answer 503 tenant-not-ready with Retry-After until it is); 409 tenant-terminating with Retry-After while a namesake or its namespace is still being removed."},
 		{OperationID: "list-tenants", Method: http.MethodGet, Path: "/v1/tenants", Tags: []string{"tenants"}, Summary: "List tenants (admin)"},
 		{OperationID: "get-tenant", Method: http.MethodGet, Path: "/v1/tenants/{t}", Tags: []string{"tenants"}, Summary: "Read a tenant"},
 		{OperationID: "delete-tenant", Method: http.MethodDelete, Path: "/v1/tenants/{t}", Tags: []string{"tenants"}, Summary: "Delete a tenant and everything it owns (admin)", DefaultStatus: http.StatusAccepted},
@@ -121,6 +122,23 @@ func (s *Server) checkRoutes() {
 			panic(fmt.Sprintf("operation %q of the route table has no handler", id))
 		}
 	}
+}
+
+// documentTenantCreate adds the tenant create's 202 (the tenant, whose
+// namespace is not there yet) and its 409 to the document.
+func (s *Server) documentTenantCreate() {
+	item := s.api.OpenAPI().Paths["/v1/tenants"]
+	if item == nil || item.Post == nil || item.Post.Responses["201"] == nil {
+		return
+	}
+	accepted := *item.Post.Responses["201"]
+	accepted.Description = "Created, but its namespace is not there yet: its calls answer 503 tenant-not-ready with Retry-After until it is"
+	item.Post.Responses["202"] = &accepted
+	conflict := &huma.Response{Description: "the tenant exists (conflict), or a tenant of that name or its namespace is still being removed (tenant-terminating, with Retry-After)"}
+	if d := item.Post.Responses["default"]; d != nil {
+		conflict.Content = d.Content // the problem document
+	}
+	item.Post.Responses["409"] = conflict
 }
 
 // documentCreates adds a 201 response, the same object as the 200, to

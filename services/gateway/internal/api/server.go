@@ -24,10 +24,12 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 	"go.opentelemetry.io/otel/propagation"
 	"go.opentelemetry.io/otel/trace"
+	corev1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/util/validation"
 	"sigs.k8s.io/controller-runtime/pkg/cache"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
+	slessv1 "github.com/kube5s/sless/pkg/apis/sless/v1alpha1"
 	"github.com/kube5s/sless/pkg/archive"
 	"github.com/kube5s/sless/pkg/egress"
 	"github.com/kube5s/sless/pkg/health"
@@ -62,13 +64,16 @@ type Config struct {
 	FunctionsDomain string
 	// ArchiveLimits are the builder's limits, applied at upload.
 	ArchiveLimits archive.Limits
+	// TenantWait is how long a tenant's create waits for its namespace
+	// before it answers 202; 0 means DefaultTenantWait.
+	TenantWait time.Duration
 }
 
 // Deps are the gateway's collaborators.
 type Deps struct {
 	Config    Config
 	Kube      client.Client // direct reads and writes of the custom resources
-	Cache     cache.Cache   // watch cache of Functions, Triggers and Tenants for the data plane
+	Cache     cache.Cache   // watch cache of Functions, Triggers, Tenants and tenant Namespaces (tenantns.Watch)
 	DB        *pgxpool.Pool
 	Store     *objstore.Store
 	Publisher Publisher
@@ -90,7 +95,8 @@ type Server struct {
 	metrics   *record.Metrics
 	forwarder *proxy.Forwarder
 	sql       *store.Store
-	fnWatch   *functionWatch
+	fnWatch   *objectWatch           // Functions, for ?wait=ready
+	nsWatch   *objectWatch           // tenant Namespaces, for a tenant's create
 	streams   *prometheus.GaugeVec   // waits and log follows in flight
 	long      longRequests           // the same per tenant, to bound them
 	routes    map[string]*routeEntry // the route table, by operation id
@@ -113,11 +119,13 @@ func New(d Deps) *Server {
 	s.forwarder = &proxy.Forwarder{Transport: s.Transport, Tracer: d.Tracer, Prop: s.prop, Recorder: d.Recorder, Metrics: s.metrics,
 		Log: d.Log, MaxResponseBytes: d.Config.MaxResponseBytes, MaxInlineResult: d.Config.MaxInlineResult}
 
-	w, err := watchFunctions(d.Cache)
-	if err != nil {
+	var err error
+	if s.fnWatch, err = watchObjects(d.Cache, &slessv1.Function{}); err != nil {
 		panic(fmt.Sprintf("watch functions: %v", err)) // the cache was built with a Function informer; a programming error
 	}
-	s.fnWatch = w
+	if s.nsWatch, err = watchObjects(d.Cache, &corev1.Namespace{}); err != nil {
+		panic(fmt.Sprintf("watch namespaces: %v", err)) // the cache was built with a Namespace informer; a programming error
+	}
 	s.streams = prometheus.NewGaugeVec(prometheus.GaugeOpts{Name: "sless_gateway_long_requests",
 		Help: "Requests that wait or stream in flight: kind wait (a function's wait=ready) or logs (a followed log)."}, []string{"kind"})
 	if d.Registry != nil {
@@ -170,6 +178,7 @@ func New(d Deps) *Server {
 	s.registerCallbackSecret()
 	s.checkRoutes()
 	s.documentCreates()
+	s.documentTenantCreate()
 	return s
 }
 

@@ -41,10 +41,7 @@ type TokenOut struct {
 func (s *Server) registerTenants() {
 	register(s, s.route("create-tenant"),
 		func(ctx context.Context, in *struct{ Body TenantInput }) (*One[Tenant], error) {
-			if err := s.requireAdmin(ctx); err != nil {
-				return nil, err
-			}
-			return tenantKind.create(ctx, s, in.Body.Name, tenantCR(&in.Body))
+			return s.createTenant(ctx, &in.Body)
 		})
 	register(s, s.route("list-tenants"),
 		func(ctx context.Context, in *Page) (*ListOut[Tenant], error) {

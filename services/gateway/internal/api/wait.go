@@ -89,23 +89,25 @@ func waitTimeout(ctx context.Context, v string) (time.Duration, error) {
 	return min(d, MaxWait), nil
 }
 
-// functionWatch hands the watch cache's Function events to the requests
-// waiting on each function.
-type functionWatch struct {
+// objectWatch hands the watch cache's events of one kind (Functions for
+// ?wait=ready, tenant Namespaces for a tenant's create) to the requests
+// waiting on each object.
+type objectWatch struct {
 	mu      sync.Mutex
 	waiters map[types.NamespacedName]map[chan struct{}]struct{}
 }
 
-// watchFunctions subscribes to the Function informer of c; nil when there
-// is no cache (a router built for a test of its routes).
-func watchFunctions(c cache.Cache) (*functionWatch, error) {
-	w := &functionWatch{waiters: map[types.NamespacedName]map[chan struct{}]struct{}{}}
+// watchObjects subscribes to the informer of obj's kind in c; a watch that
+// never fires when there is no cache (a router built for a test of its
+// routes).
+func watchObjects(c cache.Cache, obj client.Object) (*objectWatch, error) {
+	w := &objectWatch{waiters: map[types.NamespacedName]map[chan struct{}]struct{}{}}
 	if c == nil {
 		return w, nil
 	}
 	// The informer exists already (run creates it before the cache starts):
 	// this returns it without waiting for its first list.
-	inf, err := c.GetInformer(context.Background(), &slessv1.Function{}, cache.BlockUntilSynced(false))
+	inf, err := c.GetInformer(context.Background(), obj, cache.BlockUntilSynced(false))
 	if err != nil {
 		return nil, err
 	}
@@ -117,7 +119,7 @@ func watchFunctions(c cache.Cache) (*functionWatch, error) {
 	return w, err
 }
 
-func (w *functionWatch) changed(o any) {
+func (w *objectWatch) changed(o any) {
 	if d, ok := o.(toolscache.DeletedFinalStateUnknown); ok {
 		o = d.Obj
 	}
@@ -136,8 +138,8 @@ func (w *functionWatch) changed(o any) {
 	}
 }
 
-// subscribe returns a channel that receives when the function changes.
-func (w *functionWatch) subscribe(key types.NamespacedName) (<-chan struct{}, func()) {
+// subscribe returns a channel that receives when the object changes.
+func (w *objectWatch) subscribe(key types.NamespacedName) (<-chan struct{}, func()) {
 	ch := make(chan struct{}, 1)
 	w.mu.Lock()
 	if w.waiters[key] == nil {
