@@ -138,7 +138,7 @@ func (l *Local) Ensure(ctx context.Context, fn *slessv1.Function, a Artifact) (S
 	starting := lf.next.state(false)
 	if lf.current != nil && lf.current.isHealthy() {
 		st := lf.current.state(false)
-		st.Reason, st.Message = "Progressing", "starting the new version: "+starting.Message
+		st.Reason, st.Message = slessv1.ReasonProgressing, "starting the new version: "+starting.Message
 		return st, nil
 	}
 	return starting, nil
