@@ -25,7 +25,11 @@ func TestPublicEgressIsPkgEgress(t *testing.T) {
 		t.Run(name, func(t *testing.T) {
 			c, vals := load(t), map[string]any{}
 			if cluster != nil {
-				vals["clusterCIDRs"] = cluster
+				var list []any // as a values file decodes
+				for _, r := range cluster {
+					list = append(list, r)
+				}
+				vals["clusterCIDRs"] = list
 			} else {
 				for _, r := range c.Values["clusterCIDRs"].([]any) {
 					cluster = append(cluster, r.(string))
