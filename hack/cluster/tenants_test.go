@@ -17,6 +17,7 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/client-go/kubernetes"
 
+	slessv1 "github.com/kube5s/sless/pkg/apis/sless/v1alpha1"
 	"github.com/kube5s/sless/pkg/callback"
 	sless "github.com/kube5s/sless/pkg/client"
 	"github.com/kube5s/sless/pkg/testenv"
@@ -395,7 +396,7 @@ func checkQuota(ctx context.Context, t *testing.T, u *tenantUser, fn string) {
 			return false, err.Error()
 		}
 		for _, c := range out.Status.Conditions {
-			if c.Type == "Deployed" && c.Status == "False" && c.Reason == "QuotaExceeded" && strings.Contains(c.Message, "exceeded quota") {
+			if c.Type == "Deployed" && c.Status == "False" && c.Reason == slessv1.ReasonQuotaExceeded && strings.Contains(c.Message, "exceeded quota") {
 				t.Logf("%s over the quota: phase %s, Deployed: %s: %s", fn, out.Status.Phase, c.Reason, c.Message)
 				return true, ""
 			}

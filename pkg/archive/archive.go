@@ -28,6 +28,7 @@ var DefaultLimits = Limits{MaxEntries: 10000, MaxBytes: 256 << 20}
 // Reasons an archive is refused, as the builder reports them in
 // build.completed.v1.
 const (
+	ReasonInvalidArchive     = "InvalidArchive" // not a zip, or an entry that cannot be read
 	ReasonUnsafePath         = "UnsafePath"
 	ReasonSymlink            = "SymlinkNotAllowed"
 	ReasonTooLarge           = "ArchiveTooLarge"
@@ -35,7 +36,8 @@ const (
 	ReasonUnsupportedRuntime = "UnsupportedRuntime"
 )
 
-// Error is a refused archive: a reason and a message that names what to fix.
+// Error is a refused archive: a reason and a message that names what to
+// fix. The builder reports its other user-fixable failures in it too.
 type Error struct {
 	Reason  string
 	Message string

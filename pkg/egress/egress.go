@@ -20,6 +20,7 @@ import (
 	"fmt"
 	"net"
 	"net/netip"
+	"slices"
 	"strings"
 	"syscall"
 	"time"
@@ -92,6 +93,68 @@ func Refusal(addr netip.Addr) string {
 		return "not IPv6 global unicast"
 	}
 	return ""
+}
+
+// Block is a range of addresses with ranges inside it excepted: the shape
+// of a NetworkPolicy's ipBlock.
+type Block struct {
+	CIDR   netip.Prefix
+	Except []netip.Prefix
+}
+
+// PublicBlocks are the addresses Refusal allows, as blocks a packet filter
+// (a NetworkPolicy) can express: 0.0.0.0/0 and 2000::/3 (all IPv6 that can
+// be public), each with the refused ranges inside it excepted, and the
+// ranges of extra (a cluster's own, a tenant's denied) excepted from the
+// block of their family too. An excepted range inside another is left
+// out; a block that extra covers whole is left out. IPv4-mapped IPv6
+// addresses are outside both blocks: a filter sees them as IPv6.
+func PublicBlocks(extra ...netip.Prefix) []Block {
+	var out []Block
+	for _, cidr := range []netip.Prefix{netip.MustParsePrefix("0.0.0.0/0"), globalUnicast6} {
+		b := Block{CIDR: cidr}
+		var except []netip.Prefix
+		for _, r := range refused {
+			except = append(except, r.prefix)
+		}
+		for _, e := range extra {
+			except = append(except, e.Masked())
+		}
+		empty := false
+		for _, e := range except {
+			switch {
+			case e.Addr().Is4() != cidr.Addr().Is4() || !e.Overlaps(cidr):
+			case e.Bits() <= cidr.Bits():
+				empty = true // e holds the whole block
+			default:
+				b.Except = append(b.Except, e)
+			}
+		}
+		if !empty {
+			b.Except = outermost(b.Except)
+			out = append(out, b)
+		}
+	}
+	return out
+}
+
+// outermost sorts ps and drops every prefix inside another.
+func outermost(ps []netip.Prefix) []netip.Prefix {
+	slices.SortFunc(ps, func(a, b netip.Prefix) int {
+		if c := a.Addr().Compare(b.Addr()); c != 0 {
+			return c
+		}
+		return a.Bits() - b.Bits()
+	})
+	var out []netip.Prefix
+	for _, p := range ps {
+		// Sorted so, a prefix inside any kept one is inside the last.
+		if n := len(out); n > 0 && out[n-1].Bits() <= p.Bits() && out[n-1].Contains(p.Addr()) {
+			continue
+		}
+		out = append(out, p)
+	}
+	return out
 }
 
 // Policy is the refusal rules plus the ranges a platform team allowed.

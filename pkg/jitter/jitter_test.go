@@ -27,3 +27,20 @@ func TestBackoffSpreadsReplicas(t *testing.T) {
 		t.Errorf("%d of 20 steps waited exactly as long on both replicas", same)
 	}
 }
+
+// TestRedialStartsOverAfterASteadyRun: runs that fail at once wait longer
+// each time; a run that lasted longer than Steady waits the first step again.
+func TestRedialStartsOverAfterASteadyRun(t *testing.T) {
+	r := NewRedial(100*time.Millisecond, time.Hour)
+	now := time.Now()
+	var waits []time.Duration
+	for range 8 {
+		waits = append(waits, r.After(now))
+	}
+	if waits[7] < 800*time.Millisecond { // 100ms·1.5^7 ≈ 1.7s, at least half of it
+		t.Errorf("the eighth wait after runs that failed at once is %s; the waits were %v", waits[7], waits)
+	}
+	if d := r.After(now.Add(-Steady - time.Second)); d < 50*time.Millisecond || d > 150*time.Millisecond {
+		t.Errorf("after a run of more than %s the wait is %s, want the first step (100ms ±50%%)", Steady, d)
+	}
+}

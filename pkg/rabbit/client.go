@@ -85,7 +85,7 @@ func (c *Client) Run(ctx context.Context) error {
 		if err != nil {
 			wait := redial.NextBackOff()
 			c.log.Warn("rabbitmq connect failed", "err", err, "retryIn", wait.String())
-			if !sleep(ctx, wait) {
+			if !jitter.Wait(ctx, wait) {
 				return nil
 			}
 			continue
@@ -227,7 +227,7 @@ func (c *Client) Channel(ctx context.Context) (*amqp.Channel, error) {
 				return ch, nil
 			}
 			// The connection died under us; wait for Run to replace it.
-			if !sleep(ctx, 50*time.Millisecond) {
+			if !jitter.Wait(ctx, 50*time.Millisecond) {
 				return nil, ctx.Err()
 			}
 			continue
@@ -419,17 +419,6 @@ func (d *declarer) replace(queue, target string) (moved int, err error) {
 		return moved, fmt.Errorf("delete %s once empty: %w", queue, err)
 	}
 	return moved, nil
-}
-
-func sleep(ctx context.Context, d time.Duration) bool {
-	t := time.NewTimer(d)
-	defer t.Stop()
-	select {
-	case <-ctx.Done():
-		return false
-	case <-t.C:
-		return true
-	}
 }
 
 // Check reports whether the connection is up; it backs /readyz.

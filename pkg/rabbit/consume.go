@@ -142,27 +142,24 @@ func (c *Consumer) Run(ctx context.Context) error {
 		}
 	}()
 	failures := 0
-	lost := jitter.Backoff(time.Second, 30*time.Second)
+	lost := jitter.NewRedial(time.Second, 30*time.Second)
 	for ctx.Err() == nil {
 		began := time.Now()
 		consumed, err := c.session(ctx, work, pub)
 		if consumed {
 			failures = 0
 		}
-		if time.Since(began) > time.Minute {
-			lost.Reset() // it was consuming: a new interruption, not a loop
-		}
 		if err != nil && ctx.Err() == nil {
 			failures++
 			wait := sessionDelay(err, failures)
 			if _, refused := Refusal(err); !refused {
-				wait = lost.NextBackOff() // jittered, so replicas do not redial in lockstep
+				wait = lost.After(began) // jittered, so replicas do not redial in lockstep
 			}
 			c.Client.log.Warn("consumer interrupted", "queue", c.Queue.Name, "err", err, "retryIn", wait.String())
 			if c.OnError != nil {
 				c.OnError(err)
 			}
-			sleep(ctx, wait)
+			jitter.Wait(ctx, wait)
 		}
 	}
 	return nil
@@ -355,7 +352,7 @@ func (c *Consumer) forward(ctx context.Context, pub *Publisher, acks *acker, d *
 	if err := pub.Publish(pctx, "", queue, m); err != nil {
 		c.Client.log.Warn("forward failed, message stays in its queue", "queue", queue, "err", err)
 		// Requeue after a pause; the delivery limit stops a loop.
-		sleep(ctx, jitter.Backoff(time.Second, time.Second).NextBackOff())
+		jitter.Sleep(ctx, jitter.Backoff(time.Second, time.Second))
 		_ = d.Nack(false, true)
 		acks.settled(d.DeliveryTag)
 		return

@@ -108,12 +108,12 @@ func (g *gw) settle(t testing.TB, tenant, name string, phase slessv1.FunctionPha
 	f.Status.Phase, f.Status.ObservedGeneration = phase, f.Generation
 	built, reason := metav1.ConditionTrue, "Built"
 	if phase == slessv1.FunctionFailed {
-		built, reason = metav1.ConditionFalse, "BuildFailed"
+		built, reason = metav1.ConditionFalse, slessv1.ReasonBuildFailed
 	}
 	meta.SetStatusCondition(&f.Status.Conditions, metav1.Condition{Type: slessv1.ConditionBuilt, Status: built, Reason: reason, Message: "m"})
 	if phase == slessv1.FunctionReady {
 		f.Status.Endpoint = "http://127.0.0.1:1"
-		meta.SetStatusCondition(&f.Status.Conditions, metav1.Condition{Type: slessv1.ConditionDeployed, Status: metav1.ConditionTrue, Reason: "RolledOut", Message: "m"})
+		meta.SetStatusCondition(&f.Status.Conditions, metav1.Condition{Type: slessv1.ConditionDeployed, Status: metav1.ConditionTrue, Reason: slessv1.ReasonRolledOut, Message: "m"})
 	}
 	if err := g.kube.Status().Update(t.Context(), &f); err != nil {
 		t.Fatal(err)

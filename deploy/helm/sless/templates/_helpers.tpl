@@ -92,6 +92,23 @@ seccompProfile:
   ports: [{port: 53, protocol: UDP}, {port: 53, protocol: TCP}]
 {{- end }}
 
+{{/*
+The public addresses, as pkg/egress judges them (egress.PublicBlocks:
+0.0.0.0/0 and 2000::/3, each less the ranges egress refuses in it), less
+the ranges of the list given (the cluster's), as ipBlock peers.
+TestPublicEgressIsPkgEgress checks that the two agree.
+*/}}
+{{- define "sless.publicBlocks" -}}
+{{- $v4 := list "0.0.0.0/8" "10.0.0.0/8" "100.64.0.0/10" "127.0.0.0/8" "169.254.0.0/16" "172.16.0.0/12" "192.0.0.0/24" "192.0.2.0/24" "192.88.99.0/24" "192.168.0.0/16" "198.18.0.0/15" "198.51.100.0/24" "203.0.113.0/24" "224.0.0.0/4" "240.0.0.0/4" }}
+{{- $v6 := list "2001::/23" "2001:db8::/32" "2002::/16" "3fff::/20" }}
+{{- range . }}
+{{- if contains "." . }}{{ if not (has . $v4) }}{{ $v4 = append $v4 . }}{{ end }}
+{{- else if regexMatch "^[23][0-9a-fA-F]{3}:" . }}{{ $v6 = append $v6 . }}{{ end }}
+{{- end }}
+- ipBlock: {cidr: 0.0.0.0/0, except: {{ $v4 | toJson }}}
+- ipBlock: {cidr: "2000::/3", except: {{ $v6 | toJson }}}
+{{- end }}
+
 {{/* Egress rules from a list of {cidrs, except, ports}. */}}
 {{- define "sless.egressRules" -}}
 {{- range . }}

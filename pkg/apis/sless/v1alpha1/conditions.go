@@ -17,6 +17,33 @@ const (
 	ConditionConsuming = "Consuming"
 )
 
+// Reasons of a Function's conditions: the operator writes them, the
+// gateway, the CLI and the tests read them.
+const (
+	// SourceReady and Built.
+	ReasonAwaitingSource = "AwaitingSource"
+	ReasonUploaded       = "Uploaded"
+	ReasonPrebuilt       = "PrebuiltImage"
+	ReasonBuilding       = "Building"
+	ReasonBuildSucceeded = "BuildSucceeded"
+	ReasonBuildFailed    = "BuildFailed"
+
+	// Deployed: the execution driver's reading of the rollout.
+	ReasonWaitingBuild  = "WaitingForBuild"
+	ReasonRolledOut     = "RolledOut"
+	ReasonProgressing   = "Progressing"
+	ReasonRolloutFailed = "RolloutFailed" // the Deployment's progress deadline passed
+	// ReasonReplicaFailure: the ReplicaSet cannot create a pod;
+	// ReasonQuotaExceeded when the tenant's ResourceQuota is why.
+	ReasonReplicaFailure = "ReplicaFailure"
+	ReasonQuotaExceeded  = "QuotaExceeded"
+	ReasonDriverError    = "DriverError"
+
+	// Ready.
+	ReasonServing    = "Serving"
+	ReasonNotServing = "NotServing"
+)
+
 // SetCondition sets one condition, stamping the generation it was observed at.
 // The transition time changes only when the status does.
 func SetCondition(conds *[]metav1.Condition, generation int64, typ string, status metav1.ConditionStatus, reason, message string) bool {

@@ -22,29 +22,20 @@ import (
 	"github.com/kube5s/sless/pkg/archive"
 )
 
-// Failure reasons reported in build.completed.v1; each names what to fix.
+// Failure reasons reported in build.completed.v1 besides the archive's own
+// (archive.Reason*); each names what to fix.
 const (
-	ReasonInvalidArchive     = "InvalidArchive"
-	ReasonUnsafePath         = "UnsafePath"
-	ReasonSymlink            = "SymlinkNotAllowed"
-	ReasonTooLarge           = "ArchiveTooLarge"
-	ReasonMissingEntrypoint  = "MissingEntrypoint"
-	ReasonSyntaxError        = "SyntaxError"
-	ReasonDependencies       = "DependencyInstallFailed"
-	ReasonSourceUnavailable  = "SourceUnavailable"
-	ReasonUnsupportedRuntime = "UnsupportedRuntime"
-	ReasonBuildJobFailed     = "BuildJobFailed"
-	ReasonBuildDeadline      = "BuildDeadlineExceeded"
-	ReasonInternal           = "InternalError"
+	ReasonSyntaxError       = "SyntaxError"
+	ReasonDependencies      = "DependencyInstallFailed"
+	ReasonSourceUnavailable = "SourceUnavailable"
+	ReasonBuildJobFailed    = "BuildJobFailed"
+	ReasonBuildDeadline     = "BuildDeadlineExceeded"
+	ReasonInternal          = "InternalError"
 )
 
-// Error is a build failure a user can act on.
-type Error struct {
-	Reason  string
-	Message string
-}
-
-func (e *Error) Error() string { return e.Reason + ": " + e.Message }
+// Error is a build failure a user can act on: archive.Error itself, so a
+// refused archive, from this package or the gateway's rules, is one.
+type Error = archive.Error
 
 func fail(reason, format string, args ...any) *Error {
 	return &Error{Reason: reason, Message: fmt.Sprintf(format, args...)}
@@ -64,43 +55,34 @@ type Source struct {
 	Files      []string // relative, slash-separated
 }
 
-// Unpack checks the zip in data entry by entry and writes it below dir. It
-// refuses paths that leave dir, symlinks and anything but files and
-// directories, and stops at the limits by counting the bytes it actually
+// Unpack checks the zip in data and writes it below dir. The rules the
+// central directory can be judged by are archive.CheckDirectory's (the
+// gateway's at upload); Unpack also refuses anything but files and
+// directories and stops at lim.MaxBytes by counting the bytes it actually
 // writes (headers can lie). Nothing is written outside dir.
 func Unpack(data []byte, dir string, lim Limits) ([]string, error) {
 	zr, err := zip.NewReader(bytes.NewReader(data), int64(len(data)))
 	if err != nil {
-		return nil, fail(ReasonInvalidArchive, "not a zip archive: %v", err)
+		return nil, fail(archive.ReasonInvalidArchive, "not a zip archive: %v", err)
 	}
-	if len(zr.File) > lim.MaxEntries {
-		return nil, fail(ReasonTooLarge, "%d entries, the limit is %d", len(zr.File), lim.MaxEntries)
+	if _, err := archive.CheckDirectory(zr, lim); err != nil {
+		return nil, err
 	}
 	var files []string
 	var written int64
 	for _, f := range zr.File {
-		name := f.Name
-		if strings.Contains(name, "\\") {
-			name = strings.ReplaceAll(name, "\\", "/")
+		clean, err := archive.CleanName(f.Name)
+		if err != nil {
+			return nil, err
 		}
-		clean := path.Clean(name)
-		if path.IsAbs(name) || clean == ".." || strings.HasPrefix(clean, "../") || filepath.VolumeName(name) != "" {
-			return nil, fail(ReasonUnsafePath, "entry %q points outside the archive root", f.Name)
-		}
-		mode := f.Mode()
-		switch {
-		case mode&fs.ModeSymlink != 0:
-			return nil, fail(ReasonSymlink, "entry %q is a symbolic link; archive the file itself", f.Name)
+		switch mode := f.Mode(); {
 		case mode.IsDir():
 			if err := os.MkdirAll(filepath.Join(dir, filepath.FromSlash(clean)), 0o755); err != nil {
 				return nil, err
 			}
 			continue
 		case !mode.IsRegular():
-			return nil, fail(ReasonUnsafePath, "entry %q is not a regular file (%s)", f.Name, mode.Type())
-		}
-		if f.UncompressedSize64 > uint64(lim.MaxBytes) {
-			return nil, fail(ReasonTooLarge, "entry %q unpacks to %d bytes, the limit is %d", f.Name, f.UncompressedSize64, lim.MaxBytes)
+			return nil, fail(archive.ReasonUnsafePath, "entry %q is not a regular file (%s)", f.Name, mode.Type())
 		}
 		target := filepath.Join(dir, filepath.FromSlash(clean))
 		if err := os.MkdirAll(filepath.Dir(target), 0o755); err != nil {
@@ -111,31 +93,33 @@ func Unpack(data []byte, dir string, lim Limits) ([]string, error) {
 		if err != nil {
 			return nil, err
 		}
+		if written > lim.MaxBytes {
+			return nil, fail(archive.ReasonTooLarge, "the archive unpacks to more than %d bytes (the limit)", lim.MaxBytes)
+		}
 		files = append(files, clean)
 	}
 	return files, nil
 }
 
+// extract writes f to target, at most budget+1 bytes: one more than the
+// budget tells the caller the limit was passed.
 func extract(f *zip.File, target string, budget int64) (int64, error) {
 	rc, err := f.Open()
 	if err != nil {
-		return 0, fail(ReasonInvalidArchive, "entry %q cannot be read: %v", f.Name, err)
+		return 0, fail(archive.ReasonInvalidArchive, "entry %q cannot be read: %v", f.Name, err)
 	}
 	defer rc.Close()
 	out, err := os.OpenFile(target, os.O_CREATE|os.O_EXCL|os.O_WRONLY, 0o644)
 	if err != nil {
 		if errors.Is(err, fs.ErrExist) {
-			return 0, fail(ReasonInvalidArchive, "entry %q appears twice", f.Name)
+			return 0, fail(archive.ReasonInvalidArchive, "entry %q appears twice", f.Name)
 		}
 		return 0, err
 	}
 	defer out.Close()
 	n, err := io.Copy(out, io.LimitReader(rc, budget+1))
 	if err != nil {
-		return n, fail(ReasonInvalidArchive, "entry %q is corrupt: %v", f.Name, err)
-	}
-	if n > budget {
-		return n, fail(ReasonTooLarge, "the archive unpacks to more than %d bytes", DefaultLimits.MaxBytes)
+		return n, fail(archive.ReasonInvalidArchive, "entry %q is corrupt: %v", f.Name, err)
 	}
 	return n, nil
 }
@@ -157,13 +141,7 @@ func (EntrypointExists) Name() string { return "entrypoint" }
 // such an archive at upload); it is checked again for sources that did
 // not come through the gateway, and after an entrypoint changed.
 func (EntrypointExists) Validate(_ context.Context, src *Source) error {
-	var ae *archive.Error
-	if err := archive.CheckEntrypoint(src.Files, src.Runtime, src.Entrypoint); errors.As(err, &ae) {
-		return fail(ae.Reason, "%s", ae.Message)
-	} else if err != nil {
-		return err
-	}
-	return nil
+	return archive.CheckEntrypoint(src.Files, src.Runtime, src.Entrypoint)
 }
 
 // Syntax compiles Python files and runs `node --check` on JavaScript, so a

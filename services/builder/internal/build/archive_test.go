@@ -9,6 +9,8 @@ import (
 	"path/filepath"
 	"strings"
 	"testing"
+
+	"github.com/kube5s/sless/pkg/archive"
 )
 
 type entry struct {
@@ -56,31 +58,31 @@ func TestMalformedArchivesFailWithTheirOwnReason(t *testing.T) {
 		reason  string
 		message string
 	}{
-		{"not a zip", func() (string, string, []byte) { return "python3.11", "main.handler", []byte("PK? no, a text file") }, ReasonInvalidArchive, "not a zip"},
-		{"empty file", func() (string, string, []byte) { return "python3.11", "main.handler", nil }, ReasonInvalidArchive, "not a zip"},
-		{"zip slip", func() (string, string, []byte) { return py(good, entry{name: "../../escape.py", body: "x"}) }, ReasonUnsafePath, "outside the archive root"},
-		{"nested zip slip", func() (string, string, []byte) { return py(good, entry{name: "lib/../../escape.py", body: "x"}) }, ReasonUnsafePath, "outside"},
-		{"absolute path", func() (string, string, []byte) { return py(good, entry{name: "/etc/cron.d/evil", body: "x"}) }, ReasonUnsafePath, "outside"},
-		{"windows path", func() (string, string, []byte) { return py(good, entry{name: `..\..\evil.py`, body: "x"}) }, ReasonUnsafePath, "outside"},
+		{"not a zip", func() (string, string, []byte) { return "python3.11", "main.handler", []byte("PK? no, a text file") }, archive.ReasonInvalidArchive, "not a zip"},
+		{"empty file", func() (string, string, []byte) { return "python3.11", "main.handler", nil }, archive.ReasonInvalidArchive, "not a zip"},
+		{"zip slip", func() (string, string, []byte) { return py(good, entry{name: "../../escape.py", body: "x"}) }, archive.ReasonUnsafePath, "outside the archive root"},
+		{"nested zip slip", func() (string, string, []byte) { return py(good, entry{name: "lib/../../escape.py", body: "x"}) }, archive.ReasonUnsafePath, "outside"},
+		{"absolute path", func() (string, string, []byte) { return py(good, entry{name: "/etc/cron.d/evil", body: "x"}) }, archive.ReasonUnsafePath, "outside"},
+		{"windows path", func() (string, string, []byte) { return py(good, entry{name: `..\..\evil.py`, body: "x"}) }, archive.ReasonUnsafePath, "outside"},
 		{"symlink", func() (string, string, []byte) {
 			return py(good, entry{name: "link", body: "/etc/passwd", mode: fs.ModeSymlink | 0o777})
-		}, ReasonSymlink, "symbolic link"},
+		}, archive.ReasonSymlink, "symbolic link"},
 		{"device", func() (string, string, []byte) {
 			return py(good, entry{name: "dev", body: "", mode: fs.ModeDevice | 0o600})
-		}, ReasonUnsafePath, "not a regular file"},
+		}, archive.ReasonUnsafePath, "not a regular file"},
 		{"too many entries", func() (string, string, []byte) {
 			es := []entry{good}
 			for i := range 30 {
 				es = append(es, entry{name: "f" + string(rune('a'+i%26)) + strings.Repeat("x", i) + ".txt", body: "x"})
 			}
 			return py(es...)
-		}, ReasonTooLarge, "entries"},
+		}, archive.ReasonTooLarge, "entries"},
 		{"zip bomb", func() (string, string, []byte) {
 			return py(good, entry{name: "zeros.bin", body: strings.Repeat("\x00", 2<<20)})
-		}, ReasonTooLarge, "bytes"},
-		{"duplicate entry", func() (string, string, []byte) { return py(good, good) }, ReasonInvalidArchive, "appears twice"},
-		{"missing python module", func() (string, string, []byte) { return py(entry{name: "app.py", body: "x = 1\n"}) }, ReasonMissingEntrypoint, "main.py"},
-		{"missing node file", func() (string, string, []byte) { return js(entry{name: "app.js", body: "exports.x = 1\n"}) }, ReasonMissingEntrypoint, "index.js"},
+		}, archive.ReasonTooLarge, "bytes"},
+		{"duplicate entry", func() (string, string, []byte) { return py(good, good) }, archive.ReasonInvalidArchive, "appears twice"},
+		{"missing python module", func() (string, string, []byte) { return py(entry{name: "app.py", body: "x = 1\n"}) }, archive.ReasonMissingEntrypoint, "main.py"},
+		{"missing node file", func() (string, string, []byte) { return js(entry{name: "app.js", body: "exports.x = 1\n"}) }, archive.ReasonMissingEntrypoint, "index.js"},
 		{"python syntax error", func() (string, string, []byte) {
 			return py(entry{name: "main.py", body: "def handler(e, c)\n    return 1\n"})
 		}, ReasonSyntaxError, "main.py:1"},

@@ -23,6 +23,7 @@ import (
 	"github.com/google/go-containerregistry/pkg/v1/tarball"
 	"github.com/google/go-containerregistry/pkg/v1/types"
 
+	"github.com/kube5s/sless/pkg/archive"
 	"github.com/kube5s/sless/runtimes"
 )
 
@@ -130,11 +131,11 @@ func keychain(k authn.Keychain) authn.Keychain {
 func AssembleImage(ctx context.Context, req AssembleRequest, dir string) (v1.Image, error) {
 	rt, ok := runtimeImages[req.Runtime]
 	if !ok {
-		return nil, fail(ReasonUnsupportedRuntime, "unsupported runtime %q", req.Runtime)
+		return nil, fail(archive.ReasonUnsupportedRuntime, "unsupported runtime %q", req.Runtime)
 	}
 	wrapper, err := runtimes.WrapperOf(req.Runtime)
 	if err != nil {
-		return nil, fail(ReasonUnsupportedRuntime, "%v", err)
+		return nil, fail(archive.ReasonUnsupportedRuntime, "%v", err)
 	}
 	var opts []name.Option
 	if req.Insecure {

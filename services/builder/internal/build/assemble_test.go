@@ -21,6 +21,7 @@ import (
 	"github.com/google/go-containerregistry/pkg/v1/tarball"
 	"github.com/google/go-containerregistry/pkg/v1/types"
 
+	"github.com/kube5s/sless/pkg/archive"
 	"github.com/kube5s/sless/pkg/testenv"
 	"github.com/kube5s/sless/runtimes"
 )
@@ -372,7 +373,7 @@ func TestAssembleRefusesABaseByTag(t *testing.T) {
 	}
 	_, err = AssembleImage(t.Context(), AssembleRequest{Runtime: "ruby3", Base: "127.0.0.1:1/r@sha256:" + strings.Repeat("0", 64), Code: t.TempDir()}, t.TempDir())
 	var be *Error
-	if !errors.As(err, &be) || be.Reason != ReasonUnsupportedRuntime {
-		t.Errorf("error %v, want %s", err, ReasonUnsupportedRuntime)
+	if !errors.As(err, &be) || be.Reason != archive.ReasonUnsupportedRuntime {
+		t.Errorf("error %v, want %s", err, archive.ReasonUnsupportedRuntime)
 	}
 }

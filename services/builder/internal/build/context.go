@@ -10,6 +10,7 @@ import (
 	"os"
 	"path/filepath"
 
+	"github.com/kube5s/sless/pkg/archive"
 	"github.com/kube5s/sless/pkg/objstore"
 	"github.com/kube5s/sless/runtimes"
 )
@@ -32,7 +33,7 @@ type ContextRequest struct {
 // from half-written code.
 func PrepareContext(ctx context.Context, objs Sources, maxArchive int64, lim Limits, validators []Validator, req ContextRequest, log io.Writer) error {
 	if _, err := runtimes.WrapperOf(req.Runtime); err != nil {
-		return fail(ReasonUnsupportedRuntime, "%v", err)
+		return fail(archive.ReasonUnsupportedRuntime, "%v", err)
 	}
 	data, err := fetchVerified(ctx, objs, req.SourceKey, req.SHA256, maxArchive)
 	if err != nil {
@@ -80,14 +81,14 @@ func fetchArchive(ctx context.Context, objs Sources, key string, max int64) ([]b
 	}
 	defer rc.Close()
 	if size > max {
-		return nil, fail(ReasonTooLarge, "the archive is %d bytes, the limit is %d", size, max)
+		return nil, fail(archive.ReasonTooLarge, "the archive is %d bytes, the limit is %d", size, max)
 	}
 	data, err := io.ReadAll(io.LimitReader(rc, max+1))
 	if err != nil {
 		return nil, err
 	}
 	if int64(len(data)) > max {
-		return nil, fail(ReasonTooLarge, "the archive is over the limit of %d bytes", max)
+		return nil, fail(archive.ReasonTooLarge, "the archive is over the limit of %d bytes", max)
 	}
 	return data, nil
 }

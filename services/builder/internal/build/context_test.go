@@ -10,6 +10,7 @@ import (
 	"path/filepath"
 	"testing"
 
+	"github.com/kube5s/sless/pkg/archive"
 	"github.com/kube5s/sless/pkg/objstore"
 	"github.com/kube5s/sless/pkg/testenv"
 )
@@ -81,10 +82,10 @@ func TestPrepareContext(t *testing.T) {
 	}{
 		{"digest mismatch", ContextRequest{SourceKey: goodKey, SHA256: slipSum, Runtime: "python3.11", Entrypoint: "main.handler"}, ReasonSourceUnavailable},
 		{"missing archive", ContextRequest{SourceKey: "sources/acme/fx/nothing.zip", SHA256: goodSum, Runtime: "python3.11", Entrypoint: "main.handler"}, ReasonSourceUnavailable},
-		{"zip slip", ContextRequest{SourceKey: slipKey, SHA256: slipSum, Runtime: "python3.11", Entrypoint: "main.handler"}, ReasonUnsafePath},
-		{"no entrypoint", ContextRequest{SourceKey: noEntryKey, SHA256: noEntrySum, Runtime: "python3.11", Entrypoint: "main.handler"}, ReasonMissingEntrypoint},
-		{"unknown runtime", ContextRequest{SourceKey: goodKey, SHA256: goodSum, Runtime: "ruby3", Entrypoint: "main.handler"}, ReasonUnsupportedRuntime},
-		{"archive over the limit", ContextRequest{SourceKey: bigKey, SHA256: bigSum, Runtime: "python3.11", Entrypoint: "main.handler"}, ReasonTooLarge},
+		{"zip slip", ContextRequest{SourceKey: slipKey, SHA256: slipSum, Runtime: "python3.11", Entrypoint: "main.handler"}, archive.ReasonUnsafePath},
+		{"no entrypoint", ContextRequest{SourceKey: noEntryKey, SHA256: noEntrySum, Runtime: "python3.11", Entrypoint: "main.handler"}, archive.ReasonMissingEntrypoint},
+		{"unknown runtime", ContextRequest{SourceKey: goodKey, SHA256: goodSum, Runtime: "ruby3", Entrypoint: "main.handler"}, archive.ReasonUnsupportedRuntime},
+		{"archive over the limit", ContextRequest{SourceKey: bigKey, SHA256: bigSum, Runtime: "python3.11", Entrypoint: "main.handler"}, archive.ReasonTooLarge},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			parent := t.TempDir()
@@ -113,7 +114,7 @@ func TestPrepareContext(t *testing.T) {
 }
 
 func TestContextFailureReadsTheTerminationMessage(t *testing.T) {
-	if e := contextFailure("MissingEntrypoint: main.py not found\n"); e == nil || e.Reason != ReasonMissingEntrypoint || e.Message != "main.py not found" {
+	if e := contextFailure("MissingEntrypoint: main.py not found\n"); e == nil || e.Reason != archive.ReasonMissingEntrypoint || e.Message != "main.py not found" {
 		t.Errorf("got %+v", e)
 	}
 	if e := contextFailure("dial tcp: connection refused"); e == nil || e.Reason != ReasonBuildJobFailed {

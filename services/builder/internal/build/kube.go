@@ -16,6 +16,8 @@ import (
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/utils/ptr"
 	"sigs.k8s.io/controller-runtime/pkg/client"
+
+	"github.com/kube5s/sless/pkg/archive"
 )
 
 // KubeConfig configures the in-cluster build driver.
@@ -201,7 +203,7 @@ func BuildJob(cfg KubeConfig, j *Job) *batchv1.Job {
 // into the result. Finished Jobs are deleted; the TTL is a fallback.
 func (k *Kubernetes) Build(ctx context.Context, j *Job) (Artifact, error) {
 	if k.Config.BaseImages[j.Runtime] == "" || depsScripts[j.Runtime] == "" {
-		return Artifact{}, fail(ReasonUnsupportedRuntime, "no base image is configured for runtime %q", j.Runtime)
+		return Artifact{}, fail(archive.ReasonUnsupportedRuntime, "no base image is configured for runtime %q", j.Runtime)
 	}
 	job := BuildJob(k.Config, j)
 	if err := k.Client.Create(ctx, job); err != nil && !apierrors.IsAlreadyExists(err) {
@@ -317,8 +319,8 @@ func contextFailure(m string) *Error {
 	return fail(reason, "%s", message)
 }
 
-var knownReason = map[string]bool{ReasonInvalidArchive: true, ReasonUnsafePath: true, ReasonSymlink: true, ReasonTooLarge: true,
-	ReasonMissingEntrypoint: true, ReasonSourceUnavailable: true, ReasonUnsupportedRuntime: true}
+var knownReason = map[string]bool{archive.ReasonInvalidArchive: true, archive.ReasonUnsafePath: true, archive.ReasonSymlink: true, archive.ReasonTooLarge: true,
+	archive.ReasonMissingEntrypoint: true, ReasonSourceUnavailable: true, archive.ReasonUnsupportedRuntime: true}
 
 // envVars lists m sorted by name, so that the Job spec is stable.
 func envVars(m map[string]string) []corev1.EnvVar {

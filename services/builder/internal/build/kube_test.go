@@ -16,6 +16,7 @@ import (
 	"k8s.io/pod-security-admission/policy"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
+	"github.com/kube5s/sless/pkg/archive"
 	"github.com/kube5s/sless/pkg/testenv"
 )
 
@@ -307,7 +308,7 @@ func TestPodStatusRefinesTheResult(t *testing.T) {
 		req := e.request(t, "refused", "python3.11", "main.handler", []byte("zip"))
 		buildPod(t, c, ns, req.BuildID, &corev1.ContainerStateTerminated{ExitCode: 1, Message: "MissingEntrypoint: main.py is not in the archive"}, nil, nil)
 		finishJob(t, c, ns, JobName(req.BuildID), batchv1.JobFailed)
-		if res := e.result(t, req.BuildID); res.Result != "failed" || res.Reason != ReasonMissingEntrypoint || res.Message != "main.py is not in the archive" {
+		if res := e.result(t, req.BuildID); res.Result != "failed" || res.Reason != archive.ReasonMissingEntrypoint || res.Message != "main.py is not in the archive" {
 			t.Fatalf("result %+v", res)
 		}
 	})

@@ -27,6 +27,7 @@ import (
 	"go.opentelemetry.io/otel/trace/noop"
 
 	"github.com/kube5s/sless/migrations"
+	"github.com/kube5s/sless/pkg/archive"
 	"github.com/kube5s/sless/pkg/msg"
 	"github.com/kube5s/sless/pkg/objstore"
 	"github.com/kube5s/sless/pkg/rabbit"
@@ -336,11 +337,11 @@ func TestBadArchiveReportsItsReason(t *testing.T) {
 	e := newEnv(t, localDriver(t))
 	req := e.request(t, "bad", "python3.11", "main.handler", zipOf(t, entry{name: "../main.py", body: "x"}))
 	res := e.result(t, req.BuildID)
-	if res.Result != msg.BuildFailed || res.Reason != ReasonUnsafePath {
-		t.Fatalf("result %+v, want failed with %s", res, ReasonUnsafePath)
+	if res.Result != msg.BuildFailed || res.Reason != archive.ReasonUnsafePath {
+		t.Fatalf("result %+v, want failed with %s", res, archive.ReasonUnsafePath)
 	}
 	rec, _ := e.svc.Store.Get(t.Context(), req.BuildID)
-	if rec.State != StateFailed || rec.Reason != ReasonUnsafePath {
+	if rec.State != StateFailed || rec.Reason != archive.ReasonUnsafePath {
 		t.Errorf("record = %+v", rec)
 	}
 }

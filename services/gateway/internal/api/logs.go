@@ -8,6 +8,7 @@ import (
 	"time"
 
 	"github.com/danielgtaylor/huma/v2"
+	"github.com/danielgtaylor/huma/v2/adapters/humachi"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	slessv1 "github.com/kube5s/sless/pkg/apis/sless/v1alpha1"
@@ -105,15 +106,8 @@ func (s *Server) registerLogs() {
 				}
 				ctx := hctx.Context()
 				if sent == 0 { // nothing written yet: the status can still say it
-					p := problemOf(ctx, s.internal(ctx, 502, err, "the function's logs could not be read"))
-					for k, vs := range p.GetHeaders() {
-						for _, v := range vs {
-							hctx.AppendHeader(k, v)
-						}
-					}
-					hctx.SetHeader("Content-Type", "application/problem+json")
-					hctx.SetStatus(p.Status)
-					_ = json.NewEncoder(w).Encode(p)
+					r, w := humachi.Unwrap(hctx)
+					s.writeError(w, r, s.internal(ctx, 502, err, "the function's logs could not be read"))
 					return
 				}
 				// Mid-stream: the status is sent; say it in the stream and log why.

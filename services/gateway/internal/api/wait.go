@@ -60,7 +60,7 @@ func waitOutcome(f *slessv1.Function) string {
 		return "" // the operator has not seen the current spec yet
 	}
 	c := f.Status.Conditions
-	if built := meta.FindStatusCondition(c, slessv1.ConditionBuilt); built != nil && built.Status == metav1.ConditionFalse && built.Reason == "BuildFailed" {
+	if built := meta.FindStatusCondition(c, slessv1.ConditionBuilt); built != nil && built.Status == metav1.ConditionFalse && built.Reason == slessv1.ReasonBuildFailed {
 		return WaitFailed
 	}
 	switch f.Status.Phase {

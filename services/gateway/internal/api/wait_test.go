@@ -13,7 +13,7 @@ func TestWaitOutcome(t *testing.T) {
 		return metav1.Condition{Type: typ, Status: st, Reason: reason}
 	}
 	builtOK := cond(slessv1.ConditionBuilt, metav1.ConditionTrue, "Built")
-	deployedOK := cond(slessv1.ConditionDeployed, metav1.ConditionTrue, "RolledOut")
+	deployedOK := cond(slessv1.ConditionDeployed, metav1.ConditionTrue, slessv1.ReasonRolledOut)
 	for _, tc := range []struct {
 		name          string
 		gen, observed int64
@@ -25,11 +25,11 @@ func TestWaitOutcome(t *testing.T) {
 		{"ready without conditions (a prebuilt image)", 1, 1, slessv1.FunctionReady, nil, WaitReady},
 		{"ready, but for the previous spec", 3, 2, slessv1.FunctionReady, []metav1.Condition{builtOK, deployedOK}, ""},
 		{"serving the previous version while building", 2, 2, slessv1.FunctionReady,
-			[]metav1.Condition{cond(slessv1.ConditionBuilt, metav1.ConditionFalse, "Building"), deployedOK}, ""},
+			[]metav1.Condition{cond(slessv1.ConditionBuilt, metav1.ConditionFalse, slessv1.ReasonBuilding), deployedOK}, ""},
 		{"serving the previous version, the new build failed", 2, 2, slessv1.FunctionReady,
-			[]metav1.Condition{cond(slessv1.ConditionBuilt, metav1.ConditionFalse, "BuildFailed"), deployedOK}, WaitFailed},
+			[]metav1.Condition{cond(slessv1.ConditionBuilt, metav1.ConditionFalse, slessv1.ReasonBuildFailed), deployedOK}, WaitFailed},
 		{"rolling out the new version", 2, 2, slessv1.FunctionReady,
-			[]metav1.Condition{builtOK, cond(slessv1.ConditionDeployed, metav1.ConditionFalse, "Progressing")}, ""},
+			[]metav1.Condition{builtOK, cond(slessv1.ConditionDeployed, metav1.ConditionFalse, slessv1.ReasonProgressing)}, ""},
 		{"failed", 1, 1, slessv1.FunctionFailed, nil, WaitFailed},
 		{"failed, but for the previous spec", 2, 1, slessv1.FunctionFailed, nil, ""},
 		{"building", 1, 1, slessv1.FunctionBuilding, nil, ""},

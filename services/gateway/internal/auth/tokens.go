@@ -69,22 +69,17 @@ func NewTokens(db *pgxpool.Pool, ttl time.Duration, log *slog.Logger) *Tokens {
 // redials with backoff, and empties the cache whenever it (re)starts
 // listening, since notifications sent meanwhile are lost.
 func (c *Tokens) Listen(ctx context.Context) error {
-	redial := jitter.Backoff(100*time.Millisecond, 5*time.Second)
+	redial := jitter.NewRedial(100*time.Millisecond, 5*time.Second)
 	for {
 		began := time.Now()
 		err := c.listen(ctx)
 		if ctx.Err() != nil {
 			return nil
 		}
-		if time.Since(began) > time.Minute {
-			redial.Reset() // it was listening; this is a new outage
-		}
-		wait := redial.NextBackOff()
+		wait := redial.After(began)
 		c.log.Warn("token revocation listener interrupted", "err", err, "retryIn", wait.String())
-		select {
-		case <-ctx.Done():
+		if !jitter.Wait(ctx, wait) {
 			return nil
-		case <-time.After(wait):
 		}
 	}
 }

@@ -24,21 +24,6 @@ import (
 	"github.com/kube5s/sless/services/operator/internal/resources"
 )
 
-// Condition reasons of a Function.
-const (
-	ReasonAwaitingSource = "AwaitingSource"
-	ReasonUploaded       = "Uploaded"
-	ReasonPrebuilt       = "PrebuiltImage"
-	ReasonBuilding       = "Building"
-	ReasonBuildSucceeded = "BuildSucceeded"
-	ReasonBuildFailed    = "BuildFailed"
-	ReasonWaitingBuild   = "WaitingForBuild"
-	ReasonRolledOut      = "RolledOut"
-	ReasonDriverError    = "DriverError"
-	ReasonServing        = "Serving"
-	ReasonNotServing     = "NotServing"
-)
-
 // FunctionReconciler requests builds of new source digests and runs the
 // built artifact through the execution driver.
 type FunctionReconciler struct {
@@ -84,17 +69,17 @@ func (r *FunctionReconciler) Reconcile(ctx context.Context, req ctrl.Request) (r
 	var state driver.State
 	var driverErr error
 	if artifact.Image == "" && artifact.Dir == "" {
-		slessv1.SetCondition(&st.Conditions, gen, slessv1.ConditionDeployed, metav1.ConditionFalse, ReasonWaitingBuild, "nothing to run until a build succeeds")
+		slessv1.SetCondition(&st.Conditions, gen, slessv1.ConditionDeployed, metav1.ConditionFalse, slessv1.ReasonWaitingBuild, "nothing to run until a build succeeds")
 	} else {
 		state, driverErr = r.Driver.Ensure(ctx, &fn, artifact)
 		switch {
 		case driverErr != nil:
-			slessv1.SetCondition(&st.Conditions, gen, slessv1.ConditionDeployed, metav1.ConditionFalse, ReasonDriverError, driverErr.Error())
+			slessv1.SetCondition(&st.Conditions, gen, slessv1.ConditionDeployed, metav1.ConditionFalse, slessv1.ReasonDriverError, driverErr.Error())
 		case state.RolledOut && state.Reason != "":
 			// Rolled out, with something to say (a local process restarted).
 			slessv1.SetCondition(&st.Conditions, gen, slessv1.ConditionDeployed, metav1.ConditionTrue, state.Reason, state.Message)
 		case state.RolledOut:
-			slessv1.SetCondition(&st.Conditions, gen, slessv1.ConditionDeployed, metav1.ConditionTrue, ReasonRolledOut,
+			slessv1.SetCondition(&st.Conditions, gen, slessv1.ConditionDeployed, metav1.ConditionTrue, slessv1.ReasonRolledOut,
 				fmt.Sprintf("%d replicas run the current version", state.ReadyReplicas))
 		default:
 			slessv1.SetCondition(&st.Conditions, gen, slessv1.ConditionDeployed, metav1.ConditionFalse, state.Reason, state.Message)
@@ -104,10 +89,10 @@ func (r *FunctionReconciler) Reconcile(ctx context.Context, req ctrl.Request) (r
 	st.Endpoint = state.Endpoint
 	if state.Serving {
 		st.URL = resources.InvokeURL(r.PublicURL, &fn)
-		slessv1.SetCondition(&st.Conditions, gen, slessv1.ConditionReady, metav1.ConditionTrue, ReasonServing, "the endpoint takes invocations")
+		slessv1.SetCondition(&st.Conditions, gen, slessv1.ConditionReady, metav1.ConditionTrue, slessv1.ReasonServing, "the endpoint takes invocations")
 	} else {
 		st.URL = ""
-		slessv1.SetCondition(&st.Conditions, gen, slessv1.ConditionReady, metav1.ConditionFalse, ReasonNotServing, "no replica serves yet")
+		slessv1.SetCondition(&st.Conditions, gen, slessv1.ConditionReady, metav1.ConditionFalse, slessv1.ReasonNotServing, "no replica serves yet")
 	}
 	st.Phase, st.Message = phase(&fn, state)
 	st.ObservedGeneration = gen
@@ -129,17 +114,17 @@ func (r *FunctionReconciler) source(ctx context.Context, fn *slessv1.Function) e
 	switch {
 	case fn.Spec.Image != "":
 		st.Image, st.Artifact = fn.Spec.Image, ""
-		slessv1.SetCondition(&st.Conditions, gen, slessv1.ConditionSourceReady, metav1.ConditionTrue, ReasonPrebuilt, "a prebuilt image is given")
-		slessv1.SetCondition(&st.Conditions, gen, slessv1.ConditionBuilt, metav1.ConditionTrue, ReasonPrebuilt, "no build needed")
+		slessv1.SetCondition(&st.Conditions, gen, slessv1.ConditionSourceReady, metav1.ConditionTrue, slessv1.ReasonPrebuilt, "a prebuilt image is given")
+		slessv1.SetCondition(&st.Conditions, gen, slessv1.ConditionBuilt, metav1.ConditionTrue, slessv1.ReasonPrebuilt, "no build needed")
 		return nil
 	case fn.Spec.Source == nil:
-		slessv1.SetCondition(&st.Conditions, gen, slessv1.ConditionSourceReady, metav1.ConditionFalse, ReasonAwaitingSource,
+		slessv1.SetCondition(&st.Conditions, gen, slessv1.ConditionSourceReady, metav1.ConditionFalse, slessv1.ReasonAwaitingSource,
 			"upload a zip with PUT /v1/tenants/{tenant}/functions/{function}/source")
-		slessv1.SetCondition(&st.Conditions, gen, slessv1.ConditionBuilt, metav1.ConditionFalse, ReasonAwaitingSource, "no source yet")
+		slessv1.SetCondition(&st.Conditions, gen, slessv1.ConditionBuilt, metav1.ConditionFalse, slessv1.ReasonAwaitingSource, "no source yet")
 		return nil
 	}
 	src := fn.Spec.Source
-	slessv1.SetCondition(&st.Conditions, gen, slessv1.ConditionSourceReady, metav1.ConditionTrue, ReasonUploaded, "source "+short(src.SHA256))
+	slessv1.SetCondition(&st.Conditions, gen, slessv1.ConditionSourceReady, metav1.ConditionTrue, slessv1.ReasonUploaded, "source "+short(src.SHA256))
 	want := resources.BuildID(string(fn.UID), string(fn.Spec.Runtime), src.SHA256)
 	if st.LastBuildID == want {
 		return nil
@@ -168,7 +153,7 @@ func (r *FunctionReconciler) source(ctx context.Context, fn *slessv1.Function) e
 	}
 	r.Metrics.buildsRequested.Inc()
 	st.LastBuildID, st.RequestedSourceSHA256 = want, src.SHA256
-	slessv1.SetCondition(&st.Conditions, gen, slessv1.ConditionBuilt, metav1.ConditionFalse, ReasonBuilding, "building source "+short(src.SHA256))
+	slessv1.SetCondition(&st.Conditions, gen, slessv1.ConditionBuilt, metav1.ConditionFalse, slessv1.ReasonBuilding, "building source "+short(src.SHA256))
 	r.Events.Eventf(fn, nil, corev1.EventTypeNormal, "BuildRequested", "Build", "build %s requested for source %s", want, short(src.SHA256))
 	return nil
 }
@@ -178,21 +163,21 @@ func phase(fn *slessv1.Function, state driver.State) (slessv1.FunctionPhase, str
 	c := fn.Status.Conditions
 	built := meta.FindStatusCondition(c, slessv1.ConditionBuilt)
 	switch {
-	case state.Serving && built != nil && built.Reason == ReasonBuilding:
+	case state.Serving && built != nil && built.Reason == slessv1.ReasonBuilding:
 		return slessv1.FunctionReady, "serving the previous version while the new source builds"
-	case state.Serving && built != nil && built.Reason == ReasonBuildFailed:
+	case state.Serving && built != nil && built.Reason == slessv1.ReasonBuildFailed:
 		return slessv1.FunctionReady, "serving the previous version; the new source failed to build: " + built.Message
 	case state.Serving:
 		return slessv1.FunctionReady, ""
-	case built != nil && built.Reason == ReasonBuildFailed:
+	case built != nil && built.Reason == slessv1.ReasonBuildFailed:
 		return slessv1.FunctionFailed, built.Message
-	case built != nil && built.Reason == ReasonAwaitingSource:
+	case built != nil && built.Reason == slessv1.ReasonAwaitingSource:
 		return slessv1.FunctionPending, built.Message
 	case built != nil && built.Status != metav1.ConditionTrue:
 		return slessv1.FunctionBuilding, built.Message
 	default:
 		if d := meta.FindStatusCondition(c, slessv1.ConditionDeployed); d != nil {
-			if d.Reason == ReasonDriverError || d.Reason == "RolloutFailed" {
+			if d.Reason == slessv1.ReasonDriverError || d.Reason == slessv1.ReasonRolloutFailed {
 				return slessv1.FunctionFailed, d.Message
 			}
 			return slessv1.FunctionDeploying, d.Message

@@ -56,16 +56,16 @@ func (h *Handlers) BuildCompleted(ctx context.Context, d *amqp.Delivery) error {
 		st := &fn.Status
 		if m.Result == msg.BuildSucceeded {
 			st.Image, st.Artifact, st.BuiltSourceSHA256 = m.Image, m.Artifact, m.SourceSHA256
-			slessv1.SetCondition(&st.Conditions, fn.Generation, slessv1.ConditionBuilt, v1.ConditionTrue, ReasonBuildSucceeded,
+			slessv1.SetCondition(&st.Conditions, fn.Generation, slessv1.ConditionBuilt, v1.ConditionTrue, slessv1.ReasonBuildSucceeded,
 				fmt.Sprintf("build %s of source %s succeeded", m.BuildID, short(m.SourceSHA256)))
-			h.Events.Eventf(&fn, nil, corev1.EventTypeNormal, ReasonBuildSucceeded, "Build", "build %s succeeded", m.BuildID)
+			h.Events.Eventf(&fn, nil, corev1.EventTypeNormal, slessv1.ReasonBuildSucceeded, "Build", "build %s succeeded", m.BuildID)
 		} else {
 			text := m.Message
 			if m.Reason != "" {
 				text = m.Reason + ": " + m.Message
 			}
-			slessv1.SetCondition(&st.Conditions, fn.Generation, slessv1.ConditionBuilt, v1.ConditionFalse, ReasonBuildFailed, text)
-			h.Events.Eventf(&fn, nil, corev1.EventTypeWarning, ReasonBuildFailed, "Build", "build %s failed: %s", m.BuildID, text)
+			slessv1.SetCondition(&st.Conditions, fn.Generation, slessv1.ConditionBuilt, v1.ConditionFalse, slessv1.ReasonBuildFailed, text)
+			h.Events.Eventf(&fn, nil, corev1.EventTypeWarning, slessv1.ReasonBuildFailed, "Build", "build %s failed: %s", m.BuildID, text)
 		}
 		return h.Client.Status().Update(ctx, &fn)
 	})

@@ -39,7 +39,7 @@ func (k *Kubernetes) Ensure(ctx context.Context, fn *slessv1.Function, a Artifac
 		// Created a moment ago and not yet in the cache: its arrival
 		// reconciles the function again (seen on a real node, where this
 		// used to fail the function).
-		return State{Reason: "Progressing", Message: "waiting for the new deployment to be observed"}, nil
+		return State{Reason: slessv1.ReasonProgressing, Message: "waiting for the new deployment to be observed"}, nil
 	} else if err != nil {
 		return State{}, fmt.Errorf("read deployment: %w", err)
 	}
@@ -60,21 +60,21 @@ func deploymentState(d *appsv1.Deployment, want int32, endpoint string) State {
 	switch {
 	case st.RolledOut:
 	case !current:
-		st.Reason, st.Message = "Progressing", "waiting for the deployment controller to observe the new spec"
+		st.Reason, st.Message = slessv1.ReasonProgressing, "waiting for the deployment controller to observe the new spec"
 	default:
-		st.Reason = "Progressing"
+		st.Reason = slessv1.ReasonProgressing
 		st.Message = fmt.Sprintf("%d of %d replicas updated and available", min(d.Status.UpdatedReplicas, d.Status.AvailableReplicas), want)
 		for _, c := range d.Status.Conditions {
 			switch {
 			case c.Type == appsv1.DeploymentProgressing && c.Status == corev1.ConditionFalse:
-				st.Reason, st.Message = "RolloutFailed", c.Message
-			case c.Type == appsv1.DeploymentReplicaFailure && c.Status == corev1.ConditionTrue && st.Reason != "RolloutFailed":
+				st.Reason, st.Message = slessv1.ReasonRolloutFailed, c.Message
+			case c.Type == appsv1.DeploymentReplicaFailure && c.Status == corev1.ConditionTrue && st.Reason != slessv1.ReasonRolloutFailed:
 				// The ReplicaSet cannot create a pod: most often the
 				// tenant's ResourceQuota (pods, CPU, memory) is used up.
 				// The Function says so instead of waiting in silence.
-				st.Reason, st.Message = "ReplicaFailure", c.Message
+				st.Reason, st.Message = slessv1.ReasonReplicaFailure, c.Message
 				if strings.Contains(c.Message, "exceeded quota") {
-					st.Reason = "QuotaExceeded"
+					st.Reason = slessv1.ReasonQuotaExceeded
 				}
 			}
 		}

@@ -52,7 +52,7 @@ func TestEnsureWaitsForADeploymentNotYetInTheCache(t *testing.T) {
 	if err != nil {
 		t.Fatalf("a Deployment not yet in the cache failed the function: %v", err)
 	}
-	if st.Reason != "Progressing" || st.Serving {
+	if st.Reason != slessv1.ReasonProgressing || st.Serving {
 		t.Errorf("state %+v, want Progressing and not serving", st)
 	}
 	var d appsv1.Deployment
@@ -76,12 +76,12 @@ func TestDeploymentStateNamesWhatStopsTheRollout(t *testing.T) {
 		conditions  []appsv1.DeploymentCondition
 		reason, msg string
 	}{
-		{"quota used up", []appsv1.DeploymentCondition{replicaFailure}, "QuotaExceeded", quotaMsg},
+		{"quota used up", []appsv1.DeploymentCondition{replicaFailure}, slessv1.ReasonQuotaExceeded, quotaMsg},
 		{"another create failure", []appsv1.DeploymentCondition{{Type: appsv1.DeploymentReplicaFailure, Status: corev1.ConditionTrue,
-			Message: `pods "x" is forbidden: violates PodSecurity "restricted:v1.37"`}}, "ReplicaFailure", `pods "x" is forbidden: violates PodSecurity "restricted:v1.37"`},
-		{"deadline first", []appsv1.DeploymentCondition{deadline, replicaFailure}, "RolloutFailed", deadline.Message},
-		{"deadline last", []appsv1.DeploymentCondition{replicaFailure, deadline}, "RolloutFailed", deadline.Message},
-		{"cleared failure", []appsv1.DeploymentCondition{{Type: appsv1.DeploymentReplicaFailure, Status: corev1.ConditionFalse}}, "Progressing", "0 of 1 replicas updated and available"},
+			Message: `pods "x" is forbidden: violates PodSecurity "restricted:v1.37"`}}, slessv1.ReasonReplicaFailure, `pods "x" is forbidden: violates PodSecurity "restricted:v1.37"`},
+		{"deadline first", []appsv1.DeploymentCondition{deadline, replicaFailure}, slessv1.ReasonRolloutFailed, deadline.Message},
+		{"deadline last", []appsv1.DeploymentCondition{replicaFailure, deadline}, slessv1.ReasonRolloutFailed, deadline.Message},
+		{"cleared failure", []appsv1.DeploymentCondition{{Type: appsv1.DeploymentReplicaFailure, Status: corev1.ConditionFalse}}, slessv1.ReasonProgressing, "0 of 1 replicas updated and available"},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			d := &appsv1.Deployment{ObjectMeta: metav1.ObjectMeta{Generation: 1},

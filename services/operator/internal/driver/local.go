@@ -138,7 +138,7 @@ func (l *Local) Ensure(ctx context.Context, fn *slessv1.Function, a Artifact) (S
 	starting := lf.next.state(false)
 	if lf.current != nil && lf.current.isHealthy() {
 		st := lf.current.state(false)
-		st.Reason, st.Message = "Progressing", "starting the new version: "+starting.Message
+		st.Reason, st.Message = slessv1.ReasonProgressing, "starting the new version: "+starting.Message
 		return st, nil
 	}
 	return starting, nil
@@ -295,7 +295,7 @@ func (p *proc) state(switched bool) State {
 // backoff until stop.
 func (p *proc) supervise() {
 	defer close(p.done)
-	restart := jitter.Backoff(500*time.Millisecond, 30*time.Second)
+	restart := jitter.NewRedial(500*time.Millisecond, 30*time.Second)
 	for {
 		exited, err := p.run()
 		if err != nil {
@@ -315,10 +315,7 @@ func (p *proc) supervise() {
 			return
 		}
 		p.l.notify(p.name)
-		if time.Since(p.startedAt) > time.Minute {
-			restart.Reset() // it ran a while: a new failure, not a crash loop
-		}
-		wait := restart.NextBackOff()
+		wait := restart.After(p.startedAt)
 		p.l.Log.Warn("function process exited; restarting", "tenant", tenantns.Named(p.name.Namespace), "function", p.name.Name,
 			"err", p.lastErrText(), "retryIn", wait.String())
 		select {

@@ -1,6 +1,10 @@
 package resources
 
 import (
+	"net/netip"
+	"slices"
+	"strings"
+
 	corev1 "k8s.io/api/core/v1"
 	networkingv1 "k8s.io/api/networking/v1"
 	"k8s.io/apimachinery/pkg/api/resource"
@@ -8,6 +12,7 @@ import (
 	"k8s.io/apimachinery/pkg/util/intstr"
 
 	slessv1 "github.com/kube5s/sless/pkg/apis/sless/v1alpha1"
+	"github.com/kube5s/sless/pkg/egress"
 )
 
 // Platform says where the sless control plane lives, for the policies that
@@ -23,9 +28,6 @@ type Platform struct {
 	// an uncounted quota refuses nothing there).
 	QuotaController bool
 }
-
-// MetadataCIDR is the cloud metadata address, always blocked.
-const MetadataCIDR = "169.254.169.254/32"
 
 // TenantLabels are set on every object the operator creates for a tenant.
 func TenantLabels(tenant string) map[string]string {
@@ -84,8 +86,10 @@ func LimitRange(t *slessv1.Tenant) *corev1.LimitRange {
 
 // NetworkPolicies isolate the tenant: no ingress but from the platform's
 // gateway and invoker; egress to cluster DNS, to the tenant's own pods and,
-// when allowed, to the internet, never to the cluster ranges, other tenants
-// or the metadata address.
+// when allowed, to the internet: the public addresses of pkg/egress (which
+// keeps out the metadata address and every private, link-local and shared
+// range the control plane and other tenants may live in), less the
+// cluster's own ranges and the tenant's denied ones.
 func NetworkPolicies(t *slessv1.Tenant, p Platform) []*networkingv1.NetworkPolicy {
 	ns := slessv1.NamespaceFor(t.Name)
 	meta := func(name string) metav1.ObjectMeta {
@@ -107,12 +111,7 @@ func NetworkPolicies(t *slessv1.Tenant, p Platform) []*networkingv1.NetworkPolic
 		},
 	}
 	if t.Spec.Network.InternetEgress == nil || *t.Spec.Network.InternetEgress {
-		except := append([]string{MetadataCIDR}, p.ClusterCIDRs...)
-		except = append(except, t.Spec.Network.DeniedEgressCIDRs...)
-		egress = append(egress,
-			networkingv1.NetworkPolicyEgressRule{To: []networkingv1.NetworkPolicyPeer{{IPBlock: &networkingv1.IPBlock{CIDR: "0.0.0.0/0", Except: except}}}},
-			networkingv1.NetworkPolicyEgressRule{To: []networkingv1.NetworkPolicyPeer{{IPBlock: &networkingv1.IPBlock{CIDR: "::/0", Except: []string{"fd00::/8", "fe80::/10"}}}}},
-		)
+		egress = append(egress, internetEgress(append(slices.Clone(p.ClusterCIDRs), t.Spec.Network.DeniedEgressCIDRs...))...)
 	}
 	platformPods := func(component string) networkingv1.NetworkPolicyPeer {
 		return networkingv1.NetworkPolicyPeer{
@@ -146,4 +145,32 @@ func NetworkPolicies(t *slessv1.Tenant, p Platform) []*networkingv1.NetworkPolic
 			},
 		},
 	}
+}
+
+// internetEgress is one rule per block of egress.PublicBlocks with the
+// ranges of denied excepted too. A denied entry that is not a CIDR is
+// passed on as it is, so that the API server refuses the policy and says
+// why, instead of the range being dropped in silence.
+func internetEgress(denied []string) []networkingv1.NetworkPolicyEgressRule {
+	var extra []netip.Prefix
+	var bad []string
+	for _, d := range denied {
+		if pfx, err := netip.ParsePrefix(strings.TrimSpace(d)); err == nil {
+			extra = append(extra, pfx)
+		} else {
+			bad = append(bad, d)
+		}
+	}
+	var rules []networkingv1.NetworkPolicyEgressRule
+	for _, b := range egress.PublicBlocks(extra...) {
+		except := make([]string, 0, len(b.Except)+len(bad))
+		for _, e := range b.Except {
+			except = append(except, e.String())
+		}
+		if b.CIDR.Addr().Is4() {
+			except = append(except, bad...)
+		}
+		rules = append(rules, networkingv1.NetworkPolicyEgressRule{To: []networkingv1.NetworkPolicyPeer{{IPBlock: &networkingv1.IPBlock{CIDR: b.CIDR.String(), Except: except}}}})
+	}
+	return rules
 }

@@ -1,9 +1,12 @@
 package resources
 
 import (
+	"cmp"
+	"net/netip"
+	"slices"
 	"testing"
 
-	"github.com/google/go-cmp/cmp"
+	gocmp "github.com/google/go-cmp/cmp"
 	corev1 "k8s.io/api/core/v1"
 	networkingv1 "k8s.io/api/networking/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
@@ -55,16 +58,38 @@ func networkPolicies(internet []networkingv1.NetworkPolicyEgressRule) []*network
 	}}
 }
 
-// internet is the egress to everything outside the cluster but except.
-func internet(except ...string) []networkingv1.NetworkPolicyEgressRule {
+// internet is the egress to the public addresses: every IPv4 address but
+// except4, and the IPv6 global unicast range but except6.
+func internet(except4, except6 []string) []networkingv1.NetworkPolicyEgressRule {
 	return []networkingv1.NetworkPolicyEgressRule{
-		{To: []networkingv1.NetworkPolicyPeer{{IPBlock: &networkingv1.IPBlock{CIDR: "0.0.0.0/0", Except: except}}}},
-		{To: []networkingv1.NetworkPolicyPeer{{IPBlock: &networkingv1.IPBlock{CIDR: "::/0", Except: []string{"fd00::/8", "fe80::/10"}}}}},
+		{To: []networkingv1.NetworkPolicyPeer{{IPBlock: &networkingv1.IPBlock{CIDR: "0.0.0.0/0", Except: except4}}}},
+		{To: []networkingv1.NetworkPolicyPeer{{IPBlock: &networkingv1.IPBlock{CIDR: "2000::/3", Except: except6}}}},
 	}
 }
 
+// nonPublic4 and nonPublic6 are what pkg/egress refuses, as excepted
+// ranges: this network, private, CGNAT, loopback, link-local (the metadata
+// address), IETF, the documentation nets, 6to4 relay, benchmarking,
+// multicast and reserved; in 2000::/3 the IETF block, documentation, 6to4.
+var (
+	nonPublic4 = []string{"0.0.0.0/8", "10.0.0.0/8", "100.64.0.0/10", "127.0.0.0/8", "169.254.0.0/16", "172.16.0.0/12",
+		"192.0.0.0/24", "192.0.2.0/24", "192.88.99.0/24", "192.168.0.0/16", "198.18.0.0/15", "198.51.100.0/24", "203.0.113.0/24",
+		"224.0.0.0/4", "240.0.0.0/4"}
+	nonPublic6 = []string{"2001::/23", "2001:db8::/32", "2002::/16", "3fff::/20"}
+)
+
+// with returns except with more inserted in address order.
+func with(except []string, more ...string) []string {
+	out := append(slices.Clone(except), more...)
+	slices.SortFunc(out, func(a, b string) int {
+		pa, pb := netip.MustParsePrefix(a), netip.MustParsePrefix(b)
+		return cmp.Or(pa.Addr().Compare(pb.Addr()), pa.Bits()-pb.Bits())
+	})
+	return out
+}
+
 func TestNetworkPoliciesIsolateTheTenant(t *testing.T) {
-	platform := Platform{SystemNamespace: "sless-system", ClusterCIDRs: []string{"10.0.0.0/8", "172.16.0.0/12"}}
+	platform := Platform{SystemNamespace: "sless-system", ClusterCIDRs: []string{"10.0.0.0/8", "172.16.0.0/12", "fd00:10::/64"}}
 	tenant := func(n slessv1.TenantNetwork) *slessv1.Tenant {
 		return &slessv1.Tenant{ObjectMeta: metav1.ObjectMeta{Name: "acme"}, Spec: slessv1.TenantSpec{Network: n}}
 	}
@@ -74,29 +99,40 @@ func TestNetworkPoliciesIsolateTheTenant(t *testing.T) {
 		platform Platform
 		want     []*networkingv1.NetworkPolicy
 	}{{
-		name:     "internet egress by default, never to metadata or the cluster",
+		name:     "internet egress by default: public addresses only, never metadata, private or the cluster",
 		tenant:   tenant(slessv1.TenantNetwork{}),
 		platform: platform,
-		want:     networkPolicies(internet("169.254.169.254/32", "10.0.0.0/8", "172.16.0.0/12")),
+		want:     networkPolicies(internet(nonPublic4, nonPublic6)),
 	}, {
-		name:     "internet egress allowed explicitly, with the tenant's denied ranges",
-		tenant:   tenant(slessv1.TenantNetwork{InternetEgress: ptr.To(true), DeniedEgressCIDRs: []string{"203.0.113.0/24"}}),
+		name:     "a cluster range that is public is excepted too",
+		tenant:   tenant(slessv1.TenantNetwork{}),
+		platform: Platform{SystemNamespace: "sless-system", ClusterCIDRs: []string{"10.0.0.0/8", "44.0.0.0/16", "2a05:d000::/64"}},
+		want:     networkPolicies(internet(with(nonPublic4, "44.0.0.0/16"), with(nonPublic6, "2a05:d000::/64"))),
+	}, {
+		name: "internet egress allowed explicitly, with the tenant's denied ranges in the rule of their family",
+		tenant: tenant(slessv1.TenantNetwork{InternetEgress: ptr.To(true),
+			DeniedEgressCIDRs: []string{"203.0.113.0/24", "8.8.8.0/24", "8.8.8.8/32", "2001:4860::/32"}}),
 		platform: platform,
-		want:     networkPolicies(internet("169.254.169.254/32", "10.0.0.0/8", "172.16.0.0/12", "203.0.113.0/24")),
+		want:     networkPolicies(internet(with(nonPublic4, "8.8.8.0/24"), with(nonPublic6, "2001:4860::/32"))),
+	}, {
+		name:     "a denied entry that is not a CIDR reaches the API server, which refuses it",
+		tenant:   tenant(slessv1.TenantNetwork{DeniedEgressCIDRs: []string{"8.8.8.0/24", "not-a-cidr"}}),
+		platform: platform,
+		want:     networkPolicies(internet(append(with(nonPublic4, "8.8.8.0/24"), "not-a-cidr"), nonPublic6)),
 	}, {
 		name:     "no internet egress: DNS and the tenant's own pods only",
 		tenant:   tenant(slessv1.TenantNetwork{InternetEgress: ptr.To(false), DeniedEgressCIDRs: []string{"203.0.113.0/24"}}),
 		platform: platform,
 		want:     networkPolicies(nil),
 	}, {
-		name:     "no cluster ranges known: metadata is still blocked",
+		name:     "no cluster ranges known: metadata and the private ranges are still blocked",
 		tenant:   tenant(slessv1.TenantNetwork{}),
 		platform: Platform{SystemNamespace: "sless-system"},
-		want:     networkPolicies(internet("169.254.169.254/32")),
+		want:     networkPolicies(internet(nonPublic4, nonPublic6)),
 	}} {
 		t.Run(tc.name, func(t *testing.T) {
 			got := NetworkPolicies(tc.tenant, tc.platform)
-			if diff := cmp.Diff(tc.want, got); diff != "" {
+			if diff := gocmp.Diff(tc.want, got); diff != "" {
 				t.Errorf("NetworkPolicies (-want +got):\n%s", diff)
 			}
 		})
