@@ -28,6 +28,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/cache"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
+	slessv1 "github.com/kube5s/sless/pkg/apis/sless/v1alpha1"
 	"github.com/kube5s/sless/pkg/archive"
 	"github.com/kube5s/sless/pkg/egress"
 	"github.com/kube5s/sless/pkg/health"
@@ -91,6 +92,7 @@ type Server struct {
 	forwarder *proxy.Forwarder
 	sql       *store.Store
 	fnWatch   *functionWatch
+	loaded    func() bool            // whether the watch cache of Functions and Triggers has synced
 	streams   *prometheus.GaugeVec   // waits and log follows in flight
 	long      longRequests           // the same per tenant, to bound them
 	routes    map[string]*routeEntry // the route table, by operation id
@@ -118,6 +120,9 @@ func New(d Deps) *Server {
 		panic(fmt.Sprintf("watch functions: %v", err)) // the cache was built with a Function informer; a programming error
 	}
 	s.fnWatch = w
+	if s.loaded, err = cacheSynced(d.Cache, &slessv1.Function{}, &slessv1.Trigger{}); err != nil {
+		panic(fmt.Sprintf("watch functions and triggers: %v", err)) // as above
+	}
 	s.streams = prometheus.NewGaugeVec(prometheus.GaugeOpts{Name: "sless_gateway_long_requests",
 		Help: "Requests that wait or stream in flight: kind wait (a function's wait=ready) or logs (a followed log)."}, []string{"kind"})
 	if d.Registry != nil {
