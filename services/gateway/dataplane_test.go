@@ -4,6 +4,7 @@ import (
 	"bufio"
 	"fmt"
 	"io"
+	"log/slog"
 	"net/http"
 	"strconv"
 	"strings"
@@ -11,9 +12,16 @@ import (
 	"testing"
 	"time"
 
+	"go.opentelemetry.io/otel/trace/noop"
 	"k8s.io/client-go/rest"
+	"sigs.k8s.io/controller-runtime/pkg/cache"
+	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	slessv1 "github.com/kube5s/sless/pkg/apis/sless/v1alpha1"
+	"github.com/kube5s/sless/pkg/health"
+	"github.com/kube5s/sless/pkg/telemetry"
+	"github.com/kube5s/sless/pkg/testenv"
+	"github.com/kube5s/sless/services/gateway/internal/api"
 )
 
 // publicCall calls /fn/<tenant><path> without a token and returns the
@@ -190,5 +198,48 @@ func TestUnknownNamesCostTheAPIServerNothing(t *testing.T) {
 	if after != before || afterTriggers != beforeTriggers {
 		t.Errorf("1,000 invokes of unknown functions and 400 calls of public paths without a live function made the API server answer %d GETs of functions and %d of triggers, want none",
 			after-before, afterTriggers-beforeTriggers)
+	}
+}
+
+// TestLookupsBeforeTheCacheLoadedAnswer503: a gateway whose watch cache has
+// not synced (here its user may not list Functions, so the first list
+// never completes) answers an invoke and a public call at once with 503
+// and Retry-After: it neither waits on the cache nor guesses a 404.
+func TestLookupsBeforeTheCacheLoadedAnswer503(t *testing.T) {
+	cfg, err := kube.UserConfig("sless-test-nobody")
+	if err != nil {
+		t.Fatal(err)
+	}
+	c, err := cache.New(cfg, cache.Options{Scheme: testenv.Scheme()})
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, o := range []client.Object{&slessv1.Function{}, &slessv1.Trigger{}, &slessv1.Tenant{}} {
+		if _, err := c.GetInformer(t.Context(), o, cache.BlockUntilSynced(false)); err != nil {
+			t.Fatal(err)
+		}
+	}
+	go func() { _ = c.Start(t.Context()) }()
+	reg := telemetry.NewRegistry()
+	srv := api.New(api.Deps{Cache: c, Health: health.NewHandler(reg), Registry: reg, Tracer: noop.NewTracerProvider().Tracer("t"),
+		Log: slog.New(slog.NewTextHandler(io.Discard, nil)), Config: api.Config{AdminToken: admin, MaxSourceBytes: 1 << 20}})
+	base := testenv.Serve(t, srv.Router())
+	hc := &http.Client{Timeout: 10 * time.Second}
+	for _, call := range []struct{ method, path string }{
+		{"POST", "/v1/tenants/acme/functions/fx/invoke"},
+		{"GET", "/fn/acme/app"},
+	} {
+		req, _ := http.NewRequest(call.method, base+call.path, strings.NewReader("{}"))
+		req.Header.Set("Authorization", "Bearer "+admin)
+		res, err := hc.Do(req)
+		if err != nil {
+			t.Fatalf("%s %s before the cache synced: %v", call.method, call.path, err)
+		}
+		b, _ := io.ReadAll(res.Body)
+		res.Body.Close()
+		if res.StatusCode != 503 || res.Header.Get("Retry-After") == "" {
+			t.Errorf("%s %s before the cache synced: %d (Retry-After %q) %s, want 503 with Retry-After",
+				call.method, call.path, res.StatusCode, res.Header.Get("Retry-After"), b)
+		}
 	}
 }
