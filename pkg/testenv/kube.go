@@ -95,6 +95,16 @@ func (k *Kube) Kubeconfig(dir string) (string, error) {
 	return p, os.WriteFile(p, b, 0o600)
 }
 
+// UserConfig is a client configuration for a user of the control plane in
+// groups; with none, a user that RBAC allows nothing but discovery.
+func (k *Kube) UserConfig(name string, groups ...string) (*rest.Config, error) {
+	u, err := k.env.AddUser(envtest.User{Name: name, Groups: groups}, nil)
+	if err != nil {
+		return nil, fmt.Errorf("add envtest user %s: %w", name, err)
+	}
+	return u.Config(), nil
+}
+
 // KubeconfigFile is Kubeconfig into the test's temporary directory; it
 // fails the test when the file cannot be written.
 func (k *Kube) KubeconfigFile(t testing.TB) string {

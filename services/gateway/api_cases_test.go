@@ -241,6 +241,7 @@ func TestSyncInvoke(t *testing.T) {
 	// Use the public trigger route to reach fixture cases by path.
 	trig := map[string]any{"name": "web", "function": "fx", "type": "http", "http": map[string]any{"path": "/api", "auth": "none"}}
 	expect(t, g.call(t, "POST", "/v1/tenants/"+ten+"/triggers", tok, trig), 201, "trigger")
+	g.judge(t, ten, "web", slessv1.TriggerActive)
 	fn := func(method, path, body string) resp {
 		deadline := time.Now().Add(10 * time.Second)
 		for {
@@ -252,7 +253,7 @@ func TestSyncInvoke(t *testing.T) {
 			}
 			b, _ := io.ReadAll(res.Body)
 			res.Body.Close()
-			if res.StatusCode == 404 && strings.Contains(string(b), "no enabled http trigger") && time.Now().Before(deadline) {
+			if res.StatusCode == 404 && strings.Contains(string(b), "no active http trigger") && time.Now().Before(deadline) {
 				time.Sleep(20 * time.Millisecond) // the watch cache has not seen the trigger yet
 				continue
 			}
@@ -333,6 +334,7 @@ func TestSyncInvoke(t *testing.T) {
 	expect(t, g.call(t, "GET", "/fn/"+ten+"/nowhere", "", nil), 404, "no trigger")
 	trig2 := map[string]any{"name": "private", "function": "fx", "type": "http", "http": map[string]any{"path": "/private", "methods": []string{"POST"}}}
 	expect(t, g.call(t, "POST", "/v1/tenants/"+ten+"/triggers", tok, trig2), 201, "token trigger")
+	g.judge(t, ten, "private", slessv1.TriggerActive)
 	// The watch cache has the trigger once the route stops answering 404.
 	r = g.call(t, "POST", "/fn/"+ten+"/private/text", "", "{}")
 	for deadline := time.Now().Add(10 * time.Second); r.status == 404 && time.Now().Before(deadline); time.Sleep(20 * time.Millisecond) {

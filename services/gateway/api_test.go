@@ -263,6 +263,20 @@ func (g *gw) ready(t testing.TB, tenant, name, endpoint string) {
 	}
 }
 
+// judge plays the operator: it sets the trigger's phase for its current
+// spec, as the operator's Trigger reconciler does.
+func (g *gw) judge(t testing.TB, tenant, name string, phase slessv1.TriggerPhase) {
+	t.Helper()
+	var tr slessv1.Trigger
+	if err := g.kube.Get(t.Context(), client.ObjectKey{Namespace: slessv1.NamespaceFor(tenant), Name: name}, &tr); err != nil {
+		t.Fatal(err)
+	}
+	tr.Status.Phase, tr.Status.ObservedGeneration = phase, tr.Generation
+	if err := g.kube.Status().Update(t.Context(), &tr); err != nil {
+		t.Fatal(err)
+	}
+}
+
 // observer collects platform messages with a routing key pattern.
 type observer struct {
 	mu  sync.Mutex

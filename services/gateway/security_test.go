@@ -11,6 +11,7 @@ import (
 	"testing"
 	"time"
 
+	slessv1 "github.com/kube5s/sless/pkg/apis/sless/v1alpha1"
 	"github.com/kube5s/sless/pkg/testenv"
 )
 
@@ -56,6 +57,7 @@ func (g *gw) withPublicTrigger(t *testing.T, quotas map[string]any, endpoint str
 	g.ready(t, ten, "fx", endpoint)
 	trig := map[string]any{"name": "web", "function": "fx", "type": "http", "http": map[string]any{"path": "/app", "auth": "none"}}
 	expect(t, g.call(t, "POST", "/v1/tenants/"+ten+"/triggers", admin, trig), 201, "trigger")
+	g.judge(t, ten, "web", slessv1.TriggerActive)
 	noFollow := &http.Client{CheckRedirect: func(*http.Request, []*http.Request) error { return http.ErrUseLastResponse }}
 	for deadline := time.Now().Add(10 * time.Second); ; time.Sleep(20 * time.Millisecond) {
 		res, err := noFollow.Get(g.base + "/fn/" + ten + "/app")

@@ -15,14 +15,13 @@ import (
 	"github.com/danielgtaylor/huma/v2"
 	"github.com/go-chi/chi/v5"
 	"github.com/google/uuid"
-	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	"k8s.io/apimachinery/pkg/util/validation"
-	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	slessv1 "github.com/kube5s/sless/pkg/apis/sless/v1alpha1"
 	"github.com/kube5s/sless/pkg/egress"
 	"github.com/kube5s/sless/pkg/msg"
 	"github.com/kube5s/sless/pkg/pgtext"
+	"github.com/kube5s/sless/pkg/publicpath"
 	"github.com/kube5s/sless/pkg/rabbit"
 	"github.com/kube5s/sless/services/gateway/internal/proxy"
 	"github.com/kube5s/sless/services/gateway/internal/store"
@@ -67,26 +66,6 @@ func (s *Server) documentInvoke() {
 	}
 }
 
-// function reads a Function from the watch cache, without a copy.
-func (s *Server) function(ctx context.Context, tenant, name string) (*slessv1.Function, error) {
-	if len(validation.IsDNS1123Label(tenant)) > 0 || len(validation.IsDNS1123Subdomain(name)) > 0 {
-		// No such object can exist; the API server would refuse the read.
-		return nil, apierrors.NewNotFound(slessv1.GroupVersion.WithResource("functions").GroupResource(), name)
-	}
-	var fn slessv1.Function
-	key := client.ObjectKey{Namespace: slessv1.NamespaceFor(tenant), Name: name}
-	err := s.Cache.Get(ctx, key, &fn, client.UnsafeDisableDeepCopy)
-	if apierrors.IsNotFound(err) {
-		// Created a moment ago and not in the watch cache yet? Only misses
-		// reach the API server; a found function is served from the cache.
-		err = s.Kube.Get(ctx, key, &fn)
-	}
-	if err != nil {
-		return nil, err
-	}
-	return &fn, nil
-}
-
 func (s *Server) invoke(w http.ResponseWriter, r *http.Request) {
 	tenant, name := chi.URLParam(r, "t"), chi.URLParam(r, "name")
 	if err := s.requireTenant(r.Context(), tenant); err != nil {
@@ -106,7 +85,7 @@ func (s *Server) invoke(w http.ResponseWriter, r *http.Request) {
 }
 
 // publicTrigger serves ANY /fn/{t}/{path...} through the tenant's http
-// trigger for that path.
+// trigger for that path: the function is mounted at the trigger's path.
 func (s *Server) publicTrigger(w http.ResponseWriter, r *http.Request) {
 	tenant := chi.URLParam(r, "t")
 	sub := "/" + chi.URLParam(r, "*")
@@ -114,26 +93,13 @@ func (s *Server) publicTrigger(w http.ResponseWriter, r *http.Request) {
 		s.writeError(w, r, problem(404, "", "no such tenant"))
 		return
 	}
-	var list slessv1.TriggerList
-	if err := s.Cache.List(r.Context(), &list, client.InNamespace(slessv1.NamespaceFor(tenant)), client.UnsafeDisableDeepCopy); err != nil {
-		s.writeError(w, r, s.internal(r.Context(), 503, err, "triggers are not loaded yet").retry(1))
+	tr, err := s.triggerFor(r.Context(), tenant, sub)
+	if err != nil {
+		s.writeError(w, r, s.lookupFailed(r.Context(), err, "no active http trigger of tenant %s serves %s", tenant, sub))
 		return
 	}
-	var tr *slessv1.Trigger
-	for i := range list.Items {
-		t := &list.Items[i]
-		if t.Spec.Type != slessv1.TriggerHTTP || t.Spec.HTTP == nil || !t.IsEnabled() {
-			continue
-		}
-		p := t.Spec.HTTP.Path
-		if sub == p || strings.HasPrefix(sub, strings.TrimSuffix(p, "/")+"/") {
-			if tr == nil || len(p) > len(tr.Spec.HTTP.Path) {
-				tr = t
-			}
-		}
-	}
 	if tr == nil {
-		s.writeError(w, r, problem(404, "", "no enabled http trigger of tenant %s serves %s", tenant, sub))
+		s.writeError(w, r, problem(404, "", "no active http trigger of tenant %s serves %s", tenant, sub))
 		return
 	}
 	if ms := tr.Spec.HTTP.Methods; len(ms) > 0 && !contains(ms, r.Method) {
@@ -141,7 +107,6 @@ func (s *Server) publicTrigger(w http.ResponseWriter, r *http.Request) {
 		s.writeError(w, r, problem(405, "", "trigger %s takes %s", tr.Name, strings.Join(ms, ", ")))
 		return
 	}
-	var err error
 	if tr.Spec.HTTP.Auth == slessv1.HTTPAuthNone {
 		err = s.limits.Allow(r.Context(), tenant, "anonymous/"+tenant)
 	} else {
@@ -156,23 +121,7 @@ func (s *Server) publicTrigger(w http.ResponseWriter, r *http.Request) {
 		s.writeError(w, r, s.lookupFailed(r.Context(), ferr, "the function %s of trigger %s does not exist", tr.Spec.FunctionRef.Name, tr.Name))
 		return
 	}
-	// The trigger's path is where the function is mounted: below it, the
-	// function sees the rest of the path.
-	rest := strings.TrimPrefix(sub, strings.TrimSuffix(tr.Spec.HTTP.Path, "/"))
-	if !strings.HasPrefix(rest, "/") {
-		rest = "/" + rest
-	}
-	s.forward(w, r, fn, proxy.Call{Tenant: tenant, Path: rest, Kind: msg.TriggerHTTP, Trigger: tr.Name})
-}
-
-// lookupFailed is the problem for a failed read of a function: 404 with
-// the message when it does not exist, else a 503 whose cause is logged
-// (the API server or the watch cache is unreachable).
-func (s *Server) lookupFailed(ctx context.Context, err error, format string, args ...any) *Problem {
-	if apierrors.IsNotFound(err) {
-		return problem(404, "", format, args...)
-	}
-	return s.internal(ctx, 503, err, "the function could not be read; try again").retry(1)
+	s.forward(w, r, fn, proxy.Call{Tenant: tenant, Path: publicpath.Rest(tr.Spec.HTTP.Path, sub), Kind: msg.TriggerHTTP, Trigger: tr.Name})
 }
 
 // forward passes the call to proxy.Forwarder and writes the failure it

@@ -131,6 +131,9 @@ func (k kind[T, O, L]) create(ctx context.Context, s *Server, tenant string, o O
 	if err := s.Kube.Create(ctx, o); err != nil {
 		return nil, fromKube(ctx, k.name+" "+o.GetName(), err)
 	}
+	if fn, ok := any(o).(*slessv1.Function); ok {
+		s.awaitCached(ctx, fn)
+	}
 	loc := fmt.Sprintf("/v1/tenants/%s/%s/%s", tenant, k.plural, o.GetName())
 	if k.plural == "tenants" {
 		loc = "/v1/tenants/" + o.GetName()

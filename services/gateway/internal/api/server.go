@@ -95,8 +95,9 @@ type Server struct {
 	metrics   *record.Metrics
 	forwarder *proxy.Forwarder
 	sql       *store.Store
-	fnWatch   *objectWatch           // Functions, for ?wait=ready
+	fnWatch   *objectWatch           // Functions, for ?wait=ready and a create's wait for the cache
 	nsWatch   *objectWatch           // tenant Namespaces, for a tenant's create
+	loaded    func() bool            // whether the watch cache of Functions and Triggers has synced
 	streams   *prometheus.GaugeVec   // waits and log follows in flight
 	long      longRequests           // the same per tenant, to bound them
 	routes    map[string]*routeEntry // the route table, by operation id
@@ -125,6 +126,9 @@ func New(d Deps) *Server {
 	}
 	if s.nsWatch, err = watchObjects(d.Cache, &corev1.Namespace{}); err != nil {
 		panic(fmt.Sprintf("watch namespaces: %v", err)) // the cache was built with a Namespace informer; a programming error
+	}
+	if s.loaded, err = cacheSynced(d.Cache, &slessv1.Function{}, &slessv1.Trigger{}); err != nil {
+		panic(fmt.Sprintf("watch functions and triggers: %v", err)) // as above
 	}
 	s.streams = prometheus.NewGaugeVec(prometheus.GaugeOpts{Name: "sless_gateway_long_requests",
 		Help: "Requests that wait or stream in flight: kind wait (a function's wait=ready) or logs (a followed log)."}, []string{"kind"})

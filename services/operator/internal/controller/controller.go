@@ -95,6 +95,7 @@ func NewMetrics(reg prometheus.Registerer) *Metrics {
 // Field index names.
 const (
 	indexTriggerFunction = "spec.functionRef.name"
+	indexTriggerPath     = "spec.http.path"
 	indexJobFunction     = "spec.functionRef.name"
 )
 
@@ -105,6 +106,9 @@ func Setup(ctx context.Context, mgr ctrl.Manager, d Deps) error {
 		return []string{o.(*slessv1.Trigger).Spec.FunctionRef.Name}
 	}); err != nil {
 		return fmt.Errorf("index triggers: %w", err)
+	}
+	if err := idx.IndexField(ctx, &slessv1.Trigger{}, indexTriggerPath, triggerPath); err != nil {
+		return fmt.Errorf("index trigger paths: %w", err)
 	}
 	if err := idx.IndexField(ctx, &slessv1.FunctionJob{}, indexJobFunction, func(o client.Object) []string {
 		return []string{o.(*slessv1.FunctionJob).Spec.FunctionRef.Name}
@@ -173,19 +177,27 @@ func requeueIfStale(err error) (ctrl.Result, error) {
 // dependents maps a Function to reconcile requests for the objects of
 // newList's kind in its namespace that reference it through index.
 func dependents(c client.Client, newList func() client.ObjectList, index string) handler.MapFunc {
-	return func(ctx context.Context, fn client.Object) []reconcile.Request {
-		list := newList()
-		if err := c.List(ctx, list, client.InNamespace(fn.GetNamespace()), client.MatchingFields{index: fn.GetName()}); err != nil {
-			return nil
-		}
-		items, err := meta.ExtractList(list)
-		if err != nil {
-			return nil
-		}
-		out := make([]reconcile.Request, 0, len(items))
-		for _, it := range items {
-			if o, ok := it.(client.Object); ok {
-				out = append(out, reconcile.Request{NamespacedName: types.NamespacedName{Namespace: o.GetNamespace(), Name: o.GetName()}})
+	return byIndex(c, newList, index, func(o client.Object) []string { return []string{o.GetName()} })
+}
+
+// byIndex maps an object to reconcile requests for the objects of
+// newList's kind in its namespace whose index value is one of keys(obj).
+func byIndex(c client.Client, newList func() client.ObjectList, index string, keys func(client.Object) []string) handler.MapFunc {
+	return func(ctx context.Context, obj client.Object) []reconcile.Request {
+		var out []reconcile.Request
+		for _, key := range keys(obj) {
+			list := newList()
+			if err := c.List(ctx, list, client.InNamespace(obj.GetNamespace()), client.MatchingFields{index: key}); err != nil {
+				continue
+			}
+			items, err := meta.ExtractList(list)
+			if err != nil {
+				continue
+			}
+			for _, it := range items {
+				if o, ok := it.(client.Object); ok {
+					out = append(out, reconcile.Request{NamespacedName: types.NamespacedName{Namespace: o.GetNamespace(), Name: o.GetName()}})
+				}
 			}
 		}
 		return out

@@ -1,14 +1,21 @@
 package controller
 
 import (
+	"context"
+	"errors"
+	"fmt"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/utils/ptr"
+	ctrl "sigs.k8s.io/controller-runtime"
+	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	slessv1 "github.com/kube5s/sless/pkg/apis/sless/v1alpha1"
+	"github.com/kube5s/sless/pkg/testenv"
 )
 
 func (h *harness) trigger(t *testing.T, ns, name string, spec slessv1.TriggerSpec) *slessv1.Trigger {
@@ -73,8 +80,9 @@ func TestTriggerValidation(t *testing.T) {
 		{"bad-cron", "schedule", slessv1.TriggerSpec{FunctionRef: slessv1.LocalRef{Name: "f"}, Type: slessv1.TriggerCron, Cron: &slessv1.CronTrigger{Schedule: "every day"}}},
 		{"bad-zone", "IANA", slessv1.TriggerSpec{FunctionRef: slessv1.LocalRef{Name: "f"}, Type: slessv1.TriggerCron, Cron: &slessv1.CronTrigger{Schedule: "@daily", TimeZone: "Moon/Base"}}},
 	}
+	// "second" may be created in the same second as "first": the name
+	// breaks the tie.
 	first := h.trigger(t, ns, "first", slessv1.TriggerSpec{FunctionRef: slessv1.LocalRef{Name: "f"}, Type: slessv1.TriggerHTTP, HTTP: &slessv1.HTTPTrigger{Path: "/same"}})
-	time.Sleep(1100 * time.Millisecond) // creation timestamps have second resolution
 	tests = append(tests, struct {
 		name, want string
 		spec       slessv1.TriggerSpec
@@ -85,5 +93,94 @@ func TestTriggerValidation(t *testing.T) {
 			h.get(t, tr)
 			return tr.Status.Phase == slessv1.TriggerFailed && strings.Contains(tr.Status.Message, tt.want)
 		})
+	}
+}
+
+// TestOnePathHasOneActiveTrigger creates two http triggers on one path at
+// once, in one second (creation timestamps have one-second resolution):
+// exactly one turns Active, the one whose name sorts first, and the other
+// Failed. Deleting the Active one hands the path to the other; resync is
+// ten hours, so only the watch of Triggers can make that happen.
+func TestOnePathHasOneActiveTrigger(t *testing.T) {
+	h := newHarness(t)
+	_, ns := h.tenant(t)
+	for _, name := range []string{"fa", "fb"} {
+		fn := h.function(t, ns, name, func(f *slessv1.Function) { f.Spec.Image = image })
+		h.markAvailable(t, ns, name)
+		h.waitReady(t, fn)
+	}
+	on := func(name, fn string) *slessv1.Trigger {
+		return &slessv1.Trigger{ObjectMeta: metav1.ObjectMeta{Name: name, Namespace: ns}, Spec: slessv1.TriggerSpec{
+			FunctionRef: slessv1.LocalRef{Name: fn}, Type: slessv1.TriggerHTTP, HTTP: &slessv1.HTTPTrigger{Path: "/clash"}}}
+	}
+	var a, b *slessv1.Trigger
+	for attempt := 0; ; attempt++ {
+		a, b = on(fmt.Sprintf("clash-a%d", attempt), "fa"), on(fmt.Sprintf("clash-b%d", attempt), "fb")
+		var wg sync.WaitGroup
+		var errA, errB error
+		wg.Go(func() { errA = h.c.Create(t.Context(), a) })
+		wg.Go(func() { errB = h.c.Create(t.Context(), b) })
+		wg.Wait()
+		if err := errors.Join(errA, errB); err != nil {
+			t.Fatal(err)
+		}
+		if a.CreationTimestamp.Equal(&b.CreationTimestamp) {
+			break
+		}
+		// The pair fell on both sides of a second; another pair.
+		if attempt == 4 {
+			t.Fatalf("five pairs created at once never fell into one second; the last: %s and %s", a.CreationTimestamp, b.CreationTimestamp)
+		}
+		for _, o := range []*slessv1.Trigger{a, b} {
+			if err := h.c.Delete(t.Context(), o); err != nil {
+				t.Fatal(err)
+			}
+		}
+	}
+	h.eventually(t, a.Name+" Active and "+b.Name+" Failed", func() bool {
+		h.get(t, a)
+		h.get(t, b)
+		return a.Status.Phase == slessv1.TriggerActive && b.Status.Phase == slessv1.TriggerFailed &&
+			strings.Contains(b.Status.Message, fmt.Sprintf("already served by trigger %q", a.Name))
+	})
+
+	if err := h.c.Delete(t.Context(), a); err != nil {
+		t.Fatal(err)
+	}
+	h.eventually(t, b.Name+" Active once "+a.Name+" is deleted", func() bool {
+		h.get(t, b)
+		return b.Status.Phase == slessv1.TriggerActive && b.Status.URL == publicURL+"/fn/"+strings.TrimPrefix(ns, "sless-fn-")+"/clash"
+	})
+}
+
+// listFails is a client whose List fails, as a cache that cannot answer.
+type listFails struct{ client.Client }
+
+func (listFails) List(context.Context, client.ObjectList, ...client.ListOption) error {
+	return errors.New("the cache cannot list")
+}
+
+// TestTriggerValidationRetriesWhenTheListFails: whether an http trigger
+// holds its path cannot be decided without the list of the tenant's
+// triggers; a failed List is an error to retry, never a valid spec.
+func TestTriggerValidationRetriesWhenTheListFails(t *testing.T) {
+	c, err := client.New(kube.Config, client.Options{Scheme: testenv.Scheme()})
+	if err != nil {
+		t.Fatal(err)
+	}
+	ns := testenv.TenantNamespace(t.Context(), t, c, testenv.Name("t"))
+	tr := &slessv1.Trigger{ObjectMeta: metav1.ObjectMeta{Name: "web", Namespace: ns}, Spec: slessv1.TriggerSpec{
+		FunctionRef: slessv1.LocalRef{Name: "f"}, Type: slessv1.TriggerHTTP, HTTP: &slessv1.HTTPTrigger{Path: "/web"}}}
+	if err := c.Create(t.Context(), tr); err != nil {
+		t.Fatal(err)
+	}
+	r := &TriggerReconciler{Client: listFails{c}, APIReader: c, PublicURL: publicURL, Now: time.Now}
+	_, err = r.Reconcile(t.Context(), ctrl.Request{NamespacedName: client.ObjectKeyFromObject(tr)})
+	if err := c.Get(t.Context(), client.ObjectKeyFromObject(tr), tr); err != nil {
+		t.Fatal(err)
+	}
+	if err == nil || !strings.Contains(err.Error(), "the cache cannot list") || tr.Status.Phase != "" {
+		t.Fatalf("Reconcile with a failed List returned %v and judged the trigger %q (%q); want the List's error and no judgement",
+			err, tr.Status.Phase, tr.Status.Message)
 	}
 }

@@ -1,0 +1,130 @@
+package api
+
+import (
+	"context"
+	"errors"
+	"time"
+
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	"k8s.io/apimachinery/pkg/types"
+	"k8s.io/apimachinery/pkg/util/validation"
+	"sigs.k8s.io/controller-runtime/pkg/cache"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+
+	slessv1 "github.com/kube5s/sless/pkg/apis/sless/v1alpha1"
+	"github.com/kube5s/sless/pkg/publicpath"
+)
+
+// The data plane (invoke and the public triggers) resolves Functions and
+// Triggers from the watch cache only, never per request from the API
+// server: a caller naming functions that do not exist costs the API server
+// nothing. Until the cache has synced nothing is known, and every lookup
+// answers 503 with Retry-After rather than a 404 that may be wrong, or a
+// wait for the first list.
+
+// errNotLoaded means the watch cache has not synced yet.
+var errNotLoaded = errors.New("the watch cache of functions and triggers has not synced yet")
+
+// cacheSynced returns whether the informers of objs in c have synced,
+// without waiting for them; false when there is no cache (a router built
+// for a test of its routes).
+func cacheSynced(c cache.Cache, objs ...client.Object) (func() bool, error) {
+	if c == nil {
+		return func() bool { return false }, nil
+	}
+	var infs []cache.Informer
+	for _, o := range objs {
+		// The informer exists already (run creates it before the cache
+		// starts): this returns it without waiting for its first list.
+		inf, err := c.GetInformer(context.Background(), o, cache.BlockUntilSynced(false))
+		if err != nil {
+			return nil, err
+		}
+		infs = append(infs, inf)
+	}
+	return func() bool {
+		for _, inf := range infs {
+			if !inf.HasSynced() {
+				return false
+			}
+		}
+		return true
+	}, nil
+}
+
+// function reads a Function from the watch cache, without a copy.
+func (s *Server) function(ctx context.Context, tenant, name string) (*slessv1.Function, error) {
+	if len(validation.IsDNS1123Label(tenant)) > 0 || len(validation.IsDNS1123Subdomain(name)) > 0 {
+		// No such object can exist.
+		return nil, apierrors.NewNotFound(slessv1.GroupVersion.WithResource("functions").GroupResource(), name)
+	}
+	if !s.loaded() {
+		return nil, errNotLoaded
+	}
+	var fn slessv1.Function
+	key := client.ObjectKey{Namespace: slessv1.NamespaceFor(tenant), Name: name}
+	if err := s.Cache.Get(ctx, key, &fn, client.UnsafeDisableDeepCopy); err != nil {
+		return nil, err
+	}
+	return &fn, nil
+}
+
+// triggerFor returns the trigger that serves sub of tenant's public paths
+// (publicpath.Route: one the operator made Active), or nil.
+func (s *Server) triggerFor(ctx context.Context, tenant, sub string) (*slessv1.Trigger, error) {
+	if !s.loaded() {
+		return nil, errNotLoaded
+	}
+	var list slessv1.TriggerList
+	if err := s.Cache.List(ctx, &list, client.InNamespace(slessv1.NamespaceFor(tenant)), client.UnsafeDisableDeepCopy); err != nil {
+		return nil, err
+	}
+	return publicpath.Route(list.Items, sub), nil
+}
+
+// lookupFailed is the problem for a failed lookup of the data plane: 404
+// with the message when the object does not exist, 503 with Retry-After
+// while the watch cache has not synced, else a 503 whose cause is logged.
+func (s *Server) lookupFailed(ctx context.Context, err error, format string, args ...any) *Problem {
+	switch {
+	case apierrors.IsNotFound(err):
+		return problem(404, "", format, args...)
+	case errors.Is(err, errNotLoaded):
+		return s.internal(ctx, 503, err, "the gateway is still loading functions and triggers; try again").retry(1)
+	}
+	return s.internal(ctx, 503, err, "the function could not be read; try again").retry(1)
+}
+
+// maxCacheLag bounds how long a create waits for the watch cache.
+const maxCacheLag = 5 * time.Second
+
+// awaitCached waits until the watch cache holds fn as it was created (its
+// UID), so that a call of a function whose create this replica answered
+// is not a 404. It gives up when the cache has not synced, after
+// maxCacheLag, or when ctx ends; another replica's cache may lag still,
+// for the moment a watch event takes.
+func (s *Server) awaitCached(ctx context.Context, fn *slessv1.Function) {
+	if !s.loaded() {
+		return
+	}
+	key := types.NamespacedName{Namespace: fn.Namespace, Name: fn.Name}
+	// Subscribed before the first look: the informer stores an object
+	// before it tells its handlers, so no event falls between the two.
+	changed, unsubscribe := s.fnWatch.subscribe(key)
+	defer unsubscribe()
+	timer := time.NewTimer(maxCacheLag)
+	defer timer.Stop()
+	for {
+		var cur slessv1.Function
+		if err := s.Cache.Get(ctx, key, &cur, client.UnsafeDisableDeepCopy); err == nil && cur.UID == fn.UID {
+			return
+		}
+		select {
+		case <-changed:
+		case <-timer.C:
+			return
+		case <-ctx.Done():
+			return
+		}
+	}
+}
