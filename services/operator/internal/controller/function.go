@@ -65,11 +65,14 @@ func (r *FunctionReconciler) Reconcile(ctx context.Context, req ctrl.Request) (r
 		}
 	}
 	if !fn.DeletionTimestamp.IsZero() {
-		return ctrl.Result{}, r.finalize(ctx, &fn)
+		if err := r.finalize(ctx, &fn); err != nil {
+			return requeueIfStale(ctx, err)
+		}
+		return ctrl.Result{}, nil
 	}
 	if controllerutil.AddFinalizer(&fn, resources.FunctionFinalizer) {
 		if err := r.Client.Update(ctx, &fn); err != nil {
-			return ctrl.Result{}, err
+			return requeueIfStale(ctx, err)
 		}
 	}
 
@@ -77,7 +80,7 @@ func (r *FunctionReconciler) Reconcile(ctx context.Context, req ctrl.Request) (r
 	st := &fn.Status
 	gen := fn.Generation
 	if err := r.source(ctx, &fn); err != nil {
-		return requeueIfStale(err)
+		return requeueIfStale(ctx, err)
 	}
 
 	artifact := driver.Artifact{Image: st.Image, Dir: st.Artifact, BuildID: st.LastBuildID}
@@ -112,7 +115,7 @@ func (r *FunctionReconciler) Reconcile(ctx context.Context, req ctrl.Request) (r
 	st.Phase, st.Message = phase(&fn, state)
 	st.ObservedGeneration = gen
 	if err := patchStatus(ctx, r.Client, &fn, before, before.Status, fn.Status); err != nil {
-		return ctrl.Result{}, err
+		return requeueIfStale(ctx, err)
 	}
 	if driverErr != nil {
 		return ctrl.Result{}, driverErr

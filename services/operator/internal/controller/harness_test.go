@@ -77,6 +77,9 @@ type harness struct {
 	db     *pgxpool.Pool // the tenant rows the operator deletes
 	stop   func()
 	local  *driver.Local // the local driver, when the harness runs one
+	// logs is what the managers logged (controller-runtime and the
+	// reconcilers), JSON lines at debug level.
+	logs testenv.SyncBuffer
 
 	mu      sync.Mutex
 	tenants []string // whose broker accounts to delete after the test, even if deleted already
@@ -152,7 +155,7 @@ func (h *harness) startManager(t *testing.T, ctx context.Context, wg *sync.WaitG
 	}
 	mgr, err := ctrl.NewManager(kube.Config, ctrl.Options{
 		Scheme:     testenv.Scheme(),
-		Logger:     logr.Discard(),
+		Logger:     logr.FromSlogHandler(slog.NewJSONHandler(&h.logs, &slog.HandlerOptions{Level: slog.LevelDebug})),
 		Metrics:    metricsserver.Options{BindAddress: "0"},
 		Controller: config.Controller{SkipNameValidation: ptr.To(true)},
 		Cache:      cacheOpts,

@@ -68,7 +68,7 @@ func (r *TriggerReconciler) Reconcile(ctx context.Context, req ctrl.Request) (re
 	slessv1.SetCondition(&t.Status.Conditions, t.Generation, slessv1.ConditionReady, status, reason, message)
 	t.Status.ObservedGeneration = t.Generation
 	if err := patchStatus(ctx, r.Client, &t, before, before.Status, t.Status); err != nil {
-		return ctrl.Result{}, err
+		return requeueIfStale(ctx, err)
 	}
 	return ctrl.Result{}, nil
 }
