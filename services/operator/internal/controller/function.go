@@ -143,8 +143,9 @@ func (r *FunctionReconciler) source(ctx context.Context, fn *slessv1.Function) e
 	}
 	src := fn.Spec.Source
 	slessv1.SetCondition(&st.Conditions, gen, slessv1.ConditionSourceReady, metav1.ConditionTrue, ReasonUploaded, "source "+short(src.SHA256))
-	want := resources.BuildID(string(fn.UID), string(fn.Spec.Runtime), src.SHA256)
+	want := resources.SourceBuildID(fn)
 	if st.LastBuildID == want {
+		r.applyBuildResult(fn)
 		return nil
 	}
 	var fresh slessv1.Function
@@ -173,7 +174,24 @@ func (r *FunctionReconciler) source(ctx context.Context, fn *slessv1.Function) e
 	st.LastBuildID, st.RequestedSourceSHA256 = want, src.SHA256
 	slessv1.SetCondition(&st.Conditions, gen, slessv1.ConditionBuilt, metav1.ConditionFalse, ReasonBuilding, "building source "+short(src.SHA256))
 	r.Events.Eventf(fn, nil, corev1.EventTypeNormal, "BuildRequested", "Build", "build %s requested for source %s", want, short(src.SHA256))
+	r.applyBuildResult(fn) // its result may be recorded already (a request whose status write was retried)
 	return nil
+}
+
+// applyBuildResult applies the build result recorded on fn (see
+// applyBuildResult in buildresult.go) and tells the result once, as an
+// Event, when it ends a build.
+func (r *FunctionReconciler) applyBuildResult(fn *slessv1.Function) {
+	was := builtReason(fn)
+	res := applyBuildResult(fn)
+	if res == nil || builtReason(fn) == was {
+		return
+	}
+	if res.Result == msg.BuildSucceeded {
+		r.Events.Eventf(fn, nil, corev1.EventTypeNormal, ReasonBuildSucceeded, "Build", "build %s succeeded", res.BuildID)
+	} else {
+		r.Events.Eventf(fn, nil, corev1.EventTypeWarning, ReasonBuildFailed, "Build", "build %s failed: %s", res.BuildID, res.text())
+	}
 }
 
 // phase summarises the conditions for humans and the API.

@@ -176,7 +176,7 @@ func (h *harness) startManager(t *testing.T, ctx context.Context, wg *sync.WaitG
 			t.Errorf("manager: %v", err)
 		}
 	})
-	hd := &Handlers{Client: mgr.GetClient(), Reader: mgr.GetAPIReader(), Events: mgr.GetEventRecorder("sless-operator"), Log: quietLog()}
+	hd := &Handlers{Client: mgr.GetClient(), Reader: mgr.GetAPIReader(), Log: quietLog()}
 	for q, fn := range map[string]rabbit.Handler{msg.QueueBuildCompleted: hd.BuildCompleted, msg.QueueJobCompleted: hd.JobCompleted} {
 		cons := &rabbit.Consumer{Client: h.mq, Queue: rabbit.PlatformQueue(q, rabbit.DefaultRetry), Prefetch: 4, Handler: fn}
 		wg.Go(func() {

@@ -3,7 +3,6 @@ package controller
 import (
 	"context"
 	"fmt"
-	"time"
 
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
@@ -32,16 +31,12 @@ type TriggerReconciler struct {
 	APIReader client.Reader // confirms a namespace the cache does not hold
 	PublicURL string
 	Metrics   *Metrics
-	Now       func() time.Time
 }
 
 // SetupWithManager watches Triggers, and Functions through the
 // spec.functionRef.name index, so a Trigger turns Active as soon as its
 // Function is Ready.
 func (r *TriggerReconciler) SetupWithManager(mgr ctrl.Manager) error {
-	if r.Now == nil {
-		r.Now = time.Now
-	}
 	return ctrl.NewControllerManagedBy(mgr).
 		For(&slessv1.Trigger{}).
 		Watches(&slessv1.Function{}, handler.EnqueueRequestsFromMapFunc(
@@ -74,16 +69,15 @@ func (r *TriggerReconciler) Reconcile(ctx context.Context, req ctrl.Request) (re
 }
 
 func (r *TriggerReconciler) evaluate(ctx context.Context, t *slessv1.Trigger) (slessv1.TriggerPhase, string, string) {
+	// status.nextFireTime and status.lastFireTime are not written here:
+	// their one writer is the scheduler (server-side apply, field manager
+	// sless-scheduler), which knows when it fires.
 	st := &t.Status
 	st.URL = ""
-	if t.Spec.Type != slessv1.TriggerCron {
-		st.NextFireTime = nil
-	}
 	if msg := r.validate(ctx, t); msg != "" {
 		return slessv1.TriggerFailed, ReasonInvalidSpec, msg
 	}
 	if !t.IsEnabled() {
-		st.NextFireTime = nil
 		return slessv1.TriggerDisabled, ReasonDisabled, "enabled is false"
 	}
 	var fn slessv1.Function
@@ -96,12 +90,6 @@ func (r *TriggerReconciler) evaluate(ctx context.Context, t *slessv1.Trigger) (s
 	switch t.Spec.Type {
 	case slessv1.TriggerHTTP:
 		st.URL = r.PublicURL + "/fn/" + tenantns.Named(t.Namespace) + t.Spec.HTTP.Path
-	case slessv1.TriggerCron:
-		s, _ := cronsched.Parse(t.Spec.Cron.Schedule, t.Spec.Cron.TimeZone) // validated above
-		now := r.Now()
-		if st.NextFireTime == nil || st.NextFireTime.Time.Before(now) || st.ObservedGeneration != t.Generation {
-			st.NextFireTime = &metav1.Time{Time: s.Next(now).UTC()}
-		}
 	}
 	return slessv1.TriggerActive, ReasonActive, ""
 }
