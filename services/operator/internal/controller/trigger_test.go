@@ -133,8 +133,9 @@ func TestTheSchedulersFireTimesAreNotTheOperators(t *testing.T) {
 		{"disabled", func(tr *slessv1.Trigger) { tr.Spec.Enabled = ptr.To(false) }, slessv1.TriggerDisabled},
 	} {
 		h.get(t, tr)
+		base := tr.DeepCopy()
 		step.change(tr)
-		if err := h.c.Update(t.Context(), tr); err != nil {
+		if err := h.c.Patch(t.Context(), tr, client.MergeFrom(base)); err != nil {
 			t.Fatal(err)
 		}
 		gen := tr.Generation
