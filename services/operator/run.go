@@ -117,7 +117,7 @@ func run(ctx context.Context, getenv func(string) string, stdout io.Writer) erro
 	}
 	svc.Go(mgr.Start)
 
-	h := &controller.Handlers{Client: mgr.GetClient(), Reader: mgr.GetAPIReader(), Events: mgr.GetEventRecorder("sless-operator"), Log: svc.Log}
+	h := &controller.Handlers{Client: mgr.GetClient(), Reader: mgr.GetAPIReader(), Log: svc.Log}
 	for queue, handle := range map[string]rabbit.Handler{
 		msg.QueueBuildCompleted: h.BuildCompleted,
 		msg.QueueJobCompleted:   h.JobCompleted,

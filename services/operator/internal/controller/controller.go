@@ -13,10 +13,12 @@ import (
 	"time"
 
 	corev1 "k8s.io/api/core/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	"k8s.io/apimachinery/pkg/api/meta"
 	"k8s.io/apimachinery/pkg/types"
 	"sigs.k8s.io/controller-runtime/pkg/cache"
 	"sigs.k8s.io/controller-runtime/pkg/handler"
+	"sigs.k8s.io/controller-runtime/pkg/log"
 	"sigs.k8s.io/controller-runtime/pkg/reconcile"
 
 	"github.com/prometheus/client_golang/prometheus"
@@ -166,9 +168,13 @@ func inTenantNamespace(ctx context.Context, cached, api client.Reader, namespace
 // operator already wrote; the reconcile is retried shortly.
 var errStaleCache = errors.New("informer cache is behind the API server")
 
-// requeueIfStale turns errStaleCache into a quiet short requeue.
-func requeueIfStale(err error) (ctrl.Result, error) {
-	if errors.Is(err, errStaleCache) {
+// requeueIfStale turns a stale read into a quiet short requeue: errStaleCache,
+// or an optimistic-lock conflict (the object changed since the cache's copy
+// was read; the retry reads the new one). Neither is an error to log or to
+// back off from. Any other error is returned as it is.
+func requeueIfStale(ctx context.Context, err error) (ctrl.Result, error) {
+	if errors.Is(err, errStaleCache) || apierrors.IsConflict(err) {
+		log.FromContext(ctx).V(1).Info("requeued: the object changed since it was read", "err", err.Error())
 		return ctrl.Result{RequeueAfter: 50 * time.Millisecond}, nil
 	}
 	return ctrl.Result{}, err

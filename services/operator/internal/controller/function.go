@@ -50,11 +50,14 @@ func (r *FunctionReconciler) Reconcile(ctx context.Context, req ctrl.Request) (r
 		}
 	}
 	if !fn.DeletionTimestamp.IsZero() {
-		return ctrl.Result{}, r.finalize(ctx, &fn)
+		if err := r.finalize(ctx, &fn); err != nil {
+			return requeueIfStale(ctx, err)
+		}
+		return ctrl.Result{}, nil
 	}
 	if controllerutil.AddFinalizer(&fn, resources.FunctionFinalizer) {
 		if err := r.Client.Update(ctx, &fn); err != nil {
-			return ctrl.Result{}, err
+			return requeueIfStale(ctx, err)
 		}
 	}
 
@@ -62,7 +65,7 @@ func (r *FunctionReconciler) Reconcile(ctx context.Context, req ctrl.Request) (r
 	st := &fn.Status
 	gen := fn.Generation
 	if err := r.source(ctx, &fn); err != nil {
-		return requeueIfStale(err)
+		return requeueIfStale(ctx, err)
 	}
 
 	artifact := driver.Artifact{Image: st.Image, Dir: st.Artifact, BuildID: st.LastBuildID}
@@ -97,7 +100,7 @@ func (r *FunctionReconciler) Reconcile(ctx context.Context, req ctrl.Request) (r
 	st.Phase, st.Message = phase(&fn, state)
 	st.ObservedGeneration = gen
 	if err := patchStatus(ctx, r.Client, &fn, before, before.Status, fn.Status); err != nil {
-		return ctrl.Result{}, err
+		return requeueIfStale(ctx, err)
 	}
 	if driverErr != nil {
 		return ctrl.Result{}, driverErr
@@ -125,8 +128,9 @@ func (r *FunctionReconciler) source(ctx context.Context, fn *slessv1.Function) e
 	}
 	src := fn.Spec.Source
 	slessv1.SetCondition(&st.Conditions, gen, slessv1.ConditionSourceReady, metav1.ConditionTrue, slessv1.ReasonUploaded, "source "+short(src.SHA256))
-	want := resources.BuildID(string(fn.UID), string(fn.Spec.Runtime), src.SHA256)
+	want := resources.SourceBuildID(fn)
 	if st.LastBuildID == want {
+		r.applyBuildResult(fn)
 		return nil
 	}
 	var fresh slessv1.Function
@@ -155,7 +159,24 @@ func (r *FunctionReconciler) source(ctx context.Context, fn *slessv1.Function) e
 	st.LastBuildID, st.RequestedSourceSHA256 = want, src.SHA256
 	slessv1.SetCondition(&st.Conditions, gen, slessv1.ConditionBuilt, metav1.ConditionFalse, slessv1.ReasonBuilding, "building source "+short(src.SHA256))
 	r.Events.Eventf(fn, nil, corev1.EventTypeNormal, "BuildRequested", "Build", "build %s requested for source %s", want, short(src.SHA256))
+	r.applyBuildResult(fn) // its result may be recorded already (a request whose status write was retried)
 	return nil
+}
+
+// applyBuildResult applies the build result recorded on fn (see
+// applyBuildResult in buildresult.go) and tells the result once, as an
+// Event, when it ends a build.
+func (r *FunctionReconciler) applyBuildResult(fn *slessv1.Function) {
+	was := builtReason(fn)
+	res := applyBuildResult(fn)
+	if res == nil || builtReason(fn) == was {
+		return
+	}
+	if res.Result == msg.BuildSucceeded {
+		r.Events.Eventf(fn, nil, corev1.EventTypeNormal, slessv1.ReasonBuildSucceeded, "Build", "build %s succeeded", res.BuildID)
+	} else {
+		r.Events.Eventf(fn, nil, corev1.EventTypeWarning, slessv1.ReasonBuildFailed, "Build", "build %s failed: %s", res.BuildID, res.text())
+	}
 }
 
 // phase summarises the conditions for humans and the API.

@@ -72,7 +72,7 @@ func (r *FunctionJobReconciler) Reconcile(ctx context.Context, req ctrl.Request)
 				return ctrl.Result{}, err
 			}
 			if meta.IsStatusConditionTrue(fresh.Status.Conditions, ConditionDispatched) || fresh.Status.LastRunID != st.LastRunID {
-				return requeueIfStale(errStaleCache)
+				return requeueIfStale(ctx, errStaleCache)
 			}
 			return ctrl.Result{}, r.dispatch(ctx, &job)
 		}

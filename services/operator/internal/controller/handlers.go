@@ -9,18 +9,17 @@ import (
 	"unicode/utf8"
 
 	amqp "github.com/rabbitmq/amqp091-go"
-	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/api/meta"
 	v1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/client-go/util/retry"
 	"sigs.k8s.io/controller-runtime/pkg/client"
-	"sigs.k8s.io/controller-runtime/pkg/recorder"
 
 	slessv1 "github.com/kube5s/sless/pkg/apis/sless/v1alpha1"
 	"github.com/kube5s/sless/pkg/msg"
 	"github.com/kube5s/sless/pkg/rabbit"
+	"github.com/kube5s/sless/services/operator/internal/resources"
 )
 
 // Handlers apply the messages that report back to the operator.
@@ -32,50 +31,56 @@ type Handlers struct {
 	// from its artifact cache), or before it saw the object at all; a result
 	// is dropped only when a fresh read agrees that it is stale.
 	Reader client.Reader
-	Events recorder.EventRecorder
 	Log    *slog.Logger
 }
 
-// BuildCompleted records a build result on its Function. A result for a
-// build that is no longer the last one requested is stale and dropped.
+// BuildCompleted records a build result on its Function, in the annotation
+// resources.BuildResultAnnotation (a patch of that key only: no other
+// writer, no conflict). The Function reconciler, the one writer of a
+// Function's status, applies it once it is the result of the build it
+// requested, which may be after the result came: a builder that answers
+// from its store can answer before the reconciler's status write of the
+// request. A result of a build the function's spec no longer asks for (an
+// older source, another runtime, a prebuilt image now) is stale and dropped.
 func (h *Handlers) BuildCompleted(ctx context.Context, d *amqp.Delivery) error {
 	var m msg.BuildCompleted
 	if err := json.Unmarshal(d.Body, &m); err != nil {
 		return rabbit.Permanent(fmt.Errorf("decode %s: %w", msg.TypeBuildCompleted, err))
 	}
 	key := types.NamespacedName{Namespace: m.Namespace, Name: m.Function}
-	return retry.RetryOnConflict(retry.DefaultRetry, func() error {
-		var fn slessv1.Function
-		current := func() string { return buildResultStale(&fn, m.BuildID) }
-		if stale, err := h.read(ctx, key, &fn, current); err != nil || stale != "" {
-			if err == nil {
-				h.Log.Info("build result dropped", "namespace", m.Namespace, "function", m.Function, "buildID", m.BuildID, "reason", stale)
-			}
-			return err
+	var fn slessv1.Function
+	current := func() string { return buildResultStale(&fn, m.BuildID) }
+	if stale, err := h.read(ctx, key, &fn, current); err != nil || stale != "" {
+		if err == nil {
+			h.Log.Info("build result dropped", "namespace", m.Namespace, "function", m.Function, "buildID", m.BuildID, "reason", stale)
 		}
-		st := &fn.Status
-		if m.Result == msg.BuildSucceeded {
-			st.Image, st.Artifact, st.BuiltSourceSHA256 = m.Image, m.Artifact, m.SourceSHA256
-			slessv1.SetCondition(&st.Conditions, fn.Generation, slessv1.ConditionBuilt, v1.ConditionTrue, slessv1.ReasonBuildSucceeded,
-				fmt.Sprintf("build %s of source %s succeeded", m.BuildID, short(m.SourceSHA256)))
-			h.Events.Eventf(&fn, nil, corev1.EventTypeNormal, slessv1.ReasonBuildSucceeded, "Build", "build %s succeeded", m.BuildID)
-		} else {
-			text := m.Message
-			if m.Reason != "" {
-				text = m.Reason + ": " + m.Message
-			}
-			slessv1.SetCondition(&st.Conditions, fn.Generation, slessv1.ConditionBuilt, v1.ConditionFalse, slessv1.ReasonBuildFailed, text)
-			h.Events.Eventf(&fn, nil, corev1.EventTypeWarning, slessv1.ReasonBuildFailed, "Build", "build %s failed: %s", m.BuildID, text)
+		return err
+	}
+	value, err := json.Marshal(buildResultFrom(&m))
+	if err != nil {
+		return rabbit.Permanent(fmt.Errorf("encode the result of build %s: %w", m.BuildID, err))
+	}
+	if fn.Annotations[resources.BuildResultAnnotation] == string(value) {
+		return nil // a redelivery
+	}
+	patch, err := json.Marshal(map[string]any{"metadata": map[string]any{"annotations": map[string]string{resources.BuildResultAnnotation: string(value)}}})
+	if err != nil {
+		return err
+	}
+	if err := h.Client.Patch(ctx, &fn, client.RawPatch(types.MergePatchType, patch)); err != nil {
+		if apierrors.IsNotFound(err) {
+			return nil // deleted meanwhile
 		}
-		return h.Client.Status().Update(ctx, &fn)
-	})
+		return fmt.Errorf("record the result of build %s on %s/%s: %w", m.BuildID, m.Namespace, m.Function, err)
+	}
+	return nil
 }
 
 // buildResultStale says why a result of build id does not belong on fn, or
-// "" when it does.
+// "" when it does: it is the build of fn's spec.
 func buildResultStale(fn *slessv1.Function, id string) string {
-	if fn.Status.LastBuildID != id {
-		return fmt.Sprintf("the function's last requested build is %q", fn.Status.LastBuildID)
+	if want := resources.SourceBuildID(fn); want != id {
+		return fmt.Sprintf("the function's spec asks for build %q", want)
 	}
 	return ""
 }

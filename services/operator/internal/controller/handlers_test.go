@@ -1,12 +1,15 @@
 package controller
 
 import (
+	"encoding/json"
 	"fmt"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"testing"
 	"time"
 
+	amqp "github.com/rabbitmq/amqp091-go"
 	appsv1 "k8s.io/api/apps/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	ctrl "sigs.k8s.io/controller-runtime"
@@ -66,8 +69,9 @@ func (g *cacheGate) release() { g.openOnce.Do(func() { close(g.open) }) }
 
 // TestBuildResultIsRecordedWhileTheCacheLags answers a build before the
 // operator's cache has seen the status write that requested it, or the
-// Function at all: the result must be recorded (not acked and dropped,
-// which left the Function Building forever).
+// Function at all: the result must be recorded on the Function (not acked
+// and dropped, which left the Function Building forever), and applied to
+// its status by the reconciler once the cache catches up.
 func TestBuildResultIsRecordedWhileTheCacheLags(t *testing.T) {
 	for _, tt := range []struct {
 		name string
@@ -88,7 +92,7 @@ func TestBuildResultIsRecordedWhileTheCacheLags(t *testing.T) {
 			// The reconciler cannot see the function; the test writes the
 			// request as it would.
 			h.get(t, fn)
-			fn.Status.LastBuildID, fn.Status.RequestedSourceSHA256 = "b-cache-lags", sha1
+			fn.Status.LastBuildID, fn.Status.RequestedSourceSHA256 = resources.SourceBuildID(fn), sha1
 			if err := h.c.Status().Update(t.Context(), fn); err != nil {
 				t.Fatal(err)
 			}
@@ -111,13 +115,14 @@ func TestBuildResultIsRecordedWhileTheCacheLags(t *testing.T) {
 			}
 			h.eventuallyShow(t, "the build result recorded while the cache lags", func() bool {
 				h.get(t, fn)
-				return fn.Status.Image == image && slessv1.IsTrue(fn.Status.Conditions, slessv1.ConditionBuilt)
-			}, func() string { return functionStatus(fn) })
+				return strings.Contains(fn.Annotations[resources.BuildResultAnnotation], id)
+			}, func() string { return fmt.Sprintf("annotations %v", fn.Annotations) })
 
 			gate.release()
-			if tt.name != "the cache has not seen lastBuildID" {
-				return // the reconciler now requests its own build id
-			}
+			h.eventuallyShow(t, "the recorded result applied once the cache caught up", func() bool {
+				h.get(t, fn)
+				return fn.Status.Image == image && slessv1.IsTrue(fn.Status.Conditions, slessv1.ConditionBuilt)
+			}, func() string { return functionStatus(fn) })
 			var d appsv1.Deployment
 			h.eventually(t, "deployment with the built image", func() bool {
 				err := h.c.Get(t.Context(), client.ObjectKey{Namespace: ns, Name: resources.WorkloadName("hello")}, &d)
@@ -157,4 +162,40 @@ func TestJobResultIsRecordedWhileTheCacheLags(t *testing.T) {
 		h.get(t, job)
 		return job.Status.Phase == slessv1.JobSucceeded
 	}, func() string { return fmt.Sprintf("%+v", job.Status) })
+}
+
+// TestABuildResultBeforeItsRequestIsApplied: the result of the build a
+// Function's spec asks for comes before the reconciler wrote the request
+// (status.lastBuildID), as from a builder that answers from its store at
+// once. The handler records it and the reconciler, the one writer of the
+// status, applies it. Before, the handler wrote the status itself and
+// dropped a result that status.lastBuildID did not name yet, and the
+// Function stayed Building. No operator runs while the result is handled,
+// so the result is first whatever the reconciler does.
+func TestABuildResultBeforeItsRequestIsApplied(t *testing.T) {
+	h := newHarness(t)
+	tn, ns := h.tenant(t)
+	h.stop()
+	fn := h.function(t, ns, "early", withSource(sha1))
+	id := resources.SourceBuildID(fn)
+	body, err := json.Marshal(&msg.BuildCompleted{BuildID: id, Namespace: ns, Function: fn.Name, SourceSHA256: sha1, Result: msg.BuildSucceeded, Image: image})
+	if err != nil {
+		t.Fatal(err)
+	}
+	hd := &Handlers{Client: h.c, Reader: h.c, Log: quietLog()}
+	if err := hd.BuildCompleted(t.Context(), &amqp.Delivery{Body: body}); err != nil {
+		t.Fatal(err)
+	}
+
+	h2 := newHarness(t)
+	h2.ownTenant(tn.Name)
+	h2.eventuallyShow(t, "the early result applied", func() bool {
+		h2.get(t, fn)
+		return fn.Status.LastBuildID == id && fn.Status.Image == image && slessv1.IsTrue(fn.Status.Conditions, slessv1.ConditionBuilt)
+	}, func() string { return functionStatus(fn) })
+	var d appsv1.Deployment
+	h2.eventually(t, "deployment with the built image", func() bool {
+		err := h2.c.Get(t.Context(), client.ObjectKey{Namespace: ns, Name: resources.WorkloadName(fn.Name)}, &d)
+		return err == nil && d.Spec.Template.Spec.Containers[0].Image == image
+	})
 }

@@ -77,6 +77,9 @@ type harness struct {
 	db     *pgxpool.Pool // the tenant rows the operator deletes
 	stop   func()
 	local  *driver.Local // the local driver, when the harness runs one
+	// logs is what the managers logged (controller-runtime and the
+	// reconcilers), JSON lines at debug level.
+	logs testenv.SyncBuffer
 
 	mu      sync.Mutex
 	tenants []string // whose broker accounts to delete after the test, even if deleted already
@@ -152,7 +155,7 @@ func (h *harness) startManager(t *testing.T, ctx context.Context, wg *sync.WaitG
 	}
 	mgr, err := ctrl.NewManager(kube.Config, ctrl.Options{
 		Scheme:     testenv.Scheme(),
-		Logger:     logr.Discard(),
+		Logger:     logr.FromSlogHandler(slog.NewJSONHandler(&h.logs, &slog.HandlerOptions{Level: slog.LevelDebug})),
 		Metrics:    metricsserver.Options{BindAddress: "0"},
 		Controller: config.Controller{SkipNameValidation: ptr.To(true)},
 		Cache:      cacheOpts,
@@ -173,7 +176,7 @@ func (h *harness) startManager(t *testing.T, ctx context.Context, wg *sync.WaitG
 			t.Errorf("manager: %v", err)
 		}
 	})
-	hd := &Handlers{Client: mgr.GetClient(), Reader: mgr.GetAPIReader(), Events: mgr.GetEventRecorder("sless-operator"), Log: quietLog()}
+	hd := &Handlers{Client: mgr.GetClient(), Reader: mgr.GetAPIReader(), Log: quietLog()}
 	for q, fn := range map[string]rabbit.Handler{msg.QueueBuildCompleted: hd.BuildCompleted, msg.QueueJobCompleted: hd.JobCompleted} {
 		cons := &rabbit.Consumer{Client: h.mq, Queue: rabbit.PlatformQueue(q, rabbit.DefaultRetry), Prefetch: 4, Handler: fn}
 		wg.Go(func() {

@@ -65,11 +65,14 @@ func (r *TenantReconciler) Reconcile(ctx context.Context, req ctrl.Request) (res
 		return ctrl.Result{}, client.IgnoreNotFound(err)
 	}
 	if !t.DeletionTimestamp.IsZero() {
-		return ctrl.Result{}, r.finalize(ctx, &t)
+		if err := r.finalize(ctx, &t); err != nil {
+			return requeueIfStale(ctx, err)
+		}
+		return ctrl.Result{}, nil
 	}
 	if controllerutil.AddFinalizer(&t, resources.TenantFinalizer) {
 		if err := r.Client.Update(ctx, &t); err != nil {
-			return ctrl.Result{}, err
+			return requeueIfStale(ctx, err)
 		}
 	}
 
@@ -111,7 +114,7 @@ func (r *TenantReconciler) Reconcile(ctx context.Context, req ctrl.Request) (res
 			"namespace, quota, limits, network policies and broker vhost are in place")
 	}
 	if err := patchStatus(ctx, r.Client, &t, before, before.Status, t.Status); err != nil {
-		return ctrl.Result{}, err
+		return requeueIfStale(ctx, err)
 	}
 	if applyErr != nil {
 		return ctrl.Result{}, applyErr

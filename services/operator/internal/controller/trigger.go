@@ -3,7 +3,6 @@ package controller
 import (
 	"context"
 	"fmt"
-	"time"
 
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
@@ -35,7 +34,6 @@ type TriggerReconciler struct {
 	APIReader client.Reader // confirms a namespace the cache does not hold
 	PublicURL string
 	Metrics   *Metrics
-	Now       func() time.Time
 }
 
 // SetupWithManager watches Triggers, and Functions through the
@@ -45,9 +43,6 @@ type TriggerReconciler struct {
 // through the spec.http.path index): which of them holds the path depends
 // on all of them, so deleting the holder hands the path to the next.
 func (r *TriggerReconciler) SetupWithManager(mgr ctrl.Manager) error {
-	if r.Now == nil {
-		r.Now = time.Now
-	}
 	triggers := func() client.ObjectList { return &slessv1.TriggerList{} }
 	return ctrl.NewControllerManagedBy(mgr).
 		For(&slessv1.Trigger{}).
@@ -81,19 +76,19 @@ func (r *TriggerReconciler) Reconcile(ctx context.Context, req ctrl.Request) (re
 	slessv1.SetCondition(&t.Status.Conditions, t.Generation, slessv1.ConditionReady, status, reason, message)
 	t.Status.ObservedGeneration = t.Generation
 	if err := patchStatus(ctx, r.Client, &t, before, before.Status, t.Status); err != nil {
-		return ctrl.Result{}, err
+		return requeueIfStale(ctx, err)
 	}
 	return ctrl.Result{}, nil
 }
 
 // evaluate judges t; an error means it could not be judged (a read
-// failed) and the reconcile is retried.
+// failed) and the reconcile is retried. status.nextFireTime and
+// status.lastFireTime are not written here: their one writer is the
+// scheduler (server-side apply, field manager sless-scheduler), which
+// knows when it fires.
 func (r *TriggerReconciler) evaluate(ctx context.Context, t *slessv1.Trigger) (slessv1.TriggerPhase, string, string, error) {
 	st := &t.Status
 	st.URL = ""
-	if t.Spec.Type != slessv1.TriggerCron {
-		st.NextFireTime = nil
-	}
 	msg, err := r.validate(ctx, t)
 	if err != nil {
 		return "", "", "", err
@@ -102,7 +97,6 @@ func (r *TriggerReconciler) evaluate(ctx context.Context, t *slessv1.Trigger) (s
 		return slessv1.TriggerFailed, ReasonInvalidSpec, msg, nil
 	}
 	if !t.IsEnabled() {
-		st.NextFireTime = nil
 		return slessv1.TriggerDisabled, ReasonDisabled, "enabled is false", nil
 	}
 	var fn slessv1.Function
@@ -115,12 +109,6 @@ func (r *TriggerReconciler) evaluate(ctx context.Context, t *slessv1.Trigger) (s
 	switch t.Spec.Type {
 	case slessv1.TriggerHTTP:
 		st.URL = r.PublicURL + "/fn/" + tenantns.Named(t.Namespace) + t.Spec.HTTP.Path
-	case slessv1.TriggerCron:
-		s, _ := cronsched.Parse(t.Spec.Cron.Schedule, t.Spec.Cron.TimeZone) // validated above
-		now := r.Now()
-		if st.NextFireTime == nil || st.NextFireTime.Time.Before(now) || st.ObservedGeneration != t.Generation {
-			st.NextFireTime = &metav1.Time{Time: s.Next(now).UTC()}
-		}
 	}
 	return slessv1.TriggerActive, ReasonActive, "", nil
 }

@@ -40,6 +40,20 @@ func BuildID(functionUID, runtime, sha256hex string) string {
 	return "b-" + shortHash(functionUID, runtime, sha256hex)
 }
 
+// BuildResultAnnotation carries the last current build result the operator
+// received for a Function (written by the build-completed handler only), for
+// the Function reconciler, the one writer of the status, to apply.
+const BuildResultAnnotation = "sless.kube5s.ru/build-result"
+
+// SourceBuildID is the id of the build fn's spec asks for (its source digest
+// for its runtime), "" when it runs a prebuilt image or has no source yet.
+func SourceBuildID(fn *slessv1.Function) string {
+	if fn.Spec.Image != "" || fn.Spec.Source == nil {
+		return ""
+	}
+	return BuildID(string(fn.UID), string(fn.Spec.Runtime), fn.Spec.Source.SHA256)
+}
+
 // JobInvocationID is the invocation id of one FunctionJob run.
 func JobInvocationID(jobUID string, runID int64) string {
 	return "job-" + shortHash(jobUID, fmt.Sprint(runID))

@@ -20,7 +20,7 @@ import (
 	"github.com/jackc/pgx/v5/pgxpool"
 	"github.com/prometheus/client_golang/prometheus"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
-	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	"sigs.k8s.io/controller-runtime/pkg/reconcile"
 
@@ -49,10 +49,16 @@ func Due(s *cronsched.Schedule, since, now time.Time, deadline *int64) (fire *ti
 	}
 	latest := due[len(due)-1]
 	missed = due[:len(due)-1]
-	if deadline != nil && now.Sub(latest) > time.Duration(*deadline)*time.Second {
+	if pastDeadline(latest, now, deadline) {
 		return nil, due
 	}
 	return &latest, missed
+}
+
+// pastDeadline reports whether a fire due at at is too late to start at
+// now (startingDeadlineSeconds; none means never too late).
+func pastDeadline(at, now time.Time, deadline *int64) bool {
+	return deadline != nil && now.Sub(at) > time.Duration(*deadline)*time.Second
 }
 
 // FireID is the invocation id of one fire: the same for every replica.
@@ -67,11 +73,17 @@ type Tenants interface {
 	Tenant(ctx context.Context, namespace string) (string, error)
 }
 
+// FieldManager is the scheduler's field manager. It is the one writer of a
+// Trigger's status.nextFireTime and status.lastFireTime, which it applies
+// (server-side apply) and nothing else does; the operator's Trigger
+// reconciler writes the rest of the status and never these two.
+const FieldManager = "sless-scheduler"
+
 // Scheduler fires the cron triggers it finds in Triggers.
 type Scheduler struct {
 	Triggers  client.Reader // watch cache
 	Tenants   Tenants
-	Status    client.Client // status updates
+	Status    client.Client // status applies (nil: none)
 	DB        *pgxpool.Pool
 	Publisher Publisher
 	Log       *slog.Logger
@@ -88,6 +100,9 @@ type tracked struct {
 	spec  string // schedule|zone, to notice edits
 	sched *cronsched.Schedule
 	next  time.Time
+	// shown is the next fire status.nextFireTime was last applied with;
+	// a status not applied (an error) is applied again at the next look.
+	shown time.Time
 }
 
 // Metrics are the scheduler's.
@@ -145,7 +160,8 @@ func (s *Scheduler) Reconcile(ctx context.Context, req reconcile.Request) (recon
 		}
 		return reconcile.Result{}, err
 	}
-	if t.Spec.Type != slessv1.TriggerCron || t.Spec.Cron == nil || !t.IsEnabled() || !t.DeletionTimestamp.IsZero() {
+	active := t.Spec.Type == slessv1.TriggerCron && t.Spec.Cron != nil && t.IsEnabled()
+	if !t.DeletionTimestamp.IsZero() || (!active && t.Status.NextFireTime == nil) {
 		s.forget(key)
 		return reconcile.Result{}, nil
 	}
@@ -166,20 +182,43 @@ func (s *Scheduler) Reconcile(ctx context.Context, req reconcile.Request) (recon
 	if err != nil {
 		return reconcile.Result{}, err
 	}
+	if !active { // disabled: it has no next fire
+		s.forget(key)
+		return reconcile.Result{}, s.setStatus(ctx, &t, tenant, nil)
+	}
 	now := s.now()
 	st, err := s.track(ctx, &t, tenant, now)
 	if err != nil {
 		return reconcile.Result{}, err
 	}
 	if !st.next.After(now) {
-		s.fire(ctx, &t, tenant, st.next)
+		// An error leaves st.next where it is: the fire is decided again
+		// at the retry, never by the error.
+		if err := s.fireOrMiss(ctx, &t, tenant, st.next, now); err != nil {
+			return reconcile.Result{}, err
+		}
 		st.next = st.sched.Next(st.next)
 		if st.next.Before(now) { // far behind (a long pause): skip ahead
 			st.next = st.sched.Next(now)
 		}
-		s.setStatus(ctx, &t, tenant, st.next)
+	}
+	if !st.shown.Equal(st.next) {
+		if err := s.setStatus(ctx, &t, tenant, &st.next); err != nil {
+			return reconcile.Result{}, err
+		}
+		st.shown = st.next
 	}
 	return reconcile.Result{RequeueAfter: max(st.next.Sub(s.now()), time.Millisecond)}, nil
+}
+
+// fireOrMiss fires the instant at, or records it missed when a retry came
+// past its starting deadline.
+func (s *Scheduler) fireOrMiss(ctx context.Context, t *slessv1.Trigger, tenant string, at, now time.Time) error {
+	if pastDeadline(at, now, t.Spec.Cron.StartingDeadlineSeconds) {
+		_, err := s.record(ctx, tenant, t.Name, at, "missed", "")
+		return err
+	}
+	return s.fire(ctx, t, tenant, at)
 }
 
 func (s *Scheduler) forget(key string) {
@@ -221,51 +260,68 @@ func (s *Scheduler) track(ctx context.Context, t *slessv1.Trigger, tenant string
 	}
 	fire, missed := Due(sched, since, now, t.Spec.Cron.StartingDeadlineSeconds)
 	for _, m := range missed {
-		s.record(ctx, tenant, t.Name, m, "missed", "")
+		if _, err := s.record(ctx, tenant, t.Name, m, "missed", ""); err != nil {
+			return nil, err
+		}
 	}
+	next := sched.Next(now)
 	if fire != nil {
-		s.fire(ctx, t, tenant, *fire)
+		// Tracked from the fire, so that an error defers it (the next look
+		// fires it) instead of skipping it.
+		next = *fire
 	}
-	st = &tracked{uid: string(t.UID), spec: spec, sched: sched, next: sched.Next(now)}
+	st = &tracked{uid: string(t.UID), spec: spec, sched: sched, next: next}
 	s.mu.Lock()
 	if s.state == nil {
 		s.state = map[string]*tracked{}
 	}
 	s.state[key] = st
 	s.mu.Unlock()
-	s.setStatus(ctx, t, tenant, st.next)
 	return st, nil
 }
 
-func (s *Scheduler) record(ctx context.Context, tenant, trigger string, at time.Time, outcome, invocation string) bool {
+// record inserts the row of the instant at and reports whether this call
+// inserted it (false: another replica had).
+func (s *Scheduler) record(ctx context.Context, tenant, trigger string, at time.Time, outcome, invocation string) (bool, error) {
 	tag, err := s.DB.Exec(ctx, `INSERT INTO cron_fires (tenant, trigger_name, scheduled_at, outcome, invocation_id) VALUES ($1, $2, $3, $4, $5)
 		ON CONFLICT DO NOTHING`, tenant, trigger, at, outcome, nullable(invocation))
 	if err != nil {
-		s.Log.Warn("record cron fire", "tenant", tenant, "trigger", trigger, "err", err)
-		return false
+		return false, fmt.Errorf("record cron fire %s of %s/%s as %s: %w", at.UTC().Format(time.RFC3339), tenant, trigger, outcome, err)
 	}
 	if tag.RowsAffected() == 1 {
 		s.Metrics.fires.WithLabelValues(outcome).Inc()
 	}
-	return tag.RowsAffected() == 1
+	return tag.RowsAffected() == 1, nil
 }
 
 // fire runs one scheduled instant: pending row (the replica that inserts it
-// owns the fire), publish, fired.
-func (s *Scheduler) fire(ctx context.Context, t *slessv1.Trigger, tenant string, at time.Time) {
-	if t.Spec.Cron.ConcurrencyPolicy == slessv1.ConcurrencyForbid && s.running(ctx, tenant, t.Name) {
-		s.record(ctx, tenant, t.Name, at, "skipped", "")
-		return
+// owns the fire), publish, fired. An error means nothing was decided: the
+// caller tries the instant again.
+func (s *Scheduler) fire(ctx context.Context, t *slessv1.Trigger, tenant string, at time.Time) error {
+	if t.Spec.Cron.ConcurrencyPolicy == slessv1.ConcurrencyForbid {
+		running, err := s.running(ctx, tenant, t.Name)
+		if err != nil {
+			return err
+		}
+		if running {
+			_, err := s.record(ctx, tenant, t.Name, at, "skipped", "")
+			return err
+		}
 	}
 	id := FireID(string(t.UID), at)
-	if !s.record(ctx, tenant, t.Name, at, "pending", id) {
+	won, err := s.record(ctx, tenant, t.Name, at, "pending", id)
+	if err != nil {
+		return err
+	}
+	if !won {
 		s.Metrics.fires.WithLabelValues("lost").Inc()
-		return // another replica owns this fire
+		return nil // another replica owns this fire
 	}
 	if err := s.publish(ctx, t, tenant, id, at); err != nil {
+		// Decided and recorded: ResumePending publishes it.
 		s.Log.Warn("cron fire not published; it stays pending and is retried", "trigger", t.Name, "err", err)
-		return
 	}
+	return nil
 }
 
 func (s *Scheduler) publish(ctx context.Context, t *slessv1.Trigger, tenant, id string, at time.Time) error {
@@ -285,16 +341,20 @@ func (s *Scheduler) publish(ctx context.Context, t *slessv1.Trigger, tenant, id 
 	return err
 }
 
-// running reports whether the trigger's last fire has no history record yet.
-func (s *Scheduler) running(ctx context.Context, tenant, trigger string) bool {
-	var id string
-	err := s.DB.QueryRow(ctx, `SELECT invocation_id FROM cron_fires WHERE tenant = $1 AND trigger_name = $2 AND outcome IN ('fired', 'pending')
-		ORDER BY scheduled_at DESC LIMIT 1`, tenant, trigger).Scan(&id)
-	if errors.Is(err, pgx.ErrNoRows) || err != nil {
-		return false
+// running reports whether the trigger's last fire has no history record
+// yet. An error answers neither way.
+func (s *Scheduler) running(ctx context.Context, tenant, trigger string) (bool, error) {
+	var running bool
+	err := s.DB.QueryRow(ctx, `SELECT NOT EXISTS (SELECT 1 FROM invocations WHERE id = f.invocation_id)
+		FROM cron_fires f WHERE f.tenant = $1 AND f.trigger_name = $2 AND f.outcome IN ('fired', 'pending')
+		ORDER BY f.scheduled_at DESC LIMIT 1`, tenant, trigger).Scan(&running)
+	if errors.Is(err, pgx.ErrNoRows) {
+		return false, nil
 	}
-	var one int
-	return s.DB.QueryRow(ctx, `SELECT 1 FROM invocations WHERE id = $1`, id).Scan(&one) != nil
+	if err != nil {
+		return false, fmt.Errorf("ask whether the last fire of %s/%s runs: %w", tenant, trigger, err)
+	}
+	return running, nil
 }
 
 // resumePending republishes fires that were recorded but not confirmed for
@@ -333,21 +393,36 @@ func (s *Scheduler) resumePending(ctx context.Context) error {
 	return nil
 }
 
-func (s *Scheduler) setStatus(ctx context.Context, t *slessv1.Trigger, tenant string, next time.Time) {
+// setStatus applies the trigger's status.nextFireTime (next; nil removes
+// it) and status.lastFireTime (the last instant fired) as FieldManager.
+// Server-side apply: the fields the operator writes are not touched, and no
+// read-modify-write can lose the operator's update or this one.
+func (s *Scheduler) setStatus(ctx context.Context, t *slessv1.Trigger, tenant string, next *time.Time) error {
 	if s.Status == nil {
-		return
+		return nil
 	}
-	patch := client.MergeFrom(t.DeepCopy())
-	u := t.DeepCopy()
-	u.Status.NextFireTime = &metav1.Time{Time: next.UTC()}
 	var last *time.Time
-	_ = s.DB.QueryRow(ctx, `SELECT max(scheduled_at) FROM cron_fires WHERE tenant = $1 AND trigger_name = $2 AND outcome = 'fired'`, tenant, t.Name).Scan(&last)
+	if err := s.DB.QueryRow(ctx, `SELECT max(scheduled_at) FROM cron_fires WHERE tenant = $1 AND trigger_name = $2 AND outcome = 'fired'`,
+		tenant, t.Name).Scan(&last); err != nil {
+		return fmt.Errorf("read the last fire of %s/%s: %w", tenant, t.Name, err)
+	}
+	status := map[string]any{}
+	if next != nil {
+		status["nextFireTime"] = next.UTC().Format(time.RFC3339)
+	}
 	if last != nil {
-		u.Status.LastFireTime = &metav1.Time{Time: last.UTC()}
+		status["lastFireTime"] = last.UTC().Format(time.RFC3339)
 	}
-	if err := s.Status.Status().Patch(ctx, u, patch); err != nil {
-		s.Log.Debug("trigger status not updated", "trigger", t.Name, "err", err)
+	u := &unstructured.Unstructured{Object: map[string]any{
+		"apiVersion": slessv1.GroupVersion.String(), "kind": "Trigger",
+		"metadata": map[string]any{"name": t.Name, "namespace": t.Namespace},
+		"status":   status,
+	}}
+	err := s.Status.Status().Apply(ctx, client.ApplyConfigurationFromUnstructured(u), client.FieldOwner(FieldManager), client.ForceOwnership)
+	if err != nil && !apierrors.IsNotFound(err) {
+		return fmt.Errorf("apply the fire times of trigger %s/%s: %w", t.Namespace, t.Name, err)
 	}
+	return nil
 }
 
 func nullable(s string) any {
