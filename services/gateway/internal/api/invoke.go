@@ -14,7 +14,6 @@ import (
 
 	"github.com/danielgtaylor/huma/v2"
 	"github.com/go-chi/chi/v5"
-	"github.com/google/uuid"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	"k8s.io/apimachinery/pkg/util/validation"
 	"sigs.k8s.io/controller-runtime/pkg/client"
@@ -218,7 +217,7 @@ func (s *Server) invokeAsync(w http.ResponseWriter, r *http.Request, fn *slessv1
 			return
 		}
 	}
-	id := uuid.NewString()
+	id := msg.NewInvocationID()
 	// Cleaned as stored: a key with bytes PostgreSQL refuses would
 	// otherwise fail every lookup.
 	key := pgtext.Clean(r.Header.Get("Idempotency-Key"))

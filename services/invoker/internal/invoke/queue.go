@@ -12,7 +12,6 @@ import (
 	"sync"
 	"time"
 
-	"github.com/google/uuid"
 	amqp "github.com/rabbitmq/amqp091-go"
 	"golang.org/x/net/http/httpguts"
 	corev1 "k8s.io/api/core/v1"
@@ -395,15 +394,10 @@ func deadLetterRequest(d *amqp.Delivery, tenant string, t *slessv1.Trigger) (req
 // concurrency calls at once holds (see start).
 func QueuePrefetch(concurrency int) int { return 4 * max(concurrency, 1) }
 
-// queueInvocationID is the invocation id of a queue message: derived from
-// its message id, so that a redelivery is the same invocation, or new
-// when the publisher gave none.
+// queueInvocationID is the invocation id of a queue message
+// (msg.QueueInvocationID).
 func queueInvocationID(d *amqp.Delivery, t *slessv1.Trigger) string {
-	if d.MessageId == "" {
-		return uuid.NewString()
-	}
-	sum := sha256.Sum256([]byte(t.Namespace + "/" + t.Name + "/" + d.MessageId))
-	return "q-" + hex.EncodeToString(sum[:12])
+	return msg.QueueInvocationID(t.Namespace, t.Name, d.MessageId)
 }
 
 // requestFromDelivery turns a queue message into an invocation: the body

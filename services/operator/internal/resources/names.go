@@ -6,7 +6,6 @@ package resources
 import (
 	"crypto/sha256"
 	"encoding/hex"
-	"fmt"
 	"strings"
 
 	slessv1 "github.com/kube5s/sless/pkg/apis/sless/v1alpha1"
@@ -38,11 +37,6 @@ func WorkloadName(function string) string { return functionWorkloadPrefix + func
 // build requests idempotent.
 func BuildID(functionUID, runtime, sha256hex string) string {
 	return "b-" + shortHash(functionUID, runtime, sha256hex)
-}
-
-// JobInvocationID is the invocation id of one FunctionJob run.
-func JobInvocationID(jobUID string, runID int64) string {
-	return "job-" + shortHash(jobUID, fmt.Sprint(runID))
 }
 
 func shortHash(parts ...string) string {
