@@ -19,6 +19,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	slessv1 "github.com/kube5s/sless/pkg/apis/sless/v1alpha1"
+	"github.com/kube5s/sless/pkg/headers"
 	"github.com/kube5s/sless/pkg/msg"
 	"github.com/kube5s/sless/pkg/objstore"
 	"github.com/kube5s/sless/pkg/testenv"
@@ -263,8 +264,8 @@ func TestSyncInvoke(t *testing.T) {
 	expect(t, r, 200, "echo")
 	ev := r.json(t)
 	if ev["path"] != "/echo" || ev["query"].(map[string]any)["x"] != "1" || ev["trigger"] != "http" || ev["traceparent"] == nil ||
-		ev["invocationId"] != r.header.Get("X-Sless-Invocation-Id") {
-		t.Errorf("event %v, header id %s", ev, r.header.Get("X-Sless-Invocation-Id"))
+		ev["invocationId"] != r.header.Get(headers.InvocationID) {
+		t.Errorf("event %v, header id %s", ev, r.header.Get(headers.InvocationID))
 	}
 	if r := fn("GET", "/fail", ""); r.status != 500 || !strings.Contains(string(r.body), "bad input") {
 		t.Errorf("a function error passes through with its status and body: %d %s", r.status, r.body)

@@ -11,6 +11,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/kube5s/sless/pkg/headers"
 	"github.com/kube5s/sless/pkg/testenv"
 )
 
@@ -326,7 +327,7 @@ func TestCallbackSecretAndAllowList(t *testing.T) {
 	r := g.call(t, "GET", path, tokA, nil)
 	expect(t, r, 200, "read the secret")
 	first := r.json(t)["secret"].(string)
-	if !strings.HasPrefix(first, "whsec_") || r.json(t)["header"] != "X-Sless-Signature" {
+	if !strings.HasPrefix(first, "whsec_") || r.json(t)["header"] != headers.Signature {
 		t.Fatalf("secret %s", r.body)
 	}
 	if again := g.call(t, "GET", path, tokA, nil).json(t)["secret"]; again != first {

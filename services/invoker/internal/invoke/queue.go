@@ -27,6 +27,7 @@ import (
 
 	slessv1 "github.com/kube5s/sless/pkg/apis/sless/v1alpha1"
 	"github.com/kube5s/sless/pkg/egress"
+	"github.com/kube5s/sless/pkg/headers"
 	"github.com/kube5s/sless/pkg/msg"
 	"github.com/kube5s/sless/pkg/rabbit"
 	"github.com/kube5s/sless/pkg/tenantns"
@@ -407,9 +408,9 @@ func requestFromDelivery(d *amqp.Delivery, tenant string, t *slessv1.Trigger) *m
 	// The publisher chooses the properties too: one that is not a valid
 	// header value (CR, LF, NUL) is left out, not passed to a request that
 	// every attempt would then fail to send.
-	h := map[string][]string{"X-Sless-Queue": {t.Spec.Queue.Queue}}
-	for name, v := range map[string]string{"X-Sless-Routing-Key": d.RoutingKey, "Content-Type": d.ContentType, "X-Sless-Message-Id": d.MessageId} {
-		if (v != "" || name == "X-Sless-Routing-Key") && httpguts.ValidHeaderFieldValue(v) {
+	h := map[string][]string{headers.Queue: {t.Spec.Queue.Queue}}
+	for name, v := range map[string]string{headers.RoutingKey: d.RoutingKey, "Content-Type": d.ContentType, headers.MessageID: d.MessageId} {
+		if (v != "" || name == headers.RoutingKey) && httpguts.ValidHeaderFieldValue(v) {
 			h[name] = []string{v}
 		}
 	}
