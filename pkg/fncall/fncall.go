@@ -104,6 +104,10 @@ func LimitBody(body io.Reader, limit int64) io.Reader {
 	return io.LimitReader(body, limitOr(limit)+1)
 }
 
+// Over tells whether an answer of size bytes is over limit (0:
+// MaxResponseBytes).
+func Over(size, limit int64) bool { return size > limitOr(limit) }
+
 func limitOr(limit int64) int64 {
 	if limit <= 0 {
 		return MaxResponseBytes
@@ -174,8 +178,8 @@ func Classify(a Answer) Outcome {
 			return Outcome{msg.StatusFailed, http.StatusBadGateway, "the call to the function failed", true}
 		}
 	}
-	if limit := limitOr(a.Limit); a.Size > limit {
-		return Outcome{msg.StatusFailed, http.StatusBadGateway, TooLarge(limit), false}
+	if Over(a.Size, a.Limit) {
+		return Outcome{msg.StatusFailed, http.StatusBadGateway, TooLarge(limitOr(a.Limit)), false}
 	}
 	if a.BodyErr != nil {
 		if a.TimedOut {
