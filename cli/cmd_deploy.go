@@ -12,6 +12,7 @@ import (
 
 	"github.com/kube5s/sless/cli/internal/ziputil"
 	"github.com/kube5s/sless/pkg/client"
+	"github.com/kube5s/sless/pkg/headers"
 )
 
 func (a *app) initCommand() *cobra.Command {
@@ -352,7 +353,7 @@ func (d *deployer) waitReady(sha string, deadline time.Time) (*client.Function, 
 		}
 		f := r.JSON200
 		phase := str(f.Status.Phase)
-		outcome := r.HTTPResponse.Header.Get("X-Sless-Wait")
+		outcome := r.HTTPResponse.Header.Get(headers.Wait)
 		if outcome == "" && built(f) && phase == "Ready" && f.Status.Ready {
 			outcome = "ready" // a gateway that does not wait
 		}

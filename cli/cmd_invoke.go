@@ -16,6 +16,7 @@ import (
 
 	"github.com/kube5s/sless/cli/internal/output"
 	"github.com/kube5s/sless/pkg/client"
+	"github.com/kube5s/sless/pkg/headers"
 )
 
 // readData is a -d value: @file (@- for stdin) or the text itself.
@@ -31,7 +32,7 @@ func readData(d string, stdin io.Reader) ([]byte, error) {
 
 func (a *app) invokeCommand() *cobra.Command {
 	var data, key, contentType string
-	var headers []string
+	var headerFlags []string
 	var async, verbose bool
 	c := &cobra.Command{
 		Use:   "invoke NAME [-d JSON|@file] [--async] [-H k:v] [--idempotency-key KEY]",
@@ -62,7 +63,7 @@ was a cold start go to stderr with -v.`,
 				}
 			}
 			extra := http.Header{}
-			for _, h := range headers {
+			for _, h := range headerFlags {
 				k, v, ok := strings.Cut(h, ":")
 				if !ok || strings.TrimSpace(k) == "" {
 					return usagef("-H %q: want name:value", h)
@@ -93,7 +94,7 @@ was a cold start go to stderr with -v.`,
 				return client.Check(resp, r.Body)
 			}
 			if verbose {
-				fmt.Fprintf(a.stderr, "HTTP %d, invocation %s, cold start: %s\n", resp.StatusCode, resp.Header.Get("X-Sless-Invocation-Id"), orDash(resp.Header.Get("X-Sless-Cold-Start")))
+				fmt.Fprintf(a.stderr, "HTTP %d, invocation %s, cold start: %s\n", resp.StatusCode, resp.Header.Get(headers.InvocationID), orDash(resp.Header.Get(headers.ColdStart)))
 			}
 			if async && resp.StatusCode == http.StatusAccepted {
 				var acc struct {
@@ -117,14 +118,14 @@ was a cold start go to stderr with -v.`,
 				a.stdout.Write(r.Body)
 			}
 			if resp.StatusCode >= 400 {
-				return fmt.Errorf("the function answered %d (invocation %s)", resp.StatusCode, resp.Header.Get("X-Sless-Invocation-Id"))
+				return fmt.Errorf("the function answered %d (invocation %s)", resp.StatusCode, resp.Header.Get(headers.InvocationID))
 			}
 			return nil
 		},
 	}
 	c.Flags().StringVarP(&data, "data", "d", "", "the request body: text, @file, or @- for stdin")
 	c.Flags().StringVar(&contentType, "content-type", "", "the body's type (default application/json when the body is JSON, else text/plain)")
-	c.Flags().StringArrayVarP(&headers, "header", "H", nil, "an extra request header, name:value (repeatable)")
+	c.Flags().StringArrayVarP(&headerFlags, "header", "H", nil, "an extra request header, name:value (repeatable)")
 	c.Flags().BoolVar(&async, "async", false, "queue the call and print its invocation id")
 	c.Flags().StringVar(&key, "idempotency-key", "", "with --async: the same key names the same invocation for 24 hours")
 	c.Flags().BoolVarP(&verbose, "verbose", "v", false, "print the status, invocation id and cold start to stderr")

@@ -20,6 +20,7 @@ import (
 	slessv1 "github.com/kube5s/sless/pkg/apis/sless/v1alpha1"
 	"github.com/kube5s/sless/pkg/callback"
 	sless "github.com/kube5s/sless/pkg/client"
+	"github.com/kube5s/sless/pkg/headers"
 	"github.com/kube5s/sless/pkg/testenv"
 )
 
@@ -198,7 +199,7 @@ func checkTriggers(ctx context.Context, t *testing.T, u *tenantUser, fn string) 
 	got := make(chan string, 1)
 	srv := &http.Server{Handler: http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		b, _ := io.ReadAll(r.Body)
-		if err := callback.Verify(secret.Secret, r.Header.Get(callback.SignatureHeader), b, time.Now()); err != nil {
+		if err := callback.Verify(secret.Secret, r.Header.Get(headers.Signature), b, time.Now()); err != nil {
 			t.Errorf("a callback with a bad signature: %v", err)
 		}
 		select {

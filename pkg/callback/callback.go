@@ -23,15 +23,13 @@ import (
 	"github.com/jackc/pgx/v5/pgconn"
 )
 
-// SignatureHeader carries "t=<unix seconds>,v1=<hex HMAC-SHA256>", the MAC
-// being over "<t>.<body>" with the tenant's secret (its UTF-8 bytes) as key.
-const SignatureHeader = "X-Sless-Signature"
-
 // Tolerance is how old a signature a receiver should accept; older ones
 // may be replays.
 const Tolerance = 5 * time.Minute
 
-// Sign returns the SignatureHeader value for body sent at t.
+// Sign returns the headers.Signature value for body sent at t:
+// "t=<unix seconds>,v1=<hex HMAC-SHA256>", the MAC being over "<t>.<body>"
+// with the tenant's secret (its UTF-8 bytes) as key.
 func Sign(secret string, t time.Time, body []byte) string {
 	ts := strconv.FormatInt(t.Unix(), 10)
 	return "t=" + ts + ",v1=" + mac(secret, ts, body)
@@ -48,7 +46,7 @@ func mac(secret, ts string, body []byte) string {
 // ErrBadSignature is returned by Verify for any mismatch.
 var ErrBadSignature = errors.New("callback signature does not verify")
 
-// Verify checks a SignatureHeader value against body, as a receiver does:
+// Verify checks a headers.Signature value against body, as a receiver does:
 // the MAC must match and the timestamp be within Tolerance of now.
 func Verify(secret, header string, body []byte, now time.Time) error {
 	var ts string

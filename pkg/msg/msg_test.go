@@ -10,6 +10,8 @@ import (
 	"time"
 
 	"github.com/google/go-cmp/cmp"
+
+	"github.com/kube5s/sless/pkg/headers"
 )
 
 var update = flag.Bool("update", false, "rewrite the golden files")
@@ -55,7 +57,7 @@ func samples() []Message {
 			Reason: "retries-exhausted", Error: "bad input", Attempts: 4, DeadLetteredAt: t0.Add(time.Minute),
 			Request: InvocationRequested{InvocationID: "q-5e0c1a", Tenant: "acme", Namespace: "sless-fn-acme", Function: "hello",
 				Trigger: TriggerQueue, TriggerName: "orders", Request: Request{Method: "POST", Path: "/",
-					Headers: map[string][]string{"X-Sless-Queue": {"orders"}}, Body: []byte(`{"order":7}`)}, MaxRetries: 3, EnqueuedAt: t0},
+					Headers: map[string][]string{headers.Queue: {"orders"}}, Body: []byte(`{"order":7}`)}, MaxRetries: 3, EnqueuedAt: t0},
 		},
 		&InvocationBatch{Records: []InvocationCompleted{{
 			InvocationID: "inv-02", Tenant: "acme", Function: "hello", Trigger: TriggerHTTP, Status: StatusFailed, HTTPStatus: 500,

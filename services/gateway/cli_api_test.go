@@ -21,6 +21,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	slessv1 "github.com/kube5s/sless/pkg/apis/sless/v1alpha1"
+	"github.com/kube5s/sless/pkg/headers"
 	"github.com/kube5s/sless/pkg/testenv"
 	"github.com/kube5s/sless/services/gateway/internal/logs"
 )
@@ -168,10 +169,10 @@ func TestWaitForReady(t *testing.T) {
 
 	r := g.call(t, "GET", path+"?wait=ready&timeout=300ms", tok, nil)
 	expect(t, r, 200, "wait that times out")
-	if w := r.header.Get("X-Sless-Wait"); w != "timeout" || r.json(t)["name"] != "hello" {
+	if w := r.header.Get(headers.Wait); w != "timeout" || r.json(t)["name"] != "hello" {
 		t.Errorf("X-Sless-Wait %q, body %s", w, r.body)
 	}
-	if w := g.call(t, "GET", path, tok, nil).header.Get("X-Sless-Wait"); w != "" {
+	if w := g.call(t, "GET", path, tok, nil).header.Get(headers.Wait); w != "" {
 		t.Errorf("a plain GET has X-Sless-Wait %q", w)
 	}
 	expect(t, g.call(t, "GET", path+"?wait=ready&timeout=soon", tok, nil), 422, "bad timeout")
@@ -190,7 +191,7 @@ func TestWaitForReady(t *testing.T) {
 	select {
 	case r := <-got:
 		expect(t, r, 200, "wait for ready")
-		if w := r.header.Get("X-Sless-Wait"); w != "ready" || r.json(t)["status"].(map[string]any)["phase"] != "Ready" {
+		if w := r.header.Get(headers.Wait); w != "ready" || r.json(t)["status"].(map[string]any)["phase"] != "Ready" {
 			t.Errorf("X-Sless-Wait %q, body %s", w, r.body)
 		}
 		t.Logf("the wait answered %v after it started", time.Since(start).Round(time.Millisecond))
@@ -202,12 +203,12 @@ func TestWaitForReady(t *testing.T) {
 	// the operator.
 	expect(t, g.call(t, "PATCH", path, tok, `{"memory_mb": 256}`, "Content-Type", "application/merge-patch+json"), 200, "patch")
 	r = g.call(t, "GET", path+"?wait=ready&timeout=300ms", tok, nil)
-	if w := r.header.Get("X-Sless-Wait"); w != "timeout" {
+	if w := r.header.Get(headers.Wait); w != "timeout" {
 		t.Errorf("a function Ready for its previous spec: X-Sless-Wait %q", w)
 	}
 	g.settle(t, ten, "hello", slessv1.FunctionFailed)
 	r = g.call(t, "GET", path+"?wait=ready&timeout=10s", tok, nil)
-	if w := r.header.Get("X-Sless-Wait"); w != "failed" {
+	if w := r.header.Get(headers.Wait); w != "failed" {
 		t.Errorf("a failed function: X-Sless-Wait %q", w)
 	}
 
@@ -263,7 +264,7 @@ func runPrinter(t *testing.T, logFile string) string {
 func invokeDirect(t *testing.T, ep, path, id string) {
 	t.Helper()
 	req, _ := http.NewRequest("GET", ep+path, nil)
-	req.Header.Set("X-Sless-Invocation-Id", id)
+	req.Header.Set(headers.InvocationID, id)
 	res, err := http.DefaultClient.Do(req)
 	if err != nil {
 		t.Fatal(err)

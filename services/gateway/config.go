@@ -9,6 +9,7 @@ import (
 	"github.com/kube5s/sless/pkg/archive"
 	"github.com/kube5s/sless/pkg/egress"
 	"github.com/kube5s/sless/pkg/envconf"
+	"github.com/kube5s/sless/pkg/fncall"
 	"github.com/kube5s/sless/pkg/objstore"
 	"github.com/kube5s/sless/pkg/service"
 	"github.com/kube5s/sless/services/gateway/internal/api"
@@ -50,7 +51,7 @@ func loadConfig(getenv func(string) string) (config, error) {
 		MigrateOnly:      r.Bool("SLESS_MIGRATE_ONLY", false),
 		S3:               objstore.ReadConfig(r),
 		MaxSourceBytes:   r.Int("SLESS_MAX_SOURCE_BYTES", 50<<20, 1024, 1<<30),
-		MaxResponseBytes: r.Int("SLESS_MAX_RESPONSE_BYTES", 6<<20, 1024, 1<<30),
+		MaxResponseBytes: r.Int("SLESS_MAX_RESPONSE_BYTES", fncall.MaxResponseBytes, 1024, 1<<30),
 		FunctionsDomain:  strings.Trim(strings.ToLower(r.String("SLESS_FUNCTIONS_DOMAIN", "")), "."),
 		RecordBuffer:     r.Int("SLESS_RECORD_BUFFER", 10000, 1, 1000000),
 		RecordSync:       r.Bool("SLESS_RECORD_SYNC_INVOCATIONS", true),

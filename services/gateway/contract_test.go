@@ -10,6 +10,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	slessv1 "github.com/kube5s/sless/pkg/apis/sless/v1alpha1"
+	"github.com/kube5s/sless/pkg/headers"
 	"github.com/kube5s/sless/pkg/msg"
 )
 
@@ -165,10 +166,10 @@ func TestColdStartIsTheFirstCallOfAProcess(t *testing.T) {
 		t.Helper()
 		r := g.call(t, "POST", base+"/fx/invoke", tok, "{}")
 		expect(t, r, 200, "invoke")
-		if v := r.header.Get("X-Sless-Cold-Start"); v != "" {
+		if v := r.header.Get(headers.ColdStart); v != "" {
 			t.Errorf("the caller saw the cold start marker %q", v)
 		}
-		ids = append(ids, r.header.Get("X-Sless-Invocation-Id"))
+		ids = append(ids, r.header.Get(headers.InvocationID))
 	}
 	g.ready(t, ten, "fx", runtime(t, "5", "2"))
 	invoke()

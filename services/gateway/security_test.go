@@ -12,6 +12,7 @@ import (
 	"time"
 
 	slessv1 "github.com/kube5s/sless/pkg/apis/sless/v1alpha1"
+	"github.com/kube5s/sless/pkg/headers"
 	"github.com/kube5s/sless/pkg/testenv"
 )
 
@@ -328,7 +329,7 @@ func TestCallbackSecretAndAllowList(t *testing.T) {
 	r := g.call(t, "GET", path, tokA, nil)
 	expect(t, r, 200, "read the secret")
 	first := r.json(t)["secret"].(string)
-	if !strings.HasPrefix(first, "whsec_") || r.json(t)["header"] != "X-Sless-Signature" {
+	if !strings.HasPrefix(first, "whsec_") || r.json(t)["header"] != headers.Signature {
 		t.Fatalf("secret %s", r.body)
 	}
 	if again := g.call(t, "GET", path, tokA, nil).json(t)["secret"]; again != first {

@@ -13,6 +13,7 @@ import (
 	amqp "github.com/rabbitmq/amqp091-go"
 
 	slessv1 "github.com/kube5s/sless/pkg/apis/sless/v1alpha1"
+	"github.com/kube5s/sless/pkg/headers"
 	"github.com/kube5s/sless/pkg/msg"
 	"github.com/kube5s/sless/pkg/objstore"
 )
@@ -189,7 +190,7 @@ func TestDeadLettersAreRecordedWithTheirRequest(t *testing.T) {
 	d = w.deadLetter(t, id, time.Second)
 	_ = json.Unmarshal(d.request, &req)
 	if d.trigger != "queue" || d.function != "broken" || d.errText != "cannot handle this order" || string(req.Request.Body) != `{"order":7}` ||
-		fmt.Sprint(req.Request.Headers["X-Sless-Message-Id"]) != "[order-7]" {
+		fmt.Sprint(req.Request.Headers[headers.MessageID]) != "[order-7]" {
 		t.Errorf("queue dead letter %+v, request %+v", d, req)
 	}
 }

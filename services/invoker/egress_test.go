@@ -12,6 +12,7 @@ import (
 	"time"
 
 	"github.com/kube5s/sless/pkg/callback"
+	"github.com/kube5s/sless/pkg/headers"
 	"github.com/kube5s/sless/pkg/msg"
 	"github.com/kube5s/sless/pkg/rabbit"
 	"github.com/kube5s/sless/pkg/testenv"
@@ -108,7 +109,7 @@ func (rc *receiver) ServeHTTP(rw http.ResponseWriter, r *http.Request) {
 	body, _ := io.ReadAll(r.Body)
 	rc.mu.Lock()
 	n := len(rc.got[r.URL.Path])
-	rc.got[r.URL.Path] = append(rc.got[r.URL.Path], delivery{r.Header.Get(callback.SignatureHeader), r.Header.Get("X-Sless-Invocation-Id"), body, time.Now()})
+	rc.got[r.URL.Path] = append(rc.got[r.URL.Path], delivery{r.Header.Get(headers.Signature), r.Header.Get(headers.InvocationID), body, time.Now()})
 	s := rc.script[r.URL.Path]
 	rc.mu.Unlock()
 	status := 200

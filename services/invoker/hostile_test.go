@@ -15,6 +15,7 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
 	slessv1 "github.com/kube5s/sless/pkg/apis/sless/v1alpha1"
+	"github.com/kube5s/sless/pkg/headers"
 )
 
 // serveFunction runs h as a function's endpoint on loopback.
@@ -25,7 +26,7 @@ func serveFunction(t testing.TB, h http.HandlerFunc) string {
 
 // probe says whether r is one of waitSeen's probe invocations.
 func probe(r *http.Request) bool {
-	return strings.HasPrefix(r.Header.Get("X-Sless-Invocation-Id"), "probe-")
+	return strings.HasPrefix(r.Header.Get(headers.InvocationID), "probe-")
 }
 
 // waitCount waits until count(cond) reaches want.

@@ -22,6 +22,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	slessv1 "github.com/kube5s/sless/pkg/apis/sless/v1alpha1"
+	"github.com/kube5s/sless/pkg/headers"
 	"github.com/kube5s/sless/pkg/msg"
 	"github.com/kube5s/sless/pkg/rabbit"
 	"github.com/kube5s/sless/pkg/testenv"
@@ -172,7 +173,7 @@ func callCounter(t testing.TB, work time.Duration) (*calls, string) {
 	c := &calls{n: map[string]int{}}
 	return c, serveFunction(t, func(rw http.ResponseWriter, r *http.Request) {
 		c.mu.Lock()
-		c.n[r.Header.Get("X-Sless-Invocation-Id")]++
+		c.n[r.Header.Get(headers.InvocationID)]++
 		c.mu.Unlock()
 		time.Sleep(work)
 		_, _ = rw.Write([]byte("ok"))

@@ -64,7 +64,8 @@ func run(ctx context.Context, getenv func(string) string, stdout io.Writer) erro
 		Publisher: pub, Recorded: invoke.RecordedIn(pool), Tracer: svc.Tracer, Log: svc.Log,
 		Records: &invoke.Records{Publisher: pub, MaxBatch: 256},
 		Metrics: invoke.NewMetrics(svc.Registry), MaxInline: 4096, Results: store,
-		Slots: &invoke.TenantSlots{Tenants: watch, Slots: cfg.Concurrency},
+		MaxResponseBytes: int64(cfg.MaxResponseBytes),
+		Slots:            &invoke.TenantSlots{Tenants: watch, Slots: cfg.Concurrency},
 	}
 	history := invoke.NewHistory(pool, pub, svc.Log, svc.Registry)
 	deadLetters := &invoke.DeadLetters{DB: pool, Store: store}

@@ -233,7 +233,7 @@ func TestPendingFireIsResumedByARunningScheduler(t *testing.T) {
 		t.Fatal(err)
 	}
 	at := time.Now().Add(-time.Hour).UTC().Truncate(time.Second)
-	id := schedule.FireID(string(tr.UID), at)
+	id := msg.CronInvocationID(string(tr.UID), at)
 	// The dead scheduler's row, claimed PendingStale and a second ago.
 	if _, err := w.db.Exec(t.Context(), `INSERT INTO cron_fires (tenant, trigger_name, scheduled_at, outcome, invocation_id, fired_at)
 		VALUES ($1, $2, $3, 'pending', $4, now() - make_interval(secs => $5))`, w.tenant, tr.Name, at, id, (schedule.PendingStale + time.Second).Seconds()); err != nil {

@@ -4,6 +4,7 @@ import (
 	"context"
 
 	"github.com/kube5s/sless/pkg/callback"
+	"github.com/kube5s/sless/pkg/headers"
 )
 
 // CallbackSecretOut is the secret the tenant's callbacks are signed with.
@@ -18,7 +19,7 @@ type CallbackSecretOut struct {
 func (s *Server) registerCallbackSecret() {
 	out := func(secret string) *CallbackSecretOut {
 		o := &CallbackSecretOut{}
-		o.Body.Secret, o.Body.Header, o.Body.Tolerance = secret, callback.SignatureHeader, int(callback.Tolerance.Seconds())
+		o.Body.Secret, o.Body.Header, o.Body.Tolerance = secret, headers.Signature, int(callback.Tolerance.Seconds())
 		return o
 	}
 	register(s, s.route("get-callback-secret"),

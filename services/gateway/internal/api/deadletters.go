@@ -10,8 +10,6 @@ import (
 	"strings"
 	"time"
 
-	"github.com/google/uuid"
-
 	"github.com/kube5s/sless/pkg/msg"
 	"github.com/kube5s/sless/pkg/objstore"
 	"github.com/kube5s/sless/services/gateway/internal/store"
@@ -155,7 +153,7 @@ func (s *Server) replay(ctx context.Context, tenant, id string) (Replayed, error
 	if err := json.Unmarshal(raw, &req); err != nil || req.Tenant != tenant {
 		return Replayed{}, withID(ctx, problem(500, "", "dead letter %s holds no request of tenant %s", id, tenant))
 	}
-	newID := uuid.NewString()
+	newID := msg.NewInvocationID()
 	marked, err := s.sql.MarkReplayed(ctx, tenant, id, newID)
 	if err != nil {
 		return Replayed{}, storeProblem(ctx, err, "the dead letter could not be marked")

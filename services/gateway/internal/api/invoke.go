@@ -14,7 +14,6 @@ import (
 
 	"github.com/danielgtaylor/huma/v2"
 	"github.com/go-chi/chi/v5"
-	"github.com/google/uuid"
 	"k8s.io/apimachinery/pkg/util/validation"
 
 	slessv1 "github.com/kube5s/sless/pkg/apis/sless/v1alpha1"
@@ -167,7 +166,7 @@ func (s *Server) invokeAsync(w http.ResponseWriter, r *http.Request, fn *slessv1
 			return
 		}
 	}
-	id := uuid.NewString()
+	id := msg.NewInvocationID()
 	// Cleaned as stored: a key with bytes PostgreSQL refuses would
 	// otherwise fail every lookup.
 	key := pgtext.Clean(r.Header.Get("Idempotency-Key"))

@@ -9,6 +9,7 @@ import (
 
 	"go.opentelemetry.io/otel/trace/noop"
 
+	"github.com/kube5s/sless/pkg/headers"
 	"github.com/kube5s/sless/pkg/health"
 	"github.com/kube5s/sless/pkg/telemetry"
 )
@@ -101,7 +102,7 @@ func TestOpenAPIDescribesTheClientAdditions(t *testing.T) {
 	if ps := strings.Join(params, ","); !strings.Contains(ps, "query:wait") || !strings.Contains(ps, "query:timeout") {
 		t.Errorf("get-function parameters %s", ps)
 	}
-	if _, ok := get.Responses["200"].Headers["X-Sless-Wait"]; !ok {
+	if _, ok := get.Responses["200"].Headers[headers.Wait]; !ok {
 		t.Error("get-function does not document X-Sless-Wait")
 	}
 

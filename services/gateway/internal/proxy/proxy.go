@@ -5,7 +5,6 @@ package proxy
 import (
 	"bytes"
 	"context"
-	"encoding/json"
 	"errors"
 	"fmt"
 	"io"
@@ -19,13 +18,14 @@ import (
 	"time"
 
 	"github.com/cenkalti/backoff/v5"
-	"github.com/google/uuid"
 	"go.opentelemetry.io/otel/attribute"
 	"go.opentelemetry.io/otel/codes"
 	"go.opentelemetry.io/otel/propagation"
 	"go.opentelemetry.io/otel/trace"
 
 	slessv1 "github.com/kube5s/sless/pkg/apis/sless/v1alpha1"
+	"github.com/kube5s/sless/pkg/fncall"
+	"github.com/kube5s/sless/pkg/headers"
 	"github.com/kube5s/sless/pkg/jitter"
 	"github.com/kube5s/sless/pkg/msg"
 )
@@ -107,12 +107,11 @@ func DefaultTransport() *http.Transport {
 
 // hop-by-hop headers, and headers a function must not see.
 var dropRequest = []string{"Connection", "Keep-Alive", "Proxy-Connection", "Transfer-Encoding", "Te", "Trailer", "Upgrade",
-	"Authorization", "Prefer", "Idempotency-Key", "X-Callback-Url", "X-Sless-Invocation-Id", "X-Sless-Trigger", "Traceparent", "Tracestate"}
-var dropResponse = []string{"Connection", "Keep-Alive", "Transfer-Encoding", "Trailer", "Upgrade", "Content-Length", coldStartHeader}
+	"Authorization", "Prefer", "Idempotency-Key", "X-Callback-Url", headers.InvocationID, headers.Trigger, "Traceparent", "Tracestate"}
 
-// coldStartHeader marks the first invocation a runtime process serves
-// (runtimes/README.md); it is recorded, not passed on.
-const coldStartHeader = "X-Sless-Cold-Start"
+// dropResponse: hop-by-hop headers, and the cold-start mark, which is
+// recorded, not passed on (runtimes/README.md).
+var dropResponse = []string{"Connection", "Keep-Alive", "Transfer-Encoding", "Trailer", "Upgrade", "Content-Length", headers.ColdStart}
 
 // originWide are the response headers that act on the whole origin, not
 // on the one response: on the platform's shared origin a function could
@@ -154,40 +153,29 @@ func (f *Forwarder) Forward(w http.ResponseWriter, r *http.Request, fn *slessv1.
 			Detail: fmt.Sprintf("function %s is %s; try again shortly", fn.Name, strings.ToLower(string(fn.Phase())))}
 	}
 	start := time.Now()
-	id := uuid.NewString()
+	id := msg.NewInvocationID()
 	ctx, span := f.Tracer.Start(r.Context(), "invoke "+fn.Name, trace.WithSpanKind(trace.SpanKindClient), trace.WithAttributes(
 		attribute.String("faas.invoked_name", fn.Name), attribute.String("faas.invocation_id", id),
 		attribute.String("faas.trigger", "http"), attribute.String("sless.tenant", tenant)))
 	defer span.End()
-	timeout := time.Duration(fn.Spec.TimeoutSec)*time.Second + time.Second
-	ctx, cancel := context.WithTimeout(ctx, timeout)
+	ctx, cancel := context.WithTimeout(ctx, fncall.Deadline(fn.Spec.TimeoutSec))
 	defer cancel()
 
 	body := &unsent{r: http.MaxBytesReader(w, r.Body, MaxBody)}
-	target := fn.Status.Endpoint + path
-	if r.URL.RawQuery != "" {
-		target += "?" + r.URL.RawQuery
+	header := r.Header.Clone()
+	for _, h := range dropRequest {
+		header.Del(h)
 	}
-	out, err := http.NewRequestWithContext(ctx, r.Method, target, body)
+	// Without a body the request is sent with http.NoBody, which makes it
+	// replayable: the transport sends it again on a new connection when a
+	// kept-alive one turns out closed by the function (a runtime worker
+	// that recycles after a timeout closes its idle connections) instead
+	// of failing it with a 502.
+	out, err := fncall.NewRequest(ctx, f.Prop, fncall.Request{Endpoint: fn.Status.Endpoint, Method: r.Method, Path: path, Query: r.URL.RawQuery,
+		Header: header, Body: body, ContentLength: r.ContentLength, InvocationID: id, Trigger: kind})
 	if err != nil {
 		return &Failure{Status: 502, Detail: fmt.Sprintf("function %s has an unusable endpoint", fn.Name), Cause: err}
 	}
-	out.ContentLength = r.ContentLength
-	if r.ContentLength == 0 {
-		// No body: http.NoBody makes the request replayable, so that the
-		// transport sends it again on a new connection when a kept-alive
-		// one turns out closed by the function (a runtime worker that
-		// recycles after a timeout closes its idle connections) instead of
-		// failing it with a 502.
-		out.Body = http.NoBody
-	}
-	out.Header = r.Header.Clone()
-	for _, h := range dropRequest {
-		out.Header.Del(h)
-	}
-	out.Header.Set("X-Sless-Invocation-Id", id)
-	out.Header.Set("X-Sless-Trigger", string(kind))
-	f.Prop.Inject(ctx, propagation.HeaderCarrier(out.Header))
 
 	rec := &msg.InvocationCompleted{InvocationID: id, Tenant: tenant, Function: fn.Name, Trigger: kind, TriggerName: trigger,
 		Attempts: 1, StartedAt: start.UTC(), RequestSize: max(r.ContentLength, 0), TraceID: span.SpanContext().TraceID().String()}
@@ -218,30 +206,29 @@ func (f *Forwarder) Forward(w http.ResponseWriter, r *http.Request, fn *slessv1.
 		resp, err = f.Transport.RoundTrip(retry)
 	}
 	if err != nil {
-		var mbe *http.MaxBytesError
-		var failure *Failure
-		switch {
-		case errors.As(err, &mbe):
-			rec.Status, rec.HTTPStatus, rec.Error = msg.StatusRejected, 413, "request body too large"
-			failure = &Failure{Status: 413, Detail: fmt.Sprintf("the request body is over %d bytes", MaxBody)}
-		case errors.Is(ctx.Err(), context.DeadlineExceeded):
-			rec.Status, rec.HTTPStatus, rec.Error = msg.StatusTimeout, 504, "timed out"
-			failure = &Failure{Status: 504, Detail: fmt.Sprintf("function %s did not answer within %ds", fn.Name, fn.Spec.TimeoutSec)}
-		case errors.Is(err, syscall.ECONNREFUSED):
-			rec.Status, rec.HTTPStatus, rec.Error = msg.StatusFailed, 503, "function not reachable"
-			failure = &Failure{Status: 503, Slug: "not-ready", RetryAfter: 1, Detail: fmt.Sprintf("function %s is restarting; try again shortly", fn.Name)}
+		o := fncall.Classify(fncall.Answer{Err: err, TimedOut: errors.Is(ctx.Err(), context.DeadlineExceeded)})
+		o.Record(rec)
+		span.SetStatus(codes.Error, rec.Error)
+		switch o.HTTPStatus {
+		case http.StatusRequestEntityTooLarge:
+			return &Failure{Status: 413, Detail: fmt.Sprintf("the request body is over %d bytes", MaxBody)}
+		case http.StatusGatewayTimeout:
+			return &Failure{Status: 504, Detail: fmt.Sprintf("function %s did not answer within %ds", fn.Name, fn.Spec.TimeoutSec)}
+		case http.StatusServiceUnavailable:
+			return &Failure{Status: 503, Slug: "not-ready", RetryAfter: 1, Detail: fmt.Sprintf("function %s is restarting; try again shortly", fn.Name)}
 		default:
 			// The error names the function's address inside the cluster:
 			// logged, not returned.
-			rec.Status, rec.HTTPStatus, rec.Error = msg.StatusFailed, 502, "the call to the function failed"
-			failure = &Failure{Status: 502, Detail: fmt.Sprintf("the call to function %s failed", fn.Name), Cause: err}
+			return &Failure{Status: 502, Detail: fmt.Sprintf("the call to function %s failed", fn.Name), Cause: err}
 		}
-		span.SetStatus(codes.Error, rec.Error)
-		return failure
 	}
 	defer resp.Body.Close()
-	if resp.ContentLength > f.MaxResponseBytes {
-		rec.Status, rec.HTTPStatus, rec.Error = msg.StatusFailed, 502, "response too large"
+	if fncall.Over(resp.ContentLength, f.MaxResponseBytes) {
+		// Over the limit by its Content-Length: refused before a byte is
+		// passed on.
+		fncall.Classify(fncall.Answer{Code: resp.StatusCode, Size: resp.ContentLength, Limit: f.MaxResponseBytes}).Record(rec)
+		rec.ColdStart = fncall.ColdStart(resp.Header)
+		span.SetStatus(codes.Error, rec.Error)
 		return &Failure{Status: 502, Slug: "response-too-large",
 			Detail: fmt.Sprintf("function %s answered %d bytes; the limit is %d", fn.Name, resp.ContentLength, f.MaxResponseBytes)}
 	}
@@ -257,51 +244,36 @@ func (f *Forwarder) Forward(w http.ResponseWriter, r *http.Request, fn *slessv1.
 			h.Del(k)
 		}
 	}
-	h.Set("X-Sless-Invocation-Id", id)
+	h.Set(headers.InvocationID, id)
 	if resp.ContentLength >= 0 {
 		h.Set("Content-Length", strconv.FormatInt(resp.ContentLength, 10))
 	}
 	w.WriteHeader(resp.StatusCode)
 	capture := &headWriter{max: f.MaxInlineResult}
 	buf := copyBufs.Get().(*[]byte)
-	n, err := io.CopyBuffer(w, io.TeeReader(io.LimitReader(resp.Body, f.MaxResponseBytes+1), capture), *buf)
+	n, err := io.CopyBuffer(w, io.TeeReader(fncall.LimitBody(resp.Body, f.MaxResponseBytes), capture), *buf)
 	copyBufs.Put(buf)
-	rec.HTTPStatus, rec.ResponseSize = resp.StatusCode, n
+	rec.ResponseSize = n
 	rec.ResultContentType = resp.Header.Get("Content-Type")
-	rec.ColdStart = resp.Header.Get(coldStartHeader) == "true"
+	rec.ColdStart = fncall.ColdStart(resp.Header)
 	if capture.complete() {
 		rec.Result = capture.buf.Bytes()
 	}
+	o := fncall.Classify(fncall.Answer{Code: resp.StatusCode, Head: rec.Result, Size: n, Limit: f.MaxResponseBytes, BodyErr: err,
+		TimedOut: errors.Is(ctx.Err(), context.DeadlineExceeded)})
+	o.Record(rec)
+	span.SetAttributes(attribute.Int("http.response.status_code", resp.StatusCode))
+	if o.Status != msg.StatusSucceeded {
+		span.SetStatus(codes.Error, rec.Error)
+	}
 	switch {
-	case n > f.MaxResponseBytes:
-		rec.Status, rec.Error = msg.StatusFailed, "response too large"
+	case fncall.Over(n, f.MaxResponseBytes):
+		rec.Result = nil
 		panic(http.ErrAbortHandler) // cut the stream: the status line is already sent
 	case err != nil:
-		rec.Status, rec.Error = msg.StatusFailed, "response interrupted"
 		f.Log.WarnContext(ctx, "function response interrupted", "requestID", c.RequestID, "tenant", tenant, "function", fn.Name, "err", err)
-	case resp.StatusCode == http.StatusGatewayTimeout:
-		rec.Status, rec.Error = msg.StatusTimeout, "function timed out"
-	case resp.StatusCode == http.StatusTooManyRequests:
-		rec.Status, rec.Error = msg.StatusRejected, "over the function's concurrency"
-	case resp.StatusCode >= 500:
-		rec.Status, rec.Error = msg.StatusFailed, errorOf(rec.Result)
-		span.SetStatus(codes.Error, resp.Status)
-	default:
-		rec.Status = msg.StatusSucceeded
 	}
-	span.SetAttributes(attribute.Int("http.response.status_code", resp.StatusCode))
 	return nil
-}
-
-// errorOf reads the runtime's {"error": ...} body.
-func errorOf(body []byte) string {
-	var e struct {
-		Error string `json:"error"`
-	}
-	if json.Unmarshal(body, &e) == nil && e.Error != "" {
-		return e.Error
-	}
-	return "the function failed"
 }
 
 // headWriter keeps the first max bytes of a stream.

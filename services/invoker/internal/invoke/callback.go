@@ -13,6 +13,7 @@ import (
 
 	"github.com/kube5s/sless/pkg/callback"
 	"github.com/kube5s/sless/pkg/egress"
+	"github.com/kube5s/sless/pkg/headers"
 	"github.com/kube5s/sless/pkg/msg"
 	"github.com/kube5s/sless/pkg/rabbit"
 )
@@ -51,8 +52,8 @@ func (c *Callbacks) Handle(ctx context.Context, d *amqp.Delivery) error {
 	}
 	req.Header.Set("Content-Type", "application/json")
 	req.Header.Set("User-Agent", "sless-callbacks")
-	req.Header.Set("X-Sless-Invocation-Id", cb.Record.InvocationID)
-	req.Header.Set(callback.SignatureHeader, callback.Sign(secret, now(), body))
+	req.Header.Set(headers.InvocationID, cb.Record.InvocationID)
+	req.Header.Set(headers.Signature, callback.Sign(secret, now(), body))
 	resp, err := c.Client.Do(req)
 	if errors.Is(err, egress.ErrNotPublic) {
 		return rabbit.Permanent(fmt.Errorf("callback to %s refused: %w", cb.URL, err))

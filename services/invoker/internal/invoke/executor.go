@@ -14,19 +14,18 @@ import (
 	"io"
 	"log/slog"
 	"net/http"
-	"strings"
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
 	amqp "github.com/rabbitmq/amqp091-go"
 	"go.opentelemetry.io/otel/attribute"
 	"go.opentelemetry.io/otel/codes"
-	"go.opentelemetry.io/otel/propagation"
 	"go.opentelemetry.io/otel/trace"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	slessv1 "github.com/kube5s/sless/pkg/apis/sless/v1alpha1"
+	"github.com/kube5s/sless/pkg/fncall"
 	"github.com/kube5s/sless/pkg/msg"
 	"github.com/kube5s/sless/pkg/objstore"
 	"github.com/kube5s/sless/pkg/rabbit"
@@ -62,6 +61,9 @@ type Executor struct {
 	// Slots caps each tenant's calls in flight; nil caps nothing.
 	Slots   *TenantSlots
 	Results ResultStore
+	// MaxResponseBytes is the largest answer taken from a function; 0 is
+	// fncall.MaxResponseBytes.
+	MaxResponseBytes int64
 }
 
 // Metrics are the invoker's counters.
@@ -168,73 +170,52 @@ func (e *Executor) Execute(ctx context.Context, req *msg.InvocationRequested, at
 		rec.Status, rec.Error = msg.StatusFailed, fmt.Sprintf("function %s is not ready (%s)", fn.Name, fn.Phase())
 		return rec, true
 	}
-	timeout := time.Duration(fn.Spec.TimeoutSec) * time.Second
+	timeoutSec := fn.Spec.TimeoutSec
 	if req.TimeoutSec > 0 {
-		timeout = time.Duration(req.TimeoutSec) * time.Second
+		timeoutSec = req.TimeoutSec
 	}
-	cctx, cancel := context.WithTimeout(ctx, timeout+time.Second)
+	cctx, cancel := context.WithTimeout(ctx, fncall.Deadline(timeoutSec))
 	defer cancel()
-	method, path := req.Request.Method, req.Request.Path
-	if method == "" {
-		method = http.MethodPost
-	}
-	if !strings.HasPrefix(path, "/") {
-		path = "/" + path
-	}
-	url := fn.Status.Endpoint + path
-	if req.Request.Query != "" {
-		url += "?" + req.Request.Query
-	}
-	hreq, err := http.NewRequestWithContext(cctx, method, url, bytes.NewReader(req.Request.Body))
+	// The request's headers are copied: the contract headers set on them
+	// must not reach the message's dead letter.
+	hreq, err := fncall.NewRequest(cctx, telemetry.Propagator(), fncall.Request{Endpoint: fn.Status.Endpoint,
+		Method: req.Request.Method, Path: req.Request.Path, Query: req.Request.Query, Header: http.Header(req.Request.Headers).Clone(),
+		Body: bytes.NewReader(req.Request.Body), ContentLength: int64(len(req.Request.Body)), InvocationID: req.InvocationID, Trigger: req.Trigger})
 	if err != nil {
 		rec.Status, rec.Error = msg.StatusFailed, err.Error()
 		return rec, false
 	}
-	for k, v := range req.Request.Headers {
-		hreq.Header[k] = v
-	}
-	hreq.Header.Set("X-Sless-Invocation-Id", req.InvocationID)
-	hreq.Header.Set("X-Sless-Trigger", string(req.Trigger))
-	telemetry.Propagator().Inject(cctx, propagation.HeaderCarrier(hreq.Header))
 
 	resp, err := e.Client.Do(hreq)
 	if err != nil {
-		if errors.Is(cctx.Err(), context.DeadlineExceeded) {
-			rec.Status, rec.HTTPStatus, rec.Error = msg.StatusTimeout, 504, "timed out"
-		} else {
-			rec.Status, rec.Error = msg.StatusFailed, "call failed: "+err.Error()
+		o := fncall.Classify(fncall.Answer{Err: err, TimedOut: errors.Is(cctx.Err(), context.DeadlineExceeded)})
+		o.Record(rec)
+		if o.HTTPStatus == http.StatusBadGateway {
+			// The error names the function's address: logged, not recorded.
+			e.Log.Warn("the call to a function failed", "invocationID", req.InvocationID, "tenant", req.Tenant, "function", req.Function, "err", err)
 		}
-		return rec, true
+		return rec, o.Retryable
 	}
 	defer resp.Body.Close()
-	body, _ := io.ReadAll(io.LimitReader(resp.Body, 6<<20))
-	rec.HTTPStatus, rec.ResponseSize = resp.StatusCode, int64(len(body))
+	body, err := io.ReadAll(fncall.LimitBody(resp.Body, e.MaxResponseBytes))
+	rec.ResponseSize = int64(len(body))
 	rec.ResultContentType = resp.Header.Get("Content-Type")
-	// The runtime marks the first invocation its process serves
-	// (runtimes/README.md).
-	rec.ColdStart = resp.Header.Get("X-Sless-Cold-Start") == "true"
+	rec.ColdStart = fncall.ColdStart(resp.Header)
 	if rec.ColdStart {
 		e.Metrics.coldStarts.Inc()
 	}
-	if len(body) <= e.MaxInline {
+	o := fncall.Classify(fncall.Answer{Code: resp.StatusCode, Head: body, Size: int64(len(body)), Limit: e.MaxResponseBytes, BodyErr: err,
+		TimedOut: errors.Is(cctx.Err(), context.DeadlineExceeded)})
+	o.Record(rec)
+	switch {
+	case fncall.Over(rec.ResponseSize, e.MaxResponseBytes), err != nil:
+		// Not the function's whole answer: no result is kept.
+	case len(body) <= e.MaxInline:
 		rec.Result = body
-	} else {
+	default:
 		e.storeResult(ctx, rec, body)
 	}
-	switch {
-	case resp.StatusCode == http.StatusGatewayTimeout:
-		rec.Status, rec.Error = msg.StatusTimeout, errorOf(body, "timed out")
-		return rec, true
-	case resp.StatusCode == http.StatusTooManyRequests || resp.StatusCode == http.StatusServiceUnavailable:
-		rec.Status, rec.Error = msg.StatusRejected, errorOf(body, resp.Status)
-		return rec, true
-	case resp.StatusCode >= 500:
-		rec.Status, rec.Error = msg.StatusFailed, errorOf(body, resp.Status)
-		return rec, true
-	default:
-		rec.Status = msg.StatusSucceeded
-		return rec, false
-	}
+	return rec, o.Retryable
 }
 
 // storeResult puts a large result in the object store and names it in the
@@ -267,14 +248,4 @@ func faasTrigger(k msg.TriggerKind) string {
 	default:
 		return "other"
 	}
-}
-
-func errorOf(body []byte, def string) string {
-	var e struct {
-		Error string `json:"error"`
-	}
-	if json.Unmarshal(body, &e) == nil && e.Error != "" {
-		return e.Error
-	}
-	return def
 }

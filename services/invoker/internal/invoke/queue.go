@@ -12,7 +12,6 @@ import (
 	"sync"
 	"time"
 
-	"github.com/google/uuid"
 	amqp "github.com/rabbitmq/amqp091-go"
 	"golang.org/x/net/http/httpguts"
 	corev1 "k8s.io/api/core/v1"
@@ -28,6 +27,7 @@ import (
 
 	slessv1 "github.com/kube5s/sless/pkg/apis/sless/v1alpha1"
 	"github.com/kube5s/sless/pkg/egress"
+	"github.com/kube5s/sless/pkg/headers"
 	"github.com/kube5s/sless/pkg/msg"
 	"github.com/kube5s/sless/pkg/rabbit"
 	"github.com/kube5s/sless/pkg/tenantns"
@@ -395,15 +395,10 @@ func deadLetterRequest(d *amqp.Delivery, tenant string, t *slessv1.Trigger) (req
 // concurrency calls at once holds (see start).
 func QueuePrefetch(concurrency int) int { return 4 * max(concurrency, 1) }
 
-// queueInvocationID is the invocation id of a queue message: derived from
-// its message id, so that a redelivery is the same invocation, or new
-// when the publisher gave none.
+// queueInvocationID is the invocation id of a queue message
+// (msg.QueueInvocationID).
 func queueInvocationID(d *amqp.Delivery, t *slessv1.Trigger) string {
-	if d.MessageId == "" {
-		return uuid.NewString()
-	}
-	sum := sha256.Sum256([]byte(t.Namespace + "/" + t.Name + "/" + d.MessageId))
-	return "q-" + hex.EncodeToString(sum[:12])
+	return msg.QueueInvocationID(t.Namespace, t.Name, d.MessageId)
 }
 
 // requestFromDelivery turns a queue message into an invocation: the body
@@ -413,9 +408,9 @@ func requestFromDelivery(d *amqp.Delivery, tenant string, t *slessv1.Trigger) *m
 	// The publisher chooses the properties too: one that is not a valid
 	// header value (CR, LF, NUL) is left out, not passed to a request that
 	// every attempt would then fail to send.
-	h := map[string][]string{"X-Sless-Queue": {t.Spec.Queue.Queue}}
-	for name, v := range map[string]string{"X-Sless-Routing-Key": d.RoutingKey, "Content-Type": d.ContentType, "X-Sless-Message-Id": d.MessageId} {
-		if (v != "" || name == "X-Sless-Routing-Key") && httpguts.ValidHeaderFieldValue(v) {
+	h := map[string][]string{headers.Queue: {t.Spec.Queue.Queue}}
+	for name, v := range map[string]string{headers.RoutingKey: d.RoutingKey, "Content-Type": d.ContentType, headers.MessageID: d.MessageId} {
+		if (v != "" || name == headers.RoutingKey) && httpguts.ValidHeaderFieldValue(v) {
 			h[name] = []string{v}
 		}
 	}

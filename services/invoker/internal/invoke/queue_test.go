@@ -19,6 +19,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	slessv1 "github.com/kube5s/sless/pkg/apis/sless/v1alpha1"
+	"github.com/kube5s/sless/pkg/headers"
 	"github.com/kube5s/sless/pkg/msg"
 	"github.com/kube5s/sless/pkg/rabbit"
 	"github.com/kube5s/sless/pkg/testenv"
@@ -42,18 +43,18 @@ func TestRequestFromDeliveryChecksHeaders(t *testing.T) {
 		string(make([]byte, 200)): "long",
 	}}
 	req := requestFromDelivery(d, "demo", tr)
-	want := map[string][]string{"X-Sless-Queue": {"demo-numbers"}, "X-Sless-Routing-Key": {"demo-numbers"}, "X-Amqp-kept": {"yes"}}
+	want := map[string][]string{headers.Queue: {"demo-numbers"}, headers.RoutingKey: {"demo-numbers"}, "X-Amqp-kept": {"yes"}}
 	if diff := cmp.Diff(want, req.Request.Headers); diff != "" {
 		t.Errorf("headers (-want +got):\n%s", diff)
 	}
 	// The properties are the publisher's too.
 	d = &amqp.Delivery{RoutingKey: "a\r\nb", ContentType: "text/plain\x00", MessageId: "m\n1", Body: []byte("{}")}
-	want = map[string][]string{"X-Sless-Queue": {"demo-numbers"}}
+	want = map[string][]string{headers.Queue: {"demo-numbers"}}
 	if diff := cmp.Diff(want, requestFromDelivery(d, "demo", tr).Request.Headers); diff != "" {
 		t.Errorf("headers from bad properties (-want +got):\n%s", diff)
 	}
 	d = &amqp.Delivery{ContentType: "application/json", MessageId: "m-1", Body: []byte("{}")}
-	want = map[string][]string{"X-Sless-Queue": {"demo-numbers"}, "X-Sless-Routing-Key": {""}, "Content-Type": {"application/json"}, "X-Sless-Message-Id": {"m-1"}}
+	want = map[string][]string{headers.Queue: {"demo-numbers"}, headers.RoutingKey: {""}, "Content-Type": {"application/json"}, headers.MessageID: {"m-1"}}
 	if diff := cmp.Diff(want, requestFromDelivery(d, "demo", tr).Request.Headers); diff != "" {
 		t.Errorf("headers from good properties (-want +got):\n%s", diff)
 	}
@@ -151,7 +152,7 @@ func TestPanickedQueueMessageIsADeadLetterOfRecord(t *testing.T) {
 		t.Errorf("dead letter of record: %+v", m)
 	}
 	// The request every attempt was made with, so that a replay is the same call.
-	if q := m.Request.Request.Headers["X-Sless-Queue"]; len(q) != 1 || q[0] != queue.Name {
+	if q := m.Request.Request.Headers[headers.Queue]; len(q) != 1 || q[0] != queue.Name {
 		t.Errorf("the dead letter's request has headers %v, want those of the message's calls (X-Sless-Queue: %s)", m.Request.Request.Headers, queue.Name)
 	}
 	if d, ok := get(rabbit.DeadLetterQueue(queue.Name)); !ok || string(d.Body) != "boom" || d.Headers[rabbit.HeaderReason] != rabbit.ReasonPoison {

@@ -18,7 +18,6 @@ import (
 	slessv1 "github.com/kube5s/sless/pkg/apis/sless/v1alpha1"
 	"github.com/kube5s/sless/pkg/msg"
 	"github.com/kube5s/sless/pkg/tenantns"
-	"github.com/kube5s/sless/services/operator/internal/resources"
 )
 
 // ConditionDispatched is True once a run's invocation request was confirmed
@@ -90,7 +89,7 @@ func (r *FunctionJobReconciler) Reconcile(ctx context.Context, req ctrl.Request)
 	// Record the run before publishing it.
 	now := metav1.Now()
 	st.LastRunID = job.Spec.RunID
-	st.InvocationID = resources.JobInvocationID(string(job.UID), job.Spec.RunID)
+	st.InvocationID = msg.JobInvocationID(string(job.UID), job.Spec.RunID)
 	st.Phase, st.Message, st.Result, st.Attempts = slessv1.JobRunning, "", "", 0
 	st.StartTime, st.CompletionTime = &now, nil
 	slessv1.SetCondition(&st.Conditions, job.Generation, ConditionDispatched, metav1.ConditionFalse, "Pending", "publishing the invocation request")

@@ -11,7 +11,6 @@ import (
 
 	slessv1 "github.com/kube5s/sless/pkg/apis/sless/v1alpha1"
 	"github.com/kube5s/sless/pkg/msg"
-	"github.com/kube5s/sless/services/operator/internal/resources"
 )
 
 // TestJobRunsOncePerRunID: a run waits for its function, is dispatched
@@ -35,7 +34,7 @@ func TestJobRunsOncePerRunID(t *testing.T) {
 		h.get(t, job)
 		return job.Status.Phase == slessv1.JobRunning && slessv1.IsTrue(job.Status.Conditions, ConditionDispatched)
 	})
-	wantID := resources.JobInvocationID(string(job.UID), 1)
+	wantID := msg.JobInvocationID(string(job.UID), 1)
 	if job.Status.InvocationID != wantID || job.Status.LastRunID != 1 {
 		t.Fatalf("status = %+v, want invocation %s for run 1", job.Status, wantID)
 	}
@@ -84,7 +83,7 @@ func TestJobRunsOncePerRunID(t *testing.T) {
 	if err := h.c.Update(t.Context(), job); err != nil {
 		t.Fatal(err)
 	}
-	id2 := resources.JobInvocationID(string(job.UID), 2)
+	id2 := msg.JobInvocationID(string(job.UID), 2)
 	h.eventually(t, "run 2 dispatched", func() bool { return len(runs.matching(id2)) == 1 })
 	if len(runs.matching(wantID)) != 1 {
 		t.Error("run 1 was dispatched again by run 2")

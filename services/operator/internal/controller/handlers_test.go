@@ -147,7 +147,7 @@ func TestJobResultIsRecordedWhileTheCacheLags(t *testing.T) {
 	}
 	gate.waitHeld(t)
 	// The reconciler cannot see the job; the test records the run as it would.
-	id := resources.JobInvocationID(string(job.UID), 1)
+	id := msg.JobInvocationID(string(job.UID), 1)
 	job.Status.LastRunID, job.Status.InvocationID, job.Status.Phase = 1, id, slessv1.JobRunning
 	if err := h.c.Status().Update(t.Context(), job); err != nil {
 		t.Fatal(err)

@@ -6,7 +6,6 @@ package resources
 import (
 	"crypto/sha256"
 	"encoding/hex"
-	"fmt"
 	"strings"
 
 	slessv1 "github.com/kube5s/sless/pkg/apis/sless/v1alpha1"
@@ -52,11 +51,6 @@ func SourceBuildID(fn *slessv1.Function) string {
 		return ""
 	}
 	return BuildID(string(fn.UID), string(fn.Spec.Runtime), fn.Spec.Source.SHA256)
-}
-
-// JobInvocationID is the invocation id of one FunctionJob run.
-func JobInvocationID(jobUID string, runID int64) string {
-	return "job-" + shortHash(jobUID, fmt.Sprint(runID))
 }
 
 func shortHash(parts ...string) string {

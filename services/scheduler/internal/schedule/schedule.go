@@ -8,8 +8,6 @@ package schedule
 
 import (
 	"context"
-	"crypto/sha256"
-	"encoding/hex"
 	"errors"
 	"fmt"
 	"log/slog"
@@ -59,12 +57,6 @@ func Due(s *cronsched.Schedule, since, now time.Time, deadline *int64) (fire *ti
 // now (startingDeadlineSeconds; none means never too late).
 func pastDeadline(at, now time.Time, deadline *int64) bool {
 	return deadline != nil && now.Sub(at) > time.Duration(*deadline)*time.Second
-}
-
-// FireID is the invocation id of one fire: the same for every replica.
-func FireID(triggerUID string, at time.Time) string {
-	sum := sha256.Sum256([]byte(triggerUID + "|" + at.UTC().Format(time.RFC3339Nano)))
-	return "cron-" + hex.EncodeToString(sum[:12])
 }
 
 // Tenants names the tenant that owns a namespace; an error wrapping
@@ -308,7 +300,7 @@ func (s *Scheduler) fire(ctx context.Context, t *slessv1.Trigger, tenant string,
 			return err
 		}
 	}
-	id := FireID(string(t.UID), at)
+	id := msg.CronInvocationID(string(t.UID), at)
 	won, err := s.record(ctx, tenant, t.Name, at, "pending", id)
 	if err != nil {
 		return err
@@ -386,7 +378,7 @@ func (s *Scheduler) resumePending(ctx context.Context) error {
 		if err := s.Triggers.Get(ctx, client.ObjectKey{Namespace: slessv1.NamespaceFor(x.tenant), Name: x.trigger}, &t); err != nil {
 			continue
 		}
-		if err := s.publish(ctx, &t, x.tenant, FireID(string(t.UID), x.at), x.at); err != nil {
+		if err := s.publish(ctx, &t, x.tenant, msg.CronInvocationID(string(t.UID), x.at), x.at); err != nil {
 			return fmt.Errorf("republish pending fire: %w", err)
 		}
 	}

@@ -53,11 +53,4 @@ func TestDueAcrossDSTWithAFakeClock(t *testing.T) {
 	}
 }
 
-func TestFireIDIsStable(t *testing.T) {
-	a, b := FireID("uid", at(1, 0)), FireID("uid", at(1, 0).In(time.FixedZone("x", 3600)))
-	if a != b || a == FireID("uid", at(2, 0)) || a == FireID("other", at(1, 0)) {
-		t.Errorf("fire ids %s %s", a, b)
-	}
-}
-
 func ptr[T any](v T) *T { return &v }

@@ -1,0 +1,33 @@
+// Package headers names the platform's own HTTP headers (X-Sless-*), once
+// for the services, the CLI and the tests. The function's side of them is
+// written down in runtimes/README.md; the API's in the OpenAPI document.
+package headers
+
+// The function contract: what a function is sent and answers.
+const (
+	// InvocationID is the invocation's id: sent to the function, and on
+	// every answer of a synchronous invocation to its caller.
+	InvocationID = "X-Sless-Invocation-Id"
+	// Trigger is the kind of trigger that caused the invocation
+	// (msg.TriggerKind), sent to the function.
+	Trigger = "X-Sless-Trigger"
+	// ColdStart is "true" on the first answer a runtime process gives;
+	// recorded as the invocation's cold_start, never passed on.
+	ColdStart = "X-Sless-Cold-Start"
+	// Queue, RoutingKey and MessageID carry a queue trigger's message
+	// properties to the function.
+	Queue      = "X-Sless-Queue"
+	RoutingKey = "X-Sless-Routing-Key"
+	MessageID  = "X-Sless-Message-Id"
+)
+
+// The API's.
+const (
+	// Signature signs a callback: "t=<unix seconds>,v1=<hex HMAC-SHA256>"
+	// (pkg/callback).
+	Signature = "X-Sless-Signature"
+	// Wait says how a GET of a function with wait=ready ended. The API
+	// declares it in a struct tag (a literal there), which the gateway's
+	// OpenAPI test holds to this name.
+	Wait = "X-Sless-Wait"
+)
