@@ -34,6 +34,7 @@ const (
 	ReasonBuildFailed    = "BuildFailed"
 	ReasonWaitingBuild   = "WaitingForBuild"
 	ReasonRolledOut      = "RolledOut"
+	ReasonProgressing    = "Progressing"
 	ReasonDriverError    = "DriverError"
 	ReasonServing        = "Serving"
 	ReasonNotServing     = "NotServing"

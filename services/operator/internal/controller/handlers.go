@@ -21,6 +21,7 @@ import (
 	slessv1 "github.com/kube5s/sless/pkg/apis/sless/v1alpha1"
 	"github.com/kube5s/sless/pkg/msg"
 	"github.com/kube5s/sless/pkg/rabbit"
+	"github.com/kube5s/sless/services/operator/internal/resources"
 )
 
 // Handlers apply the messages that report back to the operator.
@@ -53,31 +54,57 @@ func (h *Handlers) BuildCompleted(ctx context.Context, d *amqp.Delivery) error {
 			}
 			return err
 		}
-		st := &fn.Status
+		recordBuild(&fn, &m)
 		if m.Result == msg.BuildSucceeded {
-			st.Image, st.Artifact, st.BuiltSourceSHA256 = m.Image, m.Artifact, m.SourceSHA256
-			slessv1.SetCondition(&st.Conditions, fn.Generation, slessv1.ConditionBuilt, v1.ConditionTrue, ReasonBuildSucceeded,
-				fmt.Sprintf("build %s of source %s succeeded", m.BuildID, short(m.SourceSHA256)))
 			h.Events.Eventf(&fn, nil, corev1.EventTypeNormal, ReasonBuildSucceeded, "Build", "build %s succeeded", m.BuildID)
 		} else {
-			text := m.Message
-			if m.Reason != "" {
-				text = m.Reason + ": " + m.Message
-			}
-			slessv1.SetCondition(&st.Conditions, fn.Generation, slessv1.ConditionBuilt, v1.ConditionFalse, ReasonBuildFailed, text)
-			h.Events.Eventf(&fn, nil, corev1.EventTypeWarning, ReasonBuildFailed, "Build", "build %s failed: %s", m.BuildID, text)
+			h.Events.Eventf(&fn, nil, corev1.EventTypeWarning, ReasonBuildFailed, "Build", "build %s failed: %s", m.BuildID,
+				metav1.FindStatusCondition(fn.Status.Conditions, slessv1.ConditionBuilt).Message)
 		}
 		return h.Client.Status().Update(ctx, &fn)
 	})
 }
 
-// buildResultStale says why a result of build id does not belong on fn, or
-// "" when it does.
-func buildResultStale(fn *slessv1.Function, id string) string {
-	if fn.Status.LastBuildID != id {
-		return fmt.Sprintf("the function's last requested build is %q", fn.Status.LastBuildID)
+// recordBuild writes build result m into fn's status. A new artifact is
+// not rolled out by this write: Deployed turns False (Progressing) until
+// the reconcile that follows has the driver run it, so that nobody (a
+// wait=ready, a deploy) takes the status for "the new code serves" while
+// the previous artifact still answers every call.
+func recordBuild(fn *slessv1.Function, m *msg.BuildCompleted) {
+	st := &fn.Status
+	// A result that arrives before the request's own status write (an
+	// artifact the builder had already made answers in milliseconds)
+	// carries the request's id: record it as the request.
+	st.LastBuildID, st.RequestedSourceSHA256 = m.BuildID, m.SourceSHA256
+	if m.Result != msg.BuildSucceeded {
+		text := m.Message
+		if m.Reason != "" {
+			text = m.Reason + ": " + m.Message
+		}
+		slessv1.SetCondition(&st.Conditions, fn.Generation, slessv1.ConditionBuilt, v1.ConditionFalse, ReasonBuildFailed, text)
+		return
 	}
-	return ""
+	if st.Image != m.Image || st.Artifact != m.Artifact {
+		slessv1.SetCondition(&st.Conditions, fn.Generation, slessv1.ConditionDeployed, v1.ConditionFalse, ReasonProgressing,
+			fmt.Sprintf("rolling out build %s of source %s", m.BuildID, short(m.SourceSHA256)))
+	}
+	st.Image, st.Artifact, st.BuiltSourceSHA256 = m.Image, m.Artifact, m.SourceSHA256
+	slessv1.SetCondition(&st.Conditions, fn.Generation, slessv1.ConditionBuilt, v1.ConditionTrue, ReasonBuildSucceeded,
+		fmt.Sprintf("build %s of source %s succeeded", m.BuildID, short(m.SourceSHA256)))
+}
+
+// buildResultStale says why a result of build id does not belong on fn, or
+// "" when it does: it is the last build requested, or the one the
+// reconciler requests for the current source (its request published, its
+// status write still to come).
+func buildResultStale(fn *slessv1.Function, id string) string {
+	if fn.Status.LastBuildID == id {
+		return ""
+	}
+	if src := fn.Spec.Source; src != nil && fn.Spec.Image == "" && resources.BuildID(string(fn.UID), string(fn.Spec.Runtime), src.SHA256) == id {
+		return ""
+	}
+	return fmt.Sprintf("the function's last requested build is %q", fn.Status.LastBuildID)
 }
 
 // JobCompleted records the result of a FunctionJob run. Results of runs

@@ -158,3 +158,58 @@ func TestJobResultIsRecordedWhileTheCacheLags(t *testing.T) {
 		return job.Status.Phase == slessv1.JobSucceeded
 	}, func() string { return fmt.Sprintf("%+v", job.Status) })
 }
+
+// A build result is the function's when it is the last build requested or
+// the one the reconciler requests for the current source: a builder that
+// had made the artifact before answers in milliseconds, before the
+// reconcile that published the request has written lastBuildID, and that
+// result must not be dropped (the function then showed Building forever
+// while the previous version served, and a wait for it ran out).
+func TestBuildResultStale(t *testing.T) {
+	fn := &slessv1.Function{}
+	fn.UID, fn.Spec.Runtime = "uid-1", slessv1.RuntimePython311
+	fn.Spec.Source = &slessv1.FunctionSource{SHA256: sha1}
+	fn.Status.LastBuildID = resources.BuildID("uid-1", string(slessv1.RuntimePython311), sha2) // the previous source's build
+	for _, tc := range []struct {
+		name, id string
+		stale    bool
+	}{
+		{"the last requested build", fn.Status.LastBuildID, false},
+		{"the current source's build, its request not yet written", resources.BuildID("uid-1", string(slessv1.RuntimePython311), sha1), false},
+		{"another function's build of the same source", resources.BuildID("uid-2", string(slessv1.RuntimePython311), sha1), true},
+		{"an older source's build", "b-older", true},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			if got := buildResultStale(fn, tc.id); (got != "") != tc.stale {
+				t.Errorf("buildResultStale(%s) = %q, want stale %v", tc.id, got, tc.stale)
+			}
+		})
+	}
+}
+
+// Recording a build that changes the artifact says the new artifact is
+// not rolled out yet: until the driver runs it, the previous artifact
+// answers every call, and a Deployed=True left from the previous rollout
+// made waits and deploys report success while the old code still answered.
+func TestRecordBuildOfANewArtifactIsNotRolledOut(t *testing.T) {
+	const img2 = "registry.example/acme/hello@sha256:bbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbb"
+	fn := &slessv1.Function{}
+	fn.Generation = 2
+	fn.Status.Image, fn.Status.BuiltSourceSHA256 = image, sha1
+	slessv1.SetCondition(&fn.Status.Conditions, 2, slessv1.ConditionDeployed, metav1.ConditionTrue, ReasonRolledOut, "1 replicas run the current version")
+	slessv1.SetCondition(&fn.Status.Conditions, 2, slessv1.ConditionBuilt, metav1.ConditionFalse, ReasonBuilding, "building")
+
+	same := fn.DeepCopy()
+	recordBuild(same, &msg.BuildCompleted{BuildID: "b-1", SourceSHA256: sha1, Result: msg.BuildSucceeded, Image: image})
+	if !slessv1.IsTrue(same.Status.Conditions, slessv1.ConditionDeployed) {
+		t.Errorf("the same artifact again: Deployed turned %+v", same.Status.Conditions)
+	}
+
+	recordBuild(fn, &msg.BuildCompleted{BuildID: "b-2", SourceSHA256: sha2, Result: msg.BuildSucceeded, Image: img2})
+	if slessv1.IsTrue(fn.Status.Conditions, slessv1.ConditionDeployed) {
+		t.Errorf("a new artifact recorded and Deployed is still True: %s", functionStatus(fn))
+	}
+	if fn.Status.Image != img2 || fn.Status.BuiltSourceSHA256 != sha2 || fn.Status.LastBuildID != "b-2" || !slessv1.IsTrue(fn.Status.Conditions, slessv1.ConditionBuilt) {
+		t.Errorf("status after the build: %s", functionStatus(fn))
+	}
+}
