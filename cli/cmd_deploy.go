@@ -330,9 +330,9 @@ func (d *deployer) buildFailed(b *client.Build) error {
 // waitReady waits until the function runs its current settings and the
 // source sha: Deployed once the rollout of the built source started, then
 // Ready; Failed ends the wait with its message. It waits with GET
-// ?wait=ready (the gateway answers when the function settles for its
-// current spec and source, X-Sless-Wait says how), and polls a gateway
-// that does not wait.
+// ?wait=ready&source_sha256= (the gateway answers once that digest serves
+// for the current spec, or cannot; X-Sless-Wait says how), and polls a
+// gateway that does not wait.
 func (d *deployer) waitReady(sha string, deadline time.Time) (*client.Function, error) {
 	ctx := d.cmd.Context()
 	deployed := false
@@ -347,6 +347,9 @@ func (d *deployer) waitReady(sha string, deadline time.Time) (*client.Function, 
 	for {
 		left := time.Until(deadline)
 		params := &client.GetFunctionParams{Wait: ptr(client.GetFunctionParamsWaitReady), Timeout: ptr(max(min(left, 60*time.Second), time.Second).Round(time.Second).String())}
+		if d.p.Image == nil || *d.p.Image == "" {
+			params.SourceSha256 = ptr(sha) // ready means this digest serves (the gateway's api/wait.go judges)
+		}
 		r, err := client.Do(d.t.api.GetFunctionWithResponse(ctx, d.t.Tenant, d.p.Name, params))
 		if err != nil {
 			return nil, err

@@ -1105,6 +1105,9 @@ type GetFunctionParams struct {
 
 	// Timeout with wait: how long to wait, as 30s, 2m or 1m30s; default 60s, at most 5m (a longer one is cut to 5m)
 	Timeout *string `form:"timeout,omitempty" json:"timeout,omitempty"`
+
+	// SourceSha256 with wait: the source digest the caller uploaded; ready means this digest serves, failed that its build failed, that it failed to run, or that another source replaced it
+	SourceSha256 *string `form:"source_sha256,omitempty" json:"source_sha256,omitempty"`
 }
 
 // GetFunctionParamsWait defines parameters for GetFunction.
@@ -3630,6 +3633,18 @@ func NewGetFunctionRequest(server string, t string, name string, params *GetFunc
 		if params.Timeout != nil {
 
 			if queryFrag, err := runtime.StyleParamWithOptions("form", false, "timeout", *params.Timeout, runtime.StyleParamOptions{ParamLocation: runtime.ParamLocationQuery, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			} else {
+				for _, qp := range strings.Split(queryFrag, "&") {
+					rawQueryFragments = append(rawQueryFragments, qp)
+				}
+			}
+
+		}
+
+		if params.SourceSha256 != nil {
+
+			if queryFrag, err := runtime.StyleParamWithOptions("form", false, "source_sha256", *params.SourceSha256, runtime.StyleParamOptions{ParamLocation: runtime.ParamLocationQuery, Type: "string", Format: ""}); err != nil {
 				return nil, err
 			} else {
 				for _, qp := range strings.Split(queryFrag, "&") {

@@ -35,6 +35,7 @@ func TestAcc(t *testing.T) {
 	p := startPlatform(t)
 	t.Run("function", func(t *testing.T) { testFunctionLifecycle(t, p) })
 	t.Run("failed build", func(t *testing.T) { testFailedBuild(t, p) })
+	t.Run("failed update", func(t *testing.T) { testFailedUpdate(t, p) })
 	t.Run("create timeout", func(t *testing.T) { testCreateTimeout(t, p) })
 	t.Run("trigger and job", func(t *testing.T) { testTriggerAndJob(t, p) })
 	t.Run("tenant and token", func(t *testing.T) { testTenantAndToken(t, p) })
@@ -107,6 +108,7 @@ func testFunctionLifecycle(t *testing.T, p *platform) {
 	sum1 := packed.SHA256
 	name := testenv.Name("tf-fn-")
 	var build1 string
+	var back time.Time
 	resource.Test(t, resource.TestCase{
 		ProtoV6ProviderFactories: factories(),
 		CheckDestroy:             checkGone(p, "functions", name),
@@ -162,6 +164,24 @@ func testFunctionLifecycle(t *testing.T, p *platform) {
 				),
 			},
 			{
+				// Back to a digest built before: no build runs again (the
+				// builder answers from its record), so v1 serves at once.
+				PreConfig: func() { writeFiles(t, dir, map[string]string{"main.py": pyHandler("v1")}); back = time.Now() },
+				Config:    functionConfig(p, name, dir),
+				ConfigPlanChecks: resource.ConfigPlanChecks{PreApply: []plancheck.PlanCheck{
+					plancheck.ExpectResourceAction("sless_function.f", plancheck.ResourceActionUpdate),
+				}},
+				Check: resource.ComposeAggregateTestCheckFunc(
+					resource.TestCheckResourceAttr("sless_function.f", "source_sha256", sum1),
+					resource.TestCheckResourceAttr("sless_function.f", "last_build_id", build1),
+					checkInvoke(p, name, "hello from v1"),
+					func(*terraform.State) error {
+						t.Logf("going back to a built digest: the apply took %s", time.Since(back).Round(time.Millisecond))
+						return nil
+					},
+				),
+			},
+			{
 				ResourceName:            "sless_function.f",
 				ImportState:             true,
 				ImportStateId:           "demo/" + name,
@@ -200,6 +220,58 @@ func testFailedBuild(t *testing.T, p *platform) {
 			Config:      config,
 			ExpectError: regexp.MustCompile(`(?s)the build failed: SyntaxError.*The end of build \S+'s log:\n.*main\.py`),
 		}},
+	})
+}
+
+// An update whose build fails is an apply error as soon as the build
+// failed, with the reason and the end of the log, while the previous
+// version still serves; the state says so, and the next plan shows the
+// update again. Back to the code that serves, the apply is clean.
+func testFailedUpdate(t *testing.T, p *platform) {
+	dir := t.TempDir()
+	writeFiles(t, dir, map[string]string{"main.py": pyHandler("v1")})
+	name := testenv.Name("tf-upd-")
+	var started time.Time
+	resource.Test(t, resource.TestCase{
+		ProtoV6ProviderFactories: factories(),
+		CheckDestroy:             checkGone(p, "functions", name),
+		Steps: []resource.TestStep{
+			{
+				Config: functionConfig(p, name, dir),
+				Check:  checkInvoke(p, name, "hello from v1"),
+			},
+			{
+				PreConfig: func() {
+					writeFiles(t, dir, map[string]string{"main.py": "def handler(event, context)\n    return 1\n"}) // no colon
+					started = time.Now()
+				},
+				Config:      functionConfig(p, name, dir),
+				ExpectError: regexp.MustCompile(`(?s)the build failed: SyntaxError.*The end of build \S+'s log:\n.*main\.py.*still serves`),
+			},
+			{
+				// The state is true: the failed digest does not serve, so
+				// the same configuration plans the update again.
+				PreConfig: func() {
+					t.Logf("the failed update ended %s after the apply began", time.Since(started).Round(time.Millisecond))
+				},
+				Config:             functionConfig(p, name, dir),
+				PlanOnly:           true,
+				ExpectNonEmptyPlan: true,
+			},
+			{
+				// Back to v1, which never stopped serving.
+				PreConfig: func() { writeFiles(t, dir, map[string]string{"main.py": pyHandler("v1")}) },
+				Config:    functionConfig(p, name, dir),
+				ConfigPlanChecks: resource.ConfigPlanChecks{PreApply: []plancheck.PlanCheck{
+					plancheck.ExpectResourceAction("sless_function.f", plancheck.ResourceActionUpdate),
+				}},
+				Check: resource.ComposeAggregateTestCheckFunc(
+					resource.TestCheckResourceAttr("sless_function.f", "phase", "Ready"),
+					checkInvoke(p, name, "hello from v1"),
+				),
+			},
+			{Config: functionConfig(p, name, dir), PlanOnly: true},
+		},
 	})
 }
 
@@ -348,21 +420,16 @@ data "sless_tenant" "t" {
 	})
 }
 
-// checkInvoke calls the function until it answers want. The gateway
-// routes by a watch of the Function's endpoint, which may take a moment
-// after Ready to reach it (seen here: the previous code answered once,
-// right after an update), so it waits up to 30s, then says what it got.
+// checkInvoke calls the function once, right after the apply: an apply
+// reports success only once the gateway routes to the new code, so the
+// first call must answer want.
 func checkInvoke(p *platform, name, want string) resource.TestCheckFunc {
 	return func(*terraform.State) error {
-		var out string
-		var err error
-		for deadline := time.Now().Add(30 * time.Second); time.Now().Before(deadline); time.Sleep(500 * time.Millisecond) {
-			out, err = p.invoke(name, "")
-			if err == nil && strings.Contains(out, want) {
-				return nil
-			}
+		out, err := p.invoke(name, "")
+		if err != nil || !strings.Contains(out, want) {
+			return fmt.Errorf("the first invoke of %s after the apply answered %q (%v), want %q", name, out, err, want)
 		}
-		return fmt.Errorf("invoke %s answered %q (%v) for 30s, want %q", name, out, err, want)
+		return nil
 	}
 }
 

@@ -245,13 +245,18 @@ func (c *client) getFunction(ctx context.Context, tenant, name string) (*apiFunc
 	return result(&f, call("read function "+tenant+"/"+name, r, err, &f))
 }
 
-// waitFunction answers once the function is Ready or Failed for its
-// current spec and source, or after wait (the gateway's wait=ready watch).
-func (c *client) waitFunction(ctx context.Context, tenant, name string, wait time.Duration) (*apiFunction, error) {
-	var f apiFunction
+// waitFunction answers once the source sum serves, or cannot (its build
+// failed, it failed to run, another source replaced it), or after wait:
+// the gateway's wait=ready watch judges, and outcome is its X-Sless-Wait
+// (ready, failed or timeout).
+func (c *client) waitFunction(ctx context.Context, tenant, name, sum string, wait time.Duration) (f *apiFunction, outcome string, err error) {
+	f = &apiFunction{}
 	ready, timeout := slessclient.GetFunctionParamsWaitReady, wait.String()
-	r, err := c.api.GetFunctionWithResponse(ctx, tenant, name, &slessclient.GetFunctionParams{Wait: &ready, Timeout: &timeout})
-	return result(&f, call("wait for function "+tenant+"/"+name, r, err, &f))
+	r, err := c.api.GetFunctionWithResponse(ctx, tenant, name, &slessclient.GetFunctionParams{Wait: &ready, Timeout: &timeout, SourceSha256: &sum})
+	if err := call("wait for function "+tenant+"/"+name, r, err, f); err != nil {
+		return nil, "", err
+	}
+	return f, r.HTTPResponse.Header.Get("X-Sless-Wait"), nil
 }
 
 func (c *client) createFunction(ctx context.Context, tenant, name string, spec functionSpec) (*apiFunction, error) {

@@ -137,7 +137,7 @@ func (r *functionResource) Schema(ctx context.Context, _ resource.SchemaRequest,
 			},
 			"source_sha256": schema.StringAttribute{
 				Computed:    true,
-				Description: "The SHA-256 of the uploaded archive (computed at plan time from `source_dir` or `source_zip`).",
+				Description: "The SHA-256 of the archive the function runs (planned from `source_dir` or `source_zip`). Empty while the uploaded archive does not serve (after an apply whose build failed, the previous version still serves), so that the next plan shows the update again.",
 			},
 			"url": schema.StringAttribute{
 				Computed: true, Description: "The function's invoke URL.",
@@ -294,7 +294,16 @@ func (m *functionModel) fill(f *apiFunction, diags *diag.Diagnostics) {
 		m.SecretEnvVars = v
 	}
 	if f.Source != nil {
-		m.SourceSHA256 = types.StringValue(f.Source.SHA256)
+		// The uploaded digest only once it is what serves: after an update
+		// whose build failed, the function runs the previous digest with
+		// the failed one in its spec, and the state says neither, so that
+		// the next plan shows the update again (to a fixed source, or back
+		// to the previous one).
+		served := ""
+		if f.Status.BuiltSourceSHA256 == f.Source.SHA256 {
+			served = f.Source.SHA256
+		}
+		m.SourceSHA256 = types.StringValue(served)
 	} else {
 		m.SourceSHA256 = types.StringNull()
 	}
@@ -406,9 +415,9 @@ func (r *functionResource) upload(ctx context.Context, m *functionModel, planned
 	m.SourceSHA256 = types.StringValue(sum)
 	f, err := waitFunctionReady(ctx, c, tenant, name, sum)
 	if f != nil {
-		sha := m.SourceSHA256
-		m.fill(f, diags)
-		m.SourceSHA256 = sha
+		m.fill(f, diags) // source_sha256: sum once it serves
+	} else if err != nil {
+		m.SourceSHA256 = types.StringValue("") // nothing known to serve: the next plan updates again
 	}
 	if err != nil {
 		diags.AddError("The function did not become ready", err.Error())
@@ -425,46 +434,53 @@ func sourceName(m *functionModel) string {
 // errBuildFailed is a build that ended in failure, with its reason.
 var errBuildFailed = errors.New("the build failed")
 
-// waitFunctionReady waits (the gateway's wait=ready watch, a minute at a
-// time) until the function is Ready running the source sum, or its build
-// of that source failed (the error then carries the build's reason,
-// message and the end of its log).
+// waitFunctionReady waits (the gateway's wait=ready watch for the digest
+// sum, a minute at a time) until sum serves, or its build failed (the error
+// then carries the build's reason, message and the end of its log), or it
+// cannot serve for another reason. The gateway judges (api/wait.go); an
+// update whose build fails ends as soon as the failure is recorded, while
+// the previous version still serves.
 func waitFunctionReady(ctx context.Context, c *client, tenant, name, sum string) (*apiFunction, error) {
 	var f *apiFunction // the last answer read
 	var err error
 	for {
 		var got *apiFunction
-		if got, err = c.waitFunction(ctx, tenant, name, time.Minute); err == nil {
+		var outcome string
+		if got, outcome, err = c.waitFunction(ctx, tenant, name, sum, time.Minute); err == nil {
 			f = got
-			st := f.Status
-			if st.Ready && st.Phase == "Ready" && st.BuiltSourceSHA256 == sum {
+			switch outcome {
+			case "ready":
 				return f, nil
+			case "failed":
+				return f, failure(ctx, c, tenant, name, sum, f)
 			}
-			if st.Phase == "Failed" {
-				if ferr := failure(ctx, c, tenant, name, sum, f); ferr != nil {
-					return f, ferr
-				}
-			}
+			continue // the wait's timeout: wait again
 		}
-		// The wait answers at once for a status that describes an older
-		// source: look again a moment later.
+		// A transport error or a problem: try again a moment later.
 		select {
 		case <-ctx.Done():
-			if err != nil || f == nil {
+			if f == nil {
 				return f, fmt.Errorf("function %s/%s: %w (last error: %v)", tenant, name, ctx.Err(), err)
 			}
-			return f, fmt.Errorf("function %s/%s is not ready: %w; it was %s: %s (built source %q, want %q)",
-				tenant, name, ctx.Err(), f.Status.Phase, f.Status.Message, f.Status.BuiltSourceSHA256, sum)
+			return f, fmt.Errorf("function %s/%s is not ready: %w; it was %s: %s (built source %q, want %q; last error: %v)",
+				tenant, name, ctx.Err(), f.Status.Phase, f.Status.Message, f.Status.BuiltSourceSHA256, sum, err)
 		case <-time.After(time.Second):
 		}
 	}
 }
 
-// failure judges a Failed function: an error when the failure is about the
-// source sum (its build failed, or it was built and does not run), nil
-// when the status still describes an older source.
+// failure explains a wait for sum that ended failed: its build failed (the
+// build's reason, message and the end of its log), another source replaced
+// it, or it was built and does not run.
 func failure(ctx context.Context, c *client, tenant, name, sum string, f *apiFunction) error {
 	st := f.Status
+	if f.Source == nil || f.Source.SHA256 != sum {
+		now := "no source"
+		if f.Source != nil {
+			now = "source " + f.Source.SHA256
+		}
+		return fmt.Errorf("function %s/%s now has %s, not %s: another apply or deploy replaced it; plan again", tenant, name, now, sum)
+	}
 	if st.LastBuildID != "" {
 		b, err := c.getBuild(ctx, tenant, name, st.LastBuildID)
 		if err == nil && b.SourceSHA256 == sum && b.State == "failed" {
@@ -472,13 +488,13 @@ func failure(ctx context.Context, c *client, tenant, name, sum string, f *apiFun
 			if log, err := c.buildLog(ctx, tenant, name, b.ID); err == nil && strings.TrimSpace(log) != "" {
 				msg += "\n\nThe end of build " + b.ID + "'s log:\n" + tail(log, 20)
 			}
+			if st.BuiltSourceSHA256 != "" && st.BuiltSourceSHA256 != sum {
+				msg += "\n\nThe previous version (source " + st.BuiltSourceSHA256 + ") still serves."
+			}
 			return errors.New(msg)
 		}
 	}
-	if st.BuiltSourceSHA256 == sum {
-		return fmt.Errorf("function %s/%s failed: %s", tenant, name, st.Message)
-	}
-	return nil
+	return fmt.Errorf("function %s/%s failed: %s", tenant, name, st.Message)
 }
 
 func tail(s string, n int) string {

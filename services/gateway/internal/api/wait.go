@@ -39,6 +39,7 @@ type GetFunctionIn struct {
 	NamedPath
 	Wait    string `query:"wait" enum:"ready," doc:"ready: answer once the function is Ready or Failed for its current spec and source, or when the timeout ends; X-Sless-Wait says which"`
 	Timeout string `query:"timeout" maxLength:"16" doc:"with wait: how long to wait, as 30s, 2m or 1m30s; default 60s, at most 5m (a longer one is cut to 5m)"`
+	Source  string `query:"source_sha256" pattern:"^([a-f0-9]{64})?$" doc:"with wait: the source digest the caller uploaded; ready means this digest serves, failed that its build failed, that it failed to run, or that another source replaced it"`
 }
 
 // FunctionOut is a function; after a wait, X-Sless-Wait says how the wait
@@ -48,14 +49,20 @@ type FunctionOut struct {
 	Body Function
 }
 
-// waitOutcome judges whether a function has settled for its current spec:
-// WaitReady when the current generation is built and rolled out, WaitFailed
-// when it cannot become so (its build failed, or it failed to deploy), ""
-// while it is still on its way. A Function that is Ready while it serves
-// the previous version (a new source building, or failed to build) has not
-// become ready for what the client asked: it is still on its way, or
-// failed.
-func waitOutcome(f *slessv1.Function) string {
+// waitOutcome judges whether a function has settled for its current spec
+// and, when want is set, for that source digest: WaitReady when the
+// current generation is built and rolled out, WaitFailed when it cannot
+// become so (its build failed, it failed to deploy, or another source
+// replaced want), "" while it is still on its way. A Function that is Ready
+// while it serves the previous version (a new source building, failed to
+// build, or built and not rolled out yet) has not become ready for what the
+// client asked: it is still on its way, or failed. This is the one rule of
+// "is my deploy done": the CLI and the Terraform provider read its answer
+// from X-Sless-Wait.
+func waitOutcome(f *slessv1.Function, want string) string {
+	if want != "" && (f.Spec.Source == nil || f.Spec.Source.SHA256 != want) {
+		return WaitFailed // another source (or an image) replaced it: want will never serve
+	}
 	if f.Status.ObservedGeneration < f.Generation {
 		return "" // the operator has not seen the current spec yet
 	}
@@ -69,7 +76,8 @@ func waitOutcome(f *slessv1.Function) string {
 	case slessv1.FunctionReady:
 		built := meta.FindStatusCondition(c, slessv1.ConditionBuilt)
 		deployed := meta.FindStatusCondition(c, slessv1.ConditionDeployed)
-		if (built == nil || built.Status == metav1.ConditionTrue) && (deployed == nil || deployed.Status == metav1.ConditionTrue) {
+		if (built == nil || built.Status == metav1.ConditionTrue) && (deployed == nil || deployed.Status == metav1.ConditionTrue) &&
+			(want == "" || f.Status.BuiltSourceSHA256 == want) {
 			return WaitReady
 		}
 	}
@@ -200,11 +208,24 @@ func (s *Server) getFunction(ctx context.Context, in *GetFunctionIn) (*FunctionO
 	timer := time.NewTimer(timeout)
 	defer timer.Stop()
 	f, err := read(ctx)
+	cached := false // f is the watch cache's copy, the one this replica routes by
 	for {
 		if err != nil {
 			return nil, err
 		}
-		if outcome := waitOutcome(f); outcome != "" {
+		outcome := waitOutcome(f, in.Source)
+		if outcome == WaitReady && !cached && s.Cache != nil {
+			// Ready by the API server: this replica's invokes resolve the
+			// function from its watch cache, so ready is answered once the
+			// cache holds the new endpoint too, not a moment before.
+			var cur slessv1.Function
+			if gerr := s.Cache.Get(ctx, key, &cur); gerr == nil && cur.UID == f.UID && waitOutcome(&cur, in.Source) == WaitReady {
+				f, cached = &cur, true
+			} else {
+				outcome = "" // the cache's event of it ends the wait
+			}
+		}
+		if outcome != "" {
 			return &FunctionOut{Wait: outcome, Body: functionREST(f)}, nil
 		}
 		select {
@@ -214,7 +235,7 @@ func (s *Server) getFunction(ctx context.Context, in *GetFunctionIn) (*FunctionO
 			if f, err = read(ctx); err != nil {
 				return nil, err
 			}
-			out := &FunctionOut{Wait: waitOutcome(f), Body: functionREST(f)}
+			out := &FunctionOut{Wait: waitOutcome(f, in.Source), Body: functionREST(f)}
 			if out.Wait == "" {
 				out.Wait = WaitTimeout
 			}
@@ -233,7 +254,7 @@ func (s *Server) getFunction(ctx context.Context, in *GetFunctionIn) (*FunctionO
 			if cur.UID == f.UID && cur.Generation < f.Generation {
 				continue // the cache has not caught up with what was read
 			}
-			f = &cur
+			f, cached = &cur, true
 		}
 	}
 }

@@ -46,6 +46,14 @@ func applyBuildResult(fn *slessv1.Function) *buildResult {
 		return nil
 	}
 	if r.Result == msg.BuildSucceeded {
+		// A new artifact is not rolled out by this write: Deployed turns
+		// False (Progressing) until the driver runs it, so that nobody (a
+		// wait=ready, a deploy) takes the status for "the new code serves"
+		// while the previous artifact still answers every call.
+		if st.Image != r.Image || st.Artifact != r.Artifact {
+			slessv1.SetCondition(&st.Conditions, fn.Generation, slessv1.ConditionDeployed, metav1.ConditionFalse, slessv1.ReasonProgressing,
+				fmt.Sprintf("rolling out build %s of source %s", r.BuildID, short(r.SourceSHA256)))
+		}
 		st.Image, st.Artifact, st.BuiltSourceSHA256 = r.Image, r.Artifact, r.SourceSHA256
 		slessv1.SetCondition(&st.Conditions, fn.Generation, slessv1.ConditionBuilt, metav1.ConditionTrue, slessv1.ReasonBuildSucceeded,
 			fmt.Sprintf("build %s of source %s succeeded", r.BuildID, short(r.SourceSHA256)))

@@ -199,3 +199,43 @@ func TestABuildResultBeforeItsRequestIsApplied(t *testing.T) {
 		return err == nil && d.Spec.Template.Spec.Containers[0].Image == image
 	})
 }
+
+// TestApplyingANewArtifactIsNotRolledOut: applying a build that changes
+// the artifact says the new artifact is not rolled out yet: until the
+// driver runs it, the previous artifact answers every call, and a
+// Deployed=True left from the previous rollout made waits and deploys
+// report success while the old code still answered.
+func TestApplyingANewArtifactIsNotRolledOut(t *testing.T) {
+	const img2 = "registry.example/acme/hello@sha256:bbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbb"
+	fn := &slessv1.Function{}
+	fn.Generation = 2
+	fn.Status.Image, fn.Status.BuiltSourceSHA256 = image, sha1
+	slessv1.SetCondition(&fn.Status.Conditions, 2, slessv1.ConditionDeployed, metav1.ConditionTrue, slessv1.ReasonRolledOut, "1 replicas run the current version")
+	slessv1.SetCondition(&fn.Status.Conditions, 2, slessv1.ConditionBuilt, metav1.ConditionFalse, slessv1.ReasonBuilding, "building")
+	record := func(fn *slessv1.Function, m *msg.BuildCompleted) {
+		t.Helper()
+		value, err := json.Marshal(buildResultFrom(m))
+		if err != nil {
+			t.Fatal(err)
+		}
+		fn.Annotations = map[string]string{resources.BuildResultAnnotation: string(value)}
+		fn.Status.LastBuildID = m.BuildID
+		if applyBuildResult(fn) == nil {
+			t.Fatalf("the result of %s was not applied", m.BuildID)
+		}
+	}
+
+	same := fn.DeepCopy()
+	record(same, &msg.BuildCompleted{BuildID: "b-1", SourceSHA256: sha1, Result: msg.BuildSucceeded, Image: image})
+	if !slessv1.IsTrue(same.Status.Conditions, slessv1.ConditionDeployed) {
+		t.Errorf("the same artifact again: Deployed turned %+v", same.Status.Conditions)
+	}
+
+	record(fn, &msg.BuildCompleted{BuildID: "b-2", SourceSHA256: sha2, Result: msg.BuildSucceeded, Image: img2})
+	if slessv1.IsTrue(fn.Status.Conditions, slessv1.ConditionDeployed) {
+		t.Errorf("a new artifact applied and Deployed is still True: %s", functionStatus(fn))
+	}
+	if fn.Status.Image != img2 || fn.Status.BuiltSourceSHA256 != sha2 || !slessv1.IsTrue(fn.Status.Conditions, slessv1.ConditionBuilt) {
+		t.Errorf("status after the build: %s", functionStatus(fn))
+	}
+}
