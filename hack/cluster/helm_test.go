@@ -66,7 +66,6 @@ func TestHelmInstall(t *testing.T) {
 
 	cluster(t, script, "down")
 	t.Cleanup(func() { cluster(t, script, "down") })
-	start := time.Now()
 
 	// docs/install.md's one command (hack/cluster.sh try): the machine's
 	// servers bridged to the node's address, then the guide's own
@@ -82,7 +81,7 @@ func TestHelmInstall(t *testing.T) {
 	// Traces go to a Jaeger on this machine (OTLP on 127.0.0.1:4318).
 	testenv.Jaeger(t)
 	adminToken := testenv.Name("admin-") + testenv.Name("") + testenv.Name("") + testenv.Name("") // 46 characters
-	start = time.Now()
+	start := time.Now()
 	try := exec.Command("bash", script, "try")
 	try.Dir = root
 	try.Env = append(os.Environ(), "TRY_POSTGRES_URL="+pg, "TRY_RABBITMQ_URL="+vhost, "TRY_S3_BUCKET="+s3.Bucket, "ADMIN_TOKEN="+adminToken)
@@ -300,14 +299,6 @@ def handler(event, context):
 const nodeHandler = `exports.handler = async (event) => event.json || {};
 `
 
-func component(replicas int, extra map[string]any) map[string]any {
-	c := map[string]any{"replicas": replicas, "podDisruptionBudget": map[string]any{"minAvailable": 0}}
-	for k, v := range extra {
-		c[k] = v
-	}
-	return c
-}
-
 // helmBinary builds the pinned helm command line (hack/tools/helm) once
 // into the cache.
 func helmBinary(t *testing.T, root string) string {
@@ -355,19 +346,6 @@ func lines(t *testing.T, root string, env []string, args ...string) map[string]s
 
 var digestRE = regexp.MustCompile(`@(sha256:[0-9a-f]{64})$`)
 
-func digests(t *testing.T, images map[string]string) map[string]string {
-	t.Helper()
-	d := map[string]string{}
-	for _, s := range []string{"gateway", "builder", "operator", "invoker", "scheduler"} {
-		m := digestRE.FindStringSubmatch(images[s])
-		if m == nil {
-			t.Fatalf("make images printed no digest for %s: %v", s, images)
-		}
-		d[s] = m[1]
-	}
-	return d
-}
-
 func hostOf(t *testing.T, u string) string {
 	t.Helper()
 	p, err := url.Parse(u)
@@ -384,15 +362,6 @@ func port(t *testing.T, hostport string) string {
 		t.Fatal(err)
 	}
 	return p
-}
-
-func atoi(t *testing.T, s string) int {
-	t.Helper()
-	var n int
-	if _, err := fmt.Sscan(s, &n); err != nil {
-		t.Fatalf("%q is not a number", s)
-	}
-	return n
 }
 
 // accept listens on addr until the test ends and hands each connection to

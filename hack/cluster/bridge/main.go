@@ -29,7 +29,7 @@ func main() {
 
 func run(ctx context.Context, args []string) error {
 	if len(args) == 0 {
-		return fmt.Errorf("usage: bridge LISTEN=TARGET...")
+		return fmt.Errorf("usage: bridge LISTEN=TARGET [LISTEN=TARGET]")
 	}
 	for _, a := range args {
 		listen, target, ok := strings.Cut(a, "=")
