@@ -62,13 +62,15 @@ test: ## start the real dependencies and run every test
 print-modules:
 	@echo $(MODULES)
 
-.PHONY: test-cluster cluster-build cluster-up cluster-down
+.PHONY: test-cluster cluster-build cluster-up cluster-try cluster-down
 cluster-build: ## build the one-node cluster's programs (cached by version under ~/.cache/sless)
 	@hack/cluster.sh build
 test-cluster: deps ## bring up the one-node cluster (hack/cluster.sh), run its acceptance test, take it down
 	@$(DEPS_ENV); cd hack/cluster && go test -count=1 -timeout 40m -v ./...
 cluster-up: deps ## build (cached) and start the one-node Kubernetes cluster; `hack/cluster.sh env` points kubectl/client-go at it
 	@hack/cluster.sh up
+cluster-try: deps ## the one-node cluster with sless installed from docs/install.md's commands; prints the gateway's URL and an admin token
+	@hack/cluster.sh try
 cluster-down: ## stop the one-node cluster and remove everything it made
 	@hack/cluster.sh down
 

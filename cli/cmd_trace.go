@@ -93,11 +93,12 @@ func (a *app) addTraceFlags(c *cobra.Command, traces *string) {
 // or as data with -o json|yaml.
 func (a *app) showTrace(cmd *cobra.Command, p *output.Printer, traces string, meta traceJSON) error {
 	tid := meta.TraceID
+	from := "--traces"
 	if traces == "" {
-		traces = a.getenv("SLESS_TRACES_URL")
+		traces, from = a.getenv("SLESS_TRACES_URL"), "SLESS_TRACES_URL"
 	}
 	if traces == "" {
-		traces = "http://127.0.0.1:16686"
+		traces, from = "http://127.0.0.1:16686", "the default, make dev's Jaeger"
 	}
 	req, err := http.NewRequestWithContext(cmd.Context(), http.MethodGet, strings.TrimRight(traces, "/")+"/api/traces/"+url.PathEscape(tid), nil)
 	if err != nil {
@@ -105,7 +106,7 @@ func (a *app) showTrace(cmd *cobra.Command, p *output.Printer, traces string, me
 	}
 	resp, err := http.DefaultClient.Do(req)
 	if err != nil {
-		return fmt.Errorf("read trace %s: %w", tid, err)
+		return fmt.Errorf("read trace %s from %s (%s; --traces or SLESS_TRACES_URL names the traces backend's query API): %w", tid, traces, from, err)
 	}
 	defer resp.Body.Close()
 	b, err := io.ReadAll(io.LimitReader(resp.Body, 32<<20))

@@ -7,6 +7,12 @@
 #   hack/cluster.sh build   only build the cached binaries
 #   hack/cluster.sh up      build what is missing, start the cluster, wait Ready
 #   hack/cluster.sh env     print the export lines (KUBECONFIG, ...)
+#   hack/cluster.sh bridge  make this machine's servers (hack/deps.sh) reachable
+#                           from pods on the node's address
+#   hack/cluster.sh try     up, bridge, the images, then docs/install.md's
+#                           commands: Secrets, values, helm install; prints
+#                           the gateway's URL and an admin token
+#   hack/cluster.sh guide   print docs/install.md's install commands
 #   hack/cluster.sh down    stop everything up started and remove what it made
 #                           (processes, mounts, network namespaces, nftables
 #                           and iptables rules, kube-router's ipsets, veths,
@@ -622,6 +628,7 @@ netpol_check() {
 print_env() {
 	cat <<EOT
 export KUBECONFIG='$ADMIN'
+export PATH="$(dirname "$HELM"):\$PATH"
 export SLESS_CLUSTER_DIR='$C'
 export SLESS_CLUSTER_SCRIPT='$ROOT/hack/cluster.sh'
 export SLESS_TEST_REGISTRY='$REGISTRY'
@@ -687,7 +694,7 @@ iptables_clean() {
 down() {
 	local p pid m
 	[ -d "$C" ] || return 0
-	for p in kube-router kubelet kube-proxy kube-scheduler kube-controller-manager; do stop "$p"; done
+	for p in bridge kube-router kubelet kube-proxy kube-scheduler kube-controller-manager; do stop "$p"; done
 	kubepods_kill
 	stop containerd
 	# The shims of our containerd (their command lines name its socket).
@@ -723,11 +730,165 @@ down() {
 	rm -rf "$C"
 }
 
+# ---------------------------------------------------------------------------
+# Trying the platform on the node: this machine's servers, bridged.
+
+# deps_env: hack/deps.sh's export lines (the servers' addresses), unless
+# the caller has them already.
+deps_env() {
+	[ -n "${SLESS_TEST_POSTGRES_URL:-}" ] || eval "$(bash "$ROOT/hack/deps.sh" env)"
+	[ -n "${SLESS_TEST_POSTGRES_URL:-}" ] || die "hack/deps.sh env printed no servers; run make deps"
+}
+
+hostport() { # URL: its host:port
+	local h=${1#*://}
+	h=${h##*@}
+	echo "${h%%/*}"
+}
+
+on_node() { echo "${1/127.0.0.1:/$NODE_IP:}"; } # URL or host:port by the node's address
+
+# bridge: PostgreSQL, RabbitMQ (AMQP and management), MinIO, the registry
+# and an OTLP collector (4318) listen on 127.0.0.1; pods reach them on the
+# node's address at the same ports through hack/cluster/bridge, which runs
+# until down.
+bridge() {
+	deps_env
+	alive bridge && return 0
+	local dir=$CACHE/cluster-bridge-$(sha256sum "$ROOT/hack/cluster/bridge/main.go" | cut -c1-12) hp pairs=()
+	if [ ! -x "$dir/bridge" ]; then
+		mkdir -p "$dir"
+		(cd "$ROOT/hack/cluster" && GOWORK=off CGO_ENABLED=0 go build -trimpath -o "$dir/bridge" ./bridge) >&2 || die "building the bridge failed"
+	fi
+	for hp in "$(hostport "$SLESS_TEST_POSTGRES_URL")" "$(hostport "$SLESS_TEST_RABBITMQ_URL")" \
+		"$(hostport "$SLESS_TEST_RABBITMQ_MANAGEMENT_URL")" "$SLESS_TEST_S3_ENDPOINT" "$REGISTRY" 127.0.0.1:4318; do
+		pairs+=("$(on_node "$hp")=$hp")
+	done
+	start bridge "$dir/bridge" "${pairs[@]}"
+	LOG=$C/bridge.log wait_for "the bridge" 10 grep -q "127.0.0.1:4318" "$C/bridge.log"
+	say "bridged to $NODE_IP: ${pairs[*]}"
+}
+
+# guide: the commands of docs/install.md's install-test blocks, in order.
+guide() { awk '/^```sh install-test$/ {f = 1; next} /^```/ {f = 0} f' "$ROOT/docs/install.md"; }
+
+GATEWAY_NODE_PORT=30080
+
+# try_values FILE: the chart's values for this node (every address and port
+# a pod uses is the bridge's, and each is in the egress rules).
+try_values() {
+	local pg amqp mgmt s3 api=$API_PORT
+	pg=$(hostport "$SLESS_TEST_POSTGRES_URL")
+	amqp=$(hostport "$SLESS_TEST_RABBITMQ_URL")
+	mgmt=$(hostport "$SLESS_TEST_RABBITMQ_MANAGEMENT_URL")
+	s3=$SLESS_TEST_S3_ENDPOINT
+	local one="{replicas: 1, podDisruptionBudget: {minAvailable: 0}}"
+	cat >"$1" <<EOV
+# Written by hack/cluster.sh try for the one-node cluster.
+image:
+  repository: $IMAGE_REPOSITORY
+  digests: {gateway: $(digest gateway), builder: $(digest builder), operator: $(digest operator), invoker: $(digest invoker), scheduler: $(digest scheduler)}
+publicURL: http://$NODE_IP:$GATEWAY_NODE_PORT
+rabbitmq:
+  managementURL: $(on_node "$SLESS_TEST_RABBITMQ_MANAGEMENT_URL")
+  managementUserKey: user
+  managementPasswordKey: password
+s3: {endpoint: $(on_node "$s3"), bucket: $S3_BUCKET}
+registry: {url: $NODE_REGISTRY/functions, insecure: true}
+build:
+  namespace: sless-builds
+  createNamespace: false
+  baseImages: {python311: $(on_node "$BASE_PYTHON"), nodejs20: $(on_node "$BASE_NODE")}
+  cpu: 500m
+  memory: 1Gi
+otel: {endpoint: "http://$NODE_IP:4318"}
+egress: {allowCIDRs: [$NODE_IP/32]} # a callback receiver on the node
+gateway: {replicas: 1, podDisruptionBudget: {minAvailable: 0}, service: {type: NodePort, nodePort: $GATEWAY_NODE_PORT}}
+builder: $one
+operator: $one
+invoker: $one
+scheduler: $one
+networkPolicy:
+  # The API server on the node's address at its own port; the servers at
+  # their ports on the bridge.
+  platformEgress:
+    - {cidrs: [0.0.0.0/0], ports: [443, 6443, $api]}
+    - {cidrs: [10.0.0.0/8], ports: [${pg##*:}, ${amqp##*:}, ${mgmt##*:}, ${s3##*:}, 4318]}
+  buildEgress:
+    - {cidrs: [10.0.0.0/8], ports: [${s3##*:}, ${REGISTRY##*:}]}
+EOV
+}
+
+digest() { local r=${IMAGES[$1]:-}; [ -n "$r" ] || die "hack/images.sh printed no image of $1"; echo "${r##*@}"; }
+
+try() {
+	[ "$(id -u)" = 0 ] || die "the node runs as root (containerd, the kubelet, kube-proxy)"
+	deps_env
+	command -v kubectl >/dev/null || die "kubectl not found on PATH (docs/install.md's commands use it)"
+	bash "$ROOT/hack/deps.sh" registry up >&2
+	declare -gA IMAGES=()
+	local k v out
+	out=$(cd "$ROOT" && bash hack/images.sh) || die "hack/images.sh failed"
+	while read -r k v; do IMAGES[$k]=$v; done <<<"$out"
+	out=$(cd "$ROOT" && bash hack/runtime-bases.sh push) || die "hack/runtime-bases.sh push failed"
+	while read -r k v; do
+		case $k in python3.11) BASE_PYTHON=$v ;; nodejs20) BASE_NODE=$v ;; esac
+	done <<<"$out"
+	[ -n "${BASE_PYTHON:-}" ] && [ -n "${BASE_NODE:-}" ] || die "hack/runtime-bases.sh printed no runtime bases"
+	IMAGE_REPOSITORY=${IMAGES[gateway]%/gateway@*}
+	up
+	bridge
+	# A database, a vhost and a bucket of the install's own, unless given.
+	local pg=${TRY_POSTGRES_URL:-} amqp=${TRY_RABBITMQ_URL:-}
+	if [ -z "$pg" ]; then
+		command -v psql >/dev/null || die "psql not found on PATH: set TRY_POSTGRES_URL to an existing database"
+		psql "$SLESS_TEST_POSTGRES_URL" -tAc "SELECT 1 FROM pg_database WHERE datname = 'sless'" | grep -q 1 ||
+			psql "$SLESS_TEST_POSTGRES_URL" -qc 'CREATE DATABASE sless' || die "creating the database sless failed"
+		pg=${SLESS_TEST_POSTGRES_URL/\/postgres\?/\/sless?}
+	fi
+	local mgmt_user mgmt_password creds
+	creds=${SLESS_TEST_RABBITMQ_URL#amqp://}
+	creds=${creds%%@*}
+	mgmt_user=${creds%%:*} mgmt_password=${creds#*:}
+	if [ -z "$amqp" ]; then
+		curl -fsS -u "$mgmt_user:$mgmt_password" -X PUT "$SLESS_TEST_RABBITMQ_MANAGEMENT_URL/api/vhosts/sless" >/dev/null &&
+			curl -fsS -u "$mgmt_user:$mgmt_password" -X PUT -H 'Content-Type: application/json' \
+				-d '{"configure":".*","write":".*","read":".*"}' "$SLESS_TEST_RABBITMQ_MANAGEMENT_URL/api/permissions/sless/$mgmt_user" >/dev/null ||
+			die "creating the RabbitMQ vhost sless failed"
+		amqp=${SLESS_TEST_RABBITMQ_URL%/}/sless
+	fi
+	S3_BUCKET=${TRY_S3_BUCKET:-sless} # the services create it when it is missing
+	mkdir -p "$C/try"
+	try_values "$C/try/values.yaml"
+	# The variables docs/install.md's commands read, by the node's address.
+	export KUBECONFIG=$ADMIN PATH="$(dirname "$HELM"):$PATH" VALUES=$C/try/values.yaml
+	export ADMIN_TOKEN=${ADMIN_TOKEN:-$(openssl rand -hex 24)}
+	export POSTGRES_URL RABBITMQ_URL RABBITMQ_ADMIN_USER=$mgmt_user RABBITMQ_ADMIN_PASSWORD=$mgmt_password
+	POSTGRES_URL=$(on_node "$pg") RABBITMQ_URL=$(on_node "$amqp")
+	export S3_ACCESS_KEY=$SLESS_TEST_S3_ACCESS_KEY S3_SECRET_KEY=$SLESS_TEST_S3_SECRET_KEY
+	# The registry has no auth: the Secret still names it, with any user.
+	export REGISTRY=$NODE_REGISTRY REGISTRY_USER=unused REGISTRY_PASSWORD=unused
+	local script
+	script=$(guide)
+	[ -n "$script" ] || die "docs/install.md has no install-test blocks"
+	say "running docs/install.md's install commands (values: $VALUES)"
+	(cd "$ROOT" && bash -euo pipefail -c "$script") >&2 || die "docs/install.md's install commands failed"
+	say "installed; the gateway answers on http://$NODE_IP:$GATEWAY_NODE_PORT (the chart's NOTES above say what next)"
+	cat <<EOT
+export KUBECONFIG='$ADMIN'
+export GW='http://$NODE_IP:$GATEWAY_NODE_PORT'
+export ADMIN='$ADMIN_TOKEN'
+EOT
+}
+
 case "${1:-}" in
 build) build_all ;;
 up) up ;;
 env) print_env ;;
 helm) build_helm && echo "$HELM" ;;
+bridge) bridge ;;
+guide) guide ;;
+try) try ;;
 down) down ;;
-*) die "usage: hack/cluster.sh build|up|down|env|helm" ;;
+*) die "usage: hack/cluster.sh build|up|down|env|helm|bridge|guide|try" ;;
 esac

@@ -5,7 +5,6 @@ import (
 	"bufio"
 	"bytes"
 	"context"
-	"encoding/base64"
 	"encoding/json"
 	"fmt"
 	"io"
@@ -22,10 +21,8 @@ import (
 	"time"
 
 	appsv1 "k8s.io/api/apps/v1"
-	batchv1 "k8s.io/api/batch/v1"
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
-	"k8s.io/apimachinery/pkg/watch"
 	"k8s.io/client-go/kubernetes"
 
 	slessv1 "github.com/kube5s/sless/pkg/apis/sless/v1alpha1"
@@ -60,7 +57,6 @@ func TestHelmInstall(t *testing.T) {
 	helm := helmBinary(t, root)
 	// The images first: ko and the runtime bases take minutes when cold,
 	// and the cluster need not wait for them.
-	images := lines(t, root, nil, "hack/images.sh")
 	bases := lines(t, root, nil, "hack/runtime-bases.sh", "push")
 	for k, v := range bases {
 		// Pulled by the node and fetched by the build's assemble step in a
@@ -70,11 +66,39 @@ func TestHelmInstall(t *testing.T) {
 
 	cluster(t, script, "down")
 	t.Cleanup(func() { cluster(t, script, "down") })
+
+	// docs/install.md's one command (hack/cluster.sh try): the machine's
+	// servers bridged to the node's address, then the guide's own
+	// commands (namespaces, Secrets, helm install) with a database, a
+	// vhost and a bucket of this test.
+	pg := testenv.Postgres(t)
+	vhost, dropVhost, err := testenv.RabbitVhost()
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(dropVhost)
+	s3 := testenv.S3(t)
+	// Traces go to a Jaeger on this machine (OTLP on 127.0.0.1:4318).
+	testenv.Jaeger(t)
+	adminToken := testenv.Name("admin-") + testenv.Name("") + testenv.Name("") + testenv.Name("") // 46 characters
 	start := time.Now()
-	cluster(t, script, "up")
-	t.Logf("cluster up: %s", time.Since(start).Round(time.Second))
+	try := exec.Command("bash", script, "try")
+	try.Dir = root
+	try.Env = append(os.Environ(), "TRY_POSTGRES_URL="+pg, "TRY_RABBITMQ_URL="+vhost, "TRY_S3_BUCKET="+s3.Bucket, "ADMIN_TOKEN="+adminToken)
+	var tryErr bytes.Buffer
+	try.Stderr = &tryErr
+	tryOut, err := try.Output()
+	t.Logf("hack/cluster.sh try:\n%s", tryErr.String())
+	if err != nil {
+		t.Fatalf("hack/cluster.sh try: %v\n%s", err, tryErr.String())
+	}
+	t.Logf("hack/cluster.sh try (cluster up, the guide's commands, helm install to every pod Ready): %s", time.Since(start).Round(time.Second))
+	if !strings.Contains(string(tryOut), "export ADMIN='"+adminToken+"'") || !strings.Contains(string(tryOut), fmt.Sprintf("export GW='http://%s:%d'", nodeIP, gatewayPort)) {
+		t.Errorf("hack/cluster.sh try printed %q, want the gateway's URL and the admin token", tryOut)
+	}
 	env := clusterEnv(t, script)
 	kubeconfig := env["KUBECONFIG"]
+	valuesFile := filepath.Join(env["SLESS_CLUSTER_DIR"], "try", "values.yaml")
 	cs := client(t, kubeconfig)
 	t.Cleanup(func() { // before the cluster goes down
 		if t.Failed() {
@@ -83,111 +107,6 @@ func TestHelmInstall(t *testing.T) {
 	})
 	ctx, cancel := context.WithTimeout(context.Background(), 25*time.Minute)
 	defer cancel()
-
-	// The machine's servers listen on loopback; pods reach them on the
-	// node's address through forwarders that live as long as the test.
-	pg := testenv.Postgres(t)
-	vhost, dropVhost, err := testenv.RabbitVhost()
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(dropVhost)
-	mgmt, mgmtUser, mgmtPassword := testenv.RabbitManagement(t)
-	s3 := testenv.S3(t)
-	// Traces go to a Jaeger on this machine (OTLP on 127.0.0.1:4318).
-	testenv.Jaeger(t)
-	for _, hostport := range []string{hostOf(t, pg), hostOf(t, vhost), hostOf(t, mgmt), s3.Endpoint, registry, "127.0.0.1:4318"} {
-		forward(t, nodeIP+":"+port(t, hostport), hostport)
-	}
-	onNode := func(u string) string { return strings.Replace(u, "127.0.0.1:", nodeIP+":", 1) }
-
-	// The release namespace enforces Pod Security "restricted": every
-	// platform pod must pass it.
-	if _, err := cs.CoreV1().Namespaces().Create(ctx, &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: releaseNS,
-		Labels: map[string]string{"pod-security.kubernetes.io/enforce": "restricted"}}}, metav1.CreateOptions{}); err != nil {
-		t.Fatal(err)
-	}
-	adminToken := testenv.Name("admin-") + testenv.Name("") + testenv.Name("") + testenv.Name("") // 46 characters
-	dockerConfig, _ := json.Marshal(map[string]any{"auths": map[string]any{nodeIP + ":" + port(t, registry): map[string]string{
-		"auth": base64.StdEncoding.EncodeToString([]byte("sless:unused"))}}})
-	for name, data := range map[string]map[string]string{
-		"sless-admin":    {"token": adminToken},
-		"sless-postgres": {"url": onNode(pg)},
-		"sless-rabbitmq": {"url": onNode(vhost), "user": mgmtUser, "password": mgmtPassword},
-		"sless-s3":       {"SLESS_S3_ACCESS_KEY": s3.AccessKey, "SLESS_S3_SECRET_KEY": s3.SecretKey},
-	} {
-		secret := &corev1.Secret{ObjectMeta: metav1.ObjectMeta{Name: name}, StringData: data}
-		if _, err := cs.CoreV1().Secrets(releaseNS).Create(ctx, secret, metav1.CreateOptions{}); err != nil {
-			t.Fatal(err)
-		}
-	}
-	// The build namespace holds what the build Job mounts: the registry's
-	// push credentials and the object store's keys (docs/install.md).
-	if _, err := cs.CoreV1().Namespaces().Create(ctx, &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: buildNS,
-		Labels: map[string]string{"app.kubernetes.io/part-of": "sless", "pod-security.kubernetes.io/enforce": "restricted"}}}, metav1.CreateOptions{}); err != nil {
-		t.Fatal(err)
-	}
-	for _, secret := range []*corev1.Secret{
-		{ObjectMeta: metav1.ObjectMeta{Name: "sless-registry"}, Type: corev1.SecretTypeDockerConfigJson,
-			Data: map[string][]byte{corev1.DockerConfigJsonKey: dockerConfig}},
-		{ObjectMeta: metav1.ObjectMeta{Name: "sless-s3"}, StringData: map[string]string{"SLESS_S3_ACCESS_KEY": s3.AccessKey, "SLESS_S3_SECRET_KEY": s3.SecretKey}},
-	} {
-		if _, err := cs.CoreV1().Secrets(buildNS).Create(ctx, secret, metav1.CreateOptions{}); err != nil {
-			t.Fatal(err)
-		}
-	}
-
-	values := map[string]any{
-		"image": map[string]any{
-			"repository": strings.TrimSuffix(images["gateway"][:strings.Index(images["gateway"], "@")], "/gateway"),
-			"digests":    digests(t, images),
-		},
-		"publicURL": fmt.Sprintf("http://%s:%d", nodeIP, gatewayPort),
-		"postgres":  map[string]any{"existingSecret": "sless-postgres"},
-		"rabbitmq": map[string]any{"existingSecret": "sless-rabbitmq", "managementURL": onNode(mgmt),
-			"managementUserKey": "user", "managementPasswordKey": "password"},
-		"s3":       map[string]any{"endpoint": onNode(s3.Endpoint), "bucket": s3.Bucket, "existingSecret": "sless-s3"},
-		"registry": map[string]any{"url": nodeIP + ":" + port(t, registry) + "/functions", "existingSecret": "sless-registry", "insecure": true},
-		"build": map[string]any{"baseImages": map[string]any{"python311": bases["python3.11"], "nodejs20": bases["nodejs20"]},
-			"cpu": "500m", "memory": "1Gi", "namespace": buildNS, "createNamespace": false},
-		"otel": map[string]any{"endpoint": "http://" + nodeIP + ":4318"},
-		// The callback receiver of checkTriggers listens on the node.
-		"egress":    map[string]any{"allowCIDRs": []string{nodeIP + "/32"}},
-		"gateway":   component(1, map[string]any{"service": map[string]any{"type": "NodePort", "nodePort": gatewayPort}}),
-		"builder":   component(1, nil),
-		"operator":  component(1, nil),
-		"invoker":   component(1, nil),
-		"scheduler": component(1, nil),
-		"networkPolicy": map[string]any{
-			// The API server listens on the node's address at the
-			// cluster's port (policies see the Service's DNAT target),
-			// and the registry on its own port.
-			"platformEgress": []any{
-				map[string]any{"cidrs": []string{"0.0.0.0/0"}, "ports": []int{443, 6443, atoi(t, env["SLESS_CLUSTER_API_PORT"])}},
-				map[string]any{"cidrs": []string{"10.0.0.0/8"}, "ports": []int{atoi(t, port(t, hostOf(t, pg))), atoi(t, port(t, hostOf(t, vhost))),
-					atoi(t, port(t, hostOf(t, mgmt))), atoi(t, port(t, s3.Endpoint)), 4318}},
-			},
-			"buildEgress": []any{
-				map[string]any{"cidrs": []string{"10.0.0.0/8"}, "ports": []int{atoi(t, port(t, s3.Endpoint)), atoi(t, port(t, registry))}},
-			},
-		},
-	}
-	valuesFile := filepath.Join(t.TempDir(), "values.json")
-	b, _ := json.MarshalIndent(values, "", "  ")
-	if err := os.WriteFile(valuesFile, b, 0o600); err != nil {
-		t.Fatal(err)
-	}
-
-	// 1. helm install: every platform pod Ready; the migration hook Job
-	// runs once.
-	migrations := countJobs(ctx, t, cs, releaseNS)
-	start = time.Now()
-	helmRun(t, helm, kubeconfig, "install", release, filepath.Join(root, "deploy/helm/sless"), "-n", releaseNS,
-		"-f", valuesFile, "--wait", "--timeout", "10m")
-	t.Logf("helm install to every pod Ready: %s", time.Since(start).Round(time.Second))
-	if n := migrations(); n != 1 {
-		t.Errorf("the migration hook ran %d times, want 1", n)
-	}
 	pods, err := cs.CoreV1().Pods(releaseNS).List(ctx, metav1.ListOptions{})
 	if err != nil {
 		t.Fatal(err)
@@ -209,6 +128,37 @@ func TestHelmInstall(t *testing.T) {
 		resp.Body.Close()
 		return resp.StatusCode == 200, resp.Status
 	})
+	// The ops port (/readyz, /metrics) is on no node port: every node port
+	// of the release's Services answers no /metrics.
+	svcs, err := cs.CoreV1().Services(releaseNS).List(ctx, metav1.ListOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, svc := range svcs.Items {
+		for _, p := range svc.Spec.Ports {
+			if p.NodePort == 0 {
+				continue
+			}
+			u := fmt.Sprintf("http://%s:%d/metrics", nodeIP, p.NodePort)
+			if resp, err := http.Get(u); err == nil {
+				b, _ := io.ReadAll(resp.Body)
+				resp.Body.Close()
+				if resp.StatusCode == 200 || strings.Contains(string(b), "# TYPE") {
+					t.Errorf("%s (Service %s, port %s) answered the metrics: %d %.200s", u, svc.Name, p.Name, resp.StatusCode, b)
+				}
+			}
+		}
+	}
+	// The chart's NOTES, run as they are printed: they reach the gateway on
+	// its node port, create the tenant acme and deploy and call a function.
+	notes := strings.TrimPrefix(helmRun(t, helm, kubeconfig, "get", "notes", release, "-n", releaseNS), "NOTES:\n")
+	notesCmds := testenv.NotesCommands(notes)
+	sh := exec.Command("bash", "-euo", "pipefail", "-c", strings.Join(notesCmds, "\n"))
+	sh.Dir = t.TempDir()
+	sh.Env = append(os.Environ(), "KUBECONFIG="+kubeconfig)
+	if out, err := sh.CombinedOutput(); err != nil || !strings.Contains(string(out), "hello from sless") {
+		t.Errorf("the NOTES commands (%d) failed: %v\n%s", len(notesCmds), err, out)
+	}
 	admin, err := sless.New(base, adminToken, "sless-cluster-test")
 	if err != nil {
 		t.Fatal(err)
@@ -313,7 +263,7 @@ func TestHelmInstall(t *testing.T) {
 	}
 
 	// 7. helm test, with a token of the tenant.
-	testToken := &corev1.Secret{ObjectMeta: metav1.ObjectMeta{Name: "sless-test-token"}, StringData: map[string]string{"tenant": tenant, "token": tok}}
+	testToken := &corev1.Secret{ObjectMeta: metav1.ObjectMeta{Name: "sless-test-token"}, StringData: map[string]string{"tenant": tenant + "\n", "token": tok + "\n"}} // as a Secret made from files
 	if _, err := cs.CoreV1().Secrets(releaseNS).Create(ctx, testToken, metav1.CreateOptions{}); err != nil {
 		t.Fatal(err)
 	}
@@ -348,14 +298,6 @@ def handler(event, context):
 
 const nodeHandler = `exports.handler = async (event) => event.json || {};
 `
-
-func component(replicas int, extra map[string]any) map[string]any {
-	c := map[string]any{"replicas": replicas, "podDisruptionBudget": map[string]any{"minAvailable": 0}}
-	for k, v := range extra {
-		c[k] = v
-	}
-	return c
-}
 
 // helmBinary builds the pinned helm command line (hack/tools/helm) once
 // into the cache.
@@ -404,19 +346,6 @@ func lines(t *testing.T, root string, env []string, args ...string) map[string]s
 
 var digestRE = regexp.MustCompile(`@(sha256:[0-9a-f]{64})$`)
 
-func digests(t *testing.T, images map[string]string) map[string]string {
-	t.Helper()
-	d := map[string]string{}
-	for _, s := range []string{"gateway", "builder", "operator", "invoker", "scheduler"} {
-		m := digestRE.FindStringSubmatch(images[s])
-		if m == nil {
-			t.Fatalf("make images printed no digest for %s: %v", s, images)
-		}
-		d[s] = m[1]
-	}
-	return d
-}
-
 func hostOf(t *testing.T, u string) string {
 	t.Helper()
 	p, err := url.Parse(u)
@@ -433,34 +362,6 @@ func port(t *testing.T, hostport string) string {
 		t.Fatal(err)
 	}
 	return p
-}
-
-func atoi(t *testing.T, s string) int {
-	t.Helper()
-	var n int
-	if _, err := fmt.Sscan(s, &n); err != nil {
-		t.Fatalf("%q is not a number", s)
-	}
-	return n
-}
-
-// forward accepts on listen and copies each connection to and from target
-// until the test ends.
-func forward(t *testing.T, listen, target string) {
-	t.Helper()
-	accept(t, listen, func(c net.Conn) {
-		defer c.Close()
-		u, err := net.DialTimeout("tcp", target, 5*time.Second)
-		if err != nil {
-			return
-		}
-		defer u.Close()
-		go func() {
-			_, _ = io.Copy(u, c)
-			_ = u.(*net.TCPConn).CloseWrite()
-		}()
-		_, _ = io.Copy(c, u)
-	})
 }
 
 // accept listens on addr until the test ends and hands each connection to
@@ -482,33 +383,6 @@ func accept(t *testing.T, addr string, handle func(net.Conn)) {
 			go handle(c)
 		}
 	})
-}
-
-// countJobs watches the Jobs created in ns from now on and returns how
-// many were created when called.
-func countJobs(ctx context.Context, t *testing.T, cs kubernetes.Interface, ns string) func() int {
-	t.Helper()
-	w, err := cs.BatchV1().Jobs(ns).Watch(ctx, metav1.ListOptions{})
-	if err != nil {
-		t.Fatal(err)
-	}
-	var mu sync.Mutex
-	seen := map[string]bool{}
-	go func() {
-		for ev := range w.ResultChan() {
-			if j, ok := ev.Object.(*batchv1.Job); ok && ev.Type == watch.Added {
-				mu.Lock()
-				seen[string(j.UID)] = true
-				mu.Unlock()
-			}
-		}
-	}()
-	return func() int {
-		w.Stop()
-		mu.Lock()
-		defer mu.Unlock()
-		return len(seen)
-	}
 }
 
 // dumpPods logs the status and the last lines of every container of the
