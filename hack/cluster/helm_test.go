@@ -39,13 +39,15 @@ const (
 )
 
 // TestHelmInstall installs the chart (deploy/helm/sless) on the one-node
-// cluster with the helm command line, as a platform team does: the images
-// `make images` built (ko) and the runtime bases, PostgreSQL, RabbitMQ and
-// MinIO of this machine as the external services named by existing
-// Secrets, the local registry. Then, through the gateway's NodePort, as a
-// user: a tenant, a Python and a Node function built in the cluster (deps
-// step, then assemble and push), invoked; then helm test, and helm
-// uninstall keeping the CRDs and the tenants' objects.
+// cluster as a platform team does, with the guide's own commands:
+// hack/cluster.sh try runs docs/install.md's install-test blocks against
+// the images `make images` built (ko), the runtime bases, and PostgreSQL,
+// RabbitMQ and MinIO of this machine bridged to the cluster. Then the
+// chart's NOTES are run, the ops ports are checked unreachable from node
+// ports, and, through the gateway's NodePort, as a user: a tenant, a
+// Python and a Node function built in the cluster (deps step, then
+// assemble and push), invoked; then helm test, and helm uninstall keeping
+// the CRDs and the tenants' objects.
 func TestHelmInstall(t *testing.T) {
 	testenv.SteadyServers(t)
 	registry := preflight(t)
