@@ -51,7 +51,7 @@ test-images: ## build the platform images (make images) and check each one pulle
 # platform-wide ones (cluster, e2e, Terraform); pkg/ and the services'
 # internal packages run under the race detector (the concurrent code lives
 # there); a service's main package, whose tests start whole services and
-# kill them, runs without it (see docs/decisions.md). The runtime bases
+# kill them, runs without it (see docs/contributing.md). The runtime bases
 # (cached; the first build needs root) are what the builder's
 # assembled-image test runs on. The Terraform provider's acceptance tests
 # (TF_ACC=1) drive OpenTofu against a make dev platform of their own.

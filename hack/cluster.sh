@@ -28,7 +28,7 @@ CONTAINERD_VERSION=v2.4.2
 RUNC_VERSION=v1.5.3
 CNI_VERSION=v1.10.0
 # The NetworkPolicy enforcer: kube-router's policy controller alone
-# (iptables + ipset); see docs/decisions.md for why not kube-network-policies.
+# (iptables + ipset); see docs/contributing.md for why not kube-network-policies.
 KUBE_ROUTER_VERSION=v2.1.0
 
 say() { printf 'cluster: %s\n' "$*" >&2; }

@@ -37,7 +37,7 @@ cd "$ROOT"
 # -trimpath, and a package built with other settings is compiled again, so
 # every Go command of the run uses ko's, except the race detector's (which
 # needs cgo, and is a build of its own anyway). The tools under hack/
-# set their own (docs/decisions.md).
+# set their own (docs/contributing.md).
 export CGO_ENABLED=0 GOFLAGS="${GOFLAGS:+$GOFLAGS }-trimpath"
 
 # Every module of the Makefile's MODULES is in exactly one lane.
@@ -60,7 +60,7 @@ for m in $modules; do
 done
 
 # gotest MODULE: the module's tests; pkg/ and the services' internal
-# packages under the race detector (docs/decisions.md).
+# packages under the race detector (docs/contributing.md).
 gotest() {
 	local m=$1
 	case $m in
