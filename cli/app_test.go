@@ -5,9 +5,14 @@ import (
 	"fmt"
 	"net/http"
 	"net/http/httptest"
+	"os"
+	"path/filepath"
+	"slices"
 	"strings"
 	"sync/atomic"
 	"testing"
+
+	"github.com/kube5s/sless/pkg/client"
 )
 
 // TestCommandsWaitOutRetryAfter: a command the gateway answers 409 or 503
@@ -45,5 +50,38 @@ func TestCommandsWaitOutRetryAfter(t *testing.T) {
 	}
 	if calls.Load() != 2 {
 		t.Errorf("%d creates, want 2", calls.Load())
+	}
+}
+
+// TestInitOffersEveryRuntime: 'sless init' writes a project for each
+// runtime the API accepts, completes --runtime with them, and names them
+// when refusing another.
+func TestInitOffersEveryRuntime(t *testing.T) {
+	env := map[string]string{"XDG_CONFIG_HOME": t.TempDir()}
+	sless := func(args ...string) (int, string, string) {
+		var stdout, stderr bytes.Buffer
+		code := run(t.Context(), args, func(k string) string { return env[k] }, strings.NewReader(""), &stdout, &stderr)
+		return code, stdout.String(), stderr.String()
+	}
+	var names []string
+	for _, r := range client.Runtimes() {
+		rt := string(r)
+		names = append(names, rt)
+		dir := filepath.Join(t.TempDir(), "fn")
+		if code, out, errOut := sless("init", "--runtime", rt, "fn", "--dir", dir); code != exitOK {
+			t.Fatalf("init --runtime %s: exit %d\nstdout: %s\nstderr: %s", rt, code, out, errOut)
+		}
+		project, err := os.ReadFile(filepath.Join(dir, projectFile))
+		if err != nil || !strings.Contains(string(project), "\nruntime: "+rt+"\n") {
+			t.Errorf("init --runtime %s wrote (err %v):\n%s", rt, err, project)
+		}
+	}
+	_, out, _ := sless("__complete", "init", "--runtime", "")
+	if got := strings.Fields(strings.Split(out, ":")[0]); !slices.Equal(got, names) {
+		t.Errorf("--runtime completes %q, want %q", got, names)
+	}
+	code, _, errOut := sless("init", "--runtime", "ruby3", "fn", "--dir", filepath.Join(t.TempDir(), "fn"))
+	if code == exitOK || !strings.Contains(errOut, strings.Join(names, " or ")) {
+		t.Errorf("init --runtime ruby3: exit %d, stderr %q: want a refusal naming %v", code, errOut, names)
 	}
 }

@@ -18,7 +18,7 @@ import (
 func (a *app) initCommand() *cobra.Command {
 	var runtime, dir string
 	c := &cobra.Command{
-		Use:   "init --runtime python3.11|nodejs20 NAME",
+		Use:   "init --runtime " + strings.Join(runtimeNames(), "|") + " NAME",
 		Short: "Create a function directory: sless.yaml (settings and triggers) and a handler",
 		Args:  cobra.ExactArgs(1),
 		RunE: func(cmd *cobra.Command, args []string) error {
@@ -36,10 +36,10 @@ func (a *app) initCommand() *cobra.Command {
 			return nil
 		},
 	}
-	c.Flags().StringVar(&runtime, "runtime", "", "python3.11 or nodejs20")
+	c.Flags().StringVar(&runtime, "runtime", "", strings.Join(runtimeNames(), " or "))
 	c.Flags().StringVar(&dir, "dir", "", "the directory to create (default: NAME)")
 	_ = c.MarkFlagRequired("runtime")
-	_ = c.RegisterFlagCompletionFunc("runtime", cobra.FixedCompletions([]string{"python3.11", "nodejs20"}, cobra.ShellCompDirectiveNoFileComp))
+	_ = c.RegisterFlagCompletionFunc("runtime", cobra.FixedCompletions(runtimeNames(), cobra.ShellCompDirectiveNoFileComp))
 	return c
 }
 

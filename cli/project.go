@@ -8,6 +8,7 @@ import (
 	"os"
 	"path/filepath"
 	"regexp"
+	"strings"
 
 	"sigs.k8s.io/yaml"
 
@@ -139,10 +140,10 @@ func sameSpec(a, b client.FunctionReplacement) bool {
 }
 
 // templates are what 'sless init' writes, by runtime.
-var templates = map[string]struct {
+var templates = map[client.FunctionInputRuntime]struct {
 	entrypoint, file, code string
 }{
-	"python3.11": {"main.handler", "main.py", `"""%[1]s: a sless function. 'sless deploy' puts it on the platform."""
+	client.FunctionInputRuntimePython311: {"main.handler", "main.py", `"""%[1]s: a sless function. 'sless deploy' puts it on the platform."""
 
 
 def handler(event, context):
@@ -152,7 +153,7 @@ def handler(event, context):
     print(f"greeting {name}")
     return {"message": f"Hello, {name}!"}
 `},
-	"nodejs20": {"index.handler", "index.js", `// %[1]s: a sless function. 'sless deploy' puts it on the platform.
+	client.FunctionInputRuntimeNodejs20: {"index.handler", "index.js", `// %[1]s: a sless function. 'sless deploy' puts it on the platform.
 exports.handler = async (event) => {
   const body = event.json && typeof event.json === 'object' ? event.json : {}; // the body parsed, when it is JSON
   const name = body.name || event.query.name || 'world';
@@ -186,10 +187,19 @@ triggers:
       auth: token
 `
 
+// runtimeNames are the runtimes 'sless init' offers: the API's.
+func runtimeNames() []string {
+	var names []string
+	for _, r := range client.Runtimes() {
+		names = append(names, string(r))
+	}
+	return names
+}
+
 func writeProject(dir, name, runtime string) ([]string, error) {
-	tpl, ok := templates[runtime]
+	tpl, ok := templates[client.FunctionInputRuntime(runtime)]
 	if !ok {
-		return nil, usagef("--runtime %q: python3.11 or nodejs20", runtime)
+		return nil, usagef("--runtime %q: %s", runtime, strings.Join(runtimeNames(), " or "))
 	}
 	if !nameRE.MatchString(name) || len(name) > 53 {
 		return nil, usagef("name %q: lowercase letters, digits and '-', starting with a letter, at most 53", name)

@@ -8,13 +8,15 @@ import (
 	"embed"
 	"fmt"
 	"io/fs"
+
+	slessv1 "github.com/kube5s/sless/pkg/apis/sless/v1alpha1"
 )
 
 //go:embed python3.11/runtime.py nodejs20/runtime.js fixtures/contract.json fixtures/handlers/main.py fixtures/handlers/index.js
 var files embed.FS
 
 // wrappers names each runtime's wrapper file.
-var wrappers = map[string]string{"python3.11": "runtime.py", "nodejs20": "runtime.js"}
+var wrappers = map[slessv1.Runtime]string{slessv1.RuntimePython311: "runtime.py", slessv1.RuntimeNodeJS20: "runtime.js"}
 
 // Wrapper is the wrapper program of one runtime.
 type Wrapper struct {
@@ -24,7 +26,7 @@ type Wrapper struct {
 
 // WrapperOf returns the wrapper of runtime.
 func WrapperOf(runtime string) (Wrapper, error) {
-	name, ok := wrappers[runtime]
+	name, ok := wrappers[slessv1.Runtime(runtime)]
 	if !ok {
 		return Wrapper{}, fmt.Errorf("unknown runtime %q", runtime)
 	}
@@ -36,7 +38,7 @@ func WrapperOf(runtime string) (Wrapper, error) {
 }
 
 // fixtureHandlers names each runtime's fixture handler file.
-var fixtureHandlers = map[string]string{"python3.11": "main.py", "nodejs20": "index.js"}
+var fixtureHandlers = map[slessv1.Runtime]string{slessv1.RuntimePython311: "main.py", slessv1.RuntimeNodeJS20: "index.js"}
 
 // ContractFixtures is fixtures/contract.json, the requests every runtime
 // must answer as it says (package contract checks them).
@@ -51,7 +53,7 @@ func ContractFixtures() []byte {
 // FixtureHandler is the function the contract fixtures are run against,
 // in runtime's language: its file name and content.
 func FixtureHandler(runtime string) (string, []byte, error) {
-	name, ok := fixtureHandlers[runtime]
+	name, ok := fixtureHandlers[slessv1.Runtime(runtime)]
 	if !ok {
 		return "", nil, fmt.Errorf("unknown runtime %q", runtime)
 	}

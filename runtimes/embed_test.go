@@ -5,17 +5,19 @@ import (
 	"os"
 	"path/filepath"
 	"testing"
+
+	slessv1 "github.com/kube5s/sless/pkg/apis/sless/v1alpha1"
 )
 
 // TestWrappersAreTheFilesOnDisk: the embedded copies are the wrappers of
 // this directory.
 func TestWrappersAreTheFilesOnDisk(t *testing.T) {
 	for rt, name := range wrappers {
-		w, err := WrapperOf(rt)
+		w, err := WrapperOf(string(rt))
 		if err != nil {
 			t.Fatal(err)
 		}
-		want, err := os.ReadFile(filepath.Join(rt, name))
+		want, err := os.ReadFile(filepath.Join(string(rt), name))
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -39,7 +41,7 @@ func TestFixturesAreTheFilesOnDisk(t *testing.T) {
 		t.Error("the embedded contract.json differs from the file")
 	}
 	for rt, file := range fixtureHandlers {
-		name, data, err := FixtureHandler(rt)
+		name, data, err := FixtureHandler(string(rt))
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -53,5 +55,21 @@ func TestFixturesAreTheFilesOnDisk(t *testing.T) {
 	}
 	if _, _, err := FixtureHandler("ruby3"); err == nil {
 		t.Error("an unknown runtime has a fixture handler")
+	}
+}
+
+// TestEveryRuntimeHasAWrapper: each runtime the API accepts has a wrapper
+// and a fixture handler here, and nothing else does.
+func TestEveryRuntimeHasAWrapper(t *testing.T) {
+	for _, rt := range slessv1.Runtimes() {
+		if _, err := WrapperOf(string(rt)); err != nil {
+			t.Errorf("runtime %s: %v", rt, err)
+		}
+		if _, _, err := FixtureHandler(string(rt)); err != nil {
+			t.Errorf("runtime %s: %v", rt, err)
+		}
+	}
+	if n := len(slessv1.Runtimes()); len(wrappers) != n || len(fixtureHandlers) != n {
+		t.Errorf("%d wrappers and %d fixture handlers for %d runtimes", len(wrappers), len(fixtureHandlers), n)
 	}
 }

@@ -14,6 +14,8 @@ import (
 	"path"
 	"path/filepath"
 	"strings"
+
+	"github.com/kube5s/sless/pkg/client"
 )
 
 // Limits bound what an archive may unpack to.
@@ -100,10 +102,10 @@ func EntrypointFiles(runtime, entrypoint string) ([]string, error) {
 	}
 	mod := entrypoint[:dot]
 	switch runtime {
-	case "python3.11":
+	case string(client.FunctionInputRuntimePython311):
 		p := strings.ReplaceAll(mod, ".", "/")
 		return []string{p + ".py", p + "/__init__.py"}, nil
-	case "nodejs20":
+	case string(client.FunctionInputRuntimeNodejs20):
 		return []string{mod, mod + ".js", mod + ".mjs", mod + ".cjs", mod + "/index.js"}, nil
 	}
 	return nil, refuse(ReasonUnsupportedRuntime, "runtime %q is not supported", runtime)

@@ -11,6 +11,8 @@ import (
 	"strconv"
 	"testing"
 	"time"
+
+	slessv1 "github.com/kube5s/sless/pkg/apis/sless/v1alpha1"
 )
 
 // PythonRuntime starts the Python wrapper (runtimesDir/python3.11) on the
@@ -27,7 +29,7 @@ func PythonRuntime(t testing.TB, runtimesDir, codeDir string, out io.Writer, env
 	}
 	port := ln.Addr().(*net.TCPAddr).Port
 	ln.Close()
-	c := exec.Command("python3", filepath.Join(runtimesDir, "python3.11", "runtime.py"))
+	c := exec.Command("python3", filepath.Join(runtimesDir, string(slessv1.RuntimePython311), "runtime.py"))
 	c.Env = append(append(os.Environ(), "PORT="+strconv.Itoa(port), "SLESS_HOST=127.0.0.1", "SLESS_CODE_DIR="+codeDir,
 		"SLESS_ENTRYPOINT=main.handler"), env...)
 	printed := &SyncBuffer{}

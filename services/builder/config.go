@@ -8,6 +8,7 @@ import (
 	"strconv"
 	"time"
 
+	slessv1 "github.com/kube5s/sless/pkg/apis/sless/v1alpha1"
 	"github.com/kube5s/sless/pkg/envconf"
 	"github.com/kube5s/sless/pkg/objstore"
 	"github.com/kube5s/sless/pkg/service"
@@ -51,8 +52,8 @@ func loadConfig(getenv func(string) string) (config, error) {
 			Namespace:   r.String("SLESS_BUILD_NAMESPACE", "sless-builds"),
 			HelperImage: r.String("SLESS_BUILD_HELPER_IMAGE", ""),
 			BaseImages: map[string]string{
-				"python3.11": r.String("SLESS_BUILD_BASE_PYTHON311_IMAGE", ""),
-				"nodejs20":   r.String("SLESS_BUILD_BASE_NODEJS20_IMAGE", ""),
+				string(slessv1.RuntimePython311): r.String("SLESS_BUILD_BASE_PYTHON311_IMAGE", ""),
+				string(slessv1.RuntimeNodeJS20):  r.String("SLESS_BUILD_BASE_NODEJS20_IMAGE", ""),
 			},
 			Registry:         r.String("SLESS_REGISTRY", ""),
 			RegistryInsecure: r.Bool("SLESS_REGISTRY_INSECURE", false),
@@ -78,7 +79,7 @@ func loadConfig(getenv func(string) string) (config, error) {
 	}
 	if c.Driver == "kubernetes" {
 		required := map[string]string{"SLESS_REGISTRY": c.Kube.Registry, "SLESS_BUILD_HELPER_IMAGE": c.Kube.HelperImage,
-			"SLESS_BUILD_BASE_PYTHON311_IMAGE": c.Kube.BaseImages["python3.11"], "SLESS_BUILD_BASE_NODEJS20_IMAGE": c.Kube.BaseImages["nodejs20"]}
+			"SLESS_BUILD_BASE_PYTHON311_IMAGE": c.Kube.BaseImages[string(slessv1.RuntimePython311)], "SLESS_BUILD_BASE_NODEJS20_IMAGE": c.Kube.BaseImages[string(slessv1.RuntimeNodeJS20)]}
 		for _, k := range slices.Sorted(maps.Keys(required)) {
 			switch v := required[k]; {
 			case v == "":

@@ -2,6 +2,7 @@ package provider
 
 import (
 	"context"
+	"strings"
 
 	"github.com/hashicorp/terraform-plugin-framework/datasource"
 	"github.com/hashicorp/terraform-plugin-framework/datasource/schema"
@@ -60,7 +61,7 @@ func (d *functionDataSource) Schema(_ context.Context, _ datasource.SchemaReques
 			"id":                  c("`<tenant>/<name>`."),
 			"tenant":              schema.StringAttribute{Optional: true, Computed: true, Description: "The function's tenant (default: the provider's)."},
 			"name":                schema.StringAttribute{Required: true, Description: "The function's name."},
-			"runtime":             c("`python3.11` or `nodejs20`."),
+			"runtime":             c("`" + strings.Join(runtimeNames(), "` or `") + "`."),
 			"entrypoint":          c("The handler."),
 			"memory_mb":           n("Memory limit in MiB."),
 			"cpu_millis":          n("CPU limit in millicores."),

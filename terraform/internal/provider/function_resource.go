@@ -25,6 +25,7 @@ import (
 	"github.com/hashicorp/terraform-plugin-framework/types"
 
 	"github.com/kube5s/sless/pkg/archive"
+	slessclient "github.com/kube5s/sless/pkg/client"
 )
 
 // Default waits; the timeouts block changes them.
@@ -91,8 +92,8 @@ func (r *functionResource) Schema(ctx context.Context, _ resource.SchemaRequest,
 			"tenant": tenantAttribute(),
 			"name":   nameAttribute("function", 53),
 			"runtime": schema.StringAttribute{
-				Required: true, Description: "`python3.11` or `nodejs20`.",
-				Validators: []validator.String{stringvalidator.OneOf("python3.11", "nodejs20")},
+				Required: true, Description: "`" + strings.Join(runtimeNames(), "` or `") + "`.",
+				Validators: []validator.String{stringvalidator.OneOf(runtimeNames()...)},
 			},
 			"entrypoint": schema.StringAttribute{
 				Required: true, Description: "`module.function` (Python) or `file.export` (Node), for example `main.handler`.",
@@ -551,4 +552,13 @@ func (r *functionResource) Delete(ctx context.Context, req resource.DeleteReques
 
 func (r *functionResource) ImportState(ctx context.Context, req resource.ImportStateRequest, resp *resource.ImportStateResponse) {
 	importTenantName(ctx, req, resp)
+}
+
+// runtimeNames are the runtimes a function may name: the API's.
+func runtimeNames() []string {
+	var names []string
+	for _, r := range slessclient.Runtimes() {
+		names = append(names, string(r))
+	}
+	return names
 }

@@ -8,11 +8,15 @@ import (
 // +kubebuilder:validation:Enum=python3.11;nodejs20
 type Runtime string
 
-// Supported runtimes.
+// Supported runtimes: the one definition of their names. Runtimes lists
+// them in the order of the Enum marker above (a test holds the two equal).
 const (
 	RuntimePython311 Runtime = "python3.11"
 	RuntimeNodeJS20  Runtime = "nodejs20"
 )
+
+// Runtimes are the supported runtimes, in the Enum marker's order.
+func Runtimes() []Runtime { return []Runtime{RuntimePython311, RuntimeNodeJS20} }
 
 // FunctionSpec is what a function developer asks for.
 //

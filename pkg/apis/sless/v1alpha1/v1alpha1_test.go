@@ -1,6 +1,7 @@
 package v1alpha1_test
 
 import (
+	"encoding/json"
 	"fmt"
 	"os"
 	"strings"
@@ -170,5 +171,35 @@ func TestAPIServerRejectsInvalidObjects(t *testing.T) {
 				t.Errorf("error %q does not mention %q", err, tt.message)
 			}
 		})
+	}
+}
+
+// TestRuntimesMatchTheCRDEnum holds Runtimes, the list the gateway, the
+// builder and the clients take, equal to the runtime enum the API server
+// enforces (the Enum marker on Runtime).
+func TestRuntimesMatchTheCRDEnum(t *testing.T) {
+	var crd apiextensionsv1.CustomResourceDefinition
+	if err := k8s.Get(t.Context(), client.ObjectKey{Name: "functions.sless.kube5s.ru"}, &crd); err != nil {
+		t.Fatal(err)
+	}
+	var enum []string
+	for _, ver := range crd.Spec.Versions {
+		if ver.Name != v1.GroupVersion.Version {
+			continue
+		}
+		for _, e := range ver.Schema.OpenAPIV3Schema.Properties["spec"].Properties["runtime"].Enum {
+			var name string
+			if err := json.Unmarshal(e.Raw, &name); err != nil {
+				t.Fatalf("runtime enum value %s: %v", e.Raw, err)
+			}
+			enum = append(enum, name)
+		}
+	}
+	var got []string
+	for _, r := range v1.Runtimes() {
+		got = append(got, string(r))
+	}
+	if diff := cmp.Diff(enum, got); diff != "" || len(enum) == 0 {
+		t.Errorf("Runtimes() against the CRD's runtime enum (-crd +Runtimes):\n%s", diff)
 	}
 }

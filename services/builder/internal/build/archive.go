@@ -19,6 +19,7 @@ import (
 	"strings"
 	"time"
 
+	slessv1 "github.com/kube5s/sless/pkg/apis/sless/v1alpha1"
 	"github.com/kube5s/sless/pkg/archive"
 )
 
@@ -181,14 +182,14 @@ func (s Syntax) Validate(ctx context.Context, src *Source) error {
 			js = append(js, f)
 		}
 	}
-	if src.Runtime == "python3.11" && len(py) > 0 {
+	if src.Runtime == string(slessv1.RuntimePython311) && len(py) > 0 {
 		c := exec.CommandContext(ctx, s.Python, append([]string{"-c", pyCompile}, py...)...)
 		c.Dir = src.Dir
 		if out, err := c.CombinedOutput(); err != nil {
 			return fail(ReasonSyntaxError, "%s", firstLine(out, err))
 		}
 	}
-	if src.Runtime == "nodejs20" {
+	if src.Runtime == string(slessv1.RuntimeNodeJS20) {
 		for _, f := range js {
 			c := exec.CommandContext(ctx, s.Node, "--check", f)
 			c.Dir = src.Dir

@@ -23,6 +23,7 @@ import (
 	"github.com/google/go-containerregistry/pkg/v1/tarball"
 	"github.com/google/go-containerregistry/pkg/v1/types"
 
+	slessv1 "github.com/kube5s/sless/pkg/apis/sless/v1alpha1"
 	"github.com/kube5s/sless/pkg/archive"
 	"github.com/kube5s/sless/runtimes"
 )
@@ -58,11 +59,11 @@ type runtimeImage struct {
 }
 
 var runtimeImages = map[string]runtimeImage{
-	"python3.11": {depsFrom: ".", depsTo: CodeDir + "/deps",
+	string(slessv1.RuntimePython311): {depsFrom: ".", depsTo: CodeDir + "/deps",
 		entrypoint: func(w string) []string { return []string{"python3", w} },
 		env: []string{"PYTHONDONTWRITEBYTECODE=1", "PYTHONUNBUFFERED=1", "PYTHONPATH=" + CodeDir + "/deps",
 			"SLESS_CODE_DIR=" + CodeDir, "PORT=8080"}},
-	"nodejs20": {depsFrom: "node_modules", depsTo: CodeDir + "/node_modules",
+	string(slessv1.RuntimeNodeJS20): {depsFrom: "node_modules", depsTo: CodeDir + "/node_modules",
 		entrypoint: func(w string) []string { return []string{"node", w} },
 		env:        []string{"NODE_ENV=production", "SLESS_CODE_DIR=" + CodeDir, "PORT=8080"}},
 }

@@ -17,6 +17,7 @@ import (
 	"k8s.io/utils/ptr"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
+	slessv1 "github.com/kube5s/sless/pkg/apis/sless/v1alpha1"
 	"github.com/kube5s/sless/pkg/archive"
 )
 
@@ -79,12 +80,12 @@ func ImageRef(registry, tenant, function, sha string) string {
 // /workspace/deps. No user input is in them. pip takes wheels only and npm
 // runs no scripts: nothing of the packages runs at build time.
 var depsScripts = map[string]string{
-	"python3.11": `set -eu
+	string(slessv1.RuntimePython311): `set -eu
 if [ -f /workspace/code/requirements.txt ]; then
   python3 -m pip install --no-input --disable-pip-version-check --no-cache-dir --only-binary=:all: \
     --target /workspace/deps -r /workspace/code/requirements.txt
 else echo "no requirements.txt: no dependencies"; fi`,
-	"nodejs20": `set -eu
+	string(slessv1.RuntimeNodeJS20): `set -eu
 if [ -f /workspace/code/package.json ]; then
   mkdir -p /workspace/deps && cp /workspace/code/package.json /workspace/deps/ && cd /workspace/deps
   if [ -f /workspace/code/package-lock.json ]; then

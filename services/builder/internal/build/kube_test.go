@@ -16,6 +16,7 @@ import (
 	"k8s.io/pod-security-admission/policy"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
+	slessv1 "github.com/kube5s/sless/pkg/apis/sless/v1alpha1"
 	"github.com/kube5s/sless/pkg/archive"
 	"github.com/kube5s/sless/pkg/testenv"
 )
@@ -122,7 +123,8 @@ func TestBuildPodIsRestrictedOnTheAPIServer(t *testing.T) {
 		t.Fatal(err)
 	}
 	sha := strings.Repeat("ab", 32)
-	for _, rt := range []string{"python3.11", "nodejs20"} {
+	for _, r := range slessv1.Runtimes() {
+		rt := string(r)
 		job := BuildJob(d.Config, &Job{ID: "b-" + rt[:4], Tenant: "acme", Function: "f", Runtime: rt, Entrypoint: "main.handler",
 			SourceKey: "sources/acme/f/" + sha + ".zip", SourceSHA256: sha, Log: &bytes.Buffer{}})
 		pod := &corev1.Pod{ObjectMeta: metav1.ObjectMeta{Name: "build-" + rt[:4], Namespace: ns, Labels: job.Spec.Template.Labels}, Spec: job.Spec.Template.Spec}
@@ -143,7 +145,8 @@ func TestBuildPodIsRestrictedOnTheAPIServer(t *testing.T) {
 func TestOnlyAssembleReadsThePushSecret(t *testing.T) {
 	d, _, _ := kubeDriver(t)
 	sha := strings.Repeat("ab", 32)
-	for _, rt := range []string{"python3.11", "nodejs20"} {
+	for _, r := range slessv1.Runtimes() {
+		rt := string(r)
 		pod := BuildJob(d.Config, &Job{ID: "b-1", Tenant: "acme", Function: "f", Runtime: rt, SourceSHA256: sha, Log: &bytes.Buffer{}}).Spec.Template.Spec
 		got := map[string][]string{}
 		for _, ctr := range append(slices.Clone(pod.InitContainers), pod.Containers...) {

@@ -12,6 +12,8 @@ import (
 	"path/filepath"
 	"strings"
 	"time"
+
+	slessv1 "github.com/kube5s/sless/pkg/apis/sless/v1alpha1"
 )
 
 // Artifact is what a driver produced.
@@ -133,7 +135,7 @@ func (l *Local) Build(ctx context.Context, j *Job) (_ Artifact, err error) {
 func (l *Local) install(ctx context.Context, j *Job, dir string) error {
 	var cmd []string
 	switch j.Runtime {
-	case "python3.11":
+	case string(slessv1.RuntimePython311):
 		if !exists(filepath.Join(dir, "requirements.txt")) {
 			return nil
 		}
@@ -142,7 +144,7 @@ func (l *Local) install(ctx context.Context, j *Job, dir string) error {
 		if !j.AllowSourceBuilds {
 			cmd = append(cmd, "--only-binary=:all:")
 		}
-	case "nodejs20":
+	case string(slessv1.RuntimeNodeJS20):
 		if !exists(filepath.Join(dir, "package.json")) {
 			return nil
 		}

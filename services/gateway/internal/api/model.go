@@ -5,6 +5,7 @@ import (
 	"sort"
 	"time"
 
+	"github.com/danielgtaylor/huma/v2"
 	apiextensionsv1 "k8s.io/apiextensions-apiserver/pkg/apis/apiextensions/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
@@ -115,9 +116,22 @@ type SecretRef struct {
 	Key    string `json:"key" minLength:"1" maxLength:"253"`
 }
 
+// Runtime is a runtime's name. Its schema's enum is slessv1.Runtimes, so the
+// API offers what the CRD accepts.
+type Runtime string
+
+// TransformSchema fills the enum from slessv1.Runtimes.
+func (Runtime) TransformSchema(_ huma.Registry, s *huma.Schema) *huma.Schema {
+	s.Enum = nil
+	for _, r := range slessv1.Runtimes() {
+		s.Enum = append(s.Enum, string(r)) // string: huma compares the decoded JSON value
+	}
+	return s
+}
+
 // FunctionSpec is what a developer sets on a function.
 type FunctionSpec struct {
-	Runtime           string               `json:"runtime" enum:"python3.11,nodejs20"`
+	Runtime           Runtime              `json:"runtime"`
 	Entrypoint        string               `json:"entrypoint" minLength:"3" maxLength:"256" pattern:"^[A-Za-z0-9_][A-Za-z0-9_./-]*\\.[A-Za-z_$][A-Za-z0-9_$]*$" doc:"module.function (Python) or file.export (Node)"`
 	Image             string               `json:"image,omitempty" maxLength:"512" pattern:"^[^\\s@]+@sha256:[a-f0-9]{64}$" doc:"a prebuilt image, pinned by digest"`
 	MemoryMB          *int32               `json:"memory_mb,omitempty" minimum:"32" maximum:"8192"`
@@ -238,7 +252,7 @@ func applyFunctionSpec(dst *slessv1.FunctionSpec, in *FunctionSpec) {
 func functionREST(f *slessv1.Function) Function {
 	s := f.Spec
 	out := Function{Name: f.Name, CreatedAt: f.CreationTimestamp.Time, FunctionSpec: FunctionSpec{
-		Runtime: string(s.Runtime), Entrypoint: s.Entrypoint, Image: s.Image,
+		Runtime: Runtime(s.Runtime), Entrypoint: s.Entrypoint, Image: s.Image,
 		MemoryMB: ptr(s.MemoryMB), CPUMillis: ptr(s.CPUMillis), TimeoutSec: ptr(s.TimeoutSec), Concurrency: ptr(s.Concurrency),
 		EnvVars: map[string]string{}, AllowSourceBuilds: s.AllowSourceBuilds,
 	}}

@@ -485,8 +485,8 @@ func LocalCommands(python, node, runtimesDir string) map[slessv1.Runtime][]strin
 		abs = runtimesDir
 	}
 	return map[slessv1.Runtime][]string{
-		slessv1.RuntimePython311: {python, filepath.Join(abs, "python3.11", "runtime.py")},
-		slessv1.RuntimeNodeJS20:  {node, filepath.Join(abs, "nodejs20", "runtime.js")},
+		slessv1.RuntimePython311: {python, filepath.Join(abs, string(slessv1.RuntimePython311), "runtime.py")},
+		slessv1.RuntimeNodeJS20:  {node, filepath.Join(abs, string(slessv1.RuntimeNodeJS20), "runtime.js")},
 	}
 }
 
