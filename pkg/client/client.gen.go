@@ -586,7 +586,7 @@ type Function struct {
 	// Entrypoint module.function (Python) or file.export (Node)
 	Entrypoint string `json:"entrypoint"`
 
-	// EnvVars PUT needs it (an empty object for none); GET always shows it
+	// EnvVars absent or empty: none; GET always shows it
 	EnvVars *map[string]string `json:"env_vars,omitempty"`
 
 	// Image a prebuilt image, pinned by digest
@@ -615,7 +615,7 @@ type FunctionInput struct {
 	// Entrypoint module.function (Python) or file.export (Node)
 	Entrypoint string `json:"entrypoint"`
 
-	// EnvVars PUT needs it (an empty object for none); GET always shows it
+	// EnvVars absent or empty: none; GET always shows it
 	EnvVars *map[string]string `json:"env_vars,omitempty"`
 
 	// Image a prebuilt image, pinned by digest
@@ -647,7 +647,7 @@ type FunctionReplacement struct {
 	// Entrypoint module.function (Python) or file.export (Node)
 	Entrypoint string `json:"entrypoint"`
 
-	// EnvVars PUT needs it (an empty object for none); GET always shows it
+	// EnvVars absent or empty: none; GET always shows it
 	EnvVars *map[string]string `json:"env_vars,omitempty"`
 
 	// Image a prebuilt image, pinned by digest

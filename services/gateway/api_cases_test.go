@@ -16,6 +16,7 @@ import (
 	"time"
 
 	"github.com/go-chi/chi/v5"
+	"github.com/google/go-cmp/cmp"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	slessv1 "github.com/kube5s/sless/pkg/apis/sless/v1alpha1"
@@ -115,14 +116,9 @@ func TestFunctionCRUDAndBadInput(t *testing.T) {
 		t.Fatalf("functions after bad input: %d (%v), want 1", len(list.Items), err)
 	}
 
-	// PUT needs the whole object; a partial PUT zeroes nothing.
-	r = g.call(t, "PUT", base+"/hello", tok, map[string]any{"runtime": "python3.11", "entrypoint": "main.handler", "memory_mb": 256})
-	expect(t, r, 422, "partial PUT")
-	for _, field := range []string{"timeout_sec", "concurrency", "env_vars"} {
-		if !strings.Contains(string(r.body), field) {
-			t.Errorf("partial PUT error does not name %s: %s", field, r.body)
-		}
-	}
+	// PUT replaces the whole function: what it leaves out takes the same
+	// default as on a create (as the Kubernetes API does), so the body a POST
+	// takes is a valid PUT; only the fields a create needs are needed.
 	full := map[string]any{"runtime": "nodejs20", "entrypoint": "index.handler", "memory_mb": 256, "cpu_millis": 200, "timeout_sec": 10,
 		"concurrency": 4, "min_replicas": 1, "max_replicas": 2, "env_vars": map[string]any{"GREETING": "hi"}}
 	r = g.call(t, "PUT", base+"/hello", tok, full)
@@ -130,7 +126,36 @@ func TestFunctionCRUDAndBadInput(t *testing.T) {
 	if f := r.json(t); f["runtime"] != "nodejs20" || f["max_replicas"] != 2.0 || f["env_vars"].(map[string]any)["GREETING"] != "hi" {
 		t.Errorf("after PUT %v", f)
 	}
-	expect(t, g.call(t, "PUT", base+"/fresh", tok, full), 201, "PUT creates")
+	defaults := map[string]any{"memory_mb": 128.0, "cpu_millis": 100.0, "timeout_sec": 30.0, "concurrency": 10.0,
+		"min_replicas": 1.0, "max_replicas": 1.0, "env_vars": map[string]any{}}
+	asPosted := map[string]any{"name": "fresh", "runtime": "python3.11", "entrypoint": "main.handler"}
+	for _, step := range []struct {
+		what      string
+		body      map[string]any
+		status    int
+		defaulted bool
+	}{
+		{"PUT of a new name with a create's body", asPosted, 201, true},
+		{"full PUT", full, 200, false},
+		{"PUT with a create's body", asPosted, 200, true}, // back to the defaults
+	} {
+		r = g.call(t, "PUT", base+"/fresh", tok, step.body)
+		expect(t, r, step.status, step.what)
+		if !step.defaulted {
+			continue
+		}
+		got := r.json(t)
+		for field, want := range defaults {
+			if diff := cmp.Diff(want, got[field]); diff != "" {
+				t.Errorf("%s: %s is not the create's default (-want +got):\n%s", step.what, field, diff)
+			}
+		}
+	}
+	r = g.call(t, "PUT", base+"/fresh", tok, map[string]any{"runtime": "python3.11"})
+	expect(t, r, 422, "PUT without an entrypoint")
+	if !strings.Contains(string(r.body), "entrypoint") {
+		t.Errorf("PUT without an entrypoint: error does not name it: %s", r.body)
+	}
 
 	// PATCH is a merge patch: only the named fields change.
 	r = g.call(t, "PATCH", base+"/hello", tok, `{"memory_mb": 512, "env_vars": {"EXTRA": "1"}}`, "Content-Type", "application/merge-patch+json")

@@ -71,7 +71,8 @@ func run(ctx context.Context, getenv func(string) string, stdout io.Writer) erro
 	deadLetters := &invoke.DeadLetters{DB: pool, Store: store}
 	policy := egress.New(cfg.EgressAllow...)
 	callbacks := &invoke.Callbacks{Secrets: pool, Client: &http.Client{Transport: callbackTransport(policy), CheckRedirect: noRedirects}}
-	triggers := &invoke.QueueTriggers{Triggers: watch, Tenants: tenantns.Resolver{Namespaces: watch}, Secrets: kube, Status: kube, BrokerURL: cfg.RabbitURL, Exec: exec, Platform: mq, Log: svc.Log, Egress: policy}
+	triggers := invoke.NewQueueTriggers(invoke.QueueTriggerDeps{Triggers: watch, Tenants: tenantns.Resolver{Namespaces: watch}, Secrets: kube, Status: kube,
+		BrokerURL: cfg.RabbitURL, Exec: exec, Platform: mq, Log: svc.Log, Egress: policy})
 
 	// The executor decides the retries of a failed call (invoke.Decide: the
 	// message's own max_retries, at most invoke.MaxRetries) and the consumer

@@ -3,6 +3,8 @@ package build
 import (
 	"bytes"
 	"context"
+	"errors"
+	"fmt"
 	"sync"
 	"time"
 )
@@ -12,34 +14,43 @@ type LogStore interface {
 	Put(ctx context.Context, key string, data []byte) error
 }
 
+// logUploadTimeout bounds one upload of a build log. An object store that
+// accepts the request and never answers fails that upload instead of
+// holding the build: a periodic upload is tried again at the next tick,
+// and the final one is reported (the build's result does not depend on it).
+const logUploadTimeout = 30 * time.Second
+
 // Log collects a build's output and uploads the whole log every interval
 // while the build runs, so that a reader can follow it, and once more at
-// the end.
+// the end. Each upload is bounded by its timeout.
 type Log struct {
-	mu     sync.Mutex
-	buf    bytes.Buffer
-	dirty  bool
-	store  LogStore
-	key    string
-	max    int
-	stop   chan struct{}
-	done   chan struct{}
-	cutoff bool
+	mu      sync.Mutex
+	buf     bytes.Buffer
+	dirty   bool
+	store   LogStore
+	key     string
+	max     int
+	timeout time.Duration
+	cancel  context.CancelFunc // stops the periodic upload, and one in flight
+	done    chan struct{}
+	cutoff  bool
 }
 
-// NewLog starts the periodic upload of key.
-func NewLog(store LogStore, key string, interval time.Duration, maxBytes int) *Log {
-	l := &Log{store: store, key: key, max: maxBytes, stop: make(chan struct{}), done: make(chan struct{})}
+// NewLog starts the periodic upload of key, until Close or the end of ctx
+// (the build's); each upload gives up after timeout.
+func NewLog(ctx context.Context, store LogStore, key string, interval, timeout time.Duration, maxBytes int) *Log {
+	ctx, cancel := context.WithCancel(ctx)
+	l := &Log{store: store, key: key, max: maxBytes, timeout: timeout, cancel: cancel, done: make(chan struct{})}
 	go func() {
 		defer close(l.done)
 		t := time.NewTicker(interval)
 		defer t.Stop()
 		for {
 			select {
-			case <-l.stop:
+			case <-ctx.Done():
 				return
 			case <-t.C:
-				l.flush(context.Background())
+				_ = l.flush(ctx) // the next tick, or Close, uploads it again
 			}
 		}
 	}()
@@ -69,12 +80,21 @@ func (l *Log) flush(ctx context.Context) error {
 	data := append([]byte(nil), l.buf.Bytes()...)
 	l.dirty = false
 	l.mu.Unlock()
-	return l.store.Put(ctx, l.key, data)
+	ctx, cancel := context.WithTimeout(ctx, l.timeout)
+	defer cancel()
+	if err := l.store.Put(ctx, l.key, data); err != nil {
+		if errors.Is(ctx.Err(), context.DeadlineExceeded) {
+			return fmt.Errorf("upload build log %s: the object store did not answer within %s: %w", l.key, l.timeout, err)
+		}
+		return fmt.Errorf("upload build log %s: %w", l.key, err)
+	}
+	return nil
 }
 
-// Close stops the periodic upload and uploads the final log.
+// Close stops the periodic upload (cancelling one in flight) and uploads
+// the final log, within the timeout.
 func (l *Log) Close(ctx context.Context) error {
-	close(l.stop)
+	l.cancel()
 	<-l.done
 	l.mu.Lock()
 	l.dirty = true

@@ -191,7 +191,7 @@ func completion(req *msg.BuildRequested, logKey string) *msg.BuildCompleted {
 // build runs the driver with a lease heartbeat and the log upload.
 func (s *Service) build(ctx context.Context, req *msg.BuildRequested, logKey string, log *slog.Logger) *msg.BuildCompleted {
 	res := completion(req, logKey)
-	blog := NewLog(s.Objects, logKey, time.Second, 4<<20)
+	blog := NewLog(ctx, s.Objects, logKey, time.Second, logUploadTimeout, 4<<20)
 	fmt.Fprintf(blog, "build %s of %s/%s (%s, entrypoint %s, source %s) with the %s driver\n",
 		req.BuildID, req.Tenant, req.Function, req.Runtime, req.Entrypoint, req.SourceSHA256, s.Driver.Name())
 

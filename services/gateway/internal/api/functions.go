@@ -2,7 +2,6 @@ package api
 
 import (
 	"context"
-	"strings"
 
 	slessv1 "github.com/kube5s/sless/pkg/apis/sless/v1alpha1"
 )
@@ -21,17 +20,6 @@ var functionKind = specKind[Function, FunctionSpec, *slessv1.Function, *slessv1.
 		toREST: func(f *slessv1.Function) Function { return functionREST(f) },
 	},
 	apply: func(f *slessv1.Function, spec *FunctionSpec) { applyFunctionSpec(&f.Spec, spec) },
-	complete: func(ctx context.Context, spec *FunctionSpec) error {
-		missing := spec.missingForPut()
-		if len(missing) == 0 {
-			return nil
-		}
-		p := withID(ctx, problem(422, "", "PUT replaces the whole function and needs %s; use PATCH to change some fields", strings.Join(missing, ", ")))
-		for _, m := range missing {
-			p.field("body."+m, "required")
-		}
-		return p
-	},
 }
 
 func (s *Server) registerFunctions() {

@@ -13,8 +13,10 @@ import (
 )
 
 // The REST representations (snake_case) and their mapping to the custom
-// resources. Optional inputs are pointers: absent means "the default" on
-// create and "required" on PUT.
+// resources. Optional inputs are pointers: absent means "the default",
+// on create and on a full replacement (PUT) alike; the defaults are the
+// custom resources' (their +kubebuilder:default markers), applied by the
+// API server.
 
 // Condition is a status condition.
 type Condition struct {
@@ -140,7 +142,7 @@ type FunctionSpec struct {
 	Concurrency       *int32               `json:"concurrency,omitempty" minimum:"1" maximum:"1000"`
 	MinReplicas       *int32               `json:"min_replicas,omitempty" minimum:"0" maximum:"100"`
 	MaxReplicas       *int32               `json:"max_replicas,omitempty" minimum:"1" maximum:"100"`
-	EnvVars           map[string]string    `json:"env_vars" required:"false" doc:"PUT needs it (an empty object for none); GET always shows it"`
+	EnvVars           map[string]string    `json:"env_vars" required:"false" doc:"absent or empty: none; GET always shows it"`
 	SecretEnvVars     map[string]SecretRef `json:"secret_env_vars,omitempty"`
 	AllowSourceBuilds bool                 `json:"allow_source_builds,omitempty" doc:"let pip build source distributions; by default only wheels are installed"`
 }
@@ -192,24 +194,9 @@ type FunctionStatus struct {
 	Conditions        []Condition `json:"conditions"`
 }
 
-// missingForPut lists the fields a full replacement must carry.
-func (s *FunctionSpec) missingForPut() []string {
-	var out []string
-	for name, v := range map[string]*int32{"memory_mb": s.MemoryMB, "cpu_millis": s.CPUMillis, "timeout_sec": s.TimeoutSec,
-		"concurrency": s.Concurrency, "min_replicas": s.MinReplicas, "max_replicas": s.MaxReplicas} {
-		if v == nil {
-			out = append(out, name)
-		}
-	}
-	if s.EnvVars == nil {
-		out = append(out, "env_vars")
-	}
-	sort.Strings(out)
-	return out
-}
-
-// applyFunctionSpec writes a REST spec onto the resource's spec; unset
-// optional fields are left for the API server's defaults.
+// applyFunctionSpec writes a REST spec onto the resource's spec, whole:
+// unset optional fields are left unset for the schema's defaults (the one
+// owner of them), whether the spec is new or replaces one.
 func applyFunctionSpec(dst *slessv1.FunctionSpec, in *FunctionSpec) {
 	source := dst.Source
 	*dst = slessv1.FunctionSpec{Runtime: slessv1.Runtime(in.Runtime), Entrypoint: in.Entrypoint, Image: in.Image, Source: source,

@@ -164,11 +164,13 @@ func (k kind[T, O, L]) delete(ctx context.Context, s *Server, in *NamedPath) (*A
 // jobs): create, replace and merge patch are one path for all of them.
 type specKind[T, S any, O client.Object, L client.ObjectList] struct {
 	kind[T, O, L]
-	apply func(O, *S)                     // writes a REST spec onto the resource's spec
+	// apply writes a REST spec onto the resource's spec. Create (POST, or
+	// PUT of a new name), replace (PUT) and merge patch all go through it,
+	// so an optional field left out takes the same default on each: apply
+	// leaves it unset and the custom resource's schema defaults it, as the
+	// Kubernetes API does for a create and a full update alike.
+	apply func(O, *S)
 	check func(context.Context, *S) error // what the schema cannot say; nil: nothing
-	// complete refuses a PUT that lacks fields a full replacement needs;
-	// nil: the schema's required fields are enough.
-	complete func(context.Context, *S) error
 }
 
 // Replacement is the body of a PUT: the object as GET returns it. The
@@ -197,14 +199,10 @@ func (k specKind[T, S, O, L]) post(ctx context.Context, s *Server, tenant, name 
 	return k.create(ctx, s, tenant, o)
 }
 
-// put creates the object or replaces its spec.
+// put creates the object or replaces its spec whole: what the body leaves
+// out takes its default, exactly as on post.
 func (k specKind[T, S, O, L]) put(ctx context.Context, s *Server, in *NamedPath, body Replacement[S]) (*One[T], error) {
 	name, spec := body.replacement()
-	if k.complete != nil {
-		if err := k.complete(ctx, spec); err != nil {
-			return nil, err
-		}
-	}
 	if err := s.requireTenant(ctx, in.Tenant); err != nil {
 		return nil, err
 	}

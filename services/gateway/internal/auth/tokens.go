@@ -13,9 +13,9 @@ import (
 	"fmt"
 	"log/slog"
 	"strings"
-	"sync"
 	"time"
 
+	"github.com/hashicorp/golang-lru/v2/expirable"
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgxpool"
 
@@ -43,26 +43,40 @@ func NewToken() (token, id string) {
 // revoking statement sends a PostgreSQL notification (channel sless_tokens,
 // payload "<tenant>/<token id>", the id empty for all of a tenant's tokens)
 // that Listen receives. The TTL bounds staleness while Listen is down.
+//
+// Both caches are bounded LRUs keyed by the token's hash: valid tokens in
+// one, hashes the database does not know in a smaller one of their own, so
+// that a flood of distinct bad tokens evicts only bad tokens, never a
+// tenant's.
 type Tokens struct {
-	db  *pgxpool.Pool
-	ttl time.Duration
-	log *slog.Logger
-	mu  sync.RWMutex
-	m   map[string]tokenEntry
+	db      *pgxpool.Pool
+	log     *slog.Logger
+	valid   *expirable.LRU[string, tokenEntry]
+	unknown *expirable.LRU[string, struct{}]
 }
+
+// The sizes of the caches: every live token of an installation fits in
+// the first; the second only spares the database a client retrying one bad
+// token.
+const (
+	validTokens   = 100_000
+	unknownTokens = 10_000
+)
 
 // tokenChannel is the PostgreSQL notification channel of revocations.
 const tokenChannel = "sless_tokens"
 
 type tokenEntry struct {
-	tenant  string
-	id      string
-	expires time.Time
+	tenant string
+	id     string
 }
 
-// NewTokens returns an empty cache over the api_tokens table.
+// NewTokens returns an empty cache over the api_tokens table whose entries
+// live for ttl.
 func NewTokens(db *pgxpool.Pool, ttl time.Duration, log *slog.Logger) *Tokens {
-	return &Tokens{db: db, ttl: ttl, log: log, m: map[string]tokenEntry{}}
+	return &Tokens{db: db, log: log,
+		valid:   expirable.NewLRU[string, tokenEntry](validTokens, nil, ttl),
+		unknown: expirable.NewLRU[string, struct{}](unknownTokens, nil, ttl)}
 }
 
 // Listen applies revocations made by any gateway until ctx ends. It
@@ -105,11 +119,7 @@ func (c *Tokens) listen(ctx context.Context) error {
 	}
 }
 
-func (c *Tokens) clear() {
-	c.mu.Lock()
-	c.m = map[string]tokenEntry{}
-	c.mu.Unlock()
-}
+func (c *Tokens) clear() { c.valid.Purge() }
 
 // ErrBadToken: the token is not one of a tenant.
 var ErrBadToken = errors.New("the token is unknown or revoked")
@@ -119,43 +129,30 @@ func (c *Tokens) Known(tok string) (string, bool) {
 	if !strings.HasPrefix(tok, TokenPrefix) {
 		return "", false
 	}
-	h := HashToken(tok)
-	c.mu.RLock()
-	e, ok := c.m[string(h)] // no copy of the key for the lookup
-	c.mu.RUnlock()
-	if !ok || e.tenant == "" || !time.Now().Before(e.expires) {
-		return "", false
-	}
-	return e.tenant, true
+	e, ok := c.valid.Get(string(HashToken(tok)))
+	return e.tenant, ok
 }
 
 // Lookup returns the tenant of a token, from the cache or the database.
 func (c *Tokens) Lookup(ctx context.Context, tok string) (string, error) {
 	key := string(HashToken(tok))
-	c.mu.RLock()
-	e, ok := c.m[key]
-	c.mu.RUnlock()
-	if ok && time.Now().Before(e.expires) {
-		if e.tenant == "" {
-			return "", ErrBadToken
-		}
+	if e, ok := c.valid.Get(key); ok {
 		return e.tenant, nil
 	}
-	var tenant, id string
-	err := c.db.QueryRow(ctx, `SELECT tenant, id FROM api_tokens WHERE token_hash = $1 AND revoked_at IS NULL`, []byte(key)).Scan(&tenant, &id)
-	if err != nil && !errors.Is(err, pgx.ErrNoRows) {
-		return "", errors.New("tokens cannot be checked right now")
-	}
-	c.mu.Lock()
-	if len(c.m) > 100000 {
-		c.m = map[string]tokenEntry{}
-	}
-	c.m[key] = tokenEntry{tenant: tenant, id: id, expires: time.Now().Add(c.ttl)}
-	c.mu.Unlock()
-	if tenant == "" {
+	if c.unknown.Contains(key) {
 		return "", ErrBadToken
 	}
-	return tenant, nil
+	var e tokenEntry
+	err := c.db.QueryRow(ctx, `SELECT tenant, id FROM api_tokens WHERE token_hash = $1 AND revoked_at IS NULL`, []byte(key)).Scan(&e.tenant, &e.id)
+	if errors.Is(err, pgx.ErrNoRows) {
+		c.unknown.Add(key, struct{}{})
+		return "", ErrBadToken
+	}
+	if err != nil {
+		return "", errors.New("tokens cannot be checked right now")
+	}
+	c.valid.Add(key, e)
+	return e.tenant, nil
 }
 
 // ErrNotFound: no such token, or it is revoked already.
@@ -200,11 +197,9 @@ func (c *Tokens) RevokeAll(ctx context.Context, tenant string) error {
 
 // forget drops every cached token of a tenant, or one token by id.
 func (c *Tokens) forget(tenant, id string) {
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	for k, e := range c.m {
-		if e.tenant == tenant && (id == "" || e.id == id) {
-			delete(c.m, k)
+	for _, k := range c.valid.Keys() {
+		if e, ok := c.valid.Peek(k); ok && e.tenant == tenant && (id == "" || e.id == id) {
+			c.valid.Remove(k)
 		}
 	}
 }

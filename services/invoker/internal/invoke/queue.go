@@ -45,7 +45,18 @@ import (
 // trigger, to the Secrets of its namespace (watched as metadata only: the
 // data is read when a trigger needs it) and to its Namespace (which may
 // become, or stop being, a tenant's). Nothing is listed on a timer.
+// NewQueueTriggers makes one; consumers start once Run runs.
 type QueueTriggers struct {
+	QueueTriggerDeps
+
+	base    context.Context // consumers run until it ends (Run's); nil before Run
+	mu      sync.Mutex
+	running map[string]*queueConsumer
+	ignored map[string]bool // triggers outside tenant namespaces, logged once
+}
+
+// QueueTriggerDeps is what QueueTriggers reads, writes and calls through.
+type QueueTriggerDeps struct {
 	Triggers client.Reader // watch cache
 	Tenants  Tenants
 	Secrets  client.Reader // API reads
@@ -61,12 +72,16 @@ type QueueTriggers struct {
 	Platform *rabbit.Client
 	Log      *slog.Logger
 	Egress   *egress.Policy // applies to external brokers, never to the platform's
-
-	base    context.Context // consumers run until it ends (Run's)
-	mu      sync.Mutex
-	running map[string]*queueConsumer
-	ignored map[string]bool // triggers outside tenant namespaces, logged once
 }
+
+// NewQueueTriggers returns the reconciler, consuming nothing until Run.
+func NewQueueTriggers(d QueueTriggerDeps) *QueueTriggers {
+	return &QueueTriggers{QueueTriggerDeps: d, running: map[string]*queueConsumer{}, ignored: map[string]bool{}}
+}
+
+// errNotRunning: a reconcile before Run, which owns the consumers'
+// lifetime; the trigger is requeued and started once Run runs.
+var errNotRunning = errors.New("queue triggers are not running yet: no consumer can start before Run")
 
 // Tenants names the tenant that owns a namespace; an error wrapping
 // tenantns.ErrNotTenant means none does.
@@ -86,7 +101,7 @@ type queueConsumer struct {
 // consumer.
 func (q *QueueTriggers) Run(ctx context.Context, ctrl controller.Controller, watch cache.Cache) error {
 	q.mu.Lock()
-	q.base, q.running, q.ignored = ctx, map[string]*queueConsumer{}, map[string]bool{}
+	q.base = ctx
 	q.mu.Unlock()
 	inNamespace := func(ctx context.Context, ns string) []reconcile.Request {
 		var list slessv1.TriggerList
@@ -213,6 +228,9 @@ func (q *QueueTriggers) Reconcile(ctx context.Context, req reconcile.Request) (r
 	q.stop(key, false)
 	q.mu.Lock()
 	defer q.mu.Unlock()
+	if q.base == nil {
+		return reconcile.Result{}, errNotRunning
+	}
 	if q.base.Err() != nil {
 		return reconcile.Result{}, nil // stopping
 	}

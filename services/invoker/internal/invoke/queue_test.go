@@ -3,8 +3,11 @@ package invoke
 import (
 	"context"
 	"encoding/json"
+	"errors"
+	"fmt"
 	"io"
 	"log/slog"
+	"reflect"
 	"strings"
 	"sync/atomic"
 	"testing"
@@ -14,14 +17,18 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 	amqp "github.com/rabbitmq/amqp091-go"
 	"go.opentelemetry.io/otel/trace/noop"
+	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/runtime/schema"
 	"sigs.k8s.io/controller-runtime/pkg/client"
+	"sigs.k8s.io/controller-runtime/pkg/reconcile"
 
 	slessv1 "github.com/kube5s/sless/pkg/apis/sless/v1alpha1"
 	"github.com/kube5s/sless/pkg/headers"
 	"github.com/kube5s/sless/pkg/msg"
 	"github.com/kube5s/sless/pkg/rabbit"
+	"github.com/kube5s/sless/pkg/tenantns"
 	"github.com/kube5s/sless/pkg/testenv"
 )
 
@@ -99,7 +106,7 @@ func TestPanickedQueueMessageIsADeadLetterOfRecord(t *testing.T) {
 		Spec: slessv1.TriggerSpec{FunctionRef: slessv1.LocalRef{Name: "fx"}, Type: slessv1.TriggerQueue, Queue: &slessv1.QueueTrigger{Queue: "demo-numbers"}}}
 	exec := &Executor{Functions: &panicsOnce{}, Publisher: pub, Records: &Records{Publisher: pub, MaxBatch: 16}, Log: log,
 		Tracer: noop.NewTracerProvider().Tracer("test"), Metrics: NewMetrics(prometheus.NewRegistry())}
-	q := &QueueTriggers{Exec: exec, Platform: mq, Log: log}
+	q := NewQueueTriggers(QueueTriggerDeps{Exec: exec, Platform: mq, Log: log})
 	queue := rabbit.Queue{Name: "demo-numbers", External: true}
 	go func() {
 		_ = (&rabbit.Consumer{Client: mq, Queue: queue, Declare: true, Prefetch: QueuePrefetch(1), Handler: q.handler("demo", tr, 1)}).Run(ctx)
@@ -167,5 +174,73 @@ func TestPanickedQueueMessageIsADeadLetterOfRecord(t *testing.T) {
 	}
 	if want := queueInvocationID(&amqp.Delivery{MessageId: "m-next"}, tr); !strings.Contains(string(d.Body), want) {
 		t.Errorf("history holds %s, want the record of %s", d.Body, want)
+	}
+}
+
+// readerOf serves fixed objects by key, in place of the watch cache and the
+// API reads (client.Reader) for a unit of the reconciler alone.
+type readerOf map[client.ObjectKey]client.Object
+
+func (r readerOf) Get(_ context.Context, key client.ObjectKey, obj client.Object, _ ...client.GetOption) error {
+	o, ok := r[key]
+	if !ok {
+		return apierrors.NewNotFound(schema.GroupResource{}, key.Name)
+	}
+	reflect.ValueOf(obj).Elem().Set(reflect.ValueOf(o.DeepCopyObject()).Elem())
+	return nil
+}
+
+func (r readerOf) List(context.Context, client.ObjectList, ...client.ListOption) error { return nil }
+
+// tenantsOf names the tenant of each namespace it holds.
+type tenantsOf map[string]string
+
+func (m tenantsOf) Tenant(_ context.Context, ns string) (string, error) {
+	if t, ok := m[ns]; ok {
+		return t, nil
+	}
+	return "", fmt.Errorf("namespace %s: %w", ns, tenantns.ErrNotTenant)
+}
+
+// TestReconcileBeforeRunNeitherPanicsNorStarts: a reconcile that comes
+// before Run (which owns the consumers' lifetime) writes no nil map and
+// starts nothing: a trigger outside a tenant namespace is ignored as
+// always, and one that would start is requeued with errNotRunning.
+func TestReconcileBeforeRunNeitherPanicsNorStarts(t *testing.T) {
+	tenantNS := slessv1.NamespaceFor("acme")
+	trigger := func(ns, name string) *slessv1.Trigger {
+		return &slessv1.Trigger{ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: name},
+			Spec: slessv1.TriggerSpec{FunctionRef: slessv1.LocalRef{Name: "fx"}, Type: slessv1.TriggerQueue, Queue: &slessv1.QueueTrigger{Queue: "orders"}}}
+	}
+	objs := readerOf{
+		{Namespace: tenantNS, Name: "orders"}: trigger(tenantNS, "orders"),
+		{Namespace: "default", Name: "stray"}: trigger("default", "stray"),
+		{Namespace: tenantNS, Name: slessv1.BrokerSecretName}: &corev1.Secret{ObjectMeta: metav1.ObjectMeta{Namespace: tenantNS, Name: slessv1.BrokerSecretName},
+			Data: map[string][]byte{slessv1.BrokerKeyUsername: []byte("u"), slessv1.BrokerKeyPassword: []byte("p"), slessv1.BrokerKeyVhost: []byte("v")}},
+	}
+	for _, tc := range []struct {
+		what, ns, name string
+		want           error
+	}{
+		{"outside a tenant namespace", "default", "stray", nil},
+		{"a consumer to start", tenantNS, "orders", errNotRunning},
+		{"gone", tenantNS, "gone", nil},
+	} {
+		t.Run(tc.what, func(t *testing.T) {
+			q := NewQueueTriggers(QueueTriggerDeps{Triggers: objs, Secrets: objs, Tenants: tenantsOf{tenantNS: "acme"},
+				BrokerURL: "amqp://127.0.0.1:5672/", Log: slog.New(slog.NewTextHandler(io.Discard, nil))})
+			defer func() {
+				if p := recover(); p != nil {
+					t.Fatalf("Reconcile of %s/%s before Run panicked: %v", tc.ns, tc.name, p)
+				}
+			}()
+			_, err := q.Reconcile(t.Context(), reconcile.Request{NamespacedName: client.ObjectKey{Namespace: tc.ns, Name: tc.name}})
+			if !errors.Is(err, tc.want) || (tc.want == nil && err != nil) {
+				t.Errorf("Reconcile of %s/%s before Run = %v, want %v", tc.ns, tc.name, err, tc.want)
+			}
+			if r := q.Running(); len(r) != 0 {
+				t.Errorf("consumers running before Run: %v", r)
+			}
+		})
 	}
 }
