@@ -173,7 +173,12 @@ func testFunctionLifecycle(t *testing.T, p *platform) {
 				}},
 				Check: resource.ComposeAggregateTestCheckFunc(
 					resource.TestCheckResourceAttr("sless_function.f", "source_sha256", sum1),
-					resource.TestCheckResourceAttr("sless_function.f", "last_build_id", build1),
+					resource.TestCheckResourceAttrWith("sless_function.f", "last_build_id", func(v string) error {
+						if v != build1 { // build1 is known only once the first step ran
+							return fmt.Errorf("last_build_id %q: want the first build %q again", v, build1)
+						}
+						return nil
+					}),
 					checkInvoke(p, name, "hello from v1"),
 					func(*terraform.State) error {
 						t.Logf("going back to a built digest: the apply took %s", time.Since(back).Round(time.Millisecond))
@@ -246,7 +251,7 @@ func testFailedUpdate(t *testing.T, p *platform) {
 					started = time.Now()
 				},
 				Config:      functionConfig(p, name, dir),
-				ExpectError: regexp.MustCompile(`(?s)the build failed: SyntaxError.*The end of build \S+'s log:\n.*main\.py.*still serves`),
+				ExpectError: regexp.MustCompile(`(?s)the build failed: SyntaxError.*The end of build \S+'s log:\n.*main\.py.*still\s+serves`),
 			},
 			{
 				// The state is true: the failed digest does not serve, so
