@@ -102,7 +102,7 @@ func TestCLIJourney(t *testing.T) {
 	}
 	c.ok(t, "tenants", "create", "clitest", "--display-name", "CLI test")
 	token := strings.TrimSpace(c.ok(t, "tokens", "create", "clitest", "--name", "cli-test"))
-	eventuallySaw(t, 2*time.Minute, "tenant clitest Ready", func() (bool, string) {
+	testenv.Eventually(t, 2*time.Minute, "tenant clitest Ready", func() (bool, string) {
 		out := c.ok(t, "tenants", "get", "clitest", "-o", "json")
 		var ten map[string]any
 		if err := json.Unmarshal([]byte(out), &ten); err != nil {
@@ -157,7 +157,7 @@ func TestCLIJourney(t *testing.T) {
 			t.Fatal(err)
 		}
 		defer func() { cancel(); _ = cmd.Wait() }()
-		eventuallySaw(t, time.Minute, "the handler's print in logs -f", func() (bool, string) {
+		testenv.Eventually(t, time.Minute, "the handler's print in logs -f", func() (bool, string) {
 			s := buf.String()
 			return strings.Contains(s, marker+" cli") && strings.Contains(s, marker+" later"), s
 		})
@@ -166,7 +166,7 @@ func TestCLIJourney(t *testing.T) {
 
 	// The invocations list shows both, -o json as the API answers them.
 	var listed []map[string]any
-	eventuallySaw(t, time.Minute, "both invocations listed", func() (bool, string) {
+	testenv.Eventually(t, time.Minute, "both invocations listed", func() (bool, string) {
 		out := c.ok(t, "invocations", "list", "--function", "hello", "-o", "json")
 		listed = nil
 		if err := json.Unmarshal([]byte(out), &listed); err != nil {
@@ -183,7 +183,7 @@ func TestCLIJourney(t *testing.T) {
 		t.Errorf("invocations list -o json differs from the API's items:\ncli: %v\napi: %v", listed, api["items"])
 	}
 	// trace: the async invocation's spans, from Jaeger's query API.
-	eventuallySaw(t, time.Minute, "the async invocation's trace", func() (bool, string) {
+	testenv.Eventually(t, time.Minute, "the async invocation's trace", func() (bool, string) {
 		r := c.run(t, "", "trace", asyncID)
 		return r.code == 0 && strings.Contains(r.stdout, "gateway:") && strings.Contains(r.stdout, "invoker:"), r.stdout + r.stderr
 	})
@@ -222,7 +222,7 @@ func TestCLIJourney(t *testing.T) {
 		t.Errorf("logs -o yaml: want one document per record:\n%s", out)
 	}
 	// builds trace: the upload's trace through the operator to the builder.
-	eventuallySaw(t, time.Minute, "the build's trace", func() (bool, string) {
+	testenv.Eventually(t, time.Minute, "the build's trace", func() (bool, string) {
 		r := c.run(t, "", "builds", "trace", "hello")
 		return r.code == 0 && strings.Contains(r.stdout, "gateway:") && strings.Contains(r.stdout, "builder:"), r.stdout + r.stderr
 	})
@@ -275,7 +275,7 @@ func TestCLIJourney(t *testing.T) {
 
 	// delete
 	c.ok(t, "fn", "delete", "hello")
-	eventuallySaw(t, 2*time.Minute, "hello gone", func() (bool, string) {
+	testenv.Eventually(t, 2*time.Minute, "hello gone", func() (bool, string) {
 		r := c.run(t, "", "fn", "get", "hello")
 		return r.code == 1 && strings.Contains(r.stderr, "404"), r.stdout + r.stderr
 	})

@@ -269,24 +269,6 @@ func zipOf(files map[string]string) []byte {
 	return buf.Bytes()
 }
 
-// eventuallySaw waits for cond; when it times out, it prints what cond
-// saw last (a resource's status), so that a readiness wait that fails says
-// what the platform was doing.
-func eventuallySaw(t *testing.T, within time.Duration, what string, cond func() (bool, string)) {
-	t.Helper()
-	deadline := time.Now().Add(within)
-	for {
-		ok, saw := cond()
-		if ok {
-			return
-		}
-		if time.Now().After(deadline) {
-			t.Fatalf("timed out after %s waiting for %s; last seen: %s", within, what, saw)
-		}
-		time.Sleep(200 * time.Millisecond)
-	}
-}
-
 // status reads a resource and returns whether its status.phase is want,
 // and its status as JSON.
 func (p *platform) status(t *testing.T, path, token, want string) (bool, string) {
@@ -329,7 +311,7 @@ func TestUserJourney(t *testing.T) {
 		t.Fatalf("issue token: %v", err)
 	}
 	tok := issued.JSON201.Token
-	eventuallySaw(t, 30*time.Second, "tenant Ready", func() (bool, string) { return p.status(t, "/v1/tenants/acme", tok, "Ready") })
+	testenv.Eventually(t, 30*time.Second, "tenant Ready", func() (bool, string) { return p.status(t, "/v1/tenants/acme", tok, "Ready") })
 	acme, err := client.New(p.base, tok, "sless-e2e")
 	if err != nil {
 		t.Fatal(err)
@@ -345,7 +327,7 @@ func TestUserJourney(t *testing.T) {
 	}
 	uploadTrace := up.HTTPResponse.Header.Get("X-Trace-Id")
 	var buildID string
-	eventuallySaw(t, 30*time.Second, "a build", func() (bool, string) {
+	testenv.Eventually(t, 30*time.Second, "a build", func() (bool, string) {
 		items := p.json(t, "GET", fn+"/builds", tok, nil, 200)["items"].([]any)
 		if len(items) > 0 {
 			buildID = items[0].(map[string]any)["id"].(string)
@@ -356,7 +338,7 @@ func TestUserJourney(t *testing.T) {
 	if log.status != 200 || !strings.Contains(string(log.body), "build succeeded") {
 		t.Fatalf("followed build log: %d\n%s", log.status, log.body)
 	}
-	eventuallySaw(t, 60*time.Second, "function Ready", func() (bool, string) { return p.status(t, fn, tok, "Ready") })
+	testenv.Eventually(t, 60*time.Second, "function Ready", func() (bool, string) { return p.status(t, fn, tok, "Ready") })
 
 	// Sync invoke.
 	r := p.do(t, "POST", fn+"/invoke", tok, "application/json", []byte(`{"x":1}`))
@@ -367,7 +349,7 @@ func TestUserJourney(t *testing.T) {
 	// make dev notices a service that dies and starts it again: the
 	// invoker is killed here, and the async call below needs it.
 	p.killService(t, "invoker")
-	eventuallySaw(t, 30*time.Second, "make dev reporting the invoker's exit", func() (bool, string) {
+	testenv.Eventually(t, 30*time.Second, "make dev reporting the invoker's exit", func() (bool, string) {
 		out := p.logs()
 		return strings.Contains(out, "invoker EXITED (status 137); restarting it"), tail(out, 5)
 	})
@@ -379,7 +361,7 @@ func TestUserJourney(t *testing.T) {
 	}
 	loc := r.header.Get("Location")
 	asyncTrace := r.header.Get("X-Trace-Id")
-	eventuallySaw(t, 30*time.Second, "the async invocation's record", func() (bool, string) {
+	testenv.Eventually(t, 30*time.Second, "the async invocation's record", func() (bool, string) {
 		rr := p.do(t, "GET", loc, tok, "", nil)
 		return rr.status == 200 && rr.obj(t)["status"] == "succeeded" && rr.obj(t)["trigger"] == "async" && rr.obj(t)["trace_id"] == asyncTrace, rr.String()
 	})
@@ -394,7 +376,7 @@ func TestUserJourney(t *testing.T) {
 
 	// A cron trigger fires.
 	p.json(t, "POST", "/v1/tenants/acme/triggers", tok, map[string]any{"name": "tick", "function": "app", "type": "cron", "cron": map[string]any{"schedule": "@every 2s"}}, 201)
-	eventuallySaw(t, 30*time.Second, "a cron invocation", func() (bool, string) {
+	testenv.Eventually(t, 30*time.Second, "a cron invocation", func() (bool, string) {
 		return len(p.json(t, "GET", "/v1/tenants/acme/invocations?trigger=cron", tok, nil, 200)["items"].([]any)) > 0,
 			"the trigger: " + p.do(t, "GET", "/v1/tenants/acme/triggers/tick", tok, "", nil).String()
 	})
@@ -406,7 +388,7 @@ func TestUserJourney(t *testing.T) {
 	p.json(t, "POST", "/v1/tenants/acme/triggers", tok, map[string]any{"name": "orders", "function": "app", "type": "queue",
 		"queue": map[string]any{"queue": "acme-orders"}}, 201)
 	var brokerURL string
-	eventuallySaw(t, 30*time.Second, "the tenant's broker account", func() (bool, string) {
+	testenv.Eventually(t, 30*time.Second, "the tenant's broker account", func() (bool, string) {
 		r := p.do(t, "GET", "/v1/tenants/acme/broker", tok, "", nil)
 		if r.status != 200 {
 			return false, r.String()
@@ -420,7 +402,7 @@ func TestUserJourney(t *testing.T) {
 	}
 	defer conn.Close()
 	ch, _ := conn.Channel()
-	eventuallySaw(t, 30*time.Second, "the trigger's queue", func() (bool, string) {
+	testenv.Eventually(t, 30*time.Second, "the trigger's queue", func() (bool, string) {
 		probe, _ := conn.Channel()
 		_, err := probe.QueueDeclarePassive("acme-orders", true, false, false, false, nil)
 		if err == nil {
@@ -432,7 +414,7 @@ func TestUserJourney(t *testing.T) {
 		Body: []byte(`{"order":1}`), DeliveryMode: amqp.Persistent}); err != nil {
 		t.Fatal(err)
 	}
-	eventuallySaw(t, 30*time.Second, "the queue invocation", func() (bool, string) {
+	testenv.Eventually(t, 30*time.Second, "the queue invocation", func() (bool, string) {
 		return len(p.json(t, "GET", "/v1/tenants/acme/invocations?trigger=queue", tok, nil, 200)["items"].([]any)) == 1,
 			"the trigger: " + p.do(t, "GET", "/v1/tenants/acme/triggers/orders", tok, "", nil).String()
 	})
@@ -440,13 +422,13 @@ func TestUserJourney(t *testing.T) {
 	// A job run (a new run_id) succeeds, once.
 	p.json(t, "POST", "/v1/tenants/acme/jobs", tok, map[string]any{"name": "report", "function": "app", "payload": map[string]any{"r": 1}}, 201)
 	p.json(t, "POST", "/v1/tenants/acme/jobs/report/run", tok, nil, 202)
-	eventuallySaw(t, 60*time.Second, "the job run", func() (bool, string) { return p.status(t, "/v1/tenants/acme/jobs/report", tok, "Succeeded") })
+	testenv.Eventually(t, 60*time.Second, "the job run", func() (bool, string) { return p.status(t, "/v1/tenants/acme/jobs/report", tok, "Succeeded") })
 	// Its record is written in the background: wait for it, then there is
 	// exactly one (the run's id is the record's key).
 	jobRecords := func() int {
 		return len(p.json(t, "GET", "/v1/tenants/acme/invocations?trigger=job", tok, nil, 200)["items"].([]any))
 	}
-	eventuallySaw(t, 30*time.Second, "the job run's record", func() (bool, string) {
+	testenv.Eventually(t, 30*time.Second, "the job run's record", func() (bool, string) {
 		return jobRecords() > 0, "the job: " + p.do(t, "GET", "/v1/tenants/acme/jobs/report", tok, "", nil).String()
 	})
 	if n := jobRecords(); n != 1 {
@@ -489,13 +471,13 @@ func TestUserJourney(t *testing.T) {
 	if _, err := client.UploadZip(ctx, acme, "acme", "app", zipOf(map[string]string{"main.py": fmt.Sprintf(app, "v2")})); err != nil {
 		t.Fatalf("second upload: %v", err)
 	}
-	eventuallySaw(t, 90*time.Second, "v2 served", func() (bool, string) {
+	testenv.Eventually(t, 90*time.Second, "v2 served", func() (bool, string) {
 		return sawV2.Load(), "the function: " + p.do(t, "GET", "/v1/tenants/acme/functions/app", tok, "", nil).String()
 	})
 	// The load goes on until the old process has drained and stopped.
 	logFile := funclog.Path(filepath.Join(p.state, "functions"), slessv1.NamespaceFor("acme"), "app")
 	stopped := regexp.MustCompile(`"msg":\s*"stopped"`)
-	eventuallySaw(t, 60*time.Second, "the old process stopped", func() (bool, string) {
+	testenv.Eventually(t, 60*time.Second, "the old process stopped", func() (bool, string) {
 		b, _ := os.ReadFile(logFile)
 		return stopped.Match(b), "the function's log ends: " + string(b[max(0, len(b)-2000):])
 	})
@@ -512,7 +494,7 @@ func TestUserJourney(t *testing.T) {
 	if r.status != 201 {
 		t.Fatalf("http trigger: %d %s", r.status, r.body)
 	}
-	eventuallySaw(t, 10*time.Second, "the http trigger", func() (bool, string) {
+	testenv.Eventually(t, 10*time.Second, "the http trigger", func() (bool, string) {
 		r := p.do(t, "GET", "/fn/acme/app/hello", "", "", nil)
 		return r.status == 200, r.String()
 	})
@@ -539,11 +521,11 @@ func TestUserJourney(t *testing.T) {
 		t.Fatal("no stored objects of the function before delete")
 	}
 	p.json(t, "DELETE", fn, tok, nil, 202)
-	eventuallySaw(t, 30*time.Second, "the function gone", func() (bool, string) {
+	testenv.Eventually(t, 30*time.Second, "the function gone", func() (bool, string) {
 		r := p.do(t, "GET", fn, tok, "", nil)
 		return r.status == 404, r.String()
 	})
-	eventuallySaw(t, 30*time.Second, "its endpoint gone", func() (bool, string) {
+	testenv.Eventually(t, 30*time.Second, "its endpoint gone", func() (bool, string) {
 		r := p.do(t, "POST", fn+"/invoke", tok, "application/json", []byte("{}"))
 		return r.status == 404, r.String()
 	})
@@ -558,14 +540,14 @@ func TestUserJourney(t *testing.T) {
 		t.Fatalf("upload: %d %s", r.status, r.body)
 	}
 	p.json(t, "DELETE", "/v1/tenants/acme", p.admin, nil, 202)
-	eventuallySaw(t, 60*time.Second, "the tenant gone", func() (bool, string) {
+	testenv.Eventually(t, 60*time.Second, "the tenant gone", func() (bool, string) {
 		r := p.do(t, "GET", "/v1/tenants/acme", p.admin, "", nil)
 		return r.status == 404, r.String()
 	})
 	if r := p.do(t, "GET", "/v1/tenants/acme/functions", tok, "", nil); r.status != 401 {
 		t.Errorf("the deleted tenant's token answered %d", r.status)
 	}
-	eventuallySaw(t, 30*time.Second, "the tenant's objects gone", func() (bool, string) {
+	testenv.Eventually(t, 30*time.Second, "the tenant's objects gone", func() (bool, string) {
 		n := p.count(t, "sources/acme/")
 		return n == 0, fmt.Sprintf("%d objects under sources/acme/", n)
 	})
