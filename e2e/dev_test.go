@@ -24,15 +24,7 @@ import (
 // process of the run is left (startPlatform's stop).
 func TestDevCtrlCStopsEveryProcess(t *testing.T) {
 	testenv.SteadyServers(t)
-	var state string
-	t.Cleanup(func() { // runs after the platform's stop
-		if t.Failed() && state != "" {
-			b, _ := os.ReadFile(filepath.Join(state, "logs", "cluster.log"))
-			t.Logf("cluster.log (tail):\n%s", tail(string(b), 40))
-		}
-	})
 	p := startPlatform(t)
-	state = p.state
 	if len(runProcesses(p.run)) == 0 {
 		t.Fatalf("no process carries %s=%s while make dev runs", runMarker, p.run)
 	}

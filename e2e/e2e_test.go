@@ -55,9 +55,12 @@ type platform struct {
 const runMarker = "SLESS_E2E_RUN"
 
 // runProcesses lists the processes whose environment holds
-// runMarker=run, as "PID command line".
+// runMarker=run, as "PID command line", but for the servers that make
+// dev's hack/deps.sh up started (SLESS_DEPS_SERVER=1): they are shared and
+// outlive make dev by design.
 func runProcesses(run string) []string {
 	want := []byte(runMarker + "=" + run)
+	deps := []byte("\x00SLESS_DEPS_SERVER=1\x00")
 	var found []string
 	dirs, _ := os.ReadDir("/proc")
 	for _, d := range dirs {
@@ -66,6 +69,9 @@ func runProcesses(run string) []string {
 		}
 		env, err := os.ReadFile(filepath.Join("/proc", d.Name(), "environ"))
 		if err != nil || !bytes.Contains(append(append([]byte{0}, env...), 0), append(append([]byte{0}, want...), 0)) {
+			continue
+		}
+		if bytes.Contains(append([]byte{0}, env...), deps) {
 			continue
 		}
 		cmdline, _ := os.ReadFile(filepath.Join("/proc", d.Name(), "cmdline"))
