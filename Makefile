@@ -24,6 +24,12 @@ dev: ## run the whole platform locally (local profile); Ctrl-C stops it
 deps: ## build the cached servers and start PostgreSQL, RabbitMQ and MinIO
 	@hack/deps.sh up
 
+.PHONY: tofu
+tofu: ## build OpenTofu (cached) and link it as bin/tofu; prints its path
+	@mkdir -p bin
+	@ln -sf "$$(hack/deps.sh tofu)" bin/tofu
+	@echo "$(CURDIR)/bin/tofu"
+
 .PHONY: build
 build: ## build the five service binaries and the sless CLI into bin/
 	@mkdir -p bin

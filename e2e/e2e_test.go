@@ -44,6 +44,40 @@ type platform struct {
 	store *objstore.Store
 	pgid  int           // make dev's process group
 	logs  func() string // what make dev printed so far
+	run   string        // the marker every process of this make dev inherits (runMarker)
+	stop  func()        // Ctrl-C, as a terminal sends it, and wait for make dev to end
+}
+
+// runMarker is the environment variable that startPlatform gives make dev
+// with a value of its own: every process of the run inherits it (etcd and
+// kube-apiserver too, which envtest starts in process groups of their
+// own), so /proc tells which of them are left.
+const runMarker = "SLESS_E2E_RUN"
+
+// runProcesses lists the processes whose environment holds
+// runMarker=run, as "PID command line", but for the servers that make
+// dev's hack/deps.sh up started (SLESS_DEPS_SERVER=1): they are shared and
+// outlive make dev by design.
+func runProcesses(run string) []string {
+	want := []byte(runMarker + "=" + run)
+	deps := []byte("\x00SLESS_DEPS_SERVER=1\x00")
+	var found []string
+	dirs, _ := os.ReadDir("/proc")
+	for _, d := range dirs {
+		if _, err := strconv.Atoi(d.Name()); err != nil {
+			continue
+		}
+		env, err := os.ReadFile(filepath.Join("/proc", d.Name(), "environ"))
+		if err != nil || !bytes.Contains(append(append([]byte{0}, env...), 0), append(append([]byte{0}, want...), 0)) {
+			continue
+		}
+		if bytes.Contains(append([]byte{0}, env...), deps) {
+			continue
+		}
+		cmdline, _ := os.ReadFile(filepath.Join("/proc", d.Name(), "cmdline"))
+		found = append(found, d.Name()+" "+strings.TrimSpace(strings.ReplaceAll(string(cmdline), "\x00", " ")))
+	}
+	return found
 }
 
 // startPlatform runs hack/dev.sh with a state, database, bucket, vhost and
@@ -61,8 +95,9 @@ func startPlatform(t *testing.T) *platform {
 	opsBase := testenv.FreePortBlock(t, 5)
 	db := testenv.Name("sless_e2e_")
 	bucket := testenv.Name("sless-e2e-")
+	run := testenv.Name("run-")
 	cmd := exec.Command("bash", filepath.Join("..", "hack", "dev.sh"))
-	cmd.Env = append(os.Environ(), "SLESS_DEV_PORT="+port, fmt.Sprintf("SLESS_DEV_OPS_BASE=%d", opsBase), "SLESS_DEV_STATE="+state,
+	cmd.Env = append(os.Environ(), runMarker+"="+run, "SLESS_DEV_PORT="+port, fmt.Sprintf("SLESS_DEV_OPS_BASE=%d", opsBase), "SLESS_DEV_STATE="+state,
 		"SLESS_DEV_DATABASE="+db, "SLESS_DEV_BUCKET="+bucket, "SLESS_DEV_RABBITMQ_URL="+vhost)
 	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true}
 	out, _ := cmd.StdoutPipe()
@@ -104,6 +139,16 @@ func startPlatform(t *testing.T) *platform {
 			_ = syscall.Kill(-cmd.Process.Pid, syscall.SIGKILL)
 			t.Error("make dev did not stop within 60s of Ctrl-C")
 		}
+		// Ctrl-C stops every process make dev started; whatever is left
+		// is reported, then killed so that it does not outlive the test.
+		if left := runProcesses(run); len(left) > 0 {
+			t.Errorf("processes of make dev still running after Ctrl-C:\n%s", strings.Join(left, "\n"))
+			for _, l := range left {
+				if pid, err := strconv.Atoi(strings.Fields(l)[0]); err == nil {
+					_ = syscall.Kill(pid, syscall.SIGKILL)
+				}
+			}
+		}
 	}
 	t.Cleanup(func() {
 		stop()
@@ -135,7 +180,7 @@ func startPlatform(t *testing.T) *platform {
 	u.Path = "/" + db
 	output := func() string { mu.Lock(); defer mu.Unlock(); return logs.String() }
 	return &platform{db: u.String(), base: rd.Gateway, admin: rd.AdminToken, state: state, amqp: vhost, store: store,
-		pgid: cmd.Process.Pid, logs: output}
+		pgid: cmd.Process.Pid, logs: output, run: run, stop: stop}
 }
 
 // killService SIGKILLs the platform process whose command is bin/<name>

@@ -454,6 +454,9 @@ servers_up() {
 	registry_up
 }
 
+# The servers are shared (tests, every make dev) and outlive the make dev
+# that started them: this marks them, for whoever looks for what a run left.
+export SLESS_DEPS_SERVER=1
 mkdir -p "$STATE"
 case "${1:-up}" in
 up)

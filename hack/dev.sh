@@ -29,6 +29,33 @@ eval "$(hack/deps.sh env)"
 STATE=${SLESS_DEV_STATE:-${SLESS_STATE_DIR:-$SLESS_CACHE_DIR/state}/dev}
 DATABASE=${SLESS_DEV_DATABASE:-sless}
 mkdir -p "$STATE/logs" "$STATE/functions"
+STATE=$(cd "$STATE" && pwd)
+
+# run_pids: the processes of a make dev on $STATE other than this shell:
+# each carries SLESS_DEV_RUN=$STATE (exported below, inherited by all, etcd
+# and kube-apiserver too, which envtest starts in process groups of their
+# own, out of Ctrl-C's reach); an etcd on $STATE/etcd counts too.
+run_pids() {
+	local e p
+	for e in /proc/[0-9]*/environ; do
+		p=${e#/proc/}
+		p=${p%/environ}
+		[ "$p" = $$ ] || [ "$p" = "$BASHPID" ] && continue
+		if grep -qzxF "SLESS_DEV_RUN=$STATE" "$e" 2>/dev/null || grep -qzxF -- "--data-dir=$STATE/etcd" "/proc/$p/cmdline" 2>/dev/null; then
+			printf '%s\n' "$p"
+		fi
+	done
+}
+describe_pids() {
+	local p
+	for p in "$@"; do printf '  %s %s\n' "$p" "$(tr '\0' ' ' <"/proc/$p/cmdline" 2>/dev/null | cut -c1-120)"; done
+}
+mapfile -t HOLDERS < <(run_pids)
+if [ ${#HOLDERS[@]} -gt 0 ]; then
+	die "$(printf 'processes of an earlier make dev still hold %s:\n%s\nstop them (kill %s) or set SLESS_DEV_STATE to another directory' \
+		"$STATE" "$(describe_pids "${HOLDERS[@]}")" "${HOLDERS[*]}")"
+fi
+export SLESS_DEV_RUN=$STATE
 # $STATE/ready.json appears once the platform serves the demo (gateway URL
 # and tokens); scripts and the end-to-end tests wait for it, not for the banner.
 READY="$STATE/ready.json"
@@ -53,6 +80,21 @@ cleanup() {
 	say "stopping"
 	for ((i = ${#PIDS[@]} - 1; i >= 0; i--)); do kill -TERM "${PIDS[i]}" 2>/dev/null || true; done
 	for p in "${PIDS[@]}"; do wait "$p" 2>/dev/null || true; done
+	# Whatever is left of the run (a control plane whose devcluster
+	# crashed, a process that ignored TERM) is stopped too.
+	local left i
+	mapfile -t left < <(run_pids)
+	if [ ${#left[@]} -gt 0 ]; then
+		say "stopping what is left of this run:"
+		describe_pids "${left[@]}" >&2
+		kill -TERM "${left[@]}" 2>/dev/null || true
+		for ((i = 0; i < 100; i++)); do
+			mapfile -t left < <(run_pids)
+			[ ${#left[@]} -eq 0 ] && break
+			sleep 0.1
+		done
+		[ ${#left[@]} -eq 0 ] || kill -KILL "${left[@]}" 2>/dev/null || true
+	fi
 	say "stopped; data is kept in $STATE (and the dependency cache)"
 }
 trap cleanup INT TERM EXIT
@@ -72,6 +114,7 @@ supervise() {
 		began=$SECONDS
 		"$@" &
 		child=$!
+		[ "$stopping" = 1 ] && kill -TERM "$child" 2>/dev/null # TERM came before child was set
 		rc=0
 		wait "$child" || rc=$?
 		# A trap interrupts wait; the child may still be shutting down.
@@ -101,7 +144,8 @@ start() {
 
 rm -f "$STATE/kubeconfig"
 start cluster bin/devcluster -data "$STATE/etcd" -write-kubeconfig "$STATE/kubeconfig"
-for ((i = 0; i < 300; i++)); do [ -f "$STATE/kubeconfig" ] && break; sleep 0.1; done
+# devcluster gives etcd and kube-apiserver 40 s each to start.
+for ((i = 0; i < 1000; i++)); do [ -f "$STATE/kubeconfig" ] && break; sleep 0.1; done
 [ -f "$STATE/kubeconfig" ] || die "the control plane did not start; see $STATE/logs/cluster.log"
 
 [ -f "$STATE/admin-token" ] || (umask 077; od -An -N24 -tx1 /dev/urandom | tr -d ' \n' >"$STATE/admin-token")

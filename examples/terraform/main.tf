@@ -2,9 +2,11 @@
 # public HTTP route, simple-python on a cron schedule and a queue.
 #
 #   export SLESS_URL=http://127.0.0.1:8080 SLESS_TOKEN=<tenant token> SLESS_TENANT=demo
-#   tofu init && tofu apply
+#   tofu apply
 #
-# See docs/terraform.md for installing the provider.
+# No `tofu init`: the provider is found through a development override
+# (docs/terraform.md, "Installing the provider"), and `make tofu` links
+# OpenTofu as bin/tofu.
 
 terraform {
   required_providers {

@@ -3,6 +3,7 @@ module github.com/kube5s/sless/hack/devcluster
 go 1.26.0
 
 require (
+	github.com/go-logr/logr v1.4.4
 	github.com/kube5s/sless/pkg v0.0.0
 	sigs.k8s.io/controller-runtime v0.25.2
 )
@@ -14,7 +15,6 @@ require (
 	github.com/emicklei/go-restful/v3 v3.13.0 // indirect
 	github.com/evanphx/json-patch/v5 v5.9.11 // indirect
 	github.com/fxamacker/cbor/v2 v2.9.1 // indirect
-	github.com/go-logr/logr v1.4.4 // indirect
 	github.com/go-openapi/jsonpointer v1.0.0 // indirect
 	github.com/go-openapi/jsonreference v1.0.0 // indirect
 	github.com/go-openapi/swag v0.28.0 // indirect
