@@ -29,7 +29,7 @@ func TestDevCtrlCStopsEveryProcess(t *testing.T) {
 		t.Fatalf("no process carries %s=%s while make dev runs", runMarker, p.run)
 	}
 	p.killService(t, "devcluster")
-	eventuallySaw(t, 90*time.Second, "the control plane back after its devcluster was killed", func() (bool, string) {
+	testenv.Eventually(t, 90*time.Second, "the control plane back after its devcluster was killed", func() (bool, string) {
 		out := p.logs()
 		return strings.Count(out, "control plane ready") >= 2, tail(out, 15)
 	})
