@@ -1,14 +1,12 @@
 package e2e
 
 import (
-	"bytes"
 	"fmt"
 	"os"
 	"os/exec"
 	"path/filepath"
 	"strconv"
 	"strings"
-	"sync"
 	"syscall"
 	"testing"
 	"time"
@@ -55,7 +53,7 @@ func TestDevNamesTheProcessesHoldingItsState(t *testing.T) {
 		fmt.Sprintf("SLESS_DEV_OPS_BASE=%d", testenv.FreePortBlock(t, 5)), "SLESS_DEV_DATABASE="+testenv.Name("sless_e2e_"),
 		"SLESS_DEV_BUCKET="+testenv.Name("sless-e2e-"))
 	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true}
-	var out lockedBuffer
+	var out syncBuffer
 	cmd.Stdout, cmd.Stderr = &out, &out
 	if err := cmd.Start(); err != nil {
 		t.Fatal(err)
@@ -86,22 +84,4 @@ wait:
 	if !strings.Contains(out.String(), strconv.Itoa(holder.Process.Pid)) {
 		t.Fatalf("make dev (%v) did not name PID %d, which holds %s:\n%s", err, holder.Process.Pid, state, tail(out.String(), 40))
 	}
-}
-
-// lockedBuffer is a bytes.Buffer that a process writes while a test reads.
-type lockedBuffer struct {
-	mu  sync.Mutex
-	buf bytes.Buffer
-}
-
-func (b *lockedBuffer) Write(p []byte) (int, error) {
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	return b.buf.Write(p)
-}
-
-func (b *lockedBuffer) String() string {
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	return b.buf.String()
 }

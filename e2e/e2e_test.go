@@ -336,6 +336,31 @@ def handler(event, context):
     return {"version": "%s", "trigger": context.trigger, "body": event.get("json")}
 `
 
+// newTenant creates tenant name (a generous rate quota) and a token of
+// it through the typed client, and returns the token and a client with it.
+func (p *platform) newTenant(t *testing.T, name string) (string, *client.ClientWithResponses) {
+	t.Helper()
+	ctx := context.Background()
+	admin, err := client.New(p.base, p.admin, "sless-e2e")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := client.Do(admin.CreateTenantWithResponse(ctx, client.TenantInput{Name: name,
+		Quotas: &client.TenantQuotas{InvocationsPerSecond: ptr(int32(100000))}})); err != nil {
+		t.Fatalf("create tenant %s: %v", name, err)
+	}
+	issued, err := client.Do(admin.CreateTokenWithResponse(ctx, name, client.TokenInBody{Name: ptr("e2e")}))
+	if err != nil {
+		t.Fatalf("issue a token of %s: %v", name, err)
+	}
+	tok := issued.JSON201.Token
+	c, err := client.New(p.base, tok, "sless-e2e")
+	if err != nil {
+		t.Fatal(err)
+	}
+	return tok, c
+}
+
 func TestUserJourney(t *testing.T) {
 	testenv.SteadyServers(t)
 	p := startPlatform(t)
@@ -343,24 +368,8 @@ func TestUserJourney(t *testing.T) {
 
 	// A tenant, its token and a function from a zip, through the typed
 	// client (pkg/client); the build log is followed to its end.
-	admin, err := client.New(p.base, p.admin, "sless-e2e")
-	if err != nil {
-		t.Fatal(err)
-	}
-	if _, err := client.Do(admin.CreateTenantWithResponse(ctx, client.TenantInput{Name: "acme",
-		Quotas: &client.TenantQuotas{InvocationsPerSecond: ptr(int32(100000))}})); err != nil {
-		t.Fatalf("create tenant: %v", err)
-	}
-	issued, err := client.Do(admin.CreateTokenWithResponse(ctx, "acme", client.TokenInBody{Name: ptr("e2e")}))
-	if err != nil {
-		t.Fatalf("issue token: %v", err)
-	}
-	tok := issued.JSON201.Token
+	tok, acme := p.newTenant(t, "acme")
 	testenv.Eventually(t, 30*time.Second, "tenant Ready", func() (bool, string) { return p.status(t, "/v1/tenants/acme", tok, "Ready") })
-	acme, err := client.New(p.base, tok, "sless-e2e")
-	if err != nil {
-		t.Fatal(err)
-	}
 	fn := "/v1/tenants/acme/functions/app"
 	if _, err := client.Do(acme.CreateFunctionWithResponse(ctx, "acme", client.FunctionInput{Name: "app",
 		Runtime: client.FunctionInputRuntimePython311, Entrypoint: "main.handler", TimeoutSec: ptr(int32(2))})); err != nil {

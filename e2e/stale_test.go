@@ -33,23 +33,7 @@ func TestADeployIsServedByEveryGateway(t *testing.T) {
 	b := secondGateway(t, p)
 	ctx := context.Background()
 
-	admin, err := client.New(p.base, p.admin, "sless-e2e")
-	if err != nil {
-		t.Fatal(err)
-	}
-	if _, err := client.Do(admin.CreateTenantWithResponse(ctx, client.TenantInput{Name: "twice",
-		Quotas: &client.TenantQuotas{InvocationsPerSecond: ptr(int32(100000))}})); err != nil {
-		t.Fatalf("create tenant: %v", err)
-	}
-	issued, err := client.Do(admin.CreateTokenWithResponse(ctx, "twice", client.TokenInBody{Name: ptr("e2e")}))
-	if err != nil {
-		t.Fatalf("issue token: %v", err)
-	}
-	tok := issued.JSON201.Token
-	c, err := client.New(p.base, tok, "sless-e2e")
-	if err != nil {
-		t.Fatal(err)
-	}
+	tok, c := p.newTenant(t, "twice")
 	if _, err := client.Do(c.CreateFunctionWithResponse(ctx, "twice", client.FunctionInput{Name: "app",
 		Runtime: client.FunctionInputRuntimePython311, Entrypoint: "main.handler"})); err != nil {
 		t.Fatalf("create function: %v", err)
