@@ -19,6 +19,7 @@ import (
 	"helm.sh/helm/v3/pkg/chartutil"
 	"helm.sh/helm/v3/pkg/lint"
 	"helm.sh/helm/v3/pkg/lint/support"
+	"helm.sh/helm/v3/pkg/release"
 	corev1 "k8s.io/api/core/v1"
 	apiextensionsv1 "k8s.io/apiextensions-apiserver/pkg/apis/apiextensions/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
@@ -73,13 +74,18 @@ func load(t *testing.T) *chart.Chart {
 	return c
 }
 
-// render renders the chart like helm template, hooks included.
-func render(c *chart.Chart, vals map[string]any) (string, error) {
+// dryRun installs the chart client-side as helm template does.
+func dryRun(c *chart.Chart, vals map[string]any) (*release.Release, error) {
 	install := action.NewInstall(&action.Configuration{})
 	install.ClientOnly, install.DryRun, install.Replace = true, true, true
 	install.ReleaseName, install.Namespace = "sless", releaseNS
 	install.KubeVersion = &chartutil.KubeVersion{Version: "v1.37.2", Major: "1", Minor: "37"}
-	rel, err := install.Run(c, vals)
+	return install.Run(c, vals)
+}
+
+// render renders the chart like helm template, hooks included.
+func render(c *chart.Chart, vals map[string]any) (string, error) {
+	rel, err := dryRun(c, vals)
 	if err != nil {
 		return "", err
 	}

@@ -12,9 +12,7 @@ import (
 	"testing"
 
 	"github.com/google/go-cmp/cmp"
-	"helm.sh/helm/v3/pkg/action"
 	"helm.sh/helm/v3/pkg/chart"
-	"helm.sh/helm/v3/pkg/chartutil"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 
 	"github.com/kube5s/sless/pkg/testenv"
@@ -23,11 +21,7 @@ import (
 // renderNotes renders the chart's NOTES.txt as helm install prints it.
 func renderNotes(t *testing.T, c *chart.Chart, vals map[string]any) string {
 	t.Helper()
-	install := action.NewInstall(&action.Configuration{})
-	install.ClientOnly, install.DryRun, install.Replace = true, true, true
-	install.ReleaseName, install.Namespace = "sless", releaseNS
-	install.KubeVersion = &chartutil.KubeVersion{Version: "v1.37.2", Major: "1", Minor: "37"}
-	rel, err := install.Run(c, vals)
+	rel, err := dryRun(c, vals)
 	if err != nil {
 		t.Fatal(err)
 	}
