@@ -14,6 +14,8 @@
 #   hack/deps.sh postgres stop|start   for the database outage tests
 #   hack/deps.sh postgres up | rabbitmq up   only that server (the fallback test)
 #   hack/deps.sh registry up   build and start only the registry
+#   hack/deps.sh chromium   install Debian's chromium when missing (the
+#                        console's browser test; up and up-core do it too)
 #   hack/deps.sh tofu    build only OpenTofu (the Terraform provider's
 #                        acceptance tests run it) and print its path
 #
@@ -78,7 +80,14 @@ apt_install() {
 		apt-get update -qq >&2 || die "apt-get update failed"
 		mkdir -p "$STATE" && touch "$STATE/.apt-updated"
 	fi
-	DEBIAN_FRONTEND=noninteractive apt-get install -y -qq "$@" >&2 || die "apt-get install $* failed"
+	DEBIAN_FRONTEND=noninteractive apt-get install -y -qq -o DPkg::Lock::Timeout=300 "$@" >&2 || die "apt-get install $* failed"
+}
+
+# chromium_install: Debian's Chromium, which the web console's browser
+# test drives (services/gateway, chromedp); installed only when missing.
+chromium_install() {
+	command -v chromium >/dev/null && return
+	apt_install chromium
 }
 
 # build NAME DIR PKG MODULE_DIR [LDFLAGS]: go build PKG inside MODULE_DIR into
@@ -209,7 +218,7 @@ postgres_up() {
 	fi
 	say "starting PostgreSQL on 127.0.0.1:$PG_PORT"
 	as_postgres "$bindir/pg_ctl" -D "$pgdata" -l "$pgdata/server.log" -w \
-		-o "-c listen_addresses=127.0.0.1 -p $PG_PORT -k /tmp" start >/dev/null ||
+		-o "-c listen_addresses=127.0.0.1 -p $PG_PORT -k /tmp" start >/dev/null 7>&- ||
 		die "PostgreSQL did not start; see $pgdata/server.log"
 	touch "$STATE/postgres.ours"
 }
@@ -233,15 +242,69 @@ rabbitmq_up() {
 		timeout 120 rabbitmqctl -q start_app >&2 || rabbitmq_die "rabbitmqctl start_app failed"
 	else
 		say "starting RabbitMQ on 127.0.0.1:$RABBIT_PORT"
-		RABBITMQ_NODE_IP_ADDRESS=127.0.0.1 RABBITMQ_SERVER_ADDITIONAL_ERL_ARGS="-rabbitmq_management tcp_config $RABBIT_MGMT_LISTENER" \
-			rabbitmq-server -detached >&2 || rabbitmq_die "rabbitmq-server did not start"
-		# await_startup fails at once while the node is not reachable yet: retry.
-		for ((i = 0; i < 60; i++)); do
-			timeout 30 rabbitmqctl -q await_startup >/dev/null 2>&1 && break
-			sleep 2
-		done
+		rabbitmq_start
 		touch "$STATE/rabbitmq.ours"
 	fi
+	wait_port $RABBIT_PORT 120 RabbitMQ rabbitmq_die
+}
+
+# RabbitMQ counts every file it holds open, sockets and the log segments
+# of each quorum queue among them, against a limit drawn from its process's
+# open-files limit at start (927 of the usual 1024). Past it, no new
+# connection gets through the AMQP handshake, and services and tests time
+# out on the broker. make test holds a dozen tenant vhosts of about 96
+# quorum queues at a time, more than that: the node is started with
+# RABBIT_NOFILE open files, and the machine's node, when it runs with
+# fewer than RABBIT_MIN_NOFILE, is restarted once with that many
+# (docs/dev/test-notes.md).
+RABBIT_NOFILE=65536 RABBIT_MIN_NOFILE=16384
+
+# rabbitmq_start: start the machine's node with RABBIT_NOFILE open files
+# (or as many as the hard limit allows) and wait for it.
+rabbitmq_start() {
+	local i
+	(
+		ulimit -n "$RABBIT_NOFILE" 2>/dev/null || ulimit -n "$(ulimit -Hn)"
+		export RABBITMQ_NODE_IP_ADDRESS=127.0.0.1 RABBITMQ_SERVER_ADDITIONAL_ERL_ARGS="-rabbitmq_management tcp_config $RABBIT_MGMT_LISTENER"
+		if [ "$(id -u)" = 0 ] && id rabbitmq >/dev/null 2>&1; then
+			# Debian's rabbitmq-server switches to the rabbitmq user
+			# through su, whose PAM session resets the open-files limit
+			# to 1024; setpriv keeps it.
+			cd /var/lib/rabbitmq
+			HOME=/var/lib/rabbitmq exec setpriv --reuid=rabbitmq --regid=rabbitmq --init-groups /usr/lib/rabbitmq/bin/rabbitmq-server -detached
+		fi
+		exec rabbitmq-server -detached
+	) >&2 7>&- || rabbitmq_die "rabbitmq-server did not start"
+	# await_startup fails at once while the node is not reachable yet: retry.
+	for ((i = 0; i < 60; i++)); do
+		timeout 30 rabbitmqctl -q await_startup >/dev/null 2>&1 7>&- && break
+		sleep 2
+	done
+}
+
+# rabbitmq_open_files: restart the machine's node when its open-files
+# limit is below RABBIT_MIN_NOFILE and a higher one can be had.
+rabbitmq_open_files() {
+	[ "$RABBIT_PORT" = 5672 ] || return 0
+	local pid limit can i
+	pid=$(timeout 60 rabbitmqctl -q eval 'list_to_integer(os:getpid()).' 2>/dev/null 7>&-) || return 0
+	limit=$(awk '/^Max open files/ {print $4}' "/proc/$pid/limits" 2>/dev/null) || return 0
+	[[ $limit =~ ^[0-9]+$ ]] && [ "$limit" -lt "$RABBIT_MIN_NOFILE" ] || return 0
+	can=$(ulimit -n "$RABBIT_NOFILE" 2>/dev/null && ulimit -n || ulimit -Hn)
+	[[ $can =~ ^[0-9]+$ ]] && [ "$can" -gt "$limit" ] || return 0
+	say "RabbitMQ runs with $limit open files, too few for the tests' quorum queues: restarting it with $can"
+	# A node out of file handles may never finish stopping (its message
+	# stores wait for handles to close their files): then it is killed;
+	# its quorum queues and durable messages are on disk.
+	timeout 60 rabbitmqctl -q stop >&2 7>&- || say "rabbitmqctl stop did not finish: stopping the node's process"
+	kill -TERM "$pid" 2>/dev/null || true
+	for ((i = 0; i < 60; i++)); do
+		kill -0 "$pid" 2>/dev/null || break
+		[ "$i" = 30 ] && kill -KILL "$pid" 2>/dev/null
+		sleep 1
+	done
+	kill -0 "$pid" 2>/dev/null && rabbitmq_die "RabbitMQ's node did not stop within 60s"
+	rabbitmq_start
 	wait_port $RABBIT_PORT 120 RabbitMQ rabbitmq_die
 }
 
@@ -285,7 +348,7 @@ rabbitmq_private_up() {
 	say "starting a private RabbitMQ node on 127.0.0.1:$RABBIT_PORT (state in $STATE/rabbitmq-$RABBIT_PORT)"
 	mkdir -p "$STATE/rabbitmq-$RABBIT_PORT"
 	# In the background like MinIO (-detached would lose the node's errors).
-	rabbit_private rabbitmq-server </dev/null >"$STATE/rabbitmq-$RABBIT_PORT/server.out" 2>&1 &
+	rabbit_private rabbitmq-server </dev/null >"$STATE/rabbitmq-$RABBIT_PORT/server.out" 2>&1 7>&- &
 	pid=$!
 	disown
 	touch "$STATE/rabbitmq-$RABBIT_PORT.ours"
@@ -349,7 +412,7 @@ minio_up() {
 	MINIO_ROOT_USER=$MINIO_ROOT_USER MINIO_ROOT_PASSWORD=$MINIO_ROOT_PASSWORD MINIO_BROWSER=off \
 		setsid nohup "$MINIO_DIR/minio" server --quiet --address "127.0.0.1:$MINIO_PORT" \
 		--console-address "127.0.0.1:$((MINIO_PORT + 1))" "$STATE/minio/data" \
-		>"$STATE/minio/server.log" 2>&1 </dev/null &
+		>"$STATE/minio/server.log" 2>&1 </dev/null 7>&- &
 	echo $! >"$STATE/minio/pid"
 	wait_port "$MINIO_PORT" 60 MinIO
 	local i
@@ -384,7 +447,7 @@ http:
 EOC
 	# Its tracing is off: it would export to an OTLP collector by default.
 	OTEL_TRACES_EXPORTER=none setsid nohup "$REGISTRY_DIR/registry" serve "$dir/config.yml" \
-		>"$dir/server.log" 2>&1 </dev/null &
+		>"$dir/server.log" 2>&1 </dev/null 7>&- &
 	echo $! >"$dir/pid"
 	wait_port "$REGISTRY_PORT" 30 "the registry"
 	local i
@@ -410,6 +473,7 @@ export SLESS_DEPS_SCRIPT='$ROOT/hack/deps.sh'
 export SLESS_JAEGER_BIN='$JAEGER_DIR/jaeger'
 export SLESS_TEST_REGISTRY='127.0.0.1:$REGISTRY_PORT'
 export SLESS_TOFU_BIN='$TOFU_DIR/tofu'
+export SLESS_CHROMIUM_BIN='$(command -v chromium || echo /usr/bin/chromium)'
 EOT
 	"$ROOT/hack/runtime-bases.sh" env # the runtime bases' cached layouts
 }
@@ -445,13 +509,22 @@ down() {
 	if [ "$RABBIT_PORT" = 5672 ] && [ -f "$STATE/rabbitmq.ours" ]; then rabbitmqctl stop >/dev/null 2>&1 || true; rm -f "$STATE/rabbitmq.ours"; fi
 }
 
+# servers_up holds a lock while it checks and starts the servers: two runs
+# of this script at once (helpers, a test beside make dev) would otherwise
+# both find a port free and start two MinIOs over one data directory.
+# Every server it starts gets 7>&-, so that none holds the lock.
 servers_up() {
+	exec 7>"$STATE/servers.lock"
+	flock 7
 	postgres_up
 	rabbitmq_up
+	rabbitmq_open_files
 	rabbitmq_management
 	rabbitmq_gc
 	minio_up
 	registry_up
+	flock -u 7
+	exec 7>&-
 }
 
 # The servers are shared (tests, every make dev) and outlive the make dev
@@ -462,6 +535,7 @@ case "${1:-up}" in
 up)
 	for tool in go python3 node curl; do command -v $tool >/dev/null || die "$tool not found on PATH (prerequisites: Go, Python 3.11, Node 20, curl)"; done
 	build_all
+	chromium_install
 	servers_up
 	;;
 # up-core: what up does without Jaeger and OpenTofu (hack/test.sh builds
@@ -469,9 +543,11 @@ up)
 up-core)
 	for tool in go python3 node curl; do command -v $tool >/dev/null || die "$tool not found on PATH (prerequisites: Go, Python 3.11, Node 20, curl)"; done
 	build_core
+	chromium_install
 	servers_up
 	;;
 build) build_all ;;
+chromium) chromium_install ;;
 build-late) build_late ;;
 tofu)
 	build_tofu
@@ -495,5 +571,5 @@ registry)
 	registry_up
 	;;
 down) down ;;
-*) die "usage: hack/deps.sh [up|up-core|env|build|build-late|tofu|down|postgres ...|rabbitmq up|registry up]" ;;
+*) die "usage: hack/deps.sh [up|up-core|env|build|build-late|tofu|chromium|down|postgres ...|rabbitmq up|registry up]" ;;
 esac

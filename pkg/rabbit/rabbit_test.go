@@ -346,7 +346,7 @@ func TestBrokerRestartLosesNothing(t *testing.T) {
 	// However the test ends, the broker's application runs again afterwards:
 	// wait for the restart goroutine, then make sure with start_app.
 	var restart sync.WaitGroup
-	defer func() { restart.Wait(); _ = exec.Command(ctl, "start_app").Run() }()
+	defer func() { restart.Wait(); _ = exec.Command(ctl, "start_app").Run(); testenv.AwaitVirtualHosts(t) }()
 	ctx, cancel := context.WithTimeout(t.Context(), 3*time.Minute)
 	defer cancel()
 	stopped := make(chan struct{})

@@ -3,6 +3,7 @@ package testenv
 import (
 	"errors"
 	"fmt"
+	"net/http"
 	"os"
 	"path/filepath"
 	"sync"
@@ -37,12 +38,34 @@ func SteadyServers(t testing.TB) { hold(t, syscall.LOCK_SH, "run with the shared
 // waiting there waits for the first.
 var sharedHolds atomic.Int32
 
+// exclusiveHolds counts this process's Outage holds: a vhost deletion in
+// the process that holds the outage (its own test's cleanup) needs no lock.
+var exclusiveHolds atomic.Int32
+
+// lockDir is where the lock lives: hack/deps.sh env sets SLESS_CACHE_DIR.
+func lockDir() string {
+	if dir := os.Getenv("SLESS_CACHE_DIR"); dir != "" {
+		return dir
+	}
+	return os.TempDir()
+}
+
+// betweenOutages runs f with the lock held shared, so that no outage test
+// stops the broker while it runs and f never comes while the broker
+// recovers from one: for deleting a vhost. It runs f without the lock when
+// this process holds the outage itself, or after ten minutes of waiting.
+func betweenOutages(f func()) {
+	if exclusiveHolds.Load() == 0 {
+		if release, err := acquire(lockDir(), syscall.LOCK_SH, time.Now().Add(10*time.Minute), func() {}); err == nil {
+			defer release()
+		}
+	}
+	f()
+}
+
 func hold(t testing.TB, how int, what string) {
 	t.Helper()
-	dir := os.Getenv("SLESS_CACHE_DIR") // hack/deps.sh env sets it
-	if dir == "" {
-		dir = os.TempDir()
-	}
+	dir := lockDir()
 	// The wait counts against go test's -timeout: give up with five minutes
 	// of it left for the test itself, saying why.
 	var giveUp time.Time
@@ -58,6 +81,10 @@ func hold(t testing.TB, how int, what string) {
 	})
 	if err != nil {
 		t.Fatalf("waited %s to %s: %v", time.Since(start).Round(time.Second), what, err)
+	}
+	if how == syscall.LOCK_EX {
+		exclusiveHolds.Add(1)
+		t.Cleanup(func() { exclusiveHolds.Add(-1) })
 	}
 	t.Cleanup(release)
 	if logged {
@@ -124,4 +151,24 @@ func acquire(dir string, how int, giveUp time.Time, waiting func()) (release fun
 			lock.Close()
 		})
 	}, nil
+}
+
+// AwaitVirtualHosts waits, after a test restarted the shared broker's
+// application (start_app), until every virtual host runs again, and fails
+// the test with the ones still down after three minutes. Call it before
+// the outage ends (while Outage holds the lock: in the test's last defer),
+// so that the tests that resume then (and delete their vhosts) meet a
+// broker that has recovered its queues (docs/dev/test-notes.md). Called
+// in the middle of TestFaultsLoseNothing's stream, the wait left about 400
+// of its 2,000 invocations unrecorded within the test's bound; why is not
+// known yet.
+func AwaitVirtualHosts(t testing.TB) {
+	t.Helper()
+	Eventually(t, 3*time.Minute, "every RabbitMQ virtual host running after the broker's restart", func() (bool, string) {
+		if err := management(http.MethodGet, "/api/health/checks/virtual-hosts", nil); err != nil {
+			time.Sleep(250 * time.Millisecond) // the check asks every vhost: a few a second is enough
+			return false, err.Error()
+		}
+		return true, ""
+	})
 }

@@ -84,11 +84,13 @@ func Postgres(t testing.TB) string {
 	return u.String()
 }
 
-// RabbitURL returns the broker URL after checking that it answers.
+// RabbitURL returns the broker URL after checking that it answers. The
+// check allows the handshake 30 s: on two loaded cores the broker took
+// more than 5 s to answer one, and a stopped broker refuses at once.
 func RabbitURL(t testing.TB) string {
 	t.Helper()
 	u := env("SLESS_TEST_RABBITMQ_URL", "amqp://guest:guest@127.0.0.1:5672/")
-	conn, err := amqp.DialConfig(u, amqp.Config{Dial: amqp.DefaultDial(5 * time.Second)})
+	conn, err := amqp.DialConfig(u, amqp.Config{Dial: amqp.DefaultDial(30 * time.Second)})
 	if err != nil {
 		t.Fatalf("RabbitMQ is not reachable at %s: %v; %s", redact(u), err, hint)
 	}
@@ -367,7 +369,9 @@ func RabbitVhost() (vhostURL string, cleanup func(), err error) {
 		return "", nil, err
 	}
 	u.Path = "/" + vhost
-	return u.String(), func() { _ = management(http.MethodDelete, "/api/vhosts/"+url.PathEscape(vhost), nil) }, nil
+	return u.String(), func() {
+		betweenOutages(func() { _ = management(http.MethodDelete, "/api/vhosts/"+url.PathEscape(vhost), nil) })
+	}, nil
 }
 
 // management sends one request to the test broker's management API as the
@@ -447,17 +451,19 @@ func DeleteTenantBroker(tenant string) {
 	}
 	password, _ := u.User.Password()
 	c := &http.Client{Timeout: 10 * time.Second}
-	for _, path := range []string{"/api/users/" + url.PathEscape(slessv1.BrokerUserFor(tenant)), "/api/vhosts/" + url.PathEscape(slessv1.BrokerVhostFor(tenant))} {
-		req, err := http.NewRequest(http.MethodDelete, endpoint+path, nil)
-		if err != nil {
-			return
+	betweenOutages(func() {
+		for _, path := range []string{"/api/users/" + url.PathEscape(slessv1.BrokerUserFor(tenant)), "/api/vhosts/" + url.PathEscape(slessv1.BrokerVhostFor(tenant))} {
+			req, err := http.NewRequest(http.MethodDelete, endpoint+path, nil)
+			if err != nil {
+				return
+			}
+			req.SetBasicAuth(u.User.Username(), password)
+			if resp, err := c.Do(req); err == nil {
+				_, _ = io.Copy(io.Discard, resp.Body)
+				resp.Body.Close()
+			}
 		}
-		req.SetBasicAuth(u.User.Username(), password)
-		if resp, err := c.Do(req); err == nil {
-			_, _ = io.Copy(io.Discard, resp.Body)
-			resp.Body.Close()
-		}
-	}
+	})
 }
 
 // Serve runs h on 127.0.0.1 until the test ends and returns its base URL:

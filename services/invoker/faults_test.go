@@ -65,7 +65,7 @@ func TestFaultsLoseNothing(t *testing.T) {
 	// Whatever happens below, the broker's application runs again after the
 	// test: a test that fails between stop_app and start_app must not leave
 	// the next test (or the next CI run) without a broker.
-	defer func() { _ = exec.Command(ctl, "start_app").Run() }()
+	defer func() { _ = exec.Command(ctl, "start_app").Run(); testenv.AwaitVirtualHosts(t) }()
 	const prefetch = 16
 	// Its in-process invoker runs too: two consumers, as with two replicas.
 	w := newWorld(t, "SLESS_INVOKER_CONCURRENCY", fmt.Sprint(prefetch))
