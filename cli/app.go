@@ -124,7 +124,7 @@ the build failed, a wait timed out); 2 the command line is wrong.`,
 	root.AddCommand(
 		a.loginCommand(), a.contextCommand(), a.initCommand(), a.deployCommand(), a.invokeCommand(), a.logsCommand(),
 		a.invocationsCommand(), a.buildsCommand(), a.fnCommand(), a.triggersCommand(), a.jobsCommand(),
-		a.tenantsCommand(), a.tokensCommand(), a.traceCommand(), a.versionCommand(), a.completionCommand(root),
+		a.tenantsCommand(), a.tokensCommand(), a.traceCommand(), a.versionsCommand(), a.trafficCommand(), a.rollbackCommand(), a.versionCommand(), a.completionCommand(root),
 	)
 	return root
 }

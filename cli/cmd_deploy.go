@@ -179,6 +179,9 @@ func (d *deployer) run() error {
 		}
 		uploaded = up.JSON200 != nil && up.JSON200.Changed
 		d.pr.step("Uploaded %s, %s (sha256 %s)", plural(len(arc.Files), "file"), size(len(arc.Bytes)), short(arc.SHA256))
+		if up.JSON200 != nil && up.JSON200.Review != nil {
+			d.pr.step("%s", reviewLine(up.JSON200.Review))
+		}
 	}
 
 	// 3. The triggers.
@@ -411,4 +414,22 @@ func convert(from, to any) error {
 		return err
 	}
 	return jsonUnmarshal(b, to)
+}
+
+// reviewLine says what the installation's source review made of the
+// upload (a deny never gets here: the upload answered 422 with its
+// reasons).
+func reviewLine(r *client.SourceReview) string {
+	var reasons string
+	if r.Reasons != nil && len(*r.Reasons) > 0 {
+		reasons = ": " + strings.Join(*r.Reasons, "; ")
+	}
+	took := (time.Duration(r.LatencyMs) * time.Millisecond).String()
+	switch r.Verdict {
+	case "unavailable":
+		return fmt.Sprintf("Warning: not reviewed (%s gave no verdict; uploaded anyway)%s", r.Reviewer, reasons)
+	case "warn":
+		return fmt.Sprintf("Review: warn (%s, %s)%s", r.Reviewer, took, reasons)
+	}
+	return fmt.Sprintf("Review: %s (%s, %s)%s", r.Verdict, r.Reviewer, took, reasons)
 }

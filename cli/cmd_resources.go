@@ -434,9 +434,16 @@ func (a *app) tokensCommand() *cobra.Command {
 // ---------------------------------------------------------- invocations
 
 func invocationRows(is []client.Invocation) output.Rows {
-	r := output.Rows{Header: []string{"ID", "FUNCTION", "TRIGGER", "STATUS", "HTTP", "DURATION", "COLD", "STARTED"}}
+	r := output.Rows{Header: []string{"ID", "FUNCTION", "VERSION", "TRIGGER", "STATUS", "HTTP", "DURATION", "COLD", "STARTED"}}
 	for _, i := range is {
-		r.Rows = append(r.Rows, []string{i.Id, i.Function, i.Trigger, string(i.Status), num(i.HttpStatus),
+		version := "-"
+		if i.FunctionVersion != nil {
+			version = strconv.Itoa(int(*i.FunctionVersion))
+			if i.VersionFallback != nil && *i.VersionFallback {
+				version += " (fallback)"
+			}
+		}
+		r.Rows = append(r.Rows, []string{i.Id, i.Function, version, i.Trigger, string(i.Status), num(i.HttpStatus),
 			(time.Duration(i.DurationMs) * time.Millisecond).String(), strconv.FormatBool(i.ColdStart), i.StartedAt.Local().Format(time.DateTime)})
 	}
 	return r
@@ -509,9 +516,14 @@ func (a *app) invocationsCommand() *cobra.Command {
 // --------------------------------------------------------------- builds
 
 func buildRows(bs []client.Build) output.Rows {
-	r := output.Rows{Header: []string{"ID", "FUNCTION", "STATE", "REASON", "SOURCE", "REQUESTED"}}
+	r := output.Rows{Header: []string{"ID", "FUNCTION", "STATE", "REASON", "SOURCE", "REVIEW", "REQUESTED"}}
 	for _, b := range bs {
-		r.Rows = append(r.Rows, []string{b.Id, b.Function, string(b.State), str(b.Reason), short(b.SourceSha256), b.RequestedAt.Local().Format(time.DateTime)})
+		review := "-" // uploads are not reviewed
+		if b.Review != nil {
+			review = string(b.Review.Verdict)
+		}
+		r.Rows = append(r.Rows, []string{b.Id, b.Function, string(b.State), str(b.Reason), short(b.SourceSha256), review,
+			b.RequestedAt.Local().Format(time.DateTime)})
 	}
 	return r
 }

@@ -98,7 +98,10 @@ func startPlatform(t *testing.T) *platform {
 	run := testenv.Name("run-")
 	cmd := exec.Command("bash", filepath.Join("..", "hack", "dev.sh"))
 	cmd.Env = append(os.Environ(), runMarker+"="+run, "SLESS_DEV_PORT="+port, fmt.Sprintf("SLESS_DEV_OPS_BASE=%d", opsBase), "SLESS_DEV_STATE="+state,
-		"SLESS_DEV_DATABASE="+db, "SLESS_DEV_BUCKET="+bucket, "SLESS_DEV_RABBITMQ_URL="+vhost)
+		"SLESS_DEV_DATABASE="+db, "SLESS_DEV_BUCKET="+bucket, "SLESS_DEV_RABBITMQ_URL="+vhost,
+		// A version out of the split runs on for this long (120 s by
+		// default); the tests watch old versions drain and stop.
+		"SLESS_VERSION_DRAIN_PERIOD=10s")
 	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true}
 	out, _ := cmd.StdoutPipe()
 	cmd.Stderr = cmd.Stdout

@@ -173,6 +173,8 @@ if ! (exec 3<>/dev/tcp/127.0.0.1/4318) 2>/dev/null; then
 	for ((i = 0; i < 300; i++)); do (exec 3<>/dev/tcp/127.0.0.1/16686) 2>/dev/null && break; sleep 0.1; done
 fi
 export OTEL_EXPORTER_OTLP_ENDPOINT=http://127.0.0.1:4318 OTEL_BSP_SCHEDULE_DELAY=500
+# The web console draws an invocation's trace from Jaeger's query API.
+export SLESS_TRACE_QUERY_URL=http://127.0.0.1:16686
 
 SLESS_OPS_ADDR=127.0.0.1:$((OPS + 0)) start gateway bin/gateway
 SLESS_OPS_ADDR=127.0.0.1:$((OPS + 1)) start builder bin/builder
@@ -220,9 +222,10 @@ cat <<EOT
   sless is running (local profile).
 
   gateway      $GATEWAY        (OpenAPI: $GATEWAY/openapi.json)
+  console      $GATEWAY/ui/    (log in with the demo token)
   admin token  $ADMIN
   demo token   $TOKEN
-  traces       http://127.0.0.1:16686/api/traces?service=gateway (Jaeger query API; this build has no UI)
+  traces       http://127.0.0.1:16686/api/traces?service=gateway (Jaeger query API; the console draws the traces)
   logs         $STATE/logs/*.log, function logs in $STATE/functions/
   kubectl      KUBECONFIG=$STATE/kubeconfig
   ready file   $READY

@@ -205,6 +205,10 @@ func TestSchemaRejectsBadValues(t *testing.T) {
 		"digest not a digest":  {"image": map[string]any{"digests": map[string]any{"gateway": "v1.0"}}},
 		"unknown service type": {"gateway": map[string]any{"replicas": 1, "service": map[string]any{"type": "External"}}},
 		"otel not a URL":       {"otel": map[string]any{"endpoint": "collector:4318"}},
+		"unknown review mode":  {"review": map[string]any{"mode": "ai"}},
+		"llm without a model":  {"review": map[string]any{"mode": "llm", "llm": map[string]any{"url": "https://ai.example/v1"}}},
+		"webhook unsigned":     {"review": map[string]any{"mode": "webhook", "webhook": map[string]any{"url": "https://policy.example/review"}}},
+		"review timeout bad":   {"review": map[string]any{"mode": "none", "timeout": "soon"}},
 	} {
 		t.Run(name, func(t *testing.T) {
 			if _, err := render(c, vals); err == nil {

@@ -117,6 +117,16 @@ func TestRBACIsSufficientAndMinimal(t *testing.T) {
 		allowed(t, "apply a tenant's broker secret", c.Apply(ctx, client.ApplyConfigurationFromUnstructured(&unstructured.Unstructured{Object: brokerObj}),
 			client.FieldOwner("sless-operator"), client.DryRunAll))
 		allowed(t, "read a tenant's broker secret", client.IgnoreNotFound(c.Get(ctx, client.ObjectKeyFromObject(broker), &corev1.Secret{})))
+		// Versions (issue 31): the operator is their one writer; a spec is
+		// never updated (the API server refuses it anyway).
+		fv := &slessv1.FunctionVersion{ObjectMeta: metav1.ObjectMeta{Name: "f-v1", Namespace: ns}, Spec: slessv1.FunctionVersionSpec{
+			Function: "f", Number: 1, Identity: "x", Image: "i@sha256:" + zeros, Runtime: "python3.11", Entrypoint: "main.handler"}}
+		allowed(t, "publish a version", c.Create(ctx, fv, client.DryRunAll))
+		allowed(t, "list versions", c.List(ctx, &slessv1.FunctionVersionList{}))
+		allowed(t, "delete a version", client.IgnoreNotFound(c.Delete(ctx, fv.DeepCopy(), client.DryRunAll)))
+		allowed(t, "patch version status", client.IgnoreNotFound(c.Status().Patch(ctx, fv.DeepCopy(), client.RawPatch("application/merge-patch+json",
+			[]byte(`{"status":{"readyReplicas":1}}`)), client.DryRunAll)))
+		refused(t, "update a version", c.Update(ctx, fv.DeepCopy(), client.DryRunAll))
 		refused(t, "read secrets", c.List(ctx, &corev1.SecretList{}, client.InNamespace(ns)))
 		refused(t, "read another secret", c.Get(ctx, client.ObjectKey{Namespace: ns, Name: "other"}, &corev1.Secret{}))
 	})
@@ -135,6 +145,9 @@ func TestRBACIsSufficientAndMinimal(t *testing.T) {
 		refused(t, "create a namespace", c.Create(ctx, &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: testenv.Name("gw-ns")}}, client.DryRunAll))
 		refused(t, "delete a namespace", c.Delete(ctx, &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: ns}}, client.DryRunAll))
 		refused(t, "update function status", c.Status().Update(ctx, fn.DeepCopy(), client.DryRunAll))
+		allowed(t, "list versions", c.List(ctx, &slessv1.FunctionVersionList{}))
+		refused(t, "publish a version", c.Create(ctx, &slessv1.FunctionVersion{ObjectMeta: metav1.ObjectMeta{Name: "g-v1", Namespace: ns},
+			Spec: slessv1.FunctionVersionSpec{Function: "g", Number: 1, Identity: "x", Runtime: "python3.11", Entrypoint: "main.handler"}}, client.DryRunAll))
 		allowed(t, "read a tenant's broker secret", client.IgnoreNotFound(c.Get(ctx, client.ObjectKey{Namespace: ns, Name: slessv1.BrokerSecretName}, &corev1.Secret{})))
 		refused(t, "read another secret", c.Get(ctx, client.ObjectKey{Namespace: ns, Name: "other"}, &corev1.Secret{}))
 		// Function logs (GET .../functions/{name}/logs): the pods of a

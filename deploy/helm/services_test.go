@@ -168,7 +168,7 @@ func TestServicesRunAsTheirServiceAccounts(t *testing.T) {
 	})
 	_ = json.Unmarshal([]byte(must(201, "POST", "/v1/tenants/"+tenant+"/tokens", adminToken, `{}`)), &tok)
 
-	// Operator: a function with a prebuilt image becomes a Deployment.
+	// Operator: a function with a prebuilt image becomes version 1 and its Deployment.
 	must(201, "POST", "/v1/tenants/"+tenant+"/functions", tok.Token,
 		`{"name":"img","runtime":"python3.11","entrypoint":"main.handler","image":"registry.example/fn@sha256:`+zeros+`"}`)
 	functionStatus := func(name string) string {
@@ -177,7 +177,7 @@ func TestServicesRunAsTheirServiceAccounts(t *testing.T) {
 		return fmt.Sprintf("function %s: %v %+v", name, err, fn.Status)
 	}
 	eventually(t, "the function's Deployment", func() (bool, string) {
-		return admin.Get(ctx, client.ObjectKey{Namespace: ns, Name: "fn-img"}, &appsv1.Deployment{}) == nil, functionStatus("img")
+		return admin.Get(ctx, client.ObjectKey{Namespace: ns, Name: "fn-img-v1"}, &appsv1.Deployment{}) == nil, functionStatus("img")
 	})
 
 	// Builder: an uploaded source becomes a build Job in the build namespace.

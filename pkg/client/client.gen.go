@@ -43,16 +43,16 @@ func (e BuildState) Valid() bool {
 
 // Defines values for CronTriggerConcurrencyPolicy.
 const (
-	Allow  CronTriggerConcurrencyPolicy = "Allow"
-	Forbid CronTriggerConcurrencyPolicy = "Forbid"
+	CronTriggerConcurrencyPolicyAllow  CronTriggerConcurrencyPolicy = "Allow"
+	CronTriggerConcurrencyPolicyForbid CronTriggerConcurrencyPolicy = "Forbid"
 )
 
 // Valid indicates whether the value is a known member of the CronTriggerConcurrencyPolicy enum.
 func (e CronTriggerConcurrencyPolicy) Valid() bool {
 	switch e {
-	case Allow:
+	case CronTriggerConcurrencyPolicyAllow:
 		return true
-	case Forbid:
+	case CronTriggerConcurrencyPolicyForbid:
 		return true
 	default:
 		return false
@@ -260,6 +260,30 @@ func (e ReplayDeadLettersRequestTrigger) Valid() bool {
 	}
 }
 
+// Defines values for SourceReviewVerdict.
+const (
+	SourceReviewVerdictAllow       SourceReviewVerdict = "allow"
+	SourceReviewVerdictDeny        SourceReviewVerdict = "deny"
+	SourceReviewVerdictUnavailable SourceReviewVerdict = "unavailable"
+	SourceReviewVerdictWarn        SourceReviewVerdict = "warn"
+)
+
+// Valid indicates whether the value is a known member of the SourceReviewVerdict enum.
+func (e SourceReviewVerdict) Valid() bool {
+	switch e {
+	case SourceReviewVerdictAllow:
+		return true
+	case SourceReviewVerdictDeny:
+		return true
+	case SourceReviewVerdictUnavailable:
+		return true
+	case SourceReviewVerdictWarn:
+		return true
+	default:
+		return false
+	}
+}
+
 // Defines values for TriggerType.
 const (
 	TriggerTypeCron  TriggerType = "cron"
@@ -454,21 +478,22 @@ type AcceptedBody struct {
 
 // Build defines model for Build.
 type Build struct {
-	Artifact     *string    `json:"artifact,omitempty"`
-	Attempts     int64      `json:"attempts"`
-	Driver       string     `json:"driver"`
-	FinishedAt   *time.Time `json:"finished_at,omitempty"`
-	Function     string     `json:"function"`
-	Id           string     `json:"id"`
-	Image        *string    `json:"image,omitempty"`
-	Message      *string    `json:"message,omitempty"`
-	Reason       *string    `json:"reason,omitempty"`
-	RequestedAt  time.Time  `json:"requested_at"`
-	Runtime      string     `json:"runtime"`
-	SourceSha256 string     `json:"source_sha256"`
-	StartedAt    *time.Time `json:"started_at,omitempty"`
-	State        BuildState `json:"state"`
-	TraceId      *string    `json:"trace_id,omitempty"`
+	Artifact     *string       `json:"artifact,omitempty"`
+	Attempts     int64         `json:"attempts"`
+	Driver       string        `json:"driver"`
+	FinishedAt   *time.Time    `json:"finished_at,omitempty"`
+	Function     string        `json:"function"`
+	Id           string        `json:"id"`
+	Image        *string       `json:"image,omitempty"`
+	Message      *string       `json:"message,omitempty"`
+	Reason       *string       `json:"reason,omitempty"`
+	RequestedAt  time.Time     `json:"requested_at"`
+	Review       *SourceReview `json:"review,omitempty"`
+	Runtime      string        `json:"runtime"`
+	SourceSha256 string        `json:"source_sha256"`
+	StartedAt    *time.Time    `json:"started_at,omitempty"`
+	State        BuildState    `json:"state"`
+	TraceId      *string       `json:"trace_id,omitempty"`
 }
 
 // BuildState defines model for Build.State.
@@ -600,6 +625,10 @@ type Function struct {
 	Source        *FunctionSource       `json:"source,omitempty"`
 	Status        FunctionStatus        `json:"status"`
 	TimeoutSec    *int32                `json:"timeout_sec,omitempty"`
+
+	// Traffic the split of untagged calls over versions, summing to 100; absent: kept as it is (default 100 % latest); PUT .../traffic sets it
+	Traffic    *[]TrafficTarget `json:"traffic,omitempty"`
+	Versioning *Versioning      `json:"versioning,omitempty"`
 }
 
 // FunctionRuntime defines model for Function.Runtime.
@@ -629,6 +658,10 @@ type FunctionInput struct {
 	Runtime       FunctionInputRuntime  `json:"runtime"`
 	SecretEnvVars *map[string]SecretRef `json:"secret_env_vars,omitempty"`
 	TimeoutSec    *int32                `json:"timeout_sec,omitempty"`
+
+	// Traffic the split of untagged calls over versions, summing to 100; absent: kept as it is (default 100 % latest); PUT .../traffic sets it
+	Traffic    *[]TrafficTarget `json:"traffic,omitempty"`
+	Versioning *Versioning      `json:"versioning,omitempty"`
 }
 
 // FunctionInputRuntime defines model for FunctionInput.Runtime.
@@ -663,6 +696,10 @@ type FunctionReplacement struct {
 	Source        *FunctionSource            `json:"source,omitempty"`
 	Status        *FunctionStatus            `json:"status,omitempty"`
 	TimeoutSec    *int32                     `json:"timeout_sec,omitempty"`
+
+	// Traffic the split of untagged calls over versions, summing to 100; absent: kept as it is (default 100 % latest); PUT .../traffic sets it
+	Traffic    *[]TrafficTarget `json:"traffic,omitempty"`
+	Versioning *Versioning      `json:"versioning,omitempty"`
 }
 
 // FunctionReplacementRuntime defines model for FunctionReplacement.Runtime.
@@ -679,11 +716,17 @@ type FunctionStatus struct {
 	BuiltSourceSha256 *string      `json:"built_source_sha256,omitempty"`
 	Conditions        *[]Condition `json:"conditions"`
 	LastBuildId       *string      `json:"last_build_id,omitempty"`
-	Message           *string      `json:"message,omitempty"`
-	Phase             *string      `json:"phase,omitempty"`
-	Ready             bool         `json:"ready"`
-	ReadyReplicas     int32        `json:"ready_replicas"`
-	Url               *string      `json:"url,omitempty"`
+
+	// LatestVersion the newest published version; absent before the first
+	LatestVersion *int32  `json:"latest_version,omitempty"`
+	Message       *string `json:"message,omitempty"`
+	Phase         *string `json:"phase,omitempty"`
+	Ready         bool    `json:"ready"`
+	ReadyReplicas int32   `json:"ready_replicas"`
+
+	// Serving the effective split: it follows traffic once every version with a share is ready
+	Serving *[]ServingVersion `json:"serving,omitempty"`
+	Url     *string           `json:"url,omitempty"`
 }
 
 // HTTPTrigger defines model for HTTPTrigger.
@@ -702,18 +745,21 @@ type HTTPTriggerMethods string
 
 // Invocation defines model for Invocation.
 type Invocation struct {
-	Attempts      int64      `json:"attempts"`
-	ColdStart     bool       `json:"cold_start"`
-	DurationMs    int64      `json:"duration_ms"`
-	EnqueuedAt    *time.Time `json:"enqueued_at,omitempty"`
-	Error         *string    `json:"error,omitempty"`
-	FinishedAt    time.Time  `json:"finished_at"`
-	Function      string     `json:"function"`
-	HttpStatus    *int64     `json:"http_status,omitempty"`
-	Id            string     `json:"id"`
-	QueueWaitMs   int64      `json:"queue_wait_ms"`
-	RequestBytes  int64      `json:"request_bytes"`
-	ResponseBytes int64      `json:"response_bytes"`
+	Attempts   int64      `json:"attempts"`
+	ColdStart  bool       `json:"cold_start"`
+	DurationMs int64      `json:"duration_ms"`
+	EnqueuedAt *time.Time `json:"enqueued_at,omitempty"`
+	Error      *string    `json:"error,omitempty"`
+	FinishedAt time.Time  `json:"finished_at"`
+	Function   string     `json:"function"`
+
+	// FunctionVersion the version of the function that answered; absent for a function from before versions
+	FunctionVersion *int32 `json:"function_version,omitempty"`
+	HttpStatus      *int64 `json:"http_status,omitempty"`
+	Id              string `json:"id"`
+	QueueWaitMs     int64  `json:"queue_wait_ms"`
+	RequestBytes    int64  `json:"request_bytes"`
+	ResponseBytes   int64  `json:"response_bytes"`
 
 	// Result text, or base64 when result_base64 is true; absent when large
 	Result            *string `json:"result,omitempty"`
@@ -728,6 +774,9 @@ type Invocation struct {
 	TraceId     *string          `json:"trace_id,omitempty"`
 	Trigger     string           `json:"trigger"`
 	TriggerName *string          `json:"trigger_name,omitempty"`
+
+	// VersionFallback the work was pinned to a version that no longer served and ran on latest
+	VersionFallback *bool `json:"version_fallback,omitempty"`
 }
 
 // InvocationStatus defines model for Invocation.Status.
@@ -837,6 +886,12 @@ type ListOutTriggerBody struct {
 	NextCursor *string    `json:"next_cursor,omitempty"`
 }
 
+// ListOutVersionBody defines model for ListOutVersionBody.
+type ListOutVersionBody struct {
+	Items      *[]Version `json:"items"`
+	NextCursor *string    `json:"next_cursor,omitempty"`
+}
+
 // LogRecord defines model for LogRecord.
 type LogRecord struct {
 	// InvocationId the invocation the line belongs to, when the runtime knows it
@@ -908,6 +963,12 @@ type Replayed struct {
 	Status       string `json:"status"`
 }
 
+// RollbackInput defines model for RollbackInput.
+type RollbackInput struct {
+	// To the version to roll back to; default: the newest version below the one serving the most traffic
+	To *int32 `json:"to,omitempty"`
+}
+
 // RunOutBody defines model for RunOutBody.
 type RunOutBody struct {
 	RunId int64 `json:"run_id"`
@@ -919,14 +980,40 @@ type SecretRef struct {
 	Secret string `json:"secret"`
 }
 
+// ServingVersion defines model for ServingVersion.
+type ServingVersion struct {
+	Draining *bool     `json:"draining,omitempty"`
+	Percent  int32     `json:"percent"`
+	Ready    bool      `json:"ready"`
+	Tags     *[]string `json:"tags,omitempty"`
+	Version  int32     `json:"version"`
+}
+
 // SourceOutBody defines model for SourceOutBody.
 type SourceOutBody struct {
 	// Changed false when the function already had these bytes: nothing is rebuilt
-	Changed bool   `json:"changed"`
-	S3Key   string `json:"s3_key"`
-	Sha256  string `json:"sha256"`
-	Size    int64  `json:"size"`
+	Changed bool          `json:"changed"`
+	Review  *SourceReview `json:"review,omitempty"`
+	S3Key   string        `json:"s3_key"`
+	Sha256  string        `json:"sha256"`
+	Size    int64         `json:"size"`
 }
+
+// SourceReview defines model for SourceReview.
+type SourceReview struct {
+	LatencyMs  int64     `json:"latency_ms"`
+	Reasons    *[]string `json:"reasons"`
+	ReviewedAt time.Time `json:"reviewed_at"`
+
+	// Reviewer llm:<model> or webhook
+	Reviewer string `json:"reviewer"`
+
+	// Verdict unavailable: the reviewer gave no usable answer and the upload went through (fail open)
+	Verdict SourceReviewVerdict `json:"verdict"`
+}
+
+// SourceReviewVerdict unavailable: the reviewer gave no usable answer and the upload went through (fail open)
+type SourceReviewVerdict string
 
 // Tenant defines model for Tenant.
 type Tenant struct {
@@ -999,6 +1086,22 @@ type TokenOutBody struct {
 	Token string `json:"token"`
 }
 
+// TrafficInput defines model for TrafficInput.
+type TrafficInput struct {
+	Traffic *[]TrafficTarget `json:"traffic"`
+}
+
+// TrafficTarget defines model for TrafficTarget.
+type TrafficTarget struct {
+	// Latest the newest published version, whichever it is when a call comes
+	Latest  *bool   `json:"latest,omitempty"`
+	Percent int32   `json:"percent"`
+	Tag     *string `json:"tag,omitempty"`
+
+	// Version a version number; or latest
+	Version *int32 `json:"version,omitempty"`
+}
+
 // Trigger defines model for Trigger.
 type Trigger struct {
 	CreatedAt time.Time     `json:"created_at"`
@@ -1056,6 +1159,97 @@ type TriggerStatus struct {
 	NextFireTime *time.Time   `json:"next_fire_time,omitempty"`
 	Phase        *string      `json:"phase,omitempty"`
 	Url          *string      `json:"url,omitempty"`
+}
+
+// Version defines model for Version.
+type Version struct {
+	Artifact    *string   `json:"artifact,omitempty"`
+	BuildId     *string   `json:"build_id,omitempty"`
+	Concurrency int32     `json:"concurrency"`
+	CpuMillis   int32     `json:"cpu_millis"`
+	CreatedAt   time.Time `json:"created_at"`
+	Entrypoint  string    `json:"entrypoint"`
+
+	// Env the names of its environment variables (values stay in the spec, secrets in their Secrets)
+	Env          *[]string       `json:"env,omitempty"`
+	Function     string          `json:"function"`
+	Image        *string         `json:"image,omitempty"`
+	Latest       bool            `json:"latest"`
+	MemoryMb     int32           `json:"memory_mb"`
+	Runtime      string          `json:"runtime"`
+	Serving      *ServingVersion `json:"serving,omitempty"`
+	SourceSha256 *string         `json:"source_sha256,omitempty"`
+	TimeoutSec   int32           `json:"timeout_sec"`
+	Version      int32           `json:"version"`
+}
+
+// Versioning defines model for Versioning.
+type Versioning struct {
+	// Retain the newest versions kept (default 10), besides every version traffic, a tag or pinned work names
+	Retain *int32 `json:"retain,omitempty"`
+}
+
+// PublicTriggerDeleteParams defines parameters for PublicTriggerDelete.
+type PublicTriggerDeleteParams struct {
+	// XSlessRoute route the call to a tag or version number ("canary", "7"); docs/versions.md
+	XSlessRoute *string `json:"X-Sless-Route,omitempty"`
+
+	// XSlessAffinity calls with the same value reach the same version of the split (default key: Idempotency-Key)
+	XSlessAffinity *string `json:"X-Sless-Affinity,omitempty"`
+}
+
+// PublicTriggerGetParams defines parameters for PublicTriggerGet.
+type PublicTriggerGetParams struct {
+	// XSlessRoute route the call to a tag or version number ("canary", "7"); docs/versions.md
+	XSlessRoute *string `json:"X-Sless-Route,omitempty"`
+
+	// XSlessAffinity calls with the same value reach the same version of the split (default key: Idempotency-Key)
+	XSlessAffinity *string `json:"X-Sless-Affinity,omitempty"`
+}
+
+// PublicTriggerHeadParams defines parameters for PublicTriggerHead.
+type PublicTriggerHeadParams struct {
+	// XSlessRoute route the call to a tag or version number ("canary", "7"); docs/versions.md
+	XSlessRoute *string `json:"X-Sless-Route,omitempty"`
+
+	// XSlessAffinity calls with the same value reach the same version of the split (default key: Idempotency-Key)
+	XSlessAffinity *string `json:"X-Sless-Affinity,omitempty"`
+}
+
+// PublicTriggerOptionsParams defines parameters for PublicTriggerOptions.
+type PublicTriggerOptionsParams struct {
+	// XSlessRoute route the call to a tag or version number ("canary", "7"); docs/versions.md
+	XSlessRoute *string `json:"X-Sless-Route,omitempty"`
+
+	// XSlessAffinity calls with the same value reach the same version of the split (default key: Idempotency-Key)
+	XSlessAffinity *string `json:"X-Sless-Affinity,omitempty"`
+}
+
+// PublicTriggerPatchParams defines parameters for PublicTriggerPatch.
+type PublicTriggerPatchParams struct {
+	// XSlessRoute route the call to a tag or version number ("canary", "7"); docs/versions.md
+	XSlessRoute *string `json:"X-Sless-Route,omitempty"`
+
+	// XSlessAffinity calls with the same value reach the same version of the split (default key: Idempotency-Key)
+	XSlessAffinity *string `json:"X-Sless-Affinity,omitempty"`
+}
+
+// PublicTriggerPostParams defines parameters for PublicTriggerPost.
+type PublicTriggerPostParams struct {
+	// XSlessRoute route the call to a tag or version number ("canary", "7"); docs/versions.md
+	XSlessRoute *string `json:"X-Sless-Route,omitempty"`
+
+	// XSlessAffinity calls with the same value reach the same version of the split (default key: Idempotency-Key)
+	XSlessAffinity *string `json:"X-Sless-Affinity,omitempty"`
+}
+
+// PublicTriggerPutParams defines parameters for PublicTriggerPut.
+type PublicTriggerPutParams struct {
+	// XSlessRoute route the call to a tag or version number ("canary", "7"); docs/versions.md
+	XSlessRoute *string `json:"X-Sless-Route,omitempty"`
+
+	// XSlessAffinity calls with the same value reach the same version of the split (default key: Idempotency-Key)
+	XSlessAffinity *string `json:"X-Sless-Affinity,omitempty"`
 }
 
 // ListTenantsParams defines parameters for ListTenants.
@@ -1133,6 +1327,15 @@ type GetBuildLogParams struct {
 
 // InvokeFunctionParams defines parameters for InvokeFunction.
 type InvokeFunctionParams struct {
+	// Version route the call to a version number or tag; removed from the query the function sees
+	Version *string `form:"version,omitempty" json:"version,omitempty"`
+
+	// XSlessRoute route the call to a tag or version number ("canary", "7"); docs/versions.md
+	XSlessRoute *string `json:"X-Sless-Route,omitempty"`
+
+	// XSlessAffinity calls with the same value reach the same version of the split (default key: Idempotency-Key)
+	XSlessAffinity *string `json:"X-Sless-Affinity,omitempty"`
+
 	// Prefer respond-async for a 202
 	Prefer *string `json:"Prefer,omitempty"`
 
@@ -1153,6 +1356,12 @@ type GetFunctionLogsParams struct {
 
 	// Tail at most this many of the records written before the request (per replica)
 	Tail *int64 `form:"tail,omitempty" json:"tail,omitempty"`
+}
+
+// RollbackParams defines parameters for Rollback.
+type RollbackParams struct {
+	// Prefer wait: answer once status.serving has flipped (200), or 202 after 30s
+	Prefer *string `json:"Prefer,omitempty"`
 }
 
 // UploadSourceParams defines parameters for UploadSource.
@@ -1217,6 +1426,12 @@ type CreateFunctionJSONRequestBody = FunctionInput
 
 // ReplaceFunctionJSONRequestBody defines body for ReplaceFunction for application/json ContentType.
 type ReplaceFunctionJSONRequestBody = FunctionReplacement
+
+// RollbackJSONRequestBody defines body for Rollback for application/json ContentType.
+type RollbackJSONRequestBody = RollbackInput
+
+// SetTrafficJSONRequestBody defines body for SetTraffic for application/json ContentType.
+type SetTrafficJSONRequestBody = TrafficInput
 
 // CreateJobJSONRequestBody defines body for CreateJob for application/json ContentType.
 type CreateJobJSONRequestBody = JobInput
@@ -1312,49 +1527,49 @@ type ClientInterface interface {
 	// Takes any type of body and a specified content type.
 	//
 	// Corresponds with DELETE /fn/{t}/{path} (the `PublicTriggerDelete` operationId).
-	PublicTriggerDeleteWithBody(ctx context.Context, t string, path string, contentType string, body io.Reader, reqEditors ...RequestEditorFn) (*http.Response, error)
+	PublicTriggerDeleteWithBody(ctx context.Context, t string, path string, params *PublicTriggerDeleteParams, contentType string, body io.Reader, reqEditors ...RequestEditorFn) (*http.Response, error)
 
 	// PublicTriggerGetWithBody Call a function through its public HTTP trigger
 	//
 	// Takes any type of body and a specified content type.
 	//
 	// Corresponds with GET /fn/{t}/{path} (the `PublicTriggerGet` operationId).
-	PublicTriggerGetWithBody(ctx context.Context, t string, path string, contentType string, body io.Reader, reqEditors ...RequestEditorFn) (*http.Response, error)
+	PublicTriggerGetWithBody(ctx context.Context, t string, path string, params *PublicTriggerGetParams, contentType string, body io.Reader, reqEditors ...RequestEditorFn) (*http.Response, error)
 
 	// PublicTriggerHeadWithBody Call a function through its public HTTP trigger
 	//
 	// Takes any type of body and a specified content type.
 	//
 	// Corresponds with HEAD /fn/{t}/{path} (the `PublicTriggerHead` operationId).
-	PublicTriggerHeadWithBody(ctx context.Context, t string, path string, contentType string, body io.Reader, reqEditors ...RequestEditorFn) (*http.Response, error)
+	PublicTriggerHeadWithBody(ctx context.Context, t string, path string, params *PublicTriggerHeadParams, contentType string, body io.Reader, reqEditors ...RequestEditorFn) (*http.Response, error)
 
 	// PublicTriggerOptionsWithBody Call a function through its public HTTP trigger
 	//
 	// Takes any type of body and a specified content type.
 	//
 	// Corresponds with OPTIONS /fn/{t}/{path} (the `PublicTriggerOptions` operationId).
-	PublicTriggerOptionsWithBody(ctx context.Context, t string, path string, contentType string, body io.Reader, reqEditors ...RequestEditorFn) (*http.Response, error)
+	PublicTriggerOptionsWithBody(ctx context.Context, t string, path string, params *PublicTriggerOptionsParams, contentType string, body io.Reader, reqEditors ...RequestEditorFn) (*http.Response, error)
 
 	// PublicTriggerPatchWithBody Call a function through its public HTTP trigger
 	//
 	// Takes any type of body and a specified content type.
 	//
 	// Corresponds with PATCH /fn/{t}/{path} (the `PublicTriggerPatch` operationId).
-	PublicTriggerPatchWithBody(ctx context.Context, t string, path string, contentType string, body io.Reader, reqEditors ...RequestEditorFn) (*http.Response, error)
+	PublicTriggerPatchWithBody(ctx context.Context, t string, path string, params *PublicTriggerPatchParams, contentType string, body io.Reader, reqEditors ...RequestEditorFn) (*http.Response, error)
 
 	// PublicTriggerPostWithBody Call a function through its public HTTP trigger
 	//
 	// Takes any type of body and a specified content type.
 	//
 	// Corresponds with POST /fn/{t}/{path} (the `PublicTriggerPost` operationId).
-	PublicTriggerPostWithBody(ctx context.Context, t string, path string, contentType string, body io.Reader, reqEditors ...RequestEditorFn) (*http.Response, error)
+	PublicTriggerPostWithBody(ctx context.Context, t string, path string, params *PublicTriggerPostParams, contentType string, body io.Reader, reqEditors ...RequestEditorFn) (*http.Response, error)
 
 	// PublicTriggerPutWithBody Call a function through its public HTTP trigger
 	//
 	// Takes any type of body and a specified content type.
 	//
 	// Corresponds with PUT /fn/{t}/{path} (the `PublicTriggerPut` operationId).
-	PublicTriggerPutWithBody(ctx context.Context, t string, path string, contentType string, body io.Reader, reqEditors ...RequestEditorFn) (*http.Response, error)
+	PublicTriggerPutWithBody(ctx context.Context, t string, path string, params *PublicTriggerPutParams, contentType string, body io.Reader, reqEditors ...RequestEditorFn) (*http.Response, error)
 
 	// ListTenants List tenants (admin)
 	//
@@ -1502,7 +1717,7 @@ type ClientInterface interface {
 	// Corresponds with GET /v1/tenants/{t}/functions/{name}/builds/{id}/log (the `GetBuildLog` operationId).
 	GetBuildLog(ctx context.Context, t string, name string, id string, params *GetBuildLogParams, reqEditors ...RequestEditorFn) (*http.Response, error)
 
-	// InvokeFunctionWithBody Invoke a function: synchronously, or asynchronously with Prefer: respond-async
+	// InvokeFunctionWithBody Invoke a function: synchronously, or asynchronously with Prefer: respond-async; the answer names the version in X-Sless-Version
 	//
 	// Takes any type of body and a specified content type.
 	//
@@ -1516,12 +1731,67 @@ type ClientInterface interface {
 	// Corresponds with GET /v1/tenants/{t}/functions/{name}/logs (the `GetFunctionLogs` operationId).
 	GetFunctionLogs(ctx context.Context, t string, name string, params *GetFunctionLogsParams, reqEditors ...RequestEditorFn) (*http.Response, error)
 
+	// RollbackWithBody Send all untagged traffic to a version (default: the newest below the one serving most)
+	//
+	// The target is made ready first, then traffic flips, then the old version drains. 409 when retention removed the target, 404 for a version that never existed. With Prefer: wait, 200 once status.serving has flipped (202 after 30s).
+	//
+	// Takes any type of body and a specified content type.
+	//
+	// Corresponds with POST /v1/tenants/{t}/functions/{name}/rollback (the `Rollback` operationId).
+	RollbackWithBody(ctx context.Context, t string, name string, params *RollbackParams, contentType string, body io.Reader, reqEditors ...RequestEditorFn) (*http.Response, error)
+
+	// Rollback Send all untagged traffic to a version (default: the newest below the one serving most)
+	//
+	// The target is made ready first, then traffic flips, then the old version drains. 409 when retention removed the target, 404 for a version that never existed. With Prefer: wait, 200 once status.serving has flipped (202 after 30s).
+	//
+	// Takes a body of the `application/json` content type.
+	//
+	// Corresponds with POST /v1/tenants/{t}/functions/{name}/rollback (the `Rollback` operationId).
+	Rollback(ctx context.Context, t string, name string, params *RollbackParams, body RollbackJSONRequestBody, reqEditors ...RequestEditorFn) (*http.Response, error)
+
 	// UploadSourceWithBody Upload the function's source as a zip; the same bytes again change nothing
+	//
+	// When the installation reviews uploads (docs/review.md), the answer carries the verdict (review); a deny answers 422 review-denied with the reviewer's reasons, and a reviewer that gives no usable answer either lets the upload through with the verdict unavailable (fail open, the default) or answers 503 review-unavailable with Retry-After (fail closed). A digest is reviewed once per tenant.
 	//
 	// Takes any type of body and a specified content type.
 	//
 	// Corresponds with PUT /v1/tenants/{t}/functions/{name}/source (the `UploadSource` operationId).
 	UploadSourceWithBody(ctx context.Context, t string, name string, params *UploadSourceParams, contentType string, body io.Reader, reqEditors ...RequestEditorFn) (*http.Response, error)
+
+	// SetTrafficWithBody Set the split of untagged calls and the tags
+	//
+	// 422 names the bad entry: percents not summing to 100, an unknown version, a repeated tag, both or neither of version and latest. status.serving follows once every version with a share is ready.
+	//
+	// Takes any type of body and a specified content type.
+	//
+	// Corresponds with PUT /v1/tenants/{t}/functions/{name}/traffic (the `SetTraffic` operationId).
+	SetTrafficWithBody(ctx context.Context, t string, name string, contentType string, body io.Reader, reqEditors ...RequestEditorFn) (*http.Response, error)
+
+	// SetTraffic Set the split of untagged calls and the tags
+	//
+	// 422 names the bad entry: percents not summing to 100, an unknown version, a repeated tag, both or neither of version and latest. status.serving follows once every version with a share is ready.
+	//
+	// Takes a body of the `application/json` content type.
+	//
+	// Corresponds with PUT /v1/tenants/{t}/functions/{name}/traffic (the `SetTraffic` operationId).
+	SetTraffic(ctx context.Context, t string, name string, body SetTrafficJSONRequestBody, reqEditors ...RequestEditorFn) (*http.Response, error)
+
+	// ListVersions List a function's published versions, newest first, with what serves
+	//
+	// Corresponds with GET /v1/tenants/{t}/functions/{name}/versions (the `ListVersions` operationId).
+	ListVersions(ctx context.Context, t string, name string, reqEditors ...RequestEditorFn) (*http.Response, error)
+
+	// PublishVersion The version of the current template, once the operator published it (idempotent)
+	//
+	// Waits (up to 30s) until the current template is built: 201 with the version it published, 200 with the existing one when the template was unchanged; 503 with Retry-After while it still builds; 409 when its build failed.
+	//
+	// Corresponds with POST /v1/tenants/{t}/functions/{name}/versions (the `PublishVersion` operationId).
+	PublishVersion(ctx context.Context, t string, name string, reqEditors ...RequestEditorFn) (*http.Response, error)
+
+	// GetVersion Read one version
+	//
+	// Corresponds with GET /v1/tenants/{t}/functions/{name}/versions/{n} (the `GetVersion` operationId).
+	GetVersion(ctx context.Context, t string, name string, n int64, reqEditors ...RequestEditorFn) (*http.Response, error)
 
 	// ListInvocations List invocations, newest first
 	//
@@ -1668,8 +1938,8 @@ type ClientInterface interface {
 // Takes any type of body and a specified content type.
 //
 // Corresponds with DELETE /fn/{t}/{path} (the `PublicTriggerDelete` operationId).
-func (c *Client) PublicTriggerDeleteWithBody(ctx context.Context, t string, path string, contentType string, body io.Reader, reqEditors ...RequestEditorFn) (*http.Response, error) {
-	req, err := NewPublicTriggerDeleteRequestWithBody(c.Server, t, path, contentType, body)
+func (c *Client) PublicTriggerDeleteWithBody(ctx context.Context, t string, path string, params *PublicTriggerDeleteParams, contentType string, body io.Reader, reqEditors ...RequestEditorFn) (*http.Response, error) {
+	req, err := NewPublicTriggerDeleteRequestWithBody(c.Server, t, path, params, contentType, body)
 	if err != nil {
 		return nil, err
 	}
@@ -1685,8 +1955,8 @@ func (c *Client) PublicTriggerDeleteWithBody(ctx context.Context, t string, path
 // Takes any type of body and a specified content type.
 //
 // Corresponds with GET /fn/{t}/{path} (the `PublicTriggerGet` operationId).
-func (c *Client) PublicTriggerGetWithBody(ctx context.Context, t string, path string, contentType string, body io.Reader, reqEditors ...RequestEditorFn) (*http.Response, error) {
-	req, err := NewPublicTriggerGetRequestWithBody(c.Server, t, path, contentType, body)
+func (c *Client) PublicTriggerGetWithBody(ctx context.Context, t string, path string, params *PublicTriggerGetParams, contentType string, body io.Reader, reqEditors ...RequestEditorFn) (*http.Response, error) {
+	req, err := NewPublicTriggerGetRequestWithBody(c.Server, t, path, params, contentType, body)
 	if err != nil {
 		return nil, err
 	}
@@ -1702,8 +1972,8 @@ func (c *Client) PublicTriggerGetWithBody(ctx context.Context, t string, path st
 // Takes any type of body and a specified content type.
 //
 // Corresponds with HEAD /fn/{t}/{path} (the `PublicTriggerHead` operationId).
-func (c *Client) PublicTriggerHeadWithBody(ctx context.Context, t string, path string, contentType string, body io.Reader, reqEditors ...RequestEditorFn) (*http.Response, error) {
-	req, err := NewPublicTriggerHeadRequestWithBody(c.Server, t, path, contentType, body)
+func (c *Client) PublicTriggerHeadWithBody(ctx context.Context, t string, path string, params *PublicTriggerHeadParams, contentType string, body io.Reader, reqEditors ...RequestEditorFn) (*http.Response, error) {
+	req, err := NewPublicTriggerHeadRequestWithBody(c.Server, t, path, params, contentType, body)
 	if err != nil {
 		return nil, err
 	}
@@ -1719,8 +1989,8 @@ func (c *Client) PublicTriggerHeadWithBody(ctx context.Context, t string, path s
 // Takes any type of body and a specified content type.
 //
 // Corresponds with OPTIONS /fn/{t}/{path} (the `PublicTriggerOptions` operationId).
-func (c *Client) PublicTriggerOptionsWithBody(ctx context.Context, t string, path string, contentType string, body io.Reader, reqEditors ...RequestEditorFn) (*http.Response, error) {
-	req, err := NewPublicTriggerOptionsRequestWithBody(c.Server, t, path, contentType, body)
+func (c *Client) PublicTriggerOptionsWithBody(ctx context.Context, t string, path string, params *PublicTriggerOptionsParams, contentType string, body io.Reader, reqEditors ...RequestEditorFn) (*http.Response, error) {
+	req, err := NewPublicTriggerOptionsRequestWithBody(c.Server, t, path, params, contentType, body)
 	if err != nil {
 		return nil, err
 	}
@@ -1736,8 +2006,8 @@ func (c *Client) PublicTriggerOptionsWithBody(ctx context.Context, t string, pat
 // Takes any type of body and a specified content type.
 //
 // Corresponds with PATCH /fn/{t}/{path} (the `PublicTriggerPatch` operationId).
-func (c *Client) PublicTriggerPatchWithBody(ctx context.Context, t string, path string, contentType string, body io.Reader, reqEditors ...RequestEditorFn) (*http.Response, error) {
-	req, err := NewPublicTriggerPatchRequestWithBody(c.Server, t, path, contentType, body)
+func (c *Client) PublicTriggerPatchWithBody(ctx context.Context, t string, path string, params *PublicTriggerPatchParams, contentType string, body io.Reader, reqEditors ...RequestEditorFn) (*http.Response, error) {
+	req, err := NewPublicTriggerPatchRequestWithBody(c.Server, t, path, params, contentType, body)
 	if err != nil {
 		return nil, err
 	}
@@ -1753,8 +2023,8 @@ func (c *Client) PublicTriggerPatchWithBody(ctx context.Context, t string, path 
 // Takes any type of body and a specified content type.
 //
 // Corresponds with POST /fn/{t}/{path} (the `PublicTriggerPost` operationId).
-func (c *Client) PublicTriggerPostWithBody(ctx context.Context, t string, path string, contentType string, body io.Reader, reqEditors ...RequestEditorFn) (*http.Response, error) {
-	req, err := NewPublicTriggerPostRequestWithBody(c.Server, t, path, contentType, body)
+func (c *Client) PublicTriggerPostWithBody(ctx context.Context, t string, path string, params *PublicTriggerPostParams, contentType string, body io.Reader, reqEditors ...RequestEditorFn) (*http.Response, error) {
+	req, err := NewPublicTriggerPostRequestWithBody(c.Server, t, path, params, contentType, body)
 	if err != nil {
 		return nil, err
 	}
@@ -1770,8 +2040,8 @@ func (c *Client) PublicTriggerPostWithBody(ctx context.Context, t string, path s
 // Takes any type of body and a specified content type.
 //
 // Corresponds with PUT /fn/{t}/{path} (the `PublicTriggerPut` operationId).
-func (c *Client) PublicTriggerPutWithBody(ctx context.Context, t string, path string, contentType string, body io.Reader, reqEditors ...RequestEditorFn) (*http.Response, error) {
-	req, err := NewPublicTriggerPutRequestWithBody(c.Server, t, path, contentType, body)
+func (c *Client) PublicTriggerPutWithBody(ctx context.Context, t string, path string, params *PublicTriggerPutParams, contentType string, body io.Reader, reqEditors ...RequestEditorFn) (*http.Response, error) {
+	req, err := NewPublicTriggerPutRequestWithBody(c.Server, t, path, params, contentType, body)
 	if err != nil {
 		return nil, err
 	}
@@ -2168,7 +2438,7 @@ func (c *Client) GetBuildLog(ctx context.Context, t string, name string, id stri
 	return c.Client.Do(req)
 }
 
-// InvokeFunctionWithBody Invoke a function: synchronously, or asynchronously with Prefer: respond-async
+// InvokeFunctionWithBody Invoke a function: synchronously, or asynchronously with Prefer: respond-async; the answer names the version in X-Sless-Version
 //
 // Takes any type of body and a specified content type.
 //
@@ -2202,13 +2472,138 @@ func (c *Client) GetFunctionLogs(ctx context.Context, t string, name string, par
 	return c.Client.Do(req)
 }
 
+// RollbackWithBody Send all untagged traffic to a version (default: the newest below the one serving most)
+//
+// The target is made ready first, then traffic flips, then the old version drains. 409 when retention removed the target, 404 for a version that never existed. With Prefer: wait, 200 once status.serving has flipped (202 after 30s).
+//
+// Takes any type of body and a specified content type.
+//
+// Corresponds with POST /v1/tenants/{t}/functions/{name}/rollback (the `Rollback` operationId).
+func (c *Client) RollbackWithBody(ctx context.Context, t string, name string, params *RollbackParams, contentType string, body io.Reader, reqEditors ...RequestEditorFn) (*http.Response, error) {
+	req, err := NewRollbackRequestWithBody(c.Server, t, name, params, contentType, body)
+	if err != nil {
+		return nil, err
+	}
+	req = req.WithContext(ctx)
+	if err := c.applyEditors(ctx, req, reqEditors); err != nil {
+		return nil, err
+	}
+	return c.Client.Do(req)
+}
+
+// Rollback Send all untagged traffic to a version (default: the newest below the one serving most)
+//
+// The target is made ready first, then traffic flips, then the old version drains. 409 when retention removed the target, 404 for a version that never existed. With Prefer: wait, 200 once status.serving has flipped (202 after 30s).
+//
+// Takes a body of the `application/json` content type.
+//
+// Corresponds with POST /v1/tenants/{t}/functions/{name}/rollback (the `Rollback` operationId).
+func (c *Client) Rollback(ctx context.Context, t string, name string, params *RollbackParams, body RollbackJSONRequestBody, reqEditors ...RequestEditorFn) (*http.Response, error) {
+	req, err := NewRollbackRequest(c.Server, t, name, params, body)
+	if err != nil {
+		return nil, err
+	}
+	req = req.WithContext(ctx)
+	if err := c.applyEditors(ctx, req, reqEditors); err != nil {
+		return nil, err
+	}
+	return c.Client.Do(req)
+}
+
 // UploadSourceWithBody Upload the function's source as a zip; the same bytes again change nothing
+//
+// When the installation reviews uploads (docs/review.md), the answer carries the verdict (review); a deny answers 422 review-denied with the reviewer's reasons, and a reviewer that gives no usable answer either lets the upload through with the verdict unavailable (fail open, the default) or answers 503 review-unavailable with Retry-After (fail closed). A digest is reviewed once per tenant.
 //
 // Takes any type of body and a specified content type.
 //
 // Corresponds with PUT /v1/tenants/{t}/functions/{name}/source (the `UploadSource` operationId).
 func (c *Client) UploadSourceWithBody(ctx context.Context, t string, name string, params *UploadSourceParams, contentType string, body io.Reader, reqEditors ...RequestEditorFn) (*http.Response, error) {
 	req, err := NewUploadSourceRequestWithBody(c.Server, t, name, params, contentType, body)
+	if err != nil {
+		return nil, err
+	}
+	req = req.WithContext(ctx)
+	if err := c.applyEditors(ctx, req, reqEditors); err != nil {
+		return nil, err
+	}
+	return c.Client.Do(req)
+}
+
+// SetTrafficWithBody Set the split of untagged calls and the tags
+//
+// 422 names the bad entry: percents not summing to 100, an unknown version, a repeated tag, both or neither of version and latest. status.serving follows once every version with a share is ready.
+//
+// Takes any type of body and a specified content type.
+//
+// Corresponds with PUT /v1/tenants/{t}/functions/{name}/traffic (the `SetTraffic` operationId).
+func (c *Client) SetTrafficWithBody(ctx context.Context, t string, name string, contentType string, body io.Reader, reqEditors ...RequestEditorFn) (*http.Response, error) {
+	req, err := NewSetTrafficRequestWithBody(c.Server, t, name, contentType, body)
+	if err != nil {
+		return nil, err
+	}
+	req = req.WithContext(ctx)
+	if err := c.applyEditors(ctx, req, reqEditors); err != nil {
+		return nil, err
+	}
+	return c.Client.Do(req)
+}
+
+// SetTraffic Set the split of untagged calls and the tags
+//
+// 422 names the bad entry: percents not summing to 100, an unknown version, a repeated tag, both or neither of version and latest. status.serving follows once every version with a share is ready.
+//
+// Takes a body of the `application/json` content type.
+//
+// Corresponds with PUT /v1/tenants/{t}/functions/{name}/traffic (the `SetTraffic` operationId).
+func (c *Client) SetTraffic(ctx context.Context, t string, name string, body SetTrafficJSONRequestBody, reqEditors ...RequestEditorFn) (*http.Response, error) {
+	req, err := NewSetTrafficRequest(c.Server, t, name, body)
+	if err != nil {
+		return nil, err
+	}
+	req = req.WithContext(ctx)
+	if err := c.applyEditors(ctx, req, reqEditors); err != nil {
+		return nil, err
+	}
+	return c.Client.Do(req)
+}
+
+// ListVersions List a function's published versions, newest first, with what serves
+//
+// Corresponds with GET /v1/tenants/{t}/functions/{name}/versions (the `ListVersions` operationId).
+func (c *Client) ListVersions(ctx context.Context, t string, name string, reqEditors ...RequestEditorFn) (*http.Response, error) {
+	req, err := NewListVersionsRequest(c.Server, t, name)
+	if err != nil {
+		return nil, err
+	}
+	req = req.WithContext(ctx)
+	if err := c.applyEditors(ctx, req, reqEditors); err != nil {
+		return nil, err
+	}
+	return c.Client.Do(req)
+}
+
+// PublishVersion The version of the current template, once the operator published it (idempotent)
+//
+// Waits (up to 30s) until the current template is built: 201 with the version it published, 200 with the existing one when the template was unchanged; 503 with Retry-After while it still builds; 409 when its build failed.
+//
+// Corresponds with POST /v1/tenants/{t}/functions/{name}/versions (the `PublishVersion` operationId).
+func (c *Client) PublishVersion(ctx context.Context, t string, name string, reqEditors ...RequestEditorFn) (*http.Response, error) {
+	req, err := NewPublishVersionRequest(c.Server, t, name)
+	if err != nil {
+		return nil, err
+	}
+	req = req.WithContext(ctx)
+	if err := c.applyEditors(ctx, req, reqEditors); err != nil {
+		return nil, err
+	}
+	return c.Client.Do(req)
+}
+
+// GetVersion Read one version
+//
+// Corresponds with GET /v1/tenants/{t}/functions/{name}/versions/{n} (the `GetVersion` operationId).
+func (c *Client) GetVersion(ctx context.Context, t string, name string, n int64, reqEditors ...RequestEditorFn) (*http.Response, error) {
+	req, err := NewGetVersionRequest(c.Server, t, name, n)
 	if err != nil {
 		return nil, err
 	}
@@ -2589,7 +2984,7 @@ func (c *Client) ReplaceTrigger(ctx context.Context, t string, name string, body
 }
 
 // NewPublicTriggerDeleteRequestWithBody constructs an http.Request for the PublicTriggerDelete method, with any body, and a specified content type
-func NewPublicTriggerDeleteRequestWithBody(server string, t string, path string, contentType string, body io.Reader) (*http.Request, error) {
+func NewPublicTriggerDeleteRequestWithBody(server string, t string, path string, params *PublicTriggerDeleteParams, contentType string, body io.Reader) (*http.Request, error) {
 	var err error
 
 	var pathParam0 string
@@ -2628,11 +3023,37 @@ func NewPublicTriggerDeleteRequestWithBody(server string, t string, path string,
 
 	req.Header.Add("Content-Type", contentType)
 
+	if params != nil {
+
+		if params.XSlessRoute != nil {
+			var headerParam0 string
+
+			headerParam0, err = runtime.StyleParamWithOptions("simple", false, "X-Sless-Route", *params.XSlessRoute, runtime.StyleParamOptions{ParamLocation: runtime.ParamLocationHeader, Type: "string", Format: ""})
+			if err != nil {
+				return nil, err
+			}
+
+			req.Header.Set("X-Sless-Route", headerParam0)
+		}
+
+		if params.XSlessAffinity != nil {
+			var headerParam1 string
+
+			headerParam1, err = runtime.StyleParamWithOptions("simple", false, "X-Sless-Affinity", *params.XSlessAffinity, runtime.StyleParamOptions{ParamLocation: runtime.ParamLocationHeader, Type: "string", Format: ""})
+			if err != nil {
+				return nil, err
+			}
+
+			req.Header.Set("X-Sless-Affinity", headerParam1)
+		}
+
+	}
+
 	return req, nil
 }
 
 // NewPublicTriggerGetRequestWithBody constructs an http.Request for the PublicTriggerGet method, with any body, and a specified content type
-func NewPublicTriggerGetRequestWithBody(server string, t string, path string, contentType string, body io.Reader) (*http.Request, error) {
+func NewPublicTriggerGetRequestWithBody(server string, t string, path string, params *PublicTriggerGetParams, contentType string, body io.Reader) (*http.Request, error) {
 	var err error
 
 	var pathParam0 string
@@ -2671,11 +3092,37 @@ func NewPublicTriggerGetRequestWithBody(server string, t string, path string, co
 
 	req.Header.Add("Content-Type", contentType)
 
+	if params != nil {
+
+		if params.XSlessRoute != nil {
+			var headerParam0 string
+
+			headerParam0, err = runtime.StyleParamWithOptions("simple", false, "X-Sless-Route", *params.XSlessRoute, runtime.StyleParamOptions{ParamLocation: runtime.ParamLocationHeader, Type: "string", Format: ""})
+			if err != nil {
+				return nil, err
+			}
+
+			req.Header.Set("X-Sless-Route", headerParam0)
+		}
+
+		if params.XSlessAffinity != nil {
+			var headerParam1 string
+
+			headerParam1, err = runtime.StyleParamWithOptions("simple", false, "X-Sless-Affinity", *params.XSlessAffinity, runtime.StyleParamOptions{ParamLocation: runtime.ParamLocationHeader, Type: "string", Format: ""})
+			if err != nil {
+				return nil, err
+			}
+
+			req.Header.Set("X-Sless-Affinity", headerParam1)
+		}
+
+	}
+
 	return req, nil
 }
 
 // NewPublicTriggerHeadRequestWithBody constructs an http.Request for the PublicTriggerHead method, with any body, and a specified content type
-func NewPublicTriggerHeadRequestWithBody(server string, t string, path string, contentType string, body io.Reader) (*http.Request, error) {
+func NewPublicTriggerHeadRequestWithBody(server string, t string, path string, params *PublicTriggerHeadParams, contentType string, body io.Reader) (*http.Request, error) {
 	var err error
 
 	var pathParam0 string
@@ -2714,11 +3161,37 @@ func NewPublicTriggerHeadRequestWithBody(server string, t string, path string, c
 
 	req.Header.Add("Content-Type", contentType)
 
+	if params != nil {
+
+		if params.XSlessRoute != nil {
+			var headerParam0 string
+
+			headerParam0, err = runtime.StyleParamWithOptions("simple", false, "X-Sless-Route", *params.XSlessRoute, runtime.StyleParamOptions{ParamLocation: runtime.ParamLocationHeader, Type: "string", Format: ""})
+			if err != nil {
+				return nil, err
+			}
+
+			req.Header.Set("X-Sless-Route", headerParam0)
+		}
+
+		if params.XSlessAffinity != nil {
+			var headerParam1 string
+
+			headerParam1, err = runtime.StyleParamWithOptions("simple", false, "X-Sless-Affinity", *params.XSlessAffinity, runtime.StyleParamOptions{ParamLocation: runtime.ParamLocationHeader, Type: "string", Format: ""})
+			if err != nil {
+				return nil, err
+			}
+
+			req.Header.Set("X-Sless-Affinity", headerParam1)
+		}
+
+	}
+
 	return req, nil
 }
 
 // NewPublicTriggerOptionsRequestWithBody constructs an http.Request for the PublicTriggerOptions method, with any body, and a specified content type
-func NewPublicTriggerOptionsRequestWithBody(server string, t string, path string, contentType string, body io.Reader) (*http.Request, error) {
+func NewPublicTriggerOptionsRequestWithBody(server string, t string, path string, params *PublicTriggerOptionsParams, contentType string, body io.Reader) (*http.Request, error) {
 	var err error
 
 	var pathParam0 string
@@ -2757,11 +3230,37 @@ func NewPublicTriggerOptionsRequestWithBody(server string, t string, path string
 
 	req.Header.Add("Content-Type", contentType)
 
+	if params != nil {
+
+		if params.XSlessRoute != nil {
+			var headerParam0 string
+
+			headerParam0, err = runtime.StyleParamWithOptions("simple", false, "X-Sless-Route", *params.XSlessRoute, runtime.StyleParamOptions{ParamLocation: runtime.ParamLocationHeader, Type: "string", Format: ""})
+			if err != nil {
+				return nil, err
+			}
+
+			req.Header.Set("X-Sless-Route", headerParam0)
+		}
+
+		if params.XSlessAffinity != nil {
+			var headerParam1 string
+
+			headerParam1, err = runtime.StyleParamWithOptions("simple", false, "X-Sless-Affinity", *params.XSlessAffinity, runtime.StyleParamOptions{ParamLocation: runtime.ParamLocationHeader, Type: "string", Format: ""})
+			if err != nil {
+				return nil, err
+			}
+
+			req.Header.Set("X-Sless-Affinity", headerParam1)
+		}
+
+	}
+
 	return req, nil
 }
 
 // NewPublicTriggerPatchRequestWithBody constructs an http.Request for the PublicTriggerPatch method, with any body, and a specified content type
-func NewPublicTriggerPatchRequestWithBody(server string, t string, path string, contentType string, body io.Reader) (*http.Request, error) {
+func NewPublicTriggerPatchRequestWithBody(server string, t string, path string, params *PublicTriggerPatchParams, contentType string, body io.Reader) (*http.Request, error) {
 	var err error
 
 	var pathParam0 string
@@ -2800,11 +3299,37 @@ func NewPublicTriggerPatchRequestWithBody(server string, t string, path string, 
 
 	req.Header.Add("Content-Type", contentType)
 
+	if params != nil {
+
+		if params.XSlessRoute != nil {
+			var headerParam0 string
+
+			headerParam0, err = runtime.StyleParamWithOptions("simple", false, "X-Sless-Route", *params.XSlessRoute, runtime.StyleParamOptions{ParamLocation: runtime.ParamLocationHeader, Type: "string", Format: ""})
+			if err != nil {
+				return nil, err
+			}
+
+			req.Header.Set("X-Sless-Route", headerParam0)
+		}
+
+		if params.XSlessAffinity != nil {
+			var headerParam1 string
+
+			headerParam1, err = runtime.StyleParamWithOptions("simple", false, "X-Sless-Affinity", *params.XSlessAffinity, runtime.StyleParamOptions{ParamLocation: runtime.ParamLocationHeader, Type: "string", Format: ""})
+			if err != nil {
+				return nil, err
+			}
+
+			req.Header.Set("X-Sless-Affinity", headerParam1)
+		}
+
+	}
+
 	return req, nil
 }
 
 // NewPublicTriggerPostRequestWithBody constructs an http.Request for the PublicTriggerPost method, with any body, and a specified content type
-func NewPublicTriggerPostRequestWithBody(server string, t string, path string, contentType string, body io.Reader) (*http.Request, error) {
+func NewPublicTriggerPostRequestWithBody(server string, t string, path string, params *PublicTriggerPostParams, contentType string, body io.Reader) (*http.Request, error) {
 	var err error
 
 	var pathParam0 string
@@ -2843,11 +3368,37 @@ func NewPublicTriggerPostRequestWithBody(server string, t string, path string, c
 
 	req.Header.Add("Content-Type", contentType)
 
+	if params != nil {
+
+		if params.XSlessRoute != nil {
+			var headerParam0 string
+
+			headerParam0, err = runtime.StyleParamWithOptions("simple", false, "X-Sless-Route", *params.XSlessRoute, runtime.StyleParamOptions{ParamLocation: runtime.ParamLocationHeader, Type: "string", Format: ""})
+			if err != nil {
+				return nil, err
+			}
+
+			req.Header.Set("X-Sless-Route", headerParam0)
+		}
+
+		if params.XSlessAffinity != nil {
+			var headerParam1 string
+
+			headerParam1, err = runtime.StyleParamWithOptions("simple", false, "X-Sless-Affinity", *params.XSlessAffinity, runtime.StyleParamOptions{ParamLocation: runtime.ParamLocationHeader, Type: "string", Format: ""})
+			if err != nil {
+				return nil, err
+			}
+
+			req.Header.Set("X-Sless-Affinity", headerParam1)
+		}
+
+	}
+
 	return req, nil
 }
 
 // NewPublicTriggerPutRequestWithBody constructs an http.Request for the PublicTriggerPut method, with any body, and a specified content type
-func NewPublicTriggerPutRequestWithBody(server string, t string, path string, contentType string, body io.Reader) (*http.Request, error) {
+func NewPublicTriggerPutRequestWithBody(server string, t string, path string, params *PublicTriggerPutParams, contentType string, body io.Reader) (*http.Request, error) {
 	var err error
 
 	var pathParam0 string
@@ -2885,6 +3436,32 @@ func NewPublicTriggerPutRequestWithBody(server string, t string, path string, co
 	}
 
 	req.Header.Add("Content-Type", contentType)
+
+	if params != nil {
+
+		if params.XSlessRoute != nil {
+			var headerParam0 string
+
+			headerParam0, err = runtime.StyleParamWithOptions("simple", false, "X-Sless-Route", *params.XSlessRoute, runtime.StyleParamOptions{ParamLocation: runtime.ParamLocationHeader, Type: "string", Format: ""})
+			if err != nil {
+				return nil, err
+			}
+
+			req.Header.Set("X-Sless-Route", headerParam0)
+		}
+
+		if params.XSlessAffinity != nil {
+			var headerParam1 string
+
+			headerParam1, err = runtime.StyleParamWithOptions("simple", false, "X-Sless-Affinity", *params.XSlessAffinity, runtime.StyleParamOptions{ParamLocation: runtime.ParamLocationHeader, Type: "string", Format: ""})
+			if err != nil {
+				return nil, err
+			}
+
+			req.Header.Set("X-Sless-Affinity", headerParam1)
+		}
+
+	}
 
 	return req, nil
 }
@@ -4016,6 +4593,33 @@ func NewInvokeFunctionRequestWithBody(server string, t string, name string, para
 		return nil, err
 	}
 
+	if params != nil {
+		// queryValues collects non-styled parameters (passthrough, JSON)
+		// that are safe to round-trip through url.Values.Encode().
+		queryValues := queryURL.Query()
+		// rawQueryFragments collects pre-encoded query fragments from
+		// styled parameters, preserving literal commas as delimiters
+		// per the OpenAPI spec (e.g. "color=blue,black,brown").
+		var rawQueryFragments []string
+
+		if params.Version != nil {
+
+			if queryFrag, err := runtime.StyleParamWithOptions("form", true, "version", *params.Version, runtime.StyleParamOptions{ParamLocation: runtime.ParamLocationQuery, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			} else {
+				for _, qp := range strings.Split(queryFrag, "&") {
+					rawQueryFragments = append(rawQueryFragments, qp)
+				}
+			}
+
+		}
+
+		if encoded := queryValues.Encode(); encoded != "" {
+			rawQueryFragments = append(rawQueryFragments, encoded)
+		}
+		queryURL.RawQuery = strings.Join(rawQueryFragments, "&")
+	}
+
 	req, err := http.NewRequest(http.MethodPost, queryURL.String(), body)
 	if err != nil {
 		return nil, err
@@ -4025,37 +4629,59 @@ func NewInvokeFunctionRequestWithBody(server string, t string, name string, para
 
 	if params != nil {
 
-		if params.Prefer != nil {
+		if params.XSlessRoute != nil {
 			var headerParam0 string
 
-			headerParam0, err = runtime.StyleParamWithOptions("simple", false, "Prefer", *params.Prefer, runtime.StyleParamOptions{ParamLocation: runtime.ParamLocationHeader, Type: "string", Format: ""})
+			headerParam0, err = runtime.StyleParamWithOptions("simple", false, "X-Sless-Route", *params.XSlessRoute, runtime.StyleParamOptions{ParamLocation: runtime.ParamLocationHeader, Type: "string", Format: ""})
 			if err != nil {
 				return nil, err
 			}
 
-			req.Header.Set("Prefer", headerParam0)
+			req.Header.Set("X-Sless-Route", headerParam0)
+		}
+
+		if params.XSlessAffinity != nil {
+			var headerParam1 string
+
+			headerParam1, err = runtime.StyleParamWithOptions("simple", false, "X-Sless-Affinity", *params.XSlessAffinity, runtime.StyleParamOptions{ParamLocation: runtime.ParamLocationHeader, Type: "string", Format: ""})
+			if err != nil {
+				return nil, err
+			}
+
+			req.Header.Set("X-Sless-Affinity", headerParam1)
+		}
+
+		if params.Prefer != nil {
+			var headerParam2 string
+
+			headerParam2, err = runtime.StyleParamWithOptions("simple", false, "Prefer", *params.Prefer, runtime.StyleParamOptions{ParamLocation: runtime.ParamLocationHeader, Type: "string", Format: ""})
+			if err != nil {
+				return nil, err
+			}
+
+			req.Header.Set("Prefer", headerParam2)
 		}
 
 		if params.IdempotencyKey != nil {
-			var headerParam1 string
+			var headerParam3 string
 
-			headerParam1, err = runtime.StyleParamWithOptions("simple", false, "Idempotency-Key", *params.IdempotencyKey, runtime.StyleParamOptions{ParamLocation: runtime.ParamLocationHeader, Type: "string", Format: ""})
+			headerParam3, err = runtime.StyleParamWithOptions("simple", false, "Idempotency-Key", *params.IdempotencyKey, runtime.StyleParamOptions{ParamLocation: runtime.ParamLocationHeader, Type: "string", Format: ""})
 			if err != nil {
 				return nil, err
 			}
 
-			req.Header.Set("Idempotency-Key", headerParam1)
+			req.Header.Set("Idempotency-Key", headerParam3)
 		}
 
 		if params.XCallbackUrl != nil {
-			var headerParam2 string
+			var headerParam4 string
 
-			headerParam2, err = runtime.StyleParamWithOptions("simple", false, "X-Callback-Url", *params.XCallbackUrl, runtime.StyleParamOptions{ParamLocation: runtime.ParamLocationHeader, Type: "string", Format: ""})
+			headerParam4, err = runtime.StyleParamWithOptions("simple", false, "X-Callback-Url", *params.XCallbackUrl, runtime.StyleParamOptions{ParamLocation: runtime.ParamLocationHeader, Type: "string", Format: ""})
 			if err != nil {
 				return nil, err
 			}
 
-			req.Header.Set("X-Callback-Url", headerParam2)
+			req.Header.Set("X-Callback-Url", headerParam4)
 		}
 
 	}
@@ -4155,6 +4781,75 @@ func NewGetFunctionLogsRequest(server string, t string, name string, params *Get
 	return req, nil
 }
 
+// NewRollbackRequest calls the generic Rollback builder with application/json body
+func NewRollbackRequest(server string, t string, name string, params *RollbackParams, body RollbackJSONRequestBody) (*http.Request, error) {
+	var bodyReader io.Reader
+	buf, err := json.Marshal(body)
+	if err != nil {
+		return nil, err
+	}
+	bodyReader = bytes.NewReader(buf)
+	return NewRollbackRequestWithBody(server, t, name, params, "application/json", bodyReader)
+}
+
+// NewRollbackRequestWithBody constructs an http.Request for the Rollback method, with any body, and a specified content type
+func NewRollbackRequestWithBody(server string, t string, name string, params *RollbackParams, contentType string, body io.Reader) (*http.Request, error) {
+	var err error
+
+	var pathParam0 string
+
+	pathParam0, err = runtime.StyleParamWithOptions("simple", false, "t", t, runtime.StyleParamOptions{ParamLocation: runtime.ParamLocationPath, Type: "string", Format: ""})
+	if err != nil {
+		return nil, err
+	}
+
+	var pathParam1 string
+
+	pathParam1, err = runtime.StyleParamWithOptions("simple", false, "name", name, runtime.StyleParamOptions{ParamLocation: runtime.ParamLocationPath, Type: "string", Format: ""})
+	if err != nil {
+		return nil, err
+	}
+
+	serverURL, err := url.Parse(server)
+	if err != nil {
+		return nil, err
+	}
+
+	operationPath := fmt.Sprintf("/v1/tenants/%s/functions/%s/rollback", pathParam0, pathParam1)
+	if operationPath[0] == '/' {
+		operationPath = "." + operationPath
+	}
+
+	queryURL, err := serverURL.Parse(operationPath)
+	if err != nil {
+		return nil, err
+	}
+
+	req, err := http.NewRequest(http.MethodPost, queryURL.String(), body)
+	if err != nil {
+		return nil, err
+	}
+
+	req.Header.Add("Content-Type", contentType)
+
+	if params != nil {
+
+		if params.Prefer != nil {
+			var headerParam0 string
+
+			headerParam0, err = runtime.StyleParamWithOptions("simple", false, "Prefer", *params.Prefer, runtime.StyleParamOptions{ParamLocation: runtime.ParamLocationHeader, Type: "string", Format: ""})
+			if err != nil {
+				return nil, err
+			}
+
+			req.Header.Set("Prefer", headerParam0)
+		}
+
+	}
+
+	return req, nil
+}
+
 // NewUploadSourceRequestWithBody constructs an http.Request for the UploadSource method, with any body, and a specified content type
 func NewUploadSourceRequestWithBody(server string, t string, name string, params *UploadSourceParams, contentType string, body io.Reader) (*http.Request, error) {
 	var err error
@@ -4208,6 +4903,190 @@ func NewUploadSourceRequestWithBody(server string, t string, name string, params
 			req.Header.Set("Content-Type", headerParam0)
 		}
 
+	}
+
+	return req, nil
+}
+
+// NewSetTrafficRequest calls the generic SetTraffic builder with application/json body
+func NewSetTrafficRequest(server string, t string, name string, body SetTrafficJSONRequestBody) (*http.Request, error) {
+	var bodyReader io.Reader
+	buf, err := json.Marshal(body)
+	if err != nil {
+		return nil, err
+	}
+	bodyReader = bytes.NewReader(buf)
+	return NewSetTrafficRequestWithBody(server, t, name, "application/json", bodyReader)
+}
+
+// NewSetTrafficRequestWithBody constructs an http.Request for the SetTraffic method, with any body, and a specified content type
+func NewSetTrafficRequestWithBody(server string, t string, name string, contentType string, body io.Reader) (*http.Request, error) {
+	var err error
+
+	var pathParam0 string
+
+	pathParam0, err = runtime.StyleParamWithOptions("simple", false, "t", t, runtime.StyleParamOptions{ParamLocation: runtime.ParamLocationPath, Type: "string", Format: ""})
+	if err != nil {
+		return nil, err
+	}
+
+	var pathParam1 string
+
+	pathParam1, err = runtime.StyleParamWithOptions("simple", false, "name", name, runtime.StyleParamOptions{ParamLocation: runtime.ParamLocationPath, Type: "string", Format: ""})
+	if err != nil {
+		return nil, err
+	}
+
+	serverURL, err := url.Parse(server)
+	if err != nil {
+		return nil, err
+	}
+
+	operationPath := fmt.Sprintf("/v1/tenants/%s/functions/%s/traffic", pathParam0, pathParam1)
+	if operationPath[0] == '/' {
+		operationPath = "." + operationPath
+	}
+
+	queryURL, err := serverURL.Parse(operationPath)
+	if err != nil {
+		return nil, err
+	}
+
+	req, err := http.NewRequest(http.MethodPut, queryURL.String(), body)
+	if err != nil {
+		return nil, err
+	}
+
+	req.Header.Add("Content-Type", contentType)
+
+	return req, nil
+}
+
+// NewListVersionsRequest constructs an http.Request for the ListVersions method
+func NewListVersionsRequest(server string, t string, name string) (*http.Request, error) {
+	var err error
+
+	var pathParam0 string
+
+	pathParam0, err = runtime.StyleParamWithOptions("simple", false, "t", t, runtime.StyleParamOptions{ParamLocation: runtime.ParamLocationPath, Type: "string", Format: ""})
+	if err != nil {
+		return nil, err
+	}
+
+	var pathParam1 string
+
+	pathParam1, err = runtime.StyleParamWithOptions("simple", false, "name", name, runtime.StyleParamOptions{ParamLocation: runtime.ParamLocationPath, Type: "string", Format: ""})
+	if err != nil {
+		return nil, err
+	}
+
+	serverURL, err := url.Parse(server)
+	if err != nil {
+		return nil, err
+	}
+
+	operationPath := fmt.Sprintf("/v1/tenants/%s/functions/%s/versions", pathParam0, pathParam1)
+	if operationPath[0] == '/' {
+		operationPath = "." + operationPath
+	}
+
+	queryURL, err := serverURL.Parse(operationPath)
+	if err != nil {
+		return nil, err
+	}
+
+	req, err := http.NewRequest(http.MethodGet, queryURL.String(), nil)
+	if err != nil {
+		return nil, err
+	}
+
+	return req, nil
+}
+
+// NewPublishVersionRequest constructs an http.Request for the PublishVersion method
+func NewPublishVersionRequest(server string, t string, name string) (*http.Request, error) {
+	var err error
+
+	var pathParam0 string
+
+	pathParam0, err = runtime.StyleParamWithOptions("simple", false, "t", t, runtime.StyleParamOptions{ParamLocation: runtime.ParamLocationPath, Type: "string", Format: ""})
+	if err != nil {
+		return nil, err
+	}
+
+	var pathParam1 string
+
+	pathParam1, err = runtime.StyleParamWithOptions("simple", false, "name", name, runtime.StyleParamOptions{ParamLocation: runtime.ParamLocationPath, Type: "string", Format: ""})
+	if err != nil {
+		return nil, err
+	}
+
+	serverURL, err := url.Parse(server)
+	if err != nil {
+		return nil, err
+	}
+
+	operationPath := fmt.Sprintf("/v1/tenants/%s/functions/%s/versions", pathParam0, pathParam1)
+	if operationPath[0] == '/' {
+		operationPath = "." + operationPath
+	}
+
+	queryURL, err := serverURL.Parse(operationPath)
+	if err != nil {
+		return nil, err
+	}
+
+	req, err := http.NewRequest(http.MethodPost, queryURL.String(), nil)
+	if err != nil {
+		return nil, err
+	}
+
+	return req, nil
+}
+
+// NewGetVersionRequest constructs an http.Request for the GetVersion method
+func NewGetVersionRequest(server string, t string, name string, n int64) (*http.Request, error) {
+	var err error
+
+	var pathParam0 string
+
+	pathParam0, err = runtime.StyleParamWithOptions("simple", false, "t", t, runtime.StyleParamOptions{ParamLocation: runtime.ParamLocationPath, Type: "string", Format: ""})
+	if err != nil {
+		return nil, err
+	}
+
+	var pathParam1 string
+
+	pathParam1, err = runtime.StyleParamWithOptions("simple", false, "name", name, runtime.StyleParamOptions{ParamLocation: runtime.ParamLocationPath, Type: "string", Format: ""})
+	if err != nil {
+		return nil, err
+	}
+
+	var pathParam2 string
+
+	pathParam2, err = runtime.StyleParamWithOptions("simple", false, "n", n, runtime.StyleParamOptions{ParamLocation: runtime.ParamLocationPath, Type: "integer", Format: "int64"})
+	if err != nil {
+		return nil, err
+	}
+
+	serverURL, err := url.Parse(server)
+	if err != nil {
+		return nil, err
+	}
+
+	operationPath := fmt.Sprintf("/v1/tenants/%s/functions/%s/versions/%s", pathParam0, pathParam1, pathParam2)
+	if operationPath[0] == '/' {
+		operationPath = "." + operationPath
+	}
+
+	queryURL, err := serverURL.Parse(operationPath)
+	if err != nil {
+		return nil, err
+	}
+
+	req, err := http.NewRequest(http.MethodGet, queryURL.String(), nil)
+	if err != nil {
+		return nil, err
 	}
 
 	return req, nil
@@ -5222,49 +6101,49 @@ type ClientWithResponsesInterface interface {
 	// Takes any type of body and a specified content type, and returns a wrapper object for the known response body format(s).
 	//
 	// Corresponds with DELETE /fn/{t}/{path} (the `PublicTriggerDelete` operationId).
-	PublicTriggerDeleteWithBodyWithResponse(ctx context.Context, t string, path string, contentType string, body io.Reader, reqEditors ...RequestEditorFn) (*PublicTriggerDeleteResponse, error)
+	PublicTriggerDeleteWithBodyWithResponse(ctx context.Context, t string, path string, params *PublicTriggerDeleteParams, contentType string, body io.Reader, reqEditors ...RequestEditorFn) (*PublicTriggerDeleteResponse, error)
 
 	// PublicTriggerGetWithBodyWithResponse Call a function through its public HTTP trigger
 	//
 	// Takes any type of body and a specified content type, and returns a wrapper object for the known response body format(s).
 	//
 	// Corresponds with GET /fn/{t}/{path} (the `PublicTriggerGet` operationId).
-	PublicTriggerGetWithBodyWithResponse(ctx context.Context, t string, path string, contentType string, body io.Reader, reqEditors ...RequestEditorFn) (*PublicTriggerGetResponse, error)
+	PublicTriggerGetWithBodyWithResponse(ctx context.Context, t string, path string, params *PublicTriggerGetParams, contentType string, body io.Reader, reqEditors ...RequestEditorFn) (*PublicTriggerGetResponse, error)
 
 	// PublicTriggerHeadWithBodyWithResponse Call a function through its public HTTP trigger
 	//
 	// Takes any type of body and a specified content type, and returns a wrapper object for the known response body format(s).
 	//
 	// Corresponds with HEAD /fn/{t}/{path} (the `PublicTriggerHead` operationId).
-	PublicTriggerHeadWithBodyWithResponse(ctx context.Context, t string, path string, contentType string, body io.Reader, reqEditors ...RequestEditorFn) (*PublicTriggerHeadResponse, error)
+	PublicTriggerHeadWithBodyWithResponse(ctx context.Context, t string, path string, params *PublicTriggerHeadParams, contentType string, body io.Reader, reqEditors ...RequestEditorFn) (*PublicTriggerHeadResponse, error)
 
 	// PublicTriggerOptionsWithBodyWithResponse Call a function through its public HTTP trigger
 	//
 	// Takes any type of body and a specified content type, and returns a wrapper object for the known response body format(s).
 	//
 	// Corresponds with OPTIONS /fn/{t}/{path} (the `PublicTriggerOptions` operationId).
-	PublicTriggerOptionsWithBodyWithResponse(ctx context.Context, t string, path string, contentType string, body io.Reader, reqEditors ...RequestEditorFn) (*PublicTriggerOptionsResponse, error)
+	PublicTriggerOptionsWithBodyWithResponse(ctx context.Context, t string, path string, params *PublicTriggerOptionsParams, contentType string, body io.Reader, reqEditors ...RequestEditorFn) (*PublicTriggerOptionsResponse, error)
 
 	// PublicTriggerPatchWithBodyWithResponse Call a function through its public HTTP trigger
 	//
 	// Takes any type of body and a specified content type, and returns a wrapper object for the known response body format(s).
 	//
 	// Corresponds with PATCH /fn/{t}/{path} (the `PublicTriggerPatch` operationId).
-	PublicTriggerPatchWithBodyWithResponse(ctx context.Context, t string, path string, contentType string, body io.Reader, reqEditors ...RequestEditorFn) (*PublicTriggerPatchResponse, error)
+	PublicTriggerPatchWithBodyWithResponse(ctx context.Context, t string, path string, params *PublicTriggerPatchParams, contentType string, body io.Reader, reqEditors ...RequestEditorFn) (*PublicTriggerPatchResponse, error)
 
 	// PublicTriggerPostWithBodyWithResponse Call a function through its public HTTP trigger
 	//
 	// Takes any type of body and a specified content type, and returns a wrapper object for the known response body format(s).
 	//
 	// Corresponds with POST /fn/{t}/{path} (the `PublicTriggerPost` operationId).
-	PublicTriggerPostWithBodyWithResponse(ctx context.Context, t string, path string, contentType string, body io.Reader, reqEditors ...RequestEditorFn) (*PublicTriggerPostResponse, error)
+	PublicTriggerPostWithBodyWithResponse(ctx context.Context, t string, path string, params *PublicTriggerPostParams, contentType string, body io.Reader, reqEditors ...RequestEditorFn) (*PublicTriggerPostResponse, error)
 
 	// PublicTriggerPutWithBodyWithResponse Call a function through its public HTTP trigger
 	//
 	// Takes any type of body and a specified content type, and returns a wrapper object for the known response body format(s).
 	//
 	// Corresponds with PUT /fn/{t}/{path} (the `PublicTriggerPut` operationId).
-	PublicTriggerPutWithBodyWithResponse(ctx context.Context, t string, path string, contentType string, body io.Reader, reqEditors ...RequestEditorFn) (*PublicTriggerPutResponse, error)
+	PublicTriggerPutWithBodyWithResponse(ctx context.Context, t string, path string, params *PublicTriggerPutParams, contentType string, body io.Reader, reqEditors ...RequestEditorFn) (*PublicTriggerPutResponse, error)
 
 	// ListTenantsWithResponse List tenants (admin)
 	//
@@ -5442,7 +6321,7 @@ type ClientWithResponsesInterface interface {
 	// Corresponds with GET /v1/tenants/{t}/functions/{name}/builds/{id}/log (the `GetBuildLog` operationId).
 	GetBuildLogWithResponse(ctx context.Context, t string, name string, id string, params *GetBuildLogParams, reqEditors ...RequestEditorFn) (*GetBuildLogResponse, error)
 
-	// InvokeFunctionWithBodyWithResponse Invoke a function: synchronously, or asynchronously with Prefer: respond-async
+	// InvokeFunctionWithBodyWithResponse Invoke a function: synchronously, or asynchronously with Prefer: respond-async; the answer names the version in X-Sless-Version
 	//
 	// Takes any type of body and a specified content type, and returns a wrapper object for the known response body format(s).
 	//
@@ -5458,12 +6337,73 @@ type ClientWithResponsesInterface interface {
 	// Corresponds with GET /v1/tenants/{t}/functions/{name}/logs (the `GetFunctionLogs` operationId).
 	GetFunctionLogsWithResponse(ctx context.Context, t string, name string, params *GetFunctionLogsParams, reqEditors ...RequestEditorFn) (*GetFunctionLogsResponse, error)
 
+	// RollbackWithBodyWithResponse Send all untagged traffic to a version (default: the newest below the one serving most)
+	//
+	// The target is made ready first, then traffic flips, then the old version drains. 409 when retention removed the target, 404 for a version that never existed. With Prefer: wait, 200 once status.serving has flipped (202 after 30s).
+	//
+	// Takes any type of body and a specified content type, and returns a wrapper object for the known response body format(s).
+	//
+	// Corresponds with POST /v1/tenants/{t}/functions/{name}/rollback (the `Rollback` operationId).
+	RollbackWithBodyWithResponse(ctx context.Context, t string, name string, params *RollbackParams, contentType string, body io.Reader, reqEditors ...RequestEditorFn) (*RollbackResponse, error)
+
+	// RollbackWithResponse Send all untagged traffic to a version (default: the newest below the one serving most)
+	//
+	// The target is made ready first, then traffic flips, then the old version drains. 409 when retention removed the target, 404 for a version that never existed. With Prefer: wait, 200 once status.serving has flipped (202 after 30s).
+	//
+	// Takes a body of the `application/json` content type, and returns a wrapper object for the known response body format(s).
+	//
+	// Corresponds with POST /v1/tenants/{t}/functions/{name}/rollback (the `Rollback` operationId).
+	RollbackWithResponse(ctx context.Context, t string, name string, params *RollbackParams, body RollbackJSONRequestBody, reqEditors ...RequestEditorFn) (*RollbackResponse, error)
+
 	// UploadSourceWithBodyWithResponse Upload the function's source as a zip; the same bytes again change nothing
+	//
+	// When the installation reviews uploads (docs/review.md), the answer carries the verdict (review); a deny answers 422 review-denied with the reviewer's reasons, and a reviewer that gives no usable answer either lets the upload through with the verdict unavailable (fail open, the default) or answers 503 review-unavailable with Retry-After (fail closed). A digest is reviewed once per tenant.
 	//
 	// Takes any type of body and a specified content type, and returns a wrapper object for the known response body format(s).
 	//
 	// Corresponds with PUT /v1/tenants/{t}/functions/{name}/source (the `UploadSource` operationId).
 	UploadSourceWithBodyWithResponse(ctx context.Context, t string, name string, params *UploadSourceParams, contentType string, body io.Reader, reqEditors ...RequestEditorFn) (*UploadSourceResponse, error)
+
+	// SetTrafficWithBodyWithResponse Set the split of untagged calls and the tags
+	//
+	// 422 names the bad entry: percents not summing to 100, an unknown version, a repeated tag, both or neither of version and latest. status.serving follows once every version with a share is ready.
+	//
+	// Takes any type of body and a specified content type, and returns a wrapper object for the known response body format(s).
+	//
+	// Corresponds with PUT /v1/tenants/{t}/functions/{name}/traffic (the `SetTraffic` operationId).
+	SetTrafficWithBodyWithResponse(ctx context.Context, t string, name string, contentType string, body io.Reader, reqEditors ...RequestEditorFn) (*SetTrafficResponse, error)
+
+	// SetTrafficWithResponse Set the split of untagged calls and the tags
+	//
+	// 422 names the bad entry: percents not summing to 100, an unknown version, a repeated tag, both or neither of version and latest. status.serving follows once every version with a share is ready.
+	//
+	// Takes a body of the `application/json` content type, and returns a wrapper object for the known response body format(s).
+	//
+	// Corresponds with PUT /v1/tenants/{t}/functions/{name}/traffic (the `SetTraffic` operationId).
+	SetTrafficWithResponse(ctx context.Context, t string, name string, body SetTrafficJSONRequestBody, reqEditors ...RequestEditorFn) (*SetTrafficResponse, error)
+
+	// ListVersionsWithResponse List a function's published versions, newest first, with what serves
+	//
+	// Returns a wrapper object for the known response body format(s).
+	//
+	// Corresponds with GET /v1/tenants/{t}/functions/{name}/versions (the `ListVersions` operationId).
+	ListVersionsWithResponse(ctx context.Context, t string, name string, reqEditors ...RequestEditorFn) (*ListVersionsResponse, error)
+
+	// PublishVersionWithResponse The version of the current template, once the operator published it (idempotent)
+	//
+	// Waits (up to 30s) until the current template is built: 201 with the version it published, 200 with the existing one when the template was unchanged; 503 with Retry-After while it still builds; 409 when its build failed.
+	//
+	// Returns a wrapper object for the known response body format(s).
+	//
+	// Corresponds with POST /v1/tenants/{t}/functions/{name}/versions (the `PublishVersion` operationId).
+	PublishVersionWithResponse(ctx context.Context, t string, name string, reqEditors ...RequestEditorFn) (*PublishVersionResponse, error)
+
+	// GetVersionWithResponse Read one version
+	//
+	// Returns a wrapper object for the known response body format(s).
+	//
+	// Corresponds with GET /v1/tenants/{t}/functions/{name}/versions/{n} (the `GetVersion` operationId).
+	GetVersionWithResponse(ctx context.Context, t string, name string, n int64, reqEditors ...RequestEditorFn) (*GetVersionResponse, error)
 
 	// ListInvocationsWithResponse List invocations, newest first
 	//
@@ -6998,6 +7938,54 @@ func (r GetFunctionLogsResponse) ContentType() string {
 	return ""
 }
 
+type RollbackResponse struct {
+	Body         []byte
+	HTTPResponse *http.Response
+	// JSON202 the response for an HTTP 202 `application/json` response
+	JSON202 *Function
+	// ApplicationproblemJSONDefault the response for an HTTP default `application/problem+json` response
+	ApplicationproblemJSONDefault *ErrorModel
+}
+
+// GetJSON202 returns the response for an HTTP 202 `application/json` response
+func (r RollbackResponse) GetJSON202() *Function {
+	return r.JSON202
+}
+
+// GetApplicationproblemJSONDefault returns the response for an HTTP default `application/problem+json` response
+func (r RollbackResponse) GetApplicationproblemJSONDefault() *ErrorModel {
+	return r.ApplicationproblemJSONDefault
+}
+
+// GetBody returns the raw response body bytes
+func (r RollbackResponse) GetBody() []byte {
+	return r.Body
+}
+
+// Status returns HTTPResponse.Status
+func (r RollbackResponse) Status() string {
+	if r.HTTPResponse != nil {
+		return r.HTTPResponse.Status
+	}
+	return http.StatusText(0)
+}
+
+// StatusCode returns HTTPResponse.StatusCode
+func (r RollbackResponse) StatusCode() int {
+	if r.HTTPResponse != nil {
+		return r.HTTPResponse.StatusCode
+	}
+	return 0
+}
+
+// ContentType is a convenience method to retrieve the Content-Type value from the HTTP response headers
+func (r RollbackResponse) ContentType() string {
+	if r.HTTPResponse != nil {
+		return r.HTTPResponse.Header.Get("Content-Type")
+	}
+	return ""
+}
+
 type UploadSourceResponse struct {
 	Body         []byte
 	HTTPResponse *http.Response
@@ -7040,6 +8028,219 @@ func (r UploadSourceResponse) StatusCode() int {
 
 // ContentType is a convenience method to retrieve the Content-Type value from the HTTP response headers
 func (r UploadSourceResponse) ContentType() string {
+	if r.HTTPResponse != nil {
+		return r.HTTPResponse.Header.Get("Content-Type")
+	}
+	return ""
+}
+
+// SetTrafficResponse200Headers the declared response headers of an HTTP 200 response for SetTraffic
+type SetTrafficResponse200Headers struct {
+	Location *string
+}
+
+type SetTrafficResponse struct {
+	Body         []byte
+	HTTPResponse *http.Response
+	// JSON200 the response for an HTTP 200 `application/json` response
+	JSON200 *Function
+	// ApplicationproblemJSONDefault the response for an HTTP default `application/problem+json` response
+	ApplicationproblemJSONDefault *ErrorModel
+	// Headers200 the parsed response headers for an HTTP 200 response
+	Headers200 *SetTrafficResponse200Headers
+}
+
+// GetJSON200 returns the response for an HTTP 200 `application/json` response
+func (r SetTrafficResponse) GetJSON200() *Function {
+	return r.JSON200
+}
+
+// GetApplicationproblemJSONDefault returns the response for an HTTP default `application/problem+json` response
+func (r SetTrafficResponse) GetApplicationproblemJSONDefault() *ErrorModel {
+	return r.ApplicationproblemJSONDefault
+}
+
+// GetBody returns the raw response body bytes
+func (r SetTrafficResponse) GetBody() []byte {
+	return r.Body
+}
+
+// Status returns HTTPResponse.Status
+func (r SetTrafficResponse) Status() string {
+	if r.HTTPResponse != nil {
+		return r.HTTPResponse.Status
+	}
+	return http.StatusText(0)
+}
+
+// StatusCode returns HTTPResponse.StatusCode
+func (r SetTrafficResponse) StatusCode() int {
+	if r.HTTPResponse != nil {
+		return r.HTTPResponse.StatusCode
+	}
+	return 0
+}
+
+// ContentType is a convenience method to retrieve the Content-Type value from the HTTP response headers
+func (r SetTrafficResponse) ContentType() string {
+	if r.HTTPResponse != nil {
+		return r.HTTPResponse.Header.Get("Content-Type")
+	}
+	return ""
+}
+
+type ListVersionsResponse struct {
+	Body         []byte
+	HTTPResponse *http.Response
+	// JSON200 the response for an HTTP 200 `application/json` response
+	JSON200 *ListOutVersionBody
+	// ApplicationproblemJSONDefault the response for an HTTP default `application/problem+json` response
+	ApplicationproblemJSONDefault *ErrorModel
+}
+
+// GetJSON200 returns the response for an HTTP 200 `application/json` response
+func (r ListVersionsResponse) GetJSON200() *ListOutVersionBody {
+	return r.JSON200
+}
+
+// GetApplicationproblemJSONDefault returns the response for an HTTP default `application/problem+json` response
+func (r ListVersionsResponse) GetApplicationproblemJSONDefault() *ErrorModel {
+	return r.ApplicationproblemJSONDefault
+}
+
+// GetBody returns the raw response body bytes
+func (r ListVersionsResponse) GetBody() []byte {
+	return r.Body
+}
+
+// Status returns HTTPResponse.Status
+func (r ListVersionsResponse) Status() string {
+	if r.HTTPResponse != nil {
+		return r.HTTPResponse.Status
+	}
+	return http.StatusText(0)
+}
+
+// StatusCode returns HTTPResponse.StatusCode
+func (r ListVersionsResponse) StatusCode() int {
+	if r.HTTPResponse != nil {
+		return r.HTTPResponse.StatusCode
+	}
+	return 0
+}
+
+// ContentType is a convenience method to retrieve the Content-Type value from the HTTP response headers
+func (r ListVersionsResponse) ContentType() string {
+	if r.HTTPResponse != nil {
+		return r.HTTPResponse.Header.Get("Content-Type")
+	}
+	return ""
+}
+
+// PublishVersionResponse200Headers the declared response headers of an HTTP 200 response for PublishVersion
+type PublishVersionResponse200Headers struct {
+	Location *string
+}
+
+type PublishVersionResponse struct {
+	Body         []byte
+	HTTPResponse *http.Response
+	// JSON200 the response for an HTTP 200 `application/json` response
+	JSON200 *Version
+	// ApplicationproblemJSONDefault the response for an HTTP default `application/problem+json` response
+	ApplicationproblemJSONDefault *ErrorModel
+	// Headers200 the parsed response headers for an HTTP 200 response
+	Headers200 *PublishVersionResponse200Headers
+}
+
+// GetJSON200 returns the response for an HTTP 200 `application/json` response
+func (r PublishVersionResponse) GetJSON200() *Version {
+	return r.JSON200
+}
+
+// GetApplicationproblemJSONDefault returns the response for an HTTP default `application/problem+json` response
+func (r PublishVersionResponse) GetApplicationproblemJSONDefault() *ErrorModel {
+	return r.ApplicationproblemJSONDefault
+}
+
+// GetBody returns the raw response body bytes
+func (r PublishVersionResponse) GetBody() []byte {
+	return r.Body
+}
+
+// Status returns HTTPResponse.Status
+func (r PublishVersionResponse) Status() string {
+	if r.HTTPResponse != nil {
+		return r.HTTPResponse.Status
+	}
+	return http.StatusText(0)
+}
+
+// StatusCode returns HTTPResponse.StatusCode
+func (r PublishVersionResponse) StatusCode() int {
+	if r.HTTPResponse != nil {
+		return r.HTTPResponse.StatusCode
+	}
+	return 0
+}
+
+// ContentType is a convenience method to retrieve the Content-Type value from the HTTP response headers
+func (r PublishVersionResponse) ContentType() string {
+	if r.HTTPResponse != nil {
+		return r.HTTPResponse.Header.Get("Content-Type")
+	}
+	return ""
+}
+
+// GetVersionResponse200Headers the declared response headers of an HTTP 200 response for GetVersion
+type GetVersionResponse200Headers struct {
+	Location *string
+}
+
+type GetVersionResponse struct {
+	Body         []byte
+	HTTPResponse *http.Response
+	// JSON200 the response for an HTTP 200 `application/json` response
+	JSON200 *Version
+	// ApplicationproblemJSONDefault the response for an HTTP default `application/problem+json` response
+	ApplicationproblemJSONDefault *ErrorModel
+	// Headers200 the parsed response headers for an HTTP 200 response
+	Headers200 *GetVersionResponse200Headers
+}
+
+// GetJSON200 returns the response for an HTTP 200 `application/json` response
+func (r GetVersionResponse) GetJSON200() *Version {
+	return r.JSON200
+}
+
+// GetApplicationproblemJSONDefault returns the response for an HTTP default `application/problem+json` response
+func (r GetVersionResponse) GetApplicationproblemJSONDefault() *ErrorModel {
+	return r.ApplicationproblemJSONDefault
+}
+
+// GetBody returns the raw response body bytes
+func (r GetVersionResponse) GetBody() []byte {
+	return r.Body
+}
+
+// Status returns HTTPResponse.Status
+func (r GetVersionResponse) Status() string {
+	if r.HTTPResponse != nil {
+		return r.HTTPResponse.Status
+	}
+	return http.StatusText(0)
+}
+
+// StatusCode returns HTTPResponse.StatusCode
+func (r GetVersionResponse) StatusCode() int {
+	if r.HTTPResponse != nil {
+		return r.HTTPResponse.StatusCode
+	}
+	return 0
+}
+
+// ContentType is a convenience method to retrieve the Content-Type value from the HTTP response headers
+func (r GetVersionResponse) ContentType() string {
 	if r.HTTPResponse != nil {
 		return r.HTTPResponse.Header.Get("Content-Type")
 	}
@@ -7992,8 +9193,8 @@ func (r ReplaceTriggerResponse) ContentType() string {
 // Takes any type of body and a specified content type, and returns a wrapper object for the known response body format(s).
 //
 // Corresponds with DELETE /fn/{t}/{path} (the `PublicTriggerDelete` operationId).
-func (c *ClientWithResponses) PublicTriggerDeleteWithBodyWithResponse(ctx context.Context, t string, path string, contentType string, body io.Reader, reqEditors ...RequestEditorFn) (*PublicTriggerDeleteResponse, error) {
-	rsp, err := c.PublicTriggerDeleteWithBody(ctx, t, path, contentType, body, reqEditors...)
+func (c *ClientWithResponses) PublicTriggerDeleteWithBodyWithResponse(ctx context.Context, t string, path string, params *PublicTriggerDeleteParams, contentType string, body io.Reader, reqEditors ...RequestEditorFn) (*PublicTriggerDeleteResponse, error) {
+	rsp, err := c.PublicTriggerDeleteWithBody(ctx, t, path, params, contentType, body, reqEditors...)
 	if err != nil {
 		return nil, err
 	}
@@ -8005,8 +9206,8 @@ func (c *ClientWithResponses) PublicTriggerDeleteWithBodyWithResponse(ctx contex
 // Takes any type of body and a specified content type, and returns a wrapper object for the known response body format(s).
 //
 // Corresponds with GET /fn/{t}/{path} (the `PublicTriggerGet` operationId).
-func (c *ClientWithResponses) PublicTriggerGetWithBodyWithResponse(ctx context.Context, t string, path string, contentType string, body io.Reader, reqEditors ...RequestEditorFn) (*PublicTriggerGetResponse, error) {
-	rsp, err := c.PublicTriggerGetWithBody(ctx, t, path, contentType, body, reqEditors...)
+func (c *ClientWithResponses) PublicTriggerGetWithBodyWithResponse(ctx context.Context, t string, path string, params *PublicTriggerGetParams, contentType string, body io.Reader, reqEditors ...RequestEditorFn) (*PublicTriggerGetResponse, error) {
+	rsp, err := c.PublicTriggerGetWithBody(ctx, t, path, params, contentType, body, reqEditors...)
 	if err != nil {
 		return nil, err
 	}
@@ -8018,8 +9219,8 @@ func (c *ClientWithResponses) PublicTriggerGetWithBodyWithResponse(ctx context.C
 // Takes any type of body and a specified content type, and returns a wrapper object for the known response body format(s).
 //
 // Corresponds with HEAD /fn/{t}/{path} (the `PublicTriggerHead` operationId).
-func (c *ClientWithResponses) PublicTriggerHeadWithBodyWithResponse(ctx context.Context, t string, path string, contentType string, body io.Reader, reqEditors ...RequestEditorFn) (*PublicTriggerHeadResponse, error) {
-	rsp, err := c.PublicTriggerHeadWithBody(ctx, t, path, contentType, body, reqEditors...)
+func (c *ClientWithResponses) PublicTriggerHeadWithBodyWithResponse(ctx context.Context, t string, path string, params *PublicTriggerHeadParams, contentType string, body io.Reader, reqEditors ...RequestEditorFn) (*PublicTriggerHeadResponse, error) {
+	rsp, err := c.PublicTriggerHeadWithBody(ctx, t, path, params, contentType, body, reqEditors...)
 	if err != nil {
 		return nil, err
 	}
@@ -8031,8 +9232,8 @@ func (c *ClientWithResponses) PublicTriggerHeadWithBodyWithResponse(ctx context.
 // Takes any type of body and a specified content type, and returns a wrapper object for the known response body format(s).
 //
 // Corresponds with OPTIONS /fn/{t}/{path} (the `PublicTriggerOptions` operationId).
-func (c *ClientWithResponses) PublicTriggerOptionsWithBodyWithResponse(ctx context.Context, t string, path string, contentType string, body io.Reader, reqEditors ...RequestEditorFn) (*PublicTriggerOptionsResponse, error) {
-	rsp, err := c.PublicTriggerOptionsWithBody(ctx, t, path, contentType, body, reqEditors...)
+func (c *ClientWithResponses) PublicTriggerOptionsWithBodyWithResponse(ctx context.Context, t string, path string, params *PublicTriggerOptionsParams, contentType string, body io.Reader, reqEditors ...RequestEditorFn) (*PublicTriggerOptionsResponse, error) {
+	rsp, err := c.PublicTriggerOptionsWithBody(ctx, t, path, params, contentType, body, reqEditors...)
 	if err != nil {
 		return nil, err
 	}
@@ -8044,8 +9245,8 @@ func (c *ClientWithResponses) PublicTriggerOptionsWithBodyWithResponse(ctx conte
 // Takes any type of body and a specified content type, and returns a wrapper object for the known response body format(s).
 //
 // Corresponds with PATCH /fn/{t}/{path} (the `PublicTriggerPatch` operationId).
-func (c *ClientWithResponses) PublicTriggerPatchWithBodyWithResponse(ctx context.Context, t string, path string, contentType string, body io.Reader, reqEditors ...RequestEditorFn) (*PublicTriggerPatchResponse, error) {
-	rsp, err := c.PublicTriggerPatchWithBody(ctx, t, path, contentType, body, reqEditors...)
+func (c *ClientWithResponses) PublicTriggerPatchWithBodyWithResponse(ctx context.Context, t string, path string, params *PublicTriggerPatchParams, contentType string, body io.Reader, reqEditors ...RequestEditorFn) (*PublicTriggerPatchResponse, error) {
+	rsp, err := c.PublicTriggerPatchWithBody(ctx, t, path, params, contentType, body, reqEditors...)
 	if err != nil {
 		return nil, err
 	}
@@ -8057,8 +9258,8 @@ func (c *ClientWithResponses) PublicTriggerPatchWithBodyWithResponse(ctx context
 // Takes any type of body and a specified content type, and returns a wrapper object for the known response body format(s).
 //
 // Corresponds with POST /fn/{t}/{path} (the `PublicTriggerPost` operationId).
-func (c *ClientWithResponses) PublicTriggerPostWithBodyWithResponse(ctx context.Context, t string, path string, contentType string, body io.Reader, reqEditors ...RequestEditorFn) (*PublicTriggerPostResponse, error) {
-	rsp, err := c.PublicTriggerPostWithBody(ctx, t, path, contentType, body, reqEditors...)
+func (c *ClientWithResponses) PublicTriggerPostWithBodyWithResponse(ctx context.Context, t string, path string, params *PublicTriggerPostParams, contentType string, body io.Reader, reqEditors ...RequestEditorFn) (*PublicTriggerPostResponse, error) {
+	rsp, err := c.PublicTriggerPostWithBody(ctx, t, path, params, contentType, body, reqEditors...)
 	if err != nil {
 		return nil, err
 	}
@@ -8070,8 +9271,8 @@ func (c *ClientWithResponses) PublicTriggerPostWithBodyWithResponse(ctx context.
 // Takes any type of body and a specified content type, and returns a wrapper object for the known response body format(s).
 //
 // Corresponds with PUT /fn/{t}/{path} (the `PublicTriggerPut` operationId).
-func (c *ClientWithResponses) PublicTriggerPutWithBodyWithResponse(ctx context.Context, t string, path string, contentType string, body io.Reader, reqEditors ...RequestEditorFn) (*PublicTriggerPutResponse, error) {
-	rsp, err := c.PublicTriggerPutWithBody(ctx, t, path, contentType, body, reqEditors...)
+func (c *ClientWithResponses) PublicTriggerPutWithBodyWithResponse(ctx context.Context, t string, path string, params *PublicTriggerPutParams, contentType string, body io.Reader, reqEditors ...RequestEditorFn) (*PublicTriggerPutResponse, error) {
+	rsp, err := c.PublicTriggerPutWithBody(ctx, t, path, params, contentType, body, reqEditors...)
 	if err != nil {
 		return nil, err
 	}
@@ -8398,7 +9599,7 @@ func (c *ClientWithResponses) GetBuildLogWithResponse(ctx context.Context, t str
 	return ParseGetBuildLogResponse(rsp)
 }
 
-// InvokeFunctionWithBodyWithResponse Invoke a function: synchronously, or asynchronously with Prefer: respond-async
+// InvokeFunctionWithBodyWithResponse Invoke a function: synchronously, or asynchronously with Prefer: respond-async; the answer names the version in X-Sless-Version
 //
 // Takes any type of body and a specified content type, and returns a wrapper object for the known response body format(s).
 //
@@ -8426,7 +9627,39 @@ func (c *ClientWithResponses) GetFunctionLogsWithResponse(ctx context.Context, t
 	return ParseGetFunctionLogsResponse(rsp)
 }
 
+// RollbackWithBodyWithResponse Send all untagged traffic to a version (default: the newest below the one serving most)
+//
+// The target is made ready first, then traffic flips, then the old version drains. 409 when retention removed the target, 404 for a version that never existed. With Prefer: wait, 200 once status.serving has flipped (202 after 30s).
+//
+// Takes any type of body and a specified content type, and returns a wrapper object for the known response body format(s).
+//
+// Corresponds with POST /v1/tenants/{t}/functions/{name}/rollback (the `Rollback` operationId).
+func (c *ClientWithResponses) RollbackWithBodyWithResponse(ctx context.Context, t string, name string, params *RollbackParams, contentType string, body io.Reader, reqEditors ...RequestEditorFn) (*RollbackResponse, error) {
+	rsp, err := c.RollbackWithBody(ctx, t, name, params, contentType, body, reqEditors...)
+	if err != nil {
+		return nil, err
+	}
+	return ParseRollbackResponse(rsp)
+}
+
+// RollbackWithResponse Send all untagged traffic to a version (default: the newest below the one serving most)
+//
+// The target is made ready first, then traffic flips, then the old version drains. 409 when retention removed the target, 404 for a version that never existed. With Prefer: wait, 200 once status.serving has flipped (202 after 30s).
+//
+// Takes a body of the `application/json` content type, and returns a wrapper object for the known response body format(s).
+//
+// Corresponds with POST /v1/tenants/{t}/functions/{name}/rollback (the `Rollback` operationId).
+func (c *ClientWithResponses) RollbackWithResponse(ctx context.Context, t string, name string, params *RollbackParams, body RollbackJSONRequestBody, reqEditors ...RequestEditorFn) (*RollbackResponse, error) {
+	rsp, err := c.Rollback(ctx, t, name, params, body, reqEditors...)
+	if err != nil {
+		return nil, err
+	}
+	return ParseRollbackResponse(rsp)
+}
+
 // UploadSourceWithBodyWithResponse Upload the function's source as a zip; the same bytes again change nothing
+//
+// When the installation reviews uploads (docs/review.md), the answer carries the verdict (review); a deny answers 422 review-denied with the reviewer's reasons, and a reviewer that gives no usable answer either lets the upload through with the verdict unavailable (fail open, the default) or answers 503 review-unavailable with Retry-After (fail closed). A digest is reviewed once per tenant.
 //
 // Takes any type of body and a specified content type, and returns a wrapper object for the known response body format(s).
 //
@@ -8437,6 +9670,77 @@ func (c *ClientWithResponses) UploadSourceWithBodyWithResponse(ctx context.Conte
 		return nil, err
 	}
 	return ParseUploadSourceResponse(rsp)
+}
+
+// SetTrafficWithBodyWithResponse Set the split of untagged calls and the tags
+//
+// 422 names the bad entry: percents not summing to 100, an unknown version, a repeated tag, both or neither of version and latest. status.serving follows once every version with a share is ready.
+//
+// Takes any type of body and a specified content type, and returns a wrapper object for the known response body format(s).
+//
+// Corresponds with PUT /v1/tenants/{t}/functions/{name}/traffic (the `SetTraffic` operationId).
+func (c *ClientWithResponses) SetTrafficWithBodyWithResponse(ctx context.Context, t string, name string, contentType string, body io.Reader, reqEditors ...RequestEditorFn) (*SetTrafficResponse, error) {
+	rsp, err := c.SetTrafficWithBody(ctx, t, name, contentType, body, reqEditors...)
+	if err != nil {
+		return nil, err
+	}
+	return ParseSetTrafficResponse(rsp)
+}
+
+// SetTrafficWithResponse Set the split of untagged calls and the tags
+//
+// 422 names the bad entry: percents not summing to 100, an unknown version, a repeated tag, both or neither of version and latest. status.serving follows once every version with a share is ready.
+//
+// Takes a body of the `application/json` content type, and returns a wrapper object for the known response body format(s).
+//
+// Corresponds with PUT /v1/tenants/{t}/functions/{name}/traffic (the `SetTraffic` operationId).
+func (c *ClientWithResponses) SetTrafficWithResponse(ctx context.Context, t string, name string, body SetTrafficJSONRequestBody, reqEditors ...RequestEditorFn) (*SetTrafficResponse, error) {
+	rsp, err := c.SetTraffic(ctx, t, name, body, reqEditors...)
+	if err != nil {
+		return nil, err
+	}
+	return ParseSetTrafficResponse(rsp)
+}
+
+// ListVersionsWithResponse List a function's published versions, newest first, with what serves
+//
+// Returns a wrapper object for the known response body format(s).
+//
+// Corresponds with GET /v1/tenants/{t}/functions/{name}/versions (the `ListVersions` operationId).
+func (c *ClientWithResponses) ListVersionsWithResponse(ctx context.Context, t string, name string, reqEditors ...RequestEditorFn) (*ListVersionsResponse, error) {
+	rsp, err := c.ListVersions(ctx, t, name, reqEditors...)
+	if err != nil {
+		return nil, err
+	}
+	return ParseListVersionsResponse(rsp)
+}
+
+// PublishVersionWithResponse The version of the current template, once the operator published it (idempotent)
+//
+// Waits (up to 30s) until the current template is built: 201 with the version it published, 200 with the existing one when the template was unchanged; 503 with Retry-After while it still builds; 409 when its build failed.
+//
+// Returns a wrapper object for the known response body format(s).
+//
+// Corresponds with POST /v1/tenants/{t}/functions/{name}/versions (the `PublishVersion` operationId).
+func (c *ClientWithResponses) PublishVersionWithResponse(ctx context.Context, t string, name string, reqEditors ...RequestEditorFn) (*PublishVersionResponse, error) {
+	rsp, err := c.PublishVersion(ctx, t, name, reqEditors...)
+	if err != nil {
+		return nil, err
+	}
+	return ParsePublishVersionResponse(rsp)
+}
+
+// GetVersionWithResponse Read one version
+//
+// Returns a wrapper object for the known response body format(s).
+//
+// Corresponds with GET /v1/tenants/{t}/functions/{name}/versions/{n} (the `GetVersion` operationId).
+func (c *ClientWithResponses) GetVersionWithResponse(ctx context.Context, t string, name string, n int64, reqEditors ...RequestEditorFn) (*GetVersionResponse, error) {
+	rsp, err := c.GetVersion(ctx, t, name, n, reqEditors...)
+	if err != nil {
+		return nil, err
+	}
+	return ParseGetVersionResponse(rsp)
 }
 
 // ListInvocationsWithResponse List invocations, newest first
@@ -9719,6 +11023,39 @@ func ParseGetFunctionLogsResponse(rsp *http.Response) (*GetFunctionLogsResponse,
 	return response, nil
 }
 
+// ParseRollbackResponse parses an HTTP response from a RollbackWithResponse call
+func ParseRollbackResponse(rsp *http.Response) (*RollbackResponse, error) {
+	bodyBytes, err := io.ReadAll(rsp.Body)
+	defer func() { _ = rsp.Body.Close() }()
+	if err != nil {
+		return nil, err
+	}
+
+	response := &RollbackResponse{
+		Body:         bodyBytes,
+		HTTPResponse: rsp,
+	}
+
+	switch {
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 202:
+		var dest Function
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.JSON202 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && true:
+		var dest ErrorModel
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.ApplicationproblemJSONDefault = &dest
+
+	}
+
+	return response, nil
+}
+
 // ParseUploadSourceResponse parses an HTTP response from a UploadSourceWithResponse call
 func ParseUploadSourceResponse(rsp *http.Response) (*UploadSourceResponse, error) {
 	bodyBytes, err := io.ReadAll(rsp.Body)
@@ -9747,6 +11084,177 @@ func ParseUploadSourceResponse(rsp *http.Response) (*UploadSourceResponse, error
 		}
 		response.ApplicationproblemJSONDefault = &dest
 
+	}
+
+	return response, nil
+}
+
+// ParseSetTrafficResponse parses an HTTP response from a SetTrafficWithResponse call
+func ParseSetTrafficResponse(rsp *http.Response) (*SetTrafficResponse, error) {
+	bodyBytes, err := io.ReadAll(rsp.Body)
+	defer func() { _ = rsp.Body.Close() }()
+	if err != nil {
+		return nil, err
+	}
+
+	response := &SetTrafficResponse{
+		Body:         bodyBytes,
+		HTTPResponse: rsp,
+	}
+
+	switch {
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 200:
+		var dest Function
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.JSON200 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && true:
+		var dest ErrorModel
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.ApplicationproblemJSONDefault = &dest
+
+	}
+
+	switch {
+	case rsp.StatusCode == 200:
+		var headers SetTrafficResponse200Headers
+		if values := rsp.Header.Values("Location"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "Location", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: false, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.Location = &value
+		}
+		response.Headers200 = &headers
+	}
+
+	return response, nil
+}
+
+// ParseListVersionsResponse parses an HTTP response from a ListVersionsWithResponse call
+func ParseListVersionsResponse(rsp *http.Response) (*ListVersionsResponse, error) {
+	bodyBytes, err := io.ReadAll(rsp.Body)
+	defer func() { _ = rsp.Body.Close() }()
+	if err != nil {
+		return nil, err
+	}
+
+	response := &ListVersionsResponse{
+		Body:         bodyBytes,
+		HTTPResponse: rsp,
+	}
+
+	switch {
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 200:
+		var dest ListOutVersionBody
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.JSON200 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && true:
+		var dest ErrorModel
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.ApplicationproblemJSONDefault = &dest
+
+	}
+
+	return response, nil
+}
+
+// ParsePublishVersionResponse parses an HTTP response from a PublishVersionWithResponse call
+func ParsePublishVersionResponse(rsp *http.Response) (*PublishVersionResponse, error) {
+	bodyBytes, err := io.ReadAll(rsp.Body)
+	defer func() { _ = rsp.Body.Close() }()
+	if err != nil {
+		return nil, err
+	}
+
+	response := &PublishVersionResponse{
+		Body:         bodyBytes,
+		HTTPResponse: rsp,
+	}
+
+	switch {
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 200:
+		var dest Version
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.JSON200 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && true:
+		var dest ErrorModel
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.ApplicationproblemJSONDefault = &dest
+
+	}
+
+	switch {
+	case rsp.StatusCode == 200:
+		var headers PublishVersionResponse200Headers
+		if values := rsp.Header.Values("Location"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "Location", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: false, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.Location = &value
+		}
+		response.Headers200 = &headers
+	}
+
+	return response, nil
+}
+
+// ParseGetVersionResponse parses an HTTP response from a GetVersionWithResponse call
+func ParseGetVersionResponse(rsp *http.Response) (*GetVersionResponse, error) {
+	bodyBytes, err := io.ReadAll(rsp.Body)
+	defer func() { _ = rsp.Body.Close() }()
+	if err != nil {
+		return nil, err
+	}
+
+	response := &GetVersionResponse{
+		Body:         bodyBytes,
+		HTTPResponse: rsp,
+	}
+
+	switch {
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 200:
+		var dest Version
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.JSON200 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && true:
+		var dest ErrorModel
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.ApplicationproblemJSONDefault = &dest
+
+	}
+
+	switch {
+	case rsp.StatusCode == 200:
+		var headers GetVersionResponse200Headers
+		if values := rsp.Header.Values("Location"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "Location", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: false, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.Location = &value
+		}
+		response.Headers200 = &headers
 	}
 
 	return response, nil

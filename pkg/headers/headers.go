@@ -30,4 +30,15 @@ const (
 	// declares it in a struct tag (a literal there), which the gateway's
 	// OpenAPI test holds to this name.
 	Wait = "X-Sless-Wait"
+
+	// Version is the number of the function version that answered: on
+	// every answer of a function (pkg/versionpick); absent for a function
+	// from before versions.
+	Version = "X-Sless-Version"
+	// Route names the tag or version number ("canary", "7") a call is
+	// routed to, on invoke and on public triggers; never passed on.
+	Route = "X-Sless-Route"
+	// Affinity keys the split pick of a call: calls with the same value
+	// reach the same version while the split holds; never passed on.
+	Affinity = "X-Sless-Affinity"
 )

@@ -49,11 +49,22 @@ type InvocationRequested struct {
 	// TimeoutSec overrides the function's timeout when positive.
 	TimeoutSec int32 `json:"timeout_sec,omitempty"`
 	// MaxRetries is how often a failed call is retried.
-	MaxRetries  int32     `json:"max_retries"`
-	Job         *JobRef   `json:"job,omitempty"`
-	ScheduledAt time.Time `json:"scheduled_at,omitzero"`
-	EnqueuedAt  time.Time `json:"enqueued_at"`
+	MaxRetries int32   `json:"max_retries"`
+	Job        *JobRef `json:"job,omitempty"`
+	// FunctionVersion is the version the work is pinned to, resolved when
+	// it was accepted (pkg/versionpick); retries keep it. 0: not pinned
+	// (a message from before versions, or a function without them): the
+	// invoker resolves it on the first attempt and keeps it.
+	FunctionVersion int32     `json:"function_version,omitempty"`
+	ScheduledAt     time.Time `json:"scheduled_at,omitzero"`
+	EnqueuedAt      time.Time `json:"enqueued_at"`
 }
+
+// HeaderFunctionVersion is the AMQP header that carries the version a
+// message accepted unpinned (a queue trigger's message, or one from before
+// versions) was pinned to on its first attempt, so that its retries keep
+// it: a retry republishes the body as it came, with its headers.
+const HeaderFunctionVersion = "x-sless-function-version"
 
 // Type implements Message.
 func (*InvocationRequested) Type() string { return TypeInvocationRequested }
@@ -96,6 +107,12 @@ type InvocationCompleted struct {
 	ResultKey         string  `json:"result_key,omitempty"`
 	ResultContentType string  `json:"result_content_type,omitempty"`
 	Job               *JobRef `json:"job,omitempty"`
+	// FunctionVersion is the version that answered; 0 unknown (a function
+	// from before versions).
+	FunctionVersion int32 `json:"function_version,omitempty"`
+	// VersionFallback: the work was pinned to a version that no longer
+	// served, and ran on latest.
+	VersionFallback bool `json:"version_fallback,omitempty"`
 }
 
 // Type implements Message.

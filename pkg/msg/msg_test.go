@@ -38,14 +38,14 @@ func samples() []Message {
 			Request: Request{Method: "POST", Path: "/", Query: "a=1", Headers: map[string][]string{"Content-Type": {"application/json"}},
 				Body: []byte(`{"x":1}`)},
 			CallbackURL: "https://example.com/cb", TimeoutSec: 60, MaxRetries: 3, Job: &JobRef{Name: "nightly", RunID: 4},
-			ScheduledAt: t0, EnqueuedAt: t0,
+			ScheduledAt: t0, EnqueuedAt: t0, FunctionVersion: 7,
 		},
 		&InvocationCompleted{
 			InvocationID: "inv-01", Tenant: "acme", Function: "hello", Trigger: TriggerJob, TriggerName: "nightly",
 			Status: StatusSucceeded, HTTPStatus: 200, Attempts: 1, EnqueuedAt: t0, StartedAt: t0.Add(5 * time.Millisecond),
 			FinishedAt: t0.Add(25 * time.Millisecond), QueueWaitMs: 5, DurationMs: 20, ColdStart: true, RequestSize: 7, ResponseSize: 2,
 			Error: "", TraceID: "4bf92f3577b34da6a3ce929d0e0e4736", Result: []byte("ok"), ResultContentType: "text/plain",
-			Job: &JobRef{Name: "nightly", RunID: 4},
+			Job: &JobRef{Name: "nightly", RunID: 4}, FunctionVersion: 8, VersionFallback: true,
 		},
 		&CallbackRequested{URL: "https://example.com/hook", Record: InvocationCompleted{
 			InvocationID: "inv-03", Tenant: "acme", Function: "hello", Trigger: TriggerAsync, Status: StatusSucceeded, HTTPStatus: 200,

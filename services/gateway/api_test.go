@@ -67,7 +67,8 @@ func gateway(t testing.TB) *gw {
 		env["SLESS_ADMIN_TOKEN"] = admin
 		env["SLESS_HTTP_ADDR"] = testenv.FreeAddr(t)
 		env["SLESS_MAX_SOURCE_BYTES"] = strconv.Itoa(1 << 20)
-		env["SLESS_FUNCTION_LOG_DIR"] = dir // the local driver's log files, as make dev shares them
+		env["SLESS_FUNCTION_LOG_DIR"] = dir                // the local driver's log files, as make dev shares them
+		env["SLESS_TRACE_QUERY_URL"] = testenv.JaegerQuery // the console's waterfall
 		env["LOG_LEVEL"] = "warn"
 		if v := os.Getenv("BENCH_RECORD_BUFFER"); v != "" {
 			env["SLESS_RECORD_BUFFER"] = v

@@ -13,6 +13,7 @@ import (
 	"github.com/kube5s/sless/pkg/objstore"
 	"github.com/kube5s/sless/pkg/service"
 	"github.com/kube5s/sless/services/gateway/internal/api"
+	"github.com/kube5s/sless/services/gateway/internal/review"
 )
 
 type config struct {
@@ -38,6 +39,9 @@ type config struct {
 	// FunctionLogDir (SLESS_FUNCTION_LOG_DIR); kubernetes, the pods' logs.
 	ExecutionDriver string
 	FunctionLogDir  string
+	Console         bool            // SLESS_CONSOLE: serve the web console under /ui/
+	TraceQueryURL   string          // SLESS_TRACE_QUERY_URL: the trace store's query API (Jaeger) the console draws traces from
+	Review          review.Settings // SLESS_REVIEW_*: the source review at upload
 }
 
 func loadConfig(getenv func(string) string) (config, error) {
@@ -58,12 +62,15 @@ func loadConfig(getenv func(string) string) (config, error) {
 		TenantWait:       r.Duration("SLESS_TENANT_WAIT", api.DefaultTenantWait),
 		ExecutionDriver:  r.OneOf("SLESS_EXECUTION_DRIVER", "local", "local", "kubernetes"),
 		FunctionLogDir:   r.String("SLESS_FUNCTION_LOG_DIR", os.TempDir()),
+		Console:          r.Bool("SLESS_CONSOLE", true),
+		TraceQueryURL:    strings.TrimSuffix(r.String("SLESS_TRACE_QUERY_URL", ""), "/"),
 		ArchiveLimits: archive.Limits{
 			MaxEntries: r.Int("SLESS_BUILD_MAX_ENTRIES", archive.DefaultLimits.MaxEntries, 1, 1000000),
 			MaxBytes:   int64(r.Int("SLESS_BUILD_MAX_UNPACKED_BYTES", int(archive.DefaultLimits.MaxBytes), 1, 1<<31-1)),
 		},
 	}
 	c.EgressAllow = egress.ReadAllow(r)
+	c.Review = review.ReadSettings(r)
 	if c.MigrateOnly {
 		return c, nil // only the database is needed
 	}

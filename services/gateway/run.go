@@ -4,6 +4,8 @@ import (
 	"context"
 	"fmt"
 	"io"
+	"net/http"
+	"strings"
 
 	corev1 "k8s.io/api/core/v1"
 	"k8s.io/client-go/kubernetes"
@@ -20,6 +22,8 @@ import (
 	"github.com/kube5s/sless/services/gateway/internal/api"
 	"github.com/kube5s/sless/services/gateway/internal/logs"
 	"github.com/kube5s/sless/services/gateway/internal/record"
+	sqlstore "github.com/kube5s/sless/services/gateway/internal/store"
+	"github.com/kube5s/sless/services/gateway/internal/ui"
 )
 
 // run is the composition root of the gateway.
@@ -91,10 +95,32 @@ func run(ctx context.Context, getenv func(string) string, stdout io.Writer) erro
 			TenantWait: cfg.TenantWait},
 		Kube: kube, Cache: watch, DB: pool, Store: store, Publisher: pub, Recorder: recorder,
 		Health: svc.Health, Registry: svc.Registry, Tracer: svc.Tracer, Log: svc.Log, Logs: fnLogs,
+		Review: cfg.Review.Gate(sqlstore.New(pool), cfg.ArchiveLimits, svc.Log, svc.Registry),
 	})
 	svc.Go(srv.WatchRevocations)
-	if _, err := svc.Serve(cfg.HTTPAddr, srv); err != nil {
+	var public http.Handler = srv
+	if cfg.Console {
+		public = withConsole(srv, ui.New(ui.Config{Secure: strings.HasPrefix(cfg.PublicURL, "https://"), APIURL: cfg.PublicURL,
+			TraceQueryURL: cfg.TraceQueryURL}, srv, pool, svc.Log))
+	}
+	if _, err := svc.Serve(cfg.HTTPAddr, public); err != nil {
 		return err
 	}
 	return svc.Run(ctx)
+}
+
+// withConsole serves the web console under /ui/ beside the API; a
+// tenant's own host (SLESS_FUNCTIONS_DOMAIN) serves its triggers only.
+func withConsole(api *api.Server, console http.Handler) http.Handler {
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if _, own := api.TenantHost(r.Host); !own && (r.URL.Path == "/ui" || strings.HasPrefix(r.URL.Path, ui.Prefix)) {
+			if r.URL.Path == "/ui" {
+				http.Redirect(w, r, ui.Prefix, http.StatusMovedPermanently)
+				return
+			}
+			console.ServeHTTP(w, r)
+			return
+		}
+		api.ServeHTTP(w, r)
+	})
 }

@@ -6,12 +6,14 @@ import (
 	"os"
 	"path/filepath"
 	"strings"
+	"time"
 
 	"github.com/kube5s/sless/pkg/envconf"
 	"github.com/kube5s/sless/pkg/objstore"
 	"github.com/kube5s/sless/pkg/rabbit"
 	"github.com/kube5s/sless/pkg/service"
 	"github.com/kube5s/sless/services/operator/internal/brokeradmin"
+	"github.com/kube5s/sless/services/operator/internal/controller"
 )
 
 type config struct {
@@ -27,7 +29,10 @@ type config struct {
 	// kubernetes driver: every cluster runs kube-controller-manager; off for
 	// an API server without one, as in envtest).
 	QuotaController bool
-	S3              objstore.Config
+	// DrainPeriod is how long a version that lost its traffic keeps
+	// running for in-flight work (SLESS_VERSION_DRAIN_PERIOD, default 120s).
+	DrainPeriod time.Duration
+	S3          objstore.Config
 	// The RabbitMQ management API, where the operator keeps each tenant's
 	// vhost and user; its user needs the administrator tag.
 	ManagementURL      string   // SLESS_RABBITMQ_MANAGEMENT_URL
@@ -43,6 +48,17 @@ type config struct {
 	Python         string // SLESS_PYTHON: the Python 3.11 interpreter
 	Node           string // SLESS_NODE: the Node.js 20 binary
 	FunctionLogDir string // SLESS_FUNCTION_LOG_DIR: one log file per function
+	// ArtifactDir is where the builder's local driver writes artifacts
+	// (SLESS_ARTIFACT_DIR, the builder's setting); the operator removes a
+	// version's artifact below it when retention deletes the last version
+	// that ran it. Empty: artifacts are left.
+	ArtifactDir string
+	// The registry builds push to (SLESS_REGISTRY, SLESS_REGISTRY_INSECURE,
+	// credentials from $DOCKER_CONFIG/config.json): the operator deletes a
+	// version's image by digest when the last version that ran it goes.
+	// Empty: images are left (an Event names each).
+	Registry         string
+	RegistryInsecure bool
 }
 
 func loadConfig(getenv func(string) string) (config, error) {
@@ -61,6 +77,13 @@ func loadConfig(getenv func(string) string) (config, error) {
 		FunctionLogDir:  r.String("SLESS_FUNCTION_LOG_DIR", os.TempDir()),
 	}
 	c.QuotaController = r.Bool("SLESS_QUOTA_CONTROLLER", c.ExecutionDriver == "kubernetes")
+	c.ArtifactDir = r.String("SLESS_ARTIFACT_DIR", "")
+	c.Registry = r.String("SLESS_REGISTRY", "")
+	c.RegistryInsecure = r.Bool("SLESS_REGISTRY_INSECURE", false)
+	c.DrainPeriod = r.Duration("SLESS_VERSION_DRAIN_PERIOD", controller.DefaultDrainPeriod)
+	if c.DrainPeriod <= 0 {
+		r.Failf("SLESS_VERSION_DRAIN_PERIOD must be positive, got %s", c.DrainPeriod)
+	}
 	d := brokeradmin.DefaultLimits
 	c.TenantBrokerLimits = brokeradmin.Limits{
 		Queues:      r.Int("SLESS_TENANT_BROKER_MAX_QUEUES", d.Queues, 10, 100_000),

@@ -3,6 +3,7 @@ package main
 import (
 	"strings"
 	"testing"
+	"time"
 )
 
 func TestConfigReportsEveryBrokerSettingProblem(t *testing.T) {
@@ -35,5 +36,24 @@ func TestConfigBrokerDefaultsComeFromTheBrokerURL(t *testing.T) {
 	}
 	if got := c.TenantBrokerURL.String(); got != "amqps://mq.internal:5671" {
 		t.Errorf("tenant broker URL %s, want the platform broker's address without its user and vhost", got)
+	}
+}
+
+func TestConfigVersionDrainPeriod(t *testing.T) {
+	env := map[string]string{"SLESS_RUNTIMES_DIR": "../../runtimes", "SLESS_RABBITMQ_URL": "amqp://u:p@127.0.0.1:5672/",
+		"SLESS_S3_ENDPOINT": "127.0.0.1:9", "SLESS_S3_ACCESS_KEY": "a", "SLESS_S3_SECRET_KEY": "b"}
+	c, err := loadConfig(func(k string) string { return env[k] })
+	if err != nil {
+		t.Fatal(err)
+	}
+	if c.DrainPeriod != 120*time.Second {
+		t.Errorf("default drain period %s, want 120s", c.DrainPeriod)
+	}
+	for v, ok := range map[string]bool{"30s": true, "0s": false, "soon": false} {
+		env["SLESS_VERSION_DRAIN_PERIOD"] = v
+		_, err := loadConfig(func(k string) string { return env[k] })
+		if (err == nil) != ok || err != nil && !strings.Contains(err.Error(), "SLESS_VERSION_DRAIN_PERIOD") {
+			t.Errorf("SLESS_VERSION_DRAIN_PERIOD=%s: %v", v, err)
+		}
 	}
 }

@@ -5,6 +5,7 @@ go 1.26.0
 require (
 	github.com/go-logr/logr v1.4.4
 	github.com/google/go-cmp v0.7.0
+	github.com/google/go-containerregistry v0.22.1
 	github.com/jackc/pgx/v5 v5.12.0
 	github.com/kube5s/sless/migrations v0.0.0
 	github.com/kube5s/sless/pkg v0.0.0
@@ -23,7 +24,15 @@ require (
 	sigs.k8s.io/controller-runtime v0.25.2
 )
 
-require github.com/prometheus/client_model v0.6.3 // indirect
+require (
+	github.com/docker/cli v29.7.2+incompatible // indirect
+	github.com/docker/docker-credential-helpers v0.9.3 // indirect
+	github.com/opencontainers/go-digest v1.0.0 // indirect
+	github.com/opencontainers/image-spec v1.1.1 // indirect
+	github.com/prometheus/client_model v0.6.3 // indirect
+	github.com/sirupsen/logrus v1.10.2 // indirect
+	gotest.tools/v3 v3.5.2 // indirect
+)
 
 require (
 	github.com/beorn7/perks v1.0.1 // indirect

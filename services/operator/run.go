@@ -21,6 +21,7 @@ import (
 	"github.com/kube5s/sless/services/operator/internal/brokeradmin"
 	"github.com/kube5s/sless/services/operator/internal/controller"
 	"github.com/kube5s/sless/services/operator/internal/driver"
+	"github.com/kube5s/sless/services/operator/internal/registry"
 	"github.com/kube5s/sless/services/operator/internal/resources"
 	"github.com/kube5s/sless/services/operator/internal/tenantdata"
 )
@@ -94,23 +95,34 @@ func run(ctx context.Context, getenv func(string) string, stdout io.Writer) erro
 		defer local.Shutdown()
 		drv = local
 	}
+	var images controller.ImageDeleter
+	if cfg.Registry != "" {
+		images = &registry.Images{Prefix: cfg.Registry, Insecure: cfg.RegistryInsecure}
+	}
+	var artifacts controller.ArtifactRemover
+	if cfg.ArtifactDir != "" {
+		artifacts = driver.ArtifactDirs{Root: cfg.ArtifactDir}
+	}
 	broker, err := brokeradmin.New(cfg.ManagementURL, cfg.ManagementUser, cfg.ManagementPassword, 30*time.Second)
 	if err != nil {
 		return err
 	}
 	broker.Limits = cfg.TenantBrokerLimits
 	err = controller.Setup(ctx, mgr, controller.Deps{
-		Broker:    broker,
-		BrokerURL: cfg.TenantBrokerURL,
-		Publisher: pub,
-		Store:     store,
-		Data:      &tenantdata.Store{DB: pool},
-		Driver:    drv,
-		Platform:  resources.Platform{SystemNamespace: cfg.Namespace, ClusterCIDRs: cfg.ClusterCIDRs, QuotaController: cfg.QuotaController},
-		PublicURL: cfg.PublicURL,
-		Tracer:    svc.Tracer,
-		Metrics:   controller.NewMetrics(svc.Registry),
-		APIReader: mgr.GetAPIReader(),
+		Broker:      broker,
+		BrokerURL:   cfg.TenantBrokerURL,
+		Publisher:   pub,
+		Store:       store,
+		Data:        &tenantdata.Store{DB: pool},
+		Driver:      drv,
+		Platform:    resources.Platform{SystemNamespace: cfg.Namespace, ClusterCIDRs: cfg.ClusterCIDRs, QuotaController: cfg.QuotaController},
+		PublicURL:   cfg.PublicURL,
+		Tracer:      svc.Tracer,
+		Metrics:     controller.NewMetrics(svc.Registry),
+		APIReader:   mgr.GetAPIReader(),
+		DrainPeriod: cfg.DrainPeriod,
+		Images:      images,
+		Artifacts:   artifacts,
 	})
 	if err != nil {
 		return err

@@ -42,7 +42,22 @@ const (
 	// Ready.
 	ReasonServing    = "Serving"
 	ReasonNotServing = "NotServing"
+
+	// Versions: publishing (Events on the Function) and a FunctionVersion's
+	// Ready and Draining conditions.
+	ReasonVersionPublished = "VersionPublished"
+	ReasonVersionUnchanged = "VersionUnchanged"
+	ReasonVersionDeleted   = "VersionDeleted"
+	ReasonTrafficPending   = "TrafficPending" // spec.traffic waits for its targets to be ready
+	ReasonUnknownVersion   = "UnknownVersion" // spec.traffic names a version that does not exist
+	ReasonDraining         = "Draining"
+	ReasonStopped          = "Stopped"
 )
+
+// ConditionDraining is a FunctionVersion's: True while it lost its traffic
+// and still runs for in-flight work; its transition time is when the drain
+// began.
+const ConditionDraining = "Draining"
 
 // SetCondition sets one condition, stamping the generation it was observed at.
 // The transition time changes only when the status does.
@@ -83,6 +98,9 @@ func NamespaceFor(tenant string) string { return "sless-fn-" + tenant }
 const (
 	LabelTenant   = "sless.kube5s.ru/tenant"
 	LabelFunction = "sless.kube5s.ru/function"
-	LabelManaged  = "app.kubernetes.io/managed-by"
-	ManagedBy     = "sless"
+	// LabelVersion is the number of the FunctionVersion an object belongs
+	// to (the FunctionVersion itself, its Deployment, Service and pods).
+	LabelVersion = "sless.kube5s.ru/version"
+	LabelManaged = "app.kubernetes.io/managed-by"
+	ManagedBy    = "sless"
 )

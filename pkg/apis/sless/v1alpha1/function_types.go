@@ -88,6 +88,17 @@ type FunctionSpec struct {
 	// +listType=map
 	// +listMapKey=name
 	Env []EnvVar `json:"env,omitempty"`
+
+	// Traffic splits untagged calls over versions; empty means 100 % latest.
+	// +optional
+	// +kubebuilder:validation:MaxItems=20
+	// +kubebuilder:validation:XValidation:rule="self.size() == 0 || self.map(t, t.percent).sum() == 100",message="traffic percents must sum to 100"
+	// +kubebuilder:validation:XValidation:rule="self.filter(t, has(t.tag) && t.tag != '').all(t, self.filter(u, has(u.tag) && u.tag == t.tag).size() == 1)",message="a tag names one traffic entry"
+	Traffic []TrafficTarget `json:"traffic,omitempty"`
+
+	// Versioning keeps published versions.
+	// +optional
+	Versioning *Versioning `json:"versioning,omitempty"`
 }
 
 // FunctionSource is a source archive in the object store.
@@ -193,6 +204,15 @@ type FunctionStatus struct {
 	// ReadyReplicas is the number of replicas that pass their health check.
 	// +optional
 	ReadyReplicas int32 `json:"readyReplicas,omitempty"`
+
+	// LatestVersion is the number of the newest published version.
+	// +optional
+	LatestVersion int32 `json:"latestVersion,omitempty"`
+	// Serving lists the versions the data plane may send work to, with the
+	// effective traffic split (see ServingVersion).
+	// +optional
+	// +kubebuilder:validation:MaxItems=64
+	Serving []ServingVersion `json:"serving,omitempty"`
 }
 
 // Function is user code with its runtime settings.
@@ -202,6 +222,7 @@ type FunctionStatus struct {
 // +kubebuilder:subresource:status
 // +kubebuilder:printcolumn:name="Runtime",type=string,JSONPath=`.spec.runtime`
 // +kubebuilder:printcolumn:name="Phase",type=string,JSONPath=`.status.phase`
+// +kubebuilder:printcolumn:name="Latest",type=integer,JSONPath=`.status.latestVersion`
 // +kubebuilder:printcolumn:name="URL",type=string,JSONPath=`.status.url`
 // +kubebuilder:printcolumn:name="Age",type=date,JSONPath=`.metadata.creationTimestamp`
 // +kubebuilder:validation:XValidation:rule="self.metadata.name.matches('^[a-z]([-a-z0-9]*[a-z0-9])?$') && size(self.metadata.name) <= 53",message="function name must be a DNS-1123 label of at most 53 characters starting with a letter"

@@ -22,6 +22,7 @@ func addKnownTypes(s *runtime.Scheme) error {
 		&Function{}, &FunctionList{},
 		&Trigger{}, &TriggerList{},
 		&FunctionJob{}, &FunctionJobList{},
+		&FunctionVersion{}, &FunctionVersionList{},
 	)
 	metav1.AddToGroupVersion(s, GroupVersion)
 	return nil

@@ -20,6 +20,8 @@ var functionKind = specKind[Function, FunctionSpec, *slessv1.Function, *slessv1.
 		toREST: func(f *slessv1.Function) Function { return functionREST(f) },
 	},
 	apply: func(f *slessv1.Function, spec *FunctionSpec) { applyFunctionSpec(&f.Spec, spec) },
+	// The split's shape; which versions exist is PUT .../traffic's check.
+	check: func(ctx context.Context, spec *FunctionSpec) error { return checkTraffic(ctx, spec.Traffic, nil) },
 }
 
 func (s *Server) registerFunctions() {

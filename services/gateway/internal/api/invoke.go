@@ -9,6 +9,7 @@ import (
 	"io"
 	"net/http"
 	"net/url"
+	"strconv"
 	"strings"
 	"time"
 
@@ -18,10 +19,12 @@ import (
 
 	slessv1 "github.com/kube5s/sless/pkg/apis/sless/v1alpha1"
 	"github.com/kube5s/sless/pkg/egress"
+	"github.com/kube5s/sless/pkg/headers"
 	"github.com/kube5s/sless/pkg/msg"
 	"github.com/kube5s/sless/pkg/pgtext"
 	"github.com/kube5s/sless/pkg/publicpath"
 	"github.com/kube5s/sless/pkg/rabbit"
+	"github.com/kube5s/sless/pkg/versionpick"
 	"github.com/kube5s/sless/services/gateway/internal/proxy"
 	"github.com/kube5s/sless/services/gateway/internal/store"
 )
@@ -38,7 +41,6 @@ func (s *Server) documentInvoke() {
 			RequestBody: &huma.RequestBody{Description: "passed to the function as the event body", Content: map[string]*huma.MediaType{"*/*": {}}}})
 	}
 	tenant := &huma.Param{Name: "t", In: "path", Required: true, Schema: &huma.Schema{Type: "string"}}
-	name := &huma.Param{Name: "name", In: "path", Required: true, Schema: &huma.Schema{Type: "string"}}
 	hdr := func(n, doc string) *huma.Param {
 		return &huma.Param{Name: n, In: "header", Description: doc, Schema: &huma.Schema{Type: "string"}}
 	}
@@ -49,38 +51,103 @@ func (s *Server) documentInvoke() {
 		"200": {Description: "the function's answer, with its status and headers"},
 		"202": {Description: "accepted for async execution (Prefer: respond-async): {invocation_id} and Location"},
 		"401": problemResp("no or unknown token"), "403": problemResp("a token of another tenant"),
-		"404": problemResp("no such function"), "413": problemResp("body too large"),
+		"404": problemResp("no such function, or no such tag or version serving"), "413": problemResp("body too large"),
 		"429": problemResp("over the tenant's rate, or over the function's concurrency (Retry-After)"),
 		"502": problemResp("the function's answer was unusable or too large"),
 		"503": problemResp("the function is not ready yet (Retry-After)"), "504": problemResp("the function timed out"),
 	}
+	common["422"] = problemResp("a route (@, ?version=, X-Sless-Route) that is neither a version number nor a tag, or routes that disagree")
+	route := hdr(headers.Route, "route the call to a tag or version number (\"canary\", \"7\"); docs/versions.md")
+	affinity := hdr(headers.Affinity, "calls with the same value reach the same version of the split (default key: Idempotency-Key)")
+	version := &huma.Param{Name: "version", In: "query", Schema: &huma.Schema{Type: "string"},
+		Description: "route the call to a version number or tag; removed from the query the function sees"}
+	nameAt := &huma.Param{Name: "name", In: "path", Required: true, Schema: &huma.Schema{Type: "string"},
+		Description: "the function's name, optionally with @<tag> or @<version number> (hello@canary, hello@7)"}
 	op("invoke-function", http.MethodPost, "/v1/tenants/{t}/functions/{name}/invoke",
-		"Invoke a function: synchronously, or asynchronously with Prefer: respond-async",
-		[]*huma.Param{tenant, name, hdr("Prefer", "respond-async for a 202"), hdr("Idempotency-Key", "the same key returns the same async invocation for 24 hours; after that it names a new one"),
+		"Invoke a function: synchronously, or asynchronously with Prefer: respond-async; the answer names the version in X-Sless-Version",
+		[]*huma.Param{tenant, nameAt, version, route, affinity, hdr("Prefer", "respond-async for a 202"), hdr("Idempotency-Key", "the same key returns the same async invocation for 24 hours; after that it names a new one"),
 			hdr("X-Callback-Url", "async: where to POST the result (public http(s) only)")}, common)
 	path := &huma.Param{Name: "path", In: "path", Required: true, Schema: &huma.Schema{Type: "string"}, Description: "the trigger's path and below"}
 	for _, m := range publicMethods {
 		op("public-trigger-"+strings.ToLower(m), m, "/fn/{t}/{path}", "Call a function through its public HTTP trigger",
-			[]*huma.Param{tenant, path}, common)
+			[]*huma.Param{tenant, path, route, affinity}, common)
 	}
 }
 
+// callRoute reads the explicit route of a call (docs/versions.md): the
+// @tag or @N of the invoke route's function name (at), ?version= on
+// invoke (query: removed from the query the function sees), or the
+// X-Sless-Route header. At most one may be given, or they must agree.
+func callRoute(r *http.Request, at versionpick.Route, query bool) (versionpick.Route, error) {
+	route := at
+	add := func(what, v string) error {
+		next, err := versionpick.ParseRoute(v)
+		if err != nil {
+			return fmt.Errorf("%s: %w", what, err)
+		}
+		if !route.IsZero() && route != next {
+			return fmt.Errorf("%s names %s, but the call is routed to %s already", what, next, route)
+		}
+		route = next
+		return nil
+	}
+	if query && r.URL.RawQuery != "" {
+		rest, v, found := takeParam(r.URL.RawQuery, "version")
+		if found {
+			if err := add("?version", v); err != nil {
+				return route, err
+			}
+			r.URL.RawQuery = rest
+		}
+	}
+	if v := r.Header.Get(headers.Route); v != "" {
+		if err := add(headers.Route, v); err != nil {
+			return route, err
+		}
+	}
+	return route, nil
+}
+
+// takeParam removes the parameter key from a raw query, keeping the rest
+// as it was, and returns its (unescaped) value.
+func takeParam(raw, key string) (rest, value string, found bool) {
+	var kept []string
+	for _, part := range strings.Split(raw, "&") {
+		k, v, _ := strings.Cut(part, "=")
+		if uk, err := url.QueryUnescape(k); err == nil && uk == key && !found {
+			value, _ = url.QueryUnescape(v)
+			found = true
+			continue
+		}
+		kept = append(kept, part)
+	}
+	return strings.Join(kept, "&"), value, found
+}
+
 func (s *Server) invoke(w http.ResponseWriter, r *http.Request) {
-	tenant, name := chi.URLParam(r, "t"), chi.URLParam(r, "name")
+	tenant := chi.URLParam(r, "t")
+	name, at, err := versionpick.SplitName(chi.URLParam(r, "name"))
+	if err == nil {
+		at, err = callRoute(r, at, true)
+	}
 	if err := s.requireTenant(r.Context(), tenant); err != nil {
 		s.writeError(w, r, err)
 		return
 	}
-	fn, err := s.function(r.Context(), tenant, name)
 	if err != nil {
-		s.writeError(w, r, s.lookupFailed(r.Context(), err, "function %s of tenant %s not found", name, tenant))
+		s.writeError(w, r, problem(422, "bad-route", "%v", err))
+		return
+	}
+	fn, ferr := s.function(r.Context(), tenant, name)
+	if ferr != nil {
+		s.writeError(w, r, s.lookupFailed(r.Context(), ferr, "function %s of tenant %s not found", name, tenant))
 		return
 	}
 	if strings.Contains(strings.ToLower(r.Header.Get("Prefer")), "respond-async") {
-		s.invokeAsync(w, r, fn, tenant)
+		s.invokeAsync(w, r, fn, tenant, at)
 		return
 	}
-	s.forward(w, r, fn, proxy.Call{Tenant: tenant, Path: "/", Kind: msg.TriggerHTTP})
+	s.forward(w, r, fn, proxy.Call{Tenant: tenant, Path: "/", Kind: msg.TriggerHTTP, Route: at})
 }
 
 // publicTrigger serves ANY /fn/{t}/{path...} through the tenant's http
@@ -120,7 +187,12 @@ func (s *Server) publicTrigger(w http.ResponseWriter, r *http.Request) {
 		s.writeError(w, r, s.lookupFailed(r.Context(), ferr, "the function %s of trigger %s does not exist", tr.Spec.FunctionRef.Name, tr.Name))
 		return
 	}
-	s.forward(w, r, fn, proxy.Call{Tenant: tenant, Path: publicpath.Rest(tr.Spec.HTTP.Path, sub), Kind: msg.TriggerHTTP, Trigger: tr.Name})
+	route, rerr := callRoute(r, versionpick.Route{}, false)
+	if rerr != nil {
+		s.writeError(w, r, problem(422, "bad-route", "%v", rerr))
+		return
+	}
+	s.forward(w, r, fn, proxy.Call{Tenant: tenant, Path: publicpath.Rest(tr.Spec.HTTP.Path, sub), Kind: msg.TriggerHTTP, Trigger: tr.Name, Route: route})
 }
 
 // forward passes the call to proxy.Forwarder and writes the failure it
@@ -152,8 +224,18 @@ const maxAsyncBody = 1 << 20
 
 // invokeAsync accepts an invocation for the invoker: 202 only after the
 // broker confirmed invocation.requested.v1.
-func (s *Server) invokeAsync(w http.ResponseWriter, r *http.Request, fn *slessv1.Function, tenant string) {
+//
+// The call is pinned to the version pkg/versionpick chooses now (retries
+// keep it); while no version is ready it is accepted unpinned and the
+// invoker pins it on its first attempt. An unknown tag or version is 404.
+func (s *Server) invokeAsync(w http.ResponseWriter, r *http.Request, fn *slessv1.Function, tenant string, route versionpick.Route) {
 	ctx := r.Context()
+	version, err := versionpick.Pick(fn, route, versionpick.Key(r.Header))
+	var pe *versionpick.Error
+	if errors.As(err, &pe) && pe.Status == http.StatusNotFound {
+		s.writeError(w, r, proxy.PickFailure(err))
+		return
+	}
 	body, err := io.ReadAll(http.MaxBytesReader(w, r.Body, maxAsyncBody))
 	if err != nil {
 		s.writeError(w, r, problem(413, "", "an async request body is limited to %d bytes", maxAsyncBody))
@@ -190,15 +272,15 @@ func (s *Server) invokeAsync(w http.ResponseWriter, r *http.Request, fn *slessv1
 			return
 		}
 	}
-	headers := map[string][]string{}
+	sent := map[string][]string{}
 	for k, v := range r.Header {
 		if !proxy.Hidden(http.CanonicalHeaderKey(k)) {
-			headers[k] = v
+			sent[k] = v
 		}
 	}
 	m := &msg.InvocationRequested{InvocationID: id, Tenant: tenant, Namespace: fn.Namespace, Function: fn.Name, Trigger: msg.TriggerAsync,
-		Request:     msg.Request{Method: http.MethodPost, Path: "/", Query: r.URL.RawQuery, Headers: headers, Body: body},
-		CallbackURL: callback, MaxRetries: 3, EnqueuedAt: time.Now().UTC()}
+		Request:     msg.Request{Method: http.MethodPost, Path: "/", Query: r.URL.RawQuery, Headers: sent, Body: body},
+		CallbackURL: callback, MaxRetries: 3, EnqueuedAt: time.Now().UTC(), FunctionVersion: version.Number}
 	if err := s.Publisher.PublishMessage(ctx, m); err != nil {
 		if key != "" {
 			s.sql.ReleaseKey(context.WithoutCancel(ctx), tenant, key, id)
@@ -213,6 +295,9 @@ func (s *Server) invokeAsync(w http.ResponseWriter, r *http.Request, fn *slessv1
 		return
 	}
 	s.metrics.AsyncAccepted()
+	if version.Number != 0 {
+		w.Header().Set(headers.Version, strconv.Itoa(int(version.Number)))
+	}
 	s.accepted(w, tenant, id)
 }
 

@@ -145,6 +145,33 @@ type FunctionSpec struct {
 	EnvVars           map[string]string    `json:"env_vars" required:"false" doc:"absent or empty: none; GET always shows it"`
 	SecretEnvVars     map[string]SecretRef `json:"secret_env_vars,omitempty"`
 	AllowSourceBuilds bool                 `json:"allow_source_builds,omitempty" doc:"let pip build source distributions; by default only wheels are installed"`
+	Traffic           []TrafficTarget      `json:"traffic,omitempty" maxItems:"20" doc:"the split of untagged calls over versions, summing to 100; absent: kept as it is (default 100 % latest); PUT .../traffic sets it"`
+	Versioning        *Versioning          `json:"versioning,omitempty" doc:"absent: kept as it is"`
+}
+
+// TrafficTarget is one entry of a function's traffic: a version by
+// number or latest, a share, and an optional tag (a stable route:
+// invoke name@tag).
+type TrafficTarget struct {
+	Version *int32 `json:"version,omitempty" minimum:"1" doc:"a version number; or latest"`
+	Latest  bool   `json:"latest,omitempty" doc:"the newest published version, whichever it is when a call comes"`
+	Percent int32  `json:"percent" minimum:"0" maximum:"100"`
+	Tag     string `json:"tag,omitempty" maxLength:"40" pattern:"^[a-z]([-a-z0-9]*[a-z0-9])?$"`
+}
+
+// Versioning keeps published versions.
+type Versioning struct {
+	Retain *int32 `json:"retain,omitempty" minimum:"1" maximum:"100" doc:"the newest versions kept (default 10), besides every version traffic, a tag or pinned work names"`
+}
+
+// ServingVersion is one version the data plane sends work to, with its
+// effective share (status.serving).
+type ServingVersion struct {
+	Version  int32    `json:"version"`
+	Percent  int32    `json:"percent"`
+	Tags     []string `json:"tags,omitempty"`
+	Ready    bool     `json:"ready"`
+	Draining bool     `json:"draining,omitempty"`
 }
 
 // FunctionInput creates a function.
@@ -184,23 +211,34 @@ type FunctionSource struct {
 
 // FunctionStatus is read-only.
 type FunctionStatus struct {
-	Phase             string      `json:"phase,omitempty"`
-	Message           string      `json:"message,omitempty"`
-	URL               string      `json:"url,omitempty"`
-	Ready             bool        `json:"ready"`
-	ReadyReplicas     int32       `json:"ready_replicas"`
-	BuiltSourceSHA256 string      `json:"built_source_sha256,omitempty"`
-	LastBuildID       string      `json:"last_build_id,omitempty"`
-	Conditions        []Condition `json:"conditions"`
+	Phase             string           `json:"phase,omitempty"`
+	Message           string           `json:"message,omitempty"`
+	URL               string           `json:"url,omitempty"`
+	Ready             bool             `json:"ready"`
+	ReadyReplicas     int32            `json:"ready_replicas"`
+	BuiltSourceSHA256 string           `json:"built_source_sha256,omitempty"`
+	LastBuildID       string           `json:"last_build_id,omitempty"`
+	Conditions        []Condition      `json:"conditions"`
+	LatestVersion     int32            `json:"latest_version,omitempty" doc:"the newest published version; absent before the first"`
+	Serving           []ServingVersion `json:"serving,omitempty" doc:"the effective split: it follows traffic once every version with a share is ready"`
 }
 
 // applyFunctionSpec writes a REST spec onto the resource's spec, whole:
 // unset optional fields are left unset for the schema's defaults (the one
 // owner of them), whether the spec is new or replaces one.
 func applyFunctionSpec(dst *slessv1.FunctionSpec, in *FunctionSpec) {
-	source := dst.Source
+	source, traffic, versioning := dst.Source, dst.Traffic, dst.Versioning
 	*dst = slessv1.FunctionSpec{Runtime: slessv1.Runtime(in.Runtime), Entrypoint: in.Entrypoint, Image: in.Image, Source: source,
-		AllowSourceBuilds: in.AllowSourceBuilds}
+		AllowSourceBuilds: in.AllowSourceBuilds, Traffic: traffic, Versioning: versioning}
+	// Traffic and versioning are kept unless given: a deploy does not
+	// undo a split or a rollback.
+	if in.Traffic != nil {
+		dst.Traffic = trafficCR(in.Traffic)
+	}
+	if in.Versioning != nil {
+		dst.Versioning = &slessv1.Versioning{}
+		set(&dst.Versioning.Retain, in.Versioning.Retain)
+	}
 	if in.Image != "" {
 		dst.Source = nil
 	}
@@ -259,9 +297,50 @@ func functionREST(f *slessv1.Function) Function {
 	if s.Source != nil {
 		out.Source = &FunctionSource{SHA256: s.Source.SHA256, S3Key: s.Source.S3Key}
 	}
+	out.Traffic = trafficREST(s.Traffic)
+	if s.Versioning != nil {
+		out.Versioning = &Versioning{Retain: ptr(s.Versioning.Retain)}
+	}
 	st := f.Status
 	out.Status = FunctionStatus{Phase: string(st.Phase), Message: st.Message, URL: st.URL, Ready: f.IsReady(), ReadyReplicas: st.ReadyReplicas,
-		BuiltSourceSHA256: st.BuiltSourceSHA256, LastBuildID: st.LastBuildID, Conditions: conditions(st.Conditions)}
+		BuiltSourceSHA256: st.BuiltSourceSHA256, LastBuildID: st.LastBuildID, Conditions: conditions(st.Conditions),
+		LatestVersion: st.LatestVersion, Serving: servingREST(st.Serving)}
+	return out
+}
+
+func trafficCR(in []TrafficTarget) []slessv1.TrafficTarget {
+	out := make([]slessv1.TrafficTarget, 0, len(in))
+	for _, t := range in {
+		ct := slessv1.TrafficTarget{Latest: t.Latest, Percent: t.Percent, Tag: t.Tag}
+		set(&ct.Version, t.Version)
+		out = append(out, ct)
+	}
+	return out
+}
+
+func trafficREST(in []slessv1.TrafficTarget) []TrafficTarget {
+	if len(in) == 0 {
+		return nil
+	}
+	out := make([]TrafficTarget, 0, len(in))
+	for _, t := range in {
+		rt := TrafficTarget{Latest: t.Latest, Percent: t.Percent, Tag: t.Tag}
+		if t.Version != 0 {
+			rt.Version = ptr(t.Version)
+		}
+		out = append(out, rt)
+	}
+	return out
+}
+
+func servingREST(in []slessv1.ServingVersion) []ServingVersion {
+	if len(in) == 0 {
+		return nil
+	}
+	out := make([]ServingVersion, 0, len(in))
+	for _, sv := range in {
+		out = append(out, ServingVersion{Version: sv.Number, Percent: sv.Percent, Tags: sv.Tags, Ready: sv.Ready, Draining: sv.Draining})
+	}
 	return out
 }
 

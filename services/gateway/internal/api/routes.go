@@ -38,8 +38,18 @@ func (s *Server) routeTable() []huma.Operation {
 		{OperationID: "replace-function", Method: http.MethodPut, Path: "/v1/tenants/{t}/functions/{name}", Tags: []string{"functions"}, Summary: "Create or fully replace a function; every field is required", MaxBodyBytes: 256 << 10},
 		{OperationID: "patch-function", Method: http.MethodPatch, Path: "/v1/tenants/{t}/functions/{name}", Tags: []string{"functions"}, Summary: "Change some fields with a JSON merge patch (RFC 7396)", MaxBodyBytes: 256 << 10},
 		{OperationID: "delete-function", Method: http.MethodDelete, Path: "/v1/tenants/{t}/functions/{name}", Tags: []string{"functions"}, Summary: "Delete a function; it disappears when its cleanup is done", DefaultStatus: http.StatusAccepted},
+		// versions.go
+		{OperationID: "list-versions", Method: http.MethodGet, Path: "/v1/tenants/{t}/functions/{name}/versions", Tags: []string{"versions"}, Summary: "List a function's published versions, newest first, with what serves"},
+		{OperationID: "get-version", Method: http.MethodGet, Path: "/v1/tenants/{t}/functions/{name}/versions/{n}", Tags: []string{"versions"}, Summary: "Read one version"},
+		{OperationID: "publish-version", Method: http.MethodPost, Path: "/v1/tenants/{t}/functions/{name}/versions", Tags: []string{"versions"}, Summary: "The version of the current template, once the operator published it (idempotent)",
+			Description: "Waits (up to 30s) until the current template is built: 201 with the version it published, 200 with the existing one when the template was unchanged; 503 with Retry-After while it still builds; 409 when its build failed."},
+		{OperationID: "set-traffic", Method: http.MethodPut, Path: "/v1/tenants/{t}/functions/{name}/traffic", Tags: []string{"versions"}, Summary: "Set the split of untagged calls and the tags", MaxBodyBytes: 16 << 10,
+			Description: "422 names the bad entry: percents not summing to 100, an unknown version, a repeated tag, both or neither of version and latest. status.serving follows once every version with a share is ready."},
+		{OperationID: "rollback", Method: http.MethodPost, Path: "/v1/tenants/{t}/functions/{name}/rollback", Tags: []string{"versions"}, Summary: "Send all untagged traffic to a version (default: the newest below the one serving most)", DefaultStatus: http.StatusAccepted, MaxBodyBytes: 4 << 10,
+			Description: "The target is made ready first, then traffic flips, then the old version drains. 409 when retention removed the target, 404 for a version that never existed. With Prefer: wait, 200 once status.serving has flipped (202 after 30s)."},
 		// source.go
-		{OperationID: "upload-source", Method: http.MethodPut, Path: "/v1/tenants/{t}/functions/{name}/source", Tags: []string{"functions"}, Summary: "Upload the function's source as a zip; the same bytes again change nothing", MaxBodyBytes: s.Config.MaxSourceBytes},
+		{OperationID: "upload-source", Method: http.MethodPut, Path: "/v1/tenants/{t}/functions/{name}/source", Tags: []string{"functions"}, Summary: "Upload the function's source as a zip; the same bytes again change nothing", MaxBodyBytes: s.Config.MaxSourceBytes,
+			Description: "When the installation reviews uploads (docs/review.md), the answer carries the verdict (review); a deny answers 422 review-denied with the reviewer's reasons, and a reviewer that gives no usable answer either lets the upload through with the verdict unavailable (fail open, the default) or answers 503 review-unavailable with Retry-After (fail closed). A digest is reviewed once per tenant."},
 		// triggers.go
 		{OperationID: "list-triggers", Method: http.MethodGet, Path: "/v1/tenants/{t}/triggers", Tags: []string{"triggers"}, Summary: "List triggers"},
 		{OperationID: "create-trigger", Method: http.MethodPost, Path: "/v1/tenants/{t}/triggers", Tags: []string{"triggers"}, Summary: "Create a trigger (409 if it exists)", DefaultStatus: http.StatusCreated, MaxBodyBytes: 256 << 10},

@@ -40,6 +40,7 @@ import (
 	"github.com/kube5s/sless/services/gateway/internal/logs"
 	"github.com/kube5s/sless/services/gateway/internal/proxy"
 	"github.com/kube5s/sless/services/gateway/internal/record"
+	"github.com/kube5s/sless/services/gateway/internal/review"
 	"github.com/kube5s/sless/services/gateway/internal/store"
 )
 
@@ -83,7 +84,8 @@ type Deps struct {
 	Tracer    trace.Tracer
 	Log       *slog.Logger
 	Transport http.RoundTripper
-	Logs      logs.Source // what functions printed; nil: the logs route answers 501
+	Logs      logs.Source  // what functions printed; nil: the logs route answers 501
+	Review    *review.Gate // the source review at upload; nil: none
 }
 
 // Server holds the handlers' state.
@@ -171,6 +173,7 @@ func New(d Deps) *Server {
 	s.registerTenants()
 	s.registerBroker()
 	s.registerFunctions()
+	s.registerVersions()
 	s.registerSource()
 	s.registerLogs()
 	s.registerTriggers()

@@ -16,6 +16,7 @@ import (
 	slessv1 "github.com/kube5s/sless/pkg/apis/sless/v1alpha1"
 	"github.com/kube5s/sless/pkg/archive"
 	"github.com/kube5s/sless/pkg/objstore"
+	"github.com/kube5s/sless/services/gateway/internal/review"
 )
 
 // SourceOut describes the stored archive.
@@ -25,6 +26,9 @@ type SourceOut struct {
 		Size    int    `json:"size"`
 		S3Key   string `json:"s3_key"`
 		Changed bool   `json:"changed" doc:"false when the function already had these bytes: nothing is rebuilt"`
+		// Review is the source review's verdict (absent when uploads are
+		// not reviewed); a deny answers 422 instead.
+		Review *review.SourceReview `json:"review,omitempty"`
 	}
 }
 
@@ -65,6 +69,9 @@ func (s *Server) registerSource() {
 			sum := sha256.Sum256(in.RawBody)
 			sha := hex.EncodeToString(sum[:])
 			out := &SourceOut{}
+			if out.Body.Review, err = s.reviewSource(ctx, in.Tenant, &fn, in.RawBody, sha); err != nil {
+				return nil, err
+			}
 			out.Body.SHA256, out.Body.Size, out.Body.S3Key = sha, len(in.RawBody), objstore.SourceKey(in.Tenant, in.Name, sha)
 			if fn.Spec.Source != nil && fn.Spec.Source.SHA256 == sha {
 				return out, nil

@@ -135,24 +135,32 @@ func (c *Tokens) Known(tok string) (string, bool) {
 
 // Lookup returns the tenant of a token, from the cache or the database.
 func (c *Tokens) Lookup(ctx context.Context, tok string) (string, error) {
+	tenant, _, err := c.Identify(ctx, tok)
+	return tenant, err
+}
+
+// Identify returns the tenant and the id of a token, from the cache or
+// the database: the console keeps the id in a session, which ends when
+// the token is revoked.
+func (c *Tokens) Identify(ctx context.Context, tok string) (tenant, id string, err error) {
 	key := string(HashToken(tok))
 	if e, ok := c.valid.Get(key); ok {
-		return e.tenant, nil
+		return e.tenant, e.id, nil
 	}
 	if c.unknown.Contains(key) {
-		return "", ErrBadToken
+		return "", "", ErrBadToken
 	}
 	var e tokenEntry
-	err := c.db.QueryRow(ctx, `SELECT tenant, id FROM api_tokens WHERE token_hash = $1 AND revoked_at IS NULL`, []byte(key)).Scan(&e.tenant, &e.id)
+	err = c.db.QueryRow(ctx, `SELECT tenant, id FROM api_tokens WHERE token_hash = $1 AND revoked_at IS NULL`, []byte(key)).Scan(&e.tenant, &e.id)
 	if errors.Is(err, pgx.ErrNoRows) {
 		c.unknown.Add(key, struct{}{})
-		return "", ErrBadToken
+		return "", "", ErrBadToken
 	}
 	if err != nil {
-		return "", errors.New("tokens cannot be checked right now")
+		return "", "", errors.New("tokens cannot be checked right now")
 	}
 	c.valid.Add(key, e)
-	return e.tenant, nil
+	return e.tenant, e.id, nil
 }
 
 // ErrNotFound: no such token, or it is revoked already.

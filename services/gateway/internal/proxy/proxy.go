@@ -12,7 +12,6 @@ import (
 	"net"
 	"net/http"
 	"strconv"
-	"strings"
 	"sync"
 	"syscall"
 	"time"
@@ -28,6 +27,7 @@ import (
 	"github.com/kube5s/sless/pkg/headers"
 	"github.com/kube5s/sless/pkg/jitter"
 	"github.com/kube5s/sless/pkg/msg"
+	"github.com/kube5s/sless/pkg/versionpick"
 )
 
 // Recorder takes invocation records without blocking.
@@ -63,6 +63,9 @@ type Call struct {
 	// OwnHost: the request came to the tenant's own host, where the
 	// function's origin-wide headers pass.
 	OwnHost bool
+	// Route is the explicit route of the call (@tag, @N, ?version=,
+	// X-Sless-Route); the zero Route lets the split decide.
+	Route versionpick.Route
 }
 
 // Failure is an invocation whose answer could not be passed on: the
@@ -107,7 +110,7 @@ func DefaultTransport() *http.Transport {
 
 // hop-by-hop headers, and headers a function must not see.
 var dropRequest = []string{"Connection", "Keep-Alive", "Proxy-Connection", "Transfer-Encoding", "Te", "Trailer", "Upgrade",
-	"Authorization", "Prefer", "Idempotency-Key", "X-Callback-Url", headers.InvocationID, headers.Trigger, "Traceparent", "Tracestate"}
+	"Authorization", "Prefer", "Idempotency-Key", "X-Callback-Url", headers.InvocationID, headers.Trigger, headers.Route, headers.Affinity, "Traceparent", "Tracestate"}
 
 // dropResponse: hop-by-hop headers, and the cold-start mark, which is
 // recorded, not passed on (runtimes/README.md).
@@ -143,20 +146,39 @@ func (u *unsent) Close() error { return nil }
 // MaxBody is the largest request body forwarded to a function.
 const MaxBody = 6 << 20
 
-// Forward forwards one synchronous invocation to the function's endpoint
+// PickFailure is the Failure of a call no version can serve
+// (versionpick.Error: 404 unknown tag or version, 503 not ready).
+func PickFailure(err error) *Failure {
+	var e *versionpick.Error
+	if errors.As(err, &e) {
+		f := &Failure{Status: e.Status, Detail: e.Detail, RetryAfter: e.RetryAfter}
+		if e.Status == http.StatusServiceUnavailable {
+			f.Slug = "not-ready"
+		}
+		return f
+	}
+	return &Failure{Status: 500, Detail: "no version could be chosen", Cause: err}
+}
+
+// Forward forwards one synchronous invocation to the endpoint of the
+// version pkg/versionpick chooses, with that version in X-Sless-Version,
 // and records it without waiting for the record. It returns a *Failure,
-// and writes nothing, when the function's answer cannot be passed on.
+// and writes nothing but headers, when the function's answer cannot be
+// passed on.
 func (f *Forwarder) Forward(w http.ResponseWriter, r *http.Request, fn *slessv1.Function, c Call) error {
 	tenant, path, kind, trigger := c.Tenant, c.Path, c.Kind, c.Trigger
-	if !fn.IsReady() {
-		return &Failure{Status: 503, Slug: "not-ready", RetryAfter: 1,
-			Detail: fmt.Sprintf("function %s is %s; try again shortly", fn.Name, strings.ToLower(string(fn.Phase())))}
+	version, err := versionpick.Pick(fn, c.Route, versionpick.Key(r.Header))
+	if err != nil {
+		return PickFailure(err)
+	}
+	if version.Number != 0 {
+		w.Header().Set(headers.Version, strconv.Itoa(int(version.Number)))
 	}
 	start := time.Now()
 	id := msg.NewInvocationID()
 	ctx, span := f.Tracer.Start(r.Context(), "invoke "+fn.Name, trace.WithSpanKind(trace.SpanKindClient), trace.WithAttributes(
 		attribute.String("faas.invoked_name", fn.Name), attribute.String("faas.invocation_id", id),
-		attribute.String("faas.trigger", "http"), attribute.String("sless.tenant", tenant)))
+		attribute.String("faas.trigger", "http"), attribute.String("sless.tenant", tenant), attribute.Int("sless.function_version", int(version.Number))))
 	defer span.End()
 	ctx, cancel := context.WithTimeout(ctx, fncall.Deadline(fn.Spec.TimeoutSec))
 	defer cancel()
@@ -171,14 +193,15 @@ func (f *Forwarder) Forward(w http.ResponseWriter, r *http.Request, fn *slessv1.
 	// kept-alive one turns out closed by the function (a runtime worker
 	// that recycles after a timeout closes its idle connections) instead
 	// of failing it with a 502.
-	out, err := fncall.NewRequest(ctx, f.Prop, fncall.Request{Endpoint: fn.Status.Endpoint, Method: r.Method, Path: path, Query: r.URL.RawQuery,
+	out, err := fncall.NewRequest(ctx, f.Prop, fncall.Request{Endpoint: version.Endpoint, Method: r.Method, Path: path, Query: r.URL.RawQuery,
 		Header: header, Body: body, ContentLength: r.ContentLength, InvocationID: id, Trigger: kind})
 	if err != nil {
 		return &Failure{Status: 502, Detail: fmt.Sprintf("function %s has an unusable endpoint", fn.Name), Cause: err}
 	}
 
 	rec := &msg.InvocationCompleted{InvocationID: id, Tenant: tenant, Function: fn.Name, Trigger: kind, TriggerName: trigger,
-		Attempts: 1, StartedAt: start.UTC(), RequestSize: max(r.ContentLength, 0), TraceID: span.SpanContext().TraceID().String()}
+		Attempts: 1, StartedAt: start.UTC(), RequestSize: max(r.ContentLength, 0), TraceID: span.SpanContext().TraceID().String(),
+		FunctionVersion: version.Number}
 	defer func() {
 		rec.FinishedAt = time.Now().UTC()
 		rec.DurationMs = rec.FinishedAt.Sub(start).Milliseconds()
@@ -245,6 +268,12 @@ func (f *Forwarder) Forward(w http.ResponseWriter, r *http.Request, fn *slessv1.
 		}
 	}
 	h.Set(headers.InvocationID, id)
+	// Over whatever the function set: the platform says which version
+	// answered.
+	h.Del(headers.Version)
+	if version.Number != 0 {
+		h.Set(headers.Version, strconv.Itoa(int(version.Number)))
+	}
 	if resp.ContentLength >= 0 {
 		h.Set("Content-Length", strconv.FormatInt(resp.ContentLength, 10))
 	}

@@ -1,11 +1,13 @@
 // Package store is the gateway's SQL: the invocation and build history,
-// the stored results, dead letters and idempotency keys.
+// the stored results, dead letters, idempotency keys and the verdicts of
+// the source review.
 package store
 
 import (
 	"bytes"
 	"context"
 	"encoding/base64"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"time"
@@ -15,6 +17,7 @@ import (
 	"github.com/jackc/pgx/v5/pgxpool"
 
 	"github.com/kube5s/sless/pkg/pgtext"
+	"github.com/kube5s/sless/services/gateway/internal/review"
 )
 
 // ErrNotFound: no such row of the tenant.
@@ -56,6 +59,8 @@ type Invocation struct {
 	ResultContentType string     `json:"result_content_type,omitempty"`
 	ResultKey         string     `json:"result_key,omitempty"`
 	ResultURL         string     `json:"result_url,omitempty" doc:"where the stored result is read, large ones included"`
+	FunctionVersion   *int32     `json:"function_version,omitempty" doc:"the version of the function that answered; absent for a function from before versions"`
+	VersionFallback   bool       `json:"version_fallback,omitempty" doc:"the work was pinned to a version that no longer served and ran on latest"`
 
 	HasResult bool `json:"-"` // a result is stored: the API sets ResultURL
 }
@@ -77,17 +82,21 @@ type Build struct {
 	StartedAt    *time.Time `json:"started_at,omitempty"`
 	FinishedAt   *time.Time `json:"finished_at,omitempty"`
 	TraceID      string     `json:"trace_id,omitempty"` // upload, operator and builder spans
+	// Review is the source review's verdict of the build's source digest
+	// (absent when uploads are not reviewed).
+	Review *review.SourceReview `json:"review,omitempty"`
 }
 
 const invocationColumns = `id, function, trigger_kind, trigger_name, status, http_status, attempts, enqueued_at, started_at, finished_at,
 	queue_wait_ms, duration_ms, cold_start, request_bytes, response_bytes, coalesce(error, ''), coalesce(trace_id, ''), result,
-	coalesce(result_content_type, ''), coalesce(result_key, '')`
+	coalesce(result_content_type, ''), coalesce(result_key, ''), function_version, version_fallback`
 
 func scanInvocation(row pgx.Row) (Invocation, error) {
 	var v Invocation
 	var result []byte
 	err := row.Scan(&v.ID, &v.Function, &v.Trigger, &v.TriggerName, &v.Status, &v.HTTPStatus, &v.Attempts, &v.EnqueuedAt, &v.StartedAt, &v.FinishedAt,
-		&v.QueueWaitMs, &v.DurationMs, &v.ColdStart, &v.RequestBytes, &v.ResponseBytes, &v.Error, &v.TraceID, &result, &v.ResultContentType, &v.ResultKey)
+		&v.QueueWaitMs, &v.DurationMs, &v.ColdStart, &v.RequestBytes, &v.ResponseBytes, &v.Error, &v.TraceID, &result, &v.ResultContentType, &v.ResultKey,
+		&v.FunctionVersion, &v.VersionFallback)
 	if utf8.Valid(result) {
 		v.Result = string(result)
 	} else {
@@ -180,27 +189,42 @@ func (s *Store) Result(ctx context.Context, tenant, id string) (Result, error) {
 	return r, nil
 }
 
-const buildColumns = `id, function, source_sha256, runtime, driver, state, coalesce(reason, ''), coalesce(message, ''), coalesce(artifact, ''),
-	coalesce(image, ''), attempts, requested_at, started_at, finished_at, coalesce(trace_id, '')`
+// buildsFrom is the builds with the review verdict of their source.
+const buildsFrom = ` FROM builds b LEFT JOIN source_reviews r ON r.tenant = b.tenant AND r.source_sha256 = b.source_sha256`
+
+const buildColumns = `b.id, b.function, b.source_sha256, b.runtime, b.driver, b.state, coalesce(b.reason, ''), coalesce(b.message, ''),
+	coalesce(b.artifact, ''), coalesce(b.image, ''), b.attempts, b.requested_at, b.started_at, b.finished_at, coalesce(b.trace_id, ''),
+	r.verdict, r.reasons, r.reviewer, r.latency_ms, r.reviewed_at`
 
 func scanBuild(row pgx.Row) (Build, error) {
 	var b Build
+	var verdict, reviewer *string
+	var reasons []byte
+	var latency *int64
+	var reviewed *time.Time
 	err := row.Scan(&b.ID, &b.Function, &b.SourceSHA256, &b.Runtime, &b.Driver, &b.State, &b.Reason, &b.Message, &b.Artifact, &b.Image,
-		&b.Attempts, &b.RequestedAt, &b.StartedAt, &b.FinishedAt, &b.TraceID)
+		&b.Attempts, &b.RequestedAt, &b.StartedAt, &b.FinishedAt, &b.TraceID, &verdict, &reasons, &reviewer, &latency, &reviewed)
+	if err == nil && verdict != nil {
+		r := &review.SourceReview{Verdict: review.Decision(*verdict), Reviewer: *reviewer, LatencyMs: *latency, ReviewedAt: *reviewed}
+		if err := json.Unmarshal(reasons, &r.Reasons); err != nil {
+			return b, fmt.Errorf("source review of build %s: %w", b.ID, err)
+		}
+		b.Review = r
+	}
 	return b, err
 }
 
 // Builds lists a function's builds newest first, after a position (nil:
 // from the newest), up to limit.
 func (s *Store) Builds(ctx context.Context, tenant, function string, after *After, limit int64) ([]Build, error) {
-	q := `SELECT ` + buildColumns + ` FROM builds WHERE tenant = $1 AND function = $2`
+	q := `SELECT ` + buildColumns + buildsFrom + ` WHERE b.tenant = $1 AND b.function = $2`
 	args := []any{tenant, pgtext.Clean(function)}
 	if after != nil {
 		args = append(args, after.Time, pgtext.Clean(after.ID))
-		q += ` AND (requested_at, id) < ($3, $4)`
+		q += ` AND (b.requested_at, b.id) < ($3, $4)`
 	}
 	args = append(args, limit)
-	q += fmt.Sprintf(" ORDER BY requested_at DESC, id DESC LIMIT $%d", len(args))
+	q += fmt.Sprintf(" ORDER BY b.requested_at DESC, b.id DESC LIMIT $%d", len(args))
 	rows, err := s.db.Query(ctx, q, args...)
 	if err != nil {
 		return nil, &Unavailable{Detail: "the build history is unavailable", Err: err}
@@ -219,7 +243,7 @@ func (s *Store) Builds(ctx context.Context, tenant, function string, after *Afte
 
 // Build reads one build of a function.
 func (s *Store) Build(ctx context.Context, tenant, function, id string) (Build, error) {
-	b, err := scanBuild(s.db.QueryRow(ctx, `SELECT `+buildColumns+` FROM builds WHERE tenant = $1 AND function = $2 AND id = $3`,
+	b, err := scanBuild(s.db.QueryRow(ctx, `SELECT `+buildColumns+buildsFrom+` WHERE b.tenant = $1 AND b.function = $2 AND b.id = $3`,
 		tenant, pgtext.Clean(function), pgtext.Clean(id)))
 	if errors.Is(err, pgx.ErrNoRows) {
 		return b, ErrNotFound

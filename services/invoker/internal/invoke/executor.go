@@ -30,6 +30,7 @@ import (
 	"github.com/kube5s/sless/pkg/objstore"
 	"github.com/kube5s/sless/pkg/rabbit"
 	"github.com/kube5s/sless/pkg/telemetry"
+	"github.com/kube5s/sless/pkg/versionpick"
 )
 
 // Publisher sends a message and returns once the broker confirmed it.
@@ -127,8 +128,37 @@ func (e *Executor) Handle(ctx context.Context, d *amqp.Delivery) error {
 		}
 		defer release()
 	}
+	pinFromDelivery(d, &req)
 	rec, retryable := e.Execute(ctx, &req, attempt)
+	stampDelivery(d, &req)
 	return e.conclude(ctx, &req, rec, attempt, retryable)
+}
+
+// pinFromDelivery reads the version work was pinned to on an earlier
+// attempt (msg.HeaderFunctionVersion) into a request accepted unpinned.
+func pinFromDelivery(d *amqp.Delivery, req *msg.InvocationRequested) {
+	if req.FunctionVersion != 0 {
+		return
+	}
+	switch v := d.Headers[msg.HeaderFunctionVersion].(type) {
+	case int32:
+		req.FunctionVersion = max(v, 0)
+	case int64:
+		req.FunctionVersion = int32(min(max(v, 0), 1<<31-1))
+	}
+}
+
+// stampDelivery writes the version an unpinned request was pinned to on
+// this attempt into the delivery's headers, which a retry republishes
+// (the body is sent again as it came).
+func stampDelivery(d *amqp.Delivery, req *msg.InvocationRequested) {
+	if req.FunctionVersion == 0 {
+		return
+	}
+	if d.Headers == nil {
+		d.Headers = amqp.Table{}
+	}
+	d.Headers[msg.HeaderFunctionVersion] = req.FunctionVersion
 }
 
 // Execute calls the function once and returns the record, and whether the
@@ -166,10 +196,20 @@ func (e *Executor) Execute(ctx context.Context, req *msg.InvocationRequested, at
 	case err != nil:
 		rec.Status, rec.Error = msg.StatusFailed, "functions are not loaded yet"
 		return rec, true
-	case !fn.IsReady():
-		rec.Status, rec.Error = msg.StatusFailed, fmt.Sprintf("function %s is not ready (%s)", fn.Name, fn.Phase())
+	}
+	version, err := versionpick.Pinned(&fn, req.FunctionVersion, req.InvocationID)
+	if err != nil {
+		// Not ready yet (an unknown version falls back to latest instead).
+		rec.Status, rec.Error = msg.StatusFailed, err.Error()
 		return rec, true
 	}
+	if req.FunctionVersion == 0 {
+		// Pinned on its first attempt: retries keep it (Handle stamps
+		// the delivery).
+		req.FunctionVersion = version.Number
+	}
+	rec.FunctionVersion, rec.VersionFallback = version.Number, version.Fallback
+	span.SetAttributes(attribute.Int("sless.function_version", int(version.Number)))
 	timeoutSec := fn.Spec.TimeoutSec
 	if req.TimeoutSec > 0 {
 		timeoutSec = req.TimeoutSec
@@ -178,7 +218,7 @@ func (e *Executor) Execute(ctx context.Context, req *msg.InvocationRequested, at
 	defer cancel()
 	// The request's headers are copied: the contract headers set on them
 	// must not reach the message's dead letter.
-	hreq, err := fncall.NewRequest(cctx, telemetry.Propagator(), fncall.Request{Endpoint: fn.Status.Endpoint,
+	hreq, err := fncall.NewRequest(cctx, telemetry.Propagator(), fncall.Request{Endpoint: version.Endpoint,
 		Method: req.Request.Method, Path: req.Request.Path, Query: req.Request.Query, Header: http.Header(req.Request.Headers).Clone(),
 		Body: bytes.NewReader(req.Request.Body), ContentLength: int64(len(req.Request.Body)), InvocationID: req.InvocationID, Trigger: req.Trigger})
 	if err != nil {

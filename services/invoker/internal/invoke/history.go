@@ -228,10 +228,11 @@ func (h *History) deadLetter(ctx context.Context, r *msg.InvocationCompleted, ca
 // for every batch size.
 const insertRecords = `INSERT INTO invocations (id, tenant, function, trigger_kind, trigger_name, status, http_status, attempts,
 	enqueued_at, started_at, finished_at, queue_wait_ms, duration_ms, cold_start, request_bytes, response_bytes, error, trace_id,
-	result, result_key, result_content_type, job_name, job_run_id)
+	result, result_key, result_content_type, job_name, job_run_id, function_version, version_fallback)
 	SELECT * FROM unnest($1::text[], $2::text[], $3::text[], $4::text[], $5::text[], $6::text[], $7::integer[], $8::integer[],
 	$9::timestamptz[], $10::timestamptz[], $11::timestamptz[], $12::bigint[], $13::bigint[], $14::boolean[], $15::bigint[],
-	$16::bigint[], $17::text[], $18::text[], $19::bytea[], $20::text[], $21::text[], $22::text[], $23::bigint[])
+	$16::bigint[], $17::text[], $18::text[], $19::bytea[], $20::text[], $21::text[], $22::text[], $23::bigint[],
+	$24::integer[], $25::boolean[])
 	ON CONFLICT (id) DO NOTHING`
 
 // write inserts records in one statement. Every string a tenant's function
@@ -250,6 +251,8 @@ func (h *History) write(ctx context.Context, recs ...*msg.InvocationCompleted) e
 		errs, traces, resultKeys, contentTypes, jobNames          = make([]*string, n), make([]*string, n), make([]*string, n), make([]*string, n), make([]*string, n)
 		results                                                   = make([][]byte, n)
 		jobRuns                                                   = make([]*int64, n)
+		versions                                                  = make([]*int32, n)
+		fallbacks                                                 = make([]bool, n)
 	)
 	for i, r := range recs {
 		ids[i], tenants[i], functions[i] = pgtext.Clean(r.InvocationID), pgtext.Clean(r.Tenant), pgtext.Clean(r.Function)
@@ -270,9 +273,15 @@ func (h *History) write(ctx context.Context, recs ...*msg.InvocationCompleted) e
 			name, run := pgtext.Clean(r.Job.Name), r.Job.RunID
 			jobNames[i], jobRuns[i] = &name, &run
 		}
+		if r.FunctionVersion != 0 {
+			v := r.FunctionVersion
+			versions[i] = &v
+		}
+		fallbacks[i] = r.VersionFallback
 	}
 	_, err := h.DB.Exec(ctx, insertRecords, ids, tenants, functions, triggers, triggerNames, statuses, httpStatuses, attempts,
-		enqueued, started, finished, waits, durations, cold, reqBytes, respBytes, errs, traces, results, resultKeys, contentTypes, jobNames, jobRuns)
+		enqueued, started, finished, waits, durations, cold, reqBytes, respBytes, errs, traces, results, resultKeys, contentTypes, jobNames, jobRuns,
+		versions, fallbacks)
 	return err
 }
 

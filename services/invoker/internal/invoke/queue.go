@@ -359,7 +359,9 @@ func (q *QueueTriggers) handler(tenant string, t *slessv1.Trigger, concurrency i
 		// the trigger for good at concurrency 1.
 		free := sync.OnceFunc(func() { <-calls })
 		defer free()
+		pinFromDelivery(d, req)
 		rec, retryable := q.Exec.Execute(ctx, req, attempt)
+		stampDelivery(d, req)
 		free()
 		return q.Exec.conclude(ctx, req, rec, attempt, retryable)
 	})

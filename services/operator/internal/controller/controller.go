@@ -71,6 +71,28 @@ type Deps struct {
 	// fresh read that the informer cache was not merely behind their own
 	// last status write.
 	APIReader client.Reader
+	// DrainPeriod is how long a version that lost its traffic keeps
+	// running (DefaultDrainPeriod when 0).
+	DrainPeriod time.Duration
+	// Images deletes a built image from the registry when retention or a
+	// deletion removes its last version; nil leaves images (an Event names
+	// them).
+	Images ImageDeleter
+	// Artifacts removes a local artifact directory likewise; nil leaves it.
+	Artifacts ArtifactRemover
+	// BeforeVersionDelete, when set (tests), runs between retention's
+	// decision to delete a version and the fresh read that confirms it.
+	BeforeVersionDelete func(*slessv1.FunctionVersion)
+}
+
+// ImageDeleter deletes an image, given by digest, from its registry.
+type ImageDeleter interface {
+	Delete(ctx context.Context, image string) error
+}
+
+// ArtifactRemover removes a local artifact directory.
+type ArtifactRemover interface {
+	Remove(dir string) error
 }
 
 // Metrics are the operator's own counters (controller-runtime counts the

@@ -24,8 +24,10 @@ import (
 	"github.com/kube5s/sless/services/operator/internal/resources"
 )
 
-// FunctionReconciler requests builds of new source digests and runs the
-// built artifact through the execution driver.
+// FunctionReconciler requests builds of new source digests, publishes a
+// FunctionVersion for each built template that changed what runs, runs the
+// versions that traffic, tags and drains keep through the execution
+// driver, and deletes the versions retention does not keep.
 type FunctionReconciler struct {
 	Client client.Client
 	Deps
@@ -34,7 +36,7 @@ type FunctionReconciler struct {
 
 // SetupWithManager watches Functions and what the driver creates for them.
 func (r *FunctionReconciler) SetupWithManager(mgr ctrl.Manager) error {
-	b := ctrl.NewControllerManagedBy(mgr).For(&slessv1.Function{})
+	b := ctrl.NewControllerManagedBy(mgr).For(&slessv1.Function{}).Owns(&slessv1.FunctionVersion{})
 	return r.Driver.Watch(b).Complete(r)
 }
 
@@ -68,28 +70,38 @@ func (r *FunctionReconciler) Reconcile(ctx context.Context, req ctrl.Request) (r
 		return requeueIfStale(ctx, err)
 	}
 
-	artifact := driver.Artifact{Image: st.Image, Dir: st.Artifact, BuildID: st.LastBuildID}
-	var state driver.State
+	versions, err := r.listVersions(ctx, &fn)
+	if err != nil {
+		return ctrl.Result{}, err
+	}
+	if err := r.publish(ctx, &fn, versions); err != nil {
+		return requeueIfStale(ctx, err)
+	}
+	var run running
 	var driverErr error
-	if artifact.Image == "" && artifact.Dir == "" {
+	if len(versions) == 0 {
 		slessv1.SetCondition(&st.Conditions, gen, slessv1.ConditionDeployed, metav1.ConditionFalse, slessv1.ReasonWaitingBuild, "nothing to run until a build succeeds")
 	} else {
-		state, driverErr = r.Driver.Ensure(ctx, &fn, artifact)
+		run, driverErr = r.run(ctx, &fn, versions)
+		state := run.state
 		switch {
+		case run.problem != "":
+			slessv1.SetCondition(&st.Conditions, gen, slessv1.ConditionDeployed, metav1.ConditionFalse, slessv1.ReasonUnknownVersion, run.problem)
 		case driverErr != nil:
 			slessv1.SetCondition(&st.Conditions, gen, slessv1.ConditionDeployed, metav1.ConditionFalse, slessv1.ReasonDriverError, driverErr.Error())
 		case state.RolledOut && state.Reason != "":
 			// Rolled out, with something to say (a local process restarted).
 			slessv1.SetCondition(&st.Conditions, gen, slessv1.ConditionDeployed, metav1.ConditionTrue, state.Reason, state.Message)
 		case state.RolledOut:
-			slessv1.SetCondition(&st.Conditions, gen, slessv1.ConditionDeployed, metav1.ConditionTrue, slessv1.ReasonRolledOut,
-				fmt.Sprintf("%d replicas run the current version", state.ReadyReplicas))
+			slessv1.SetCondition(&st.Conditions, gen, slessv1.ConditionDeployed, metav1.ConditionTrue, slessv1.ReasonRolledOut, state.Message)
+		case run.pending && state.Reason == "":
+			slessv1.SetCondition(&st.Conditions, gen, slessv1.ConditionDeployed, metav1.ConditionFalse, slessv1.ReasonTrafficPending,
+				"the previous traffic split serves until every version of the new one is ready")
 		default:
 			slessv1.SetCondition(&st.Conditions, gen, slessv1.ConditionDeployed, metav1.ConditionFalse, state.Reason, state.Message)
 		}
 	}
-	st.ReadyReplicas = state.ReadyReplicas
-	st.Endpoint = state.Endpoint
+	state := run.state
 	if state.Serving {
 		st.URL = resources.InvokeURL(r.PublicURL, &fn)
 		slessv1.SetCondition(&st.Conditions, gen, slessv1.ConditionReady, metav1.ConditionTrue, slessv1.ReasonServing, "the endpoint takes invocations")
@@ -105,7 +117,11 @@ func (r *FunctionReconciler) Reconcile(ctx context.Context, req ctrl.Request) (r
 	if driverErr != nil {
 		return ctrl.Result{}, driverErr
 	}
-	return ctrl.Result{}, nil
+	// Retention runs on what this reconcile wrote (status.serving is in it).
+	if err := r.collect(ctx, &fn, versions); err != nil {
+		return requeueIfStale(ctx, err)
+	}
+	return ctrl.Result{RequeueAfter: run.after}, nil
 }
 
 // source sets SourceReady and Built, and requests a build of a source digest
@@ -215,6 +231,9 @@ func (r *FunctionReconciler) finalize(ctx context.Context, fn *slessv1.Function)
 	if err := r.Driver.Delete(ctx, fn); err != nil {
 		return fmt.Errorf("stop function %s/%s: %w", fn.Namespace, fn.Name, err)
 	}
+	if err := r.deleteVersions(ctx, fn); err != nil {
+		return err
+	}
 	tenant := tenantns.Named(fn.Namespace)
 	for _, prefix := range objstore.FunctionPrefixes(tenant, fn.Name) {
 		if _, err := r.Store.DeletePrefix(ctx, prefix); err != nil {
@@ -222,9 +241,11 @@ func (r *FunctionReconciler) finalize(ctx context.Context, fn *slessv1.Function)
 		}
 	}
 	if fn.Status.Image != "" && fn.Spec.Image == "" {
-		// Registry images are not deleted by the operator; the event lists
-		// them for the registry's own garbage collection.
-		r.Events.Eventf(fn, nil, corev1.EventTypeNormal, "ImageOrphaned", "Delete", "image %s can be removed from the registry", fn.Status.Image)
+		// The image built last, when no version froze it (a function from
+		// before versions).
+		if err := r.releaseArtifact(ctx, fn, &slessv1.FunctionVersionSpec{Image: fn.Status.Image, BuildID: fn.Status.LastBuildID}); err != nil {
+			return err
+		}
 	}
 	controllerutil.RemoveFinalizer(fn, resources.FunctionFinalizer)
 	return client.IgnoreNotFound(r.Client.Update(ctx, fn))

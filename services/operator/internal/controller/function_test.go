@@ -96,7 +96,7 @@ func TestBuildResultDeploysTheArtifact(t *testing.T) {
 	}
 	var d appsv1.Deployment
 	h.eventually(t, "deployment with the built image", func() bool {
-		err := h.c.Get(t.Context(), client.ObjectKey{Namespace: ns, Name: resources.WorkloadName("hello")}, &d)
+		err := h.c.Get(t.Context(), client.ObjectKey{Namespace: ns, Name: resources.VersionWorkloadName("hello", 1)}, &d)
 		return err == nil && d.Spec.Template.Spec.Containers[0].Image == image
 	})
 	h.eventually(t, "phase Deploying until the deployment is available", func() bool {
@@ -108,7 +108,7 @@ func TestBuildResultDeploysTheArtifact(t *testing.T) {
 	}
 	h.markAvailable(t, ns, "hello")
 	h.waitReady(t, fn)
-	if want := "http://fn-hello." + ns + ".svc:80"; fn.Status.Endpoint != want {
+	if want := "http://fn-hello-v1." + ns + ".svc:80"; fn.Status.Endpoint != want {
 		t.Errorf("endpoint = %q, want %q", fn.Status.Endpoint, want)
 	}
 	if !strings.HasPrefix(fn.Status.URL, publicURL+"/v1/tenants/") {
@@ -153,8 +153,11 @@ func TestChangedSpecUpdatesDeployment(t *testing.T) {
 		t.Fatal(err)
 	}
 	var d appsv1.Deployment
-	h.eventually(t, "deployment updated", func() bool {
-		_ = h.c.Get(t.Context(), client.ObjectKey{Namespace: ns, Name: resources.WorkloadName("img")}, &d)
+	// A runtime-affecting change is version 2, with its own Deployment.
+	h.eventually(t, "deployment of version 2", func() bool {
+		if h.c.Get(t.Context(), client.ObjectKey{Namespace: ns, Name: resources.VersionWorkloadName("img", 2)}, &d) != nil {
+			return false
+		}
 		c := d.Spec.Template.Spec.Containers[0]
 		return c.Resources.Limits.Memory().String() == "512Mi" && envValue(c.Env, "GREETING") == "hello" && envValue(c.Env, resources.EnvMemoryMB) == "512"
 	})
@@ -194,7 +197,7 @@ func TestFunctionDeletionRemovesChildrenAndStoredObjects(t *testing.T) {
 	}
 	h.eventually(t, "function gone", func() bool { return apierrors.IsNotFound(h.c.Get(t.Context(), client.ObjectKeyFromObject(fn), fn)) })
 	for _, obj := range []client.Object{&appsv1.Deployment{}, &corev1.Service{}} {
-		err := h.c.Get(t.Context(), client.ObjectKey{Namespace: ns, Name: resources.WorkloadName("gone")}, obj)
+		err := h.c.Get(t.Context(), client.ObjectKey{Namespace: ns, Name: resources.VersionWorkloadName("gone", 1)}, obj)
 		if !apierrors.IsNotFound(err) {
 			t.Errorf("%T still exists after the function was deleted (err %v)", obj, err)
 		}
@@ -216,7 +219,7 @@ func TestPodSpecIsRestricted(t *testing.T) {
 	fn := &slessv1.Function{ObjectMeta: metav1.ObjectMeta{Name: "p", Namespace: "sless-fn-acme"},
 		Spec: slessv1.FunctionSpec{Runtime: slessv1.RuntimeNodeJS20, Entrypoint: "index.handler", MemoryMB: 128, CPUMillis: 100, TimeoutSec: 30, Concurrency: 10,
 			Env: []slessv1.EnvVar{{Name: "TOKEN", SecretKeyRef: &slessv1.SecretKeySelector{Name: "s", Key: "k"}}}}}
-	spec := resources.PodSpec(fn, image)
+	spec := resources.PodSpec(fn, 1, image)
 	ev, err := policy.NewEvaluator(policy.DefaultChecks(), nil)
 	if err != nil {
 		t.Fatal(err)

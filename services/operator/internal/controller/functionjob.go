@@ -48,6 +48,9 @@ func (r *FunctionJobReconciler) SetupWithManager(mgr ctrl.Manager) error {
 // Dispatched=False), then the request is published and Dispatched turns
 // True. A crash between the two publishes again with the same invocation
 // id, which the invoker deduplicates; a recorded run is never started anew.
+// The run's result, which the job-completed handler records in an
+// annotation, is applied here: the reconciler is the one writer of a
+// FunctionJob's status.
 func (r *FunctionJobReconciler) Reconcile(ctx context.Context, req ctrl.Request) (res ctrl.Result, err error) {
 	var job slessv1.FunctionJob
 	if err := r.Client.Get(ctx, req.NamespacedName, &job); err != nil {
@@ -59,6 +62,7 @@ func (r *FunctionJobReconciler) Reconcile(ctx context.Context, req ctrl.Request)
 	st := &job.Status
 	before := job.DeepCopy()
 	st.ObservedGeneration = job.Generation
+	applyJobResult(&job)
 
 	switch {
 	case job.Spec.RunID == 0:
@@ -126,8 +130,13 @@ func (r *FunctionJobReconciler) dispatch(ctx context.Context, job *slessv1.Funct
 	}
 	r.Metrics.jobRuns.Inc()
 	before := job.DeepCopy()
-	slessv1.SetCondition(&job.Status.Conditions, job.Generation, ConditionDispatched, metav1.ConditionTrue, "Published",
-		"invocation "+job.Status.InvocationID+" requested")
+	markDispatched(job)
 	r.Events.Eventf(job, nil, corev1.EventTypeNormal, "RunDispatched", "Run", "run %d dispatched as invocation %s", job.Status.LastRunID, job.Status.InvocationID)
 	return patchStatus(ctx, r.Client, job, before, before.Status, job.Status)
+}
+
+// markDispatched says that the request of job's current run went out.
+func markDispatched(job *slessv1.FunctionJob) {
+	slessv1.SetCondition(&job.Status.Conditions, job.Generation, ConditionDispatched, metav1.ConditionTrue, "Published",
+		"invocation "+job.Status.InvocationID+" requested")
 }

@@ -5,15 +5,10 @@ import (
 	"encoding/json"
 	"fmt"
 	"log/slog"
-	"strconv"
-	"unicode/utf8"
 
 	amqp "github.com/rabbitmq/amqp091-go"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
-	metav1 "k8s.io/apimachinery/pkg/api/meta"
-	v1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
-	"k8s.io/client-go/util/retry"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	slessv1 "github.com/kube5s/sless/pkg/apis/sless/v1alpha1"
@@ -56,24 +51,7 @@ func (h *Handlers) BuildCompleted(ctx context.Context, d *amqp.Delivery) error {
 		}
 		return err
 	}
-	value, err := json.Marshal(buildResultFrom(&m))
-	if err != nil {
-		return rabbit.Permanent(fmt.Errorf("encode the result of build %s: %w", m.BuildID, err))
-	}
-	if fn.Annotations[resources.BuildResultAnnotation] == string(value) {
-		return nil // a redelivery
-	}
-	patch, err := json.Marshal(map[string]any{"metadata": map[string]any{"annotations": map[string]string{resources.BuildResultAnnotation: string(value)}}})
-	if err != nil {
-		return err
-	}
-	if err := h.Client.Patch(ctx, &fn, client.RawPatch(types.MergePatchType, patch)); err != nil {
-		if apierrors.IsNotFound(err) {
-			return nil // deleted meanwhile
-		}
-		return fmt.Errorf("record the result of build %s on %s/%s: %w", m.BuildID, m.Namespace, m.Function, err)
-	}
-	return nil
+	return h.record(ctx, &fn, resources.BuildResultAnnotation, buildResultFrom(&m), "build "+m.BuildID)
 }
 
 // buildResultStale says why a result of build id does not belong on fn, or
@@ -85,8 +63,10 @@ func buildResultStale(fn *slessv1.Function, id string) string {
 	return ""
 }
 
-// JobCompleted records the result of a FunctionJob run. Results of runs
-// other than the current one are dropped.
+// JobCompleted records the result of a FunctionJob run in the annotation
+// resources.JobResultAnnotation (a patch of that key only), for the
+// FunctionJob reconciler, the one writer of a job's status, to apply.
+// Results of runs other than the current one are dropped.
 func (h *Handlers) JobCompleted(ctx context.Context, d *amqp.Delivery) error {
 	var m msg.InvocationCompleted
 	if err := json.Unmarshal(d.Body, &m); err != nil {
@@ -96,28 +76,40 @@ func (h *Handlers) JobCompleted(ctx context.Context, d *amqp.Delivery) error {
 		return nil
 	}
 	key := types.NamespacedName{Namespace: slessv1.NamespaceFor(m.Tenant), Name: m.Job.Name}
-	return retry.RetryOnConflict(retry.DefaultRetry, func() error {
-		var job slessv1.FunctionJob
-		current := func() string { return jobResultStale(&job, m.InvocationID) }
-		if stale, err := h.read(ctx, key, &job, current); err != nil || stale != "" {
-			if err == nil {
-				h.Log.Info("job result dropped", "namespace", key.Namespace, "job", key.Name, "invocationID", m.InvocationID, "reason", stale)
-			}
-			return err
+	var job slessv1.FunctionJob
+	current := func() string { return jobResultStale(&job, m.InvocationID) }
+	if stale, err := h.read(ctx, key, &job, current); err != nil || stale != "" {
+		if err == nil {
+			h.Log.Info("job result dropped", "namespace", key.Namespace, "job", key.Name, "invocationID", m.InvocationID, "reason", stale)
 		}
-		st := &job.Status
-		done := v1.NewTime(m.FinishedAt)
-		st.CompletionTime, st.Attempts = &done, m.Attempts
-		st.Result = summary(m)
-		metav1.SetStatusCondition(&st.Conditions, v1.Condition{Type: ConditionDispatched, Status: v1.ConditionTrue, Reason: "Published",
-			Message: "invocation " + m.InvocationID + " requested", ObservedGeneration: job.Generation})
-		if m.Status == msg.StatusSucceeded {
-			st.Phase, st.Message = slessv1.JobSucceeded, ""
-		} else {
-			st.Phase, st.Message = slessv1.JobFailed, fmt.Sprintf("run %d %s after %d attempts", job.Status.LastRunID, m.Status, m.Attempts)
+		return err
+	}
+	return h.record(ctx, &job, resources.JobResultAnnotation, jobResultFrom(&m), "invocation "+m.InvocationID)
+}
+
+// record writes result, encoded, into obj's annotation key (a merge patch
+// of that key only, so that it conflicts with no other writer), unless it
+// is there already (a redelivery); an object deleted meanwhile takes
+// nothing. what names the result in errors.
+func (h *Handlers) record(ctx context.Context, obj client.Object, key string, result any, what string) error {
+	value, err := json.Marshal(result)
+	if err != nil {
+		return rabbit.Permanent(fmt.Errorf("encode the result of %s: %w", what, err))
+	}
+	if obj.GetAnnotations()[key] == string(value) {
+		return nil // a redelivery
+	}
+	patch, err := json.Marshal(map[string]any{"metadata": map[string]any{"annotations": map[string]string{key: string(value)}}})
+	if err != nil {
+		return err
+	}
+	if err := h.Client.Patch(ctx, obj, client.RawPatch(types.MergePatchType, patch)); err != nil {
+		if apierrors.IsNotFound(err) {
+			return nil // deleted meanwhile
 		}
-		return h.Client.Status().Update(ctx, &job)
-	})
+		return fmt.Errorf("record the result of %s on %s/%s: %w", what, obj.GetNamespace(), obj.GetName(), err)
+	}
+	return nil
 }
 
 // jobResultStale says why the result of invocation id does not belong on
@@ -127,8 +119,10 @@ func jobResultStale(job *slessv1.FunctionJob, id string) string {
 	switch {
 	case st.InvocationID != id:
 		return fmt.Sprintf("the job's current run is invocation %q", st.InvocationID)
-	case st.Phase != slessv1.JobRunning && st.Phase != slessv1.JobWaiting:
-		return "the run already ended (" + string(st.Phase) + ")"
+	case st.Phase != slessv1.JobRunning:
+		// Waiting is a run not recorded yet: the invocation id is still
+		// the previous run's, and so is any result of it.
+		return "the job runs nothing now (" + string(st.Phase) + ")"
 	}
 	return ""
 }
@@ -152,24 +146,4 @@ func (h *Handlers) read(ctx context.Context, key types.NamespacedName, obj clien
 		return "", err
 	}
 	return stale(), nil
-}
-
-// summary is the HTTP status and the head of the result or error.
-func summary(m msg.InvocationCompleted) string {
-	s := strconv.Itoa(m.HTTPStatus)
-	tail := m.Error
-	if tail == "" && utf8.Valid(m.Result) {
-		tail = string(m.Result)
-	}
-	if tail != "" {
-		s += ": " + tail
-	}
-	const maxLen = 256
-	if len(s) > maxLen {
-		s = s[:maxLen]
-		for !utf8.ValidString(s) {
-			s = s[:len(s)-1]
-		}
-	}
-	return s
 }

@@ -125,7 +125,7 @@ func TestBuildResultIsRecordedWhileTheCacheLags(t *testing.T) {
 			}, func() string { return functionStatus(fn) })
 			var d appsv1.Deployment
 			h.eventually(t, "deployment with the built image", func() bool {
-				err := h.c.Get(t.Context(), client.ObjectKey{Namespace: ns, Name: resources.WorkloadName("hello")}, &d)
+				err := h.c.Get(t.Context(), client.ObjectKey{Namespace: ns, Name: resources.VersionWorkloadName("hello", 1)}, &d)
 				return err == nil && d.Spec.Template.Spec.Containers[0].Image == image
 			})
 		})
@@ -133,7 +133,9 @@ func TestBuildResultIsRecordedWhileTheCacheLags(t *testing.T) {
 }
 
 // TestJobResultIsRecordedWhileTheCacheLags: a run's result arrives while
-// the operator's cache has not seen the FunctionJob; it must be recorded.
+// the operator's cache has not seen the FunctionJob; it must be recorded
+// on the job, and applied to its status by the reconciler once the cache
+// catches up.
 func TestJobResultIsRecordedWhileTheCacheLags(t *testing.T) {
 	gate := newCacheGate(&slessv1.FunctionJob{}, func(client.Object) bool { return true })
 	h := newHarnessWith(t, func(mgr ctrl.Manager) driver.Driver { return &driver.Kubernetes{Client: mgr.GetClient()} }, gate.option)
@@ -160,8 +162,84 @@ func TestJobResultIsRecordedWhileTheCacheLags(t *testing.T) {
 	}
 	h.eventuallyShow(t, "the job result recorded while the cache lags", func() bool {
 		h.get(t, job)
-		return job.Status.Phase == slessv1.JobSucceeded
+		return strings.Contains(job.Annotations[resources.JobResultAnnotation], id)
+	}, func() string { return fmt.Sprintf("annotations %v", job.Annotations) })
+
+	gate.release()
+	h.eventuallyShow(t, "the recorded result applied once the cache caught up", func() bool {
+		h.get(t, job)
+		return job.Status.Phase == slessv1.JobSucceeded && job.Status.Result == "200"
 	}, func() string { return fmt.Sprintf("%+v", job.Status) })
+}
+
+// TestTheJobHandlerWritesNoStatus: the job-completed handler records a
+// run's result in an annotation and leaves the status to the FunctionJob
+// reconciler, its one writer. No operator runs while the result is handled;
+// before, the handler wrote the status itself, beside the reconciler.
+func TestTheJobHandlerWritesNoStatus(t *testing.T) {
+	h := newHarness(t)
+	tn, ns := h.tenant(t)
+	job := &slessv1.FunctionJob{ObjectMeta: metav1.ObjectMeta{Name: "nightly", Namespace: ns}, Spec: slessv1.FunctionJobSpec{
+		FunctionRef: slessv1.LocalRef{Name: "worker"}, RunID: 1}}
+	if err := h.c.Create(t.Context(), job); err != nil {
+		t.Fatal(err)
+	}
+	h.eventually(t, "job Waiting", func() bool { h.get(t, job); return job.Status.Phase == slessv1.JobWaiting })
+	h.stop()
+	// The run as the reconciler records it.
+	id := msg.JobInvocationID(string(job.UID), 1)
+	job.Status.InvocationID, job.Status.Phase = id, slessv1.JobRunning
+	if err := h.c.Status().Update(t.Context(), job); err != nil {
+		t.Fatal(err)
+	}
+	now := time.Now().UTC()
+	body, err := json.Marshal(&msg.InvocationCompleted{InvocationID: id, Tenant: tn.Name, Function: "worker", Trigger: msg.TriggerJob,
+		Status: msg.StatusFailed, HTTPStatus: 500, Error: "boom", Attempts: 3, StartedAt: now, FinishedAt: now, Job: &msg.JobRef{Name: "nightly", RunID: 1}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	hd := &Handlers{Client: h.c, Reader: h.c, Log: quietLog()}
+	if err := hd.JobCompleted(t.Context(), &amqp.Delivery{Body: body}); err != nil {
+		t.Fatal(err)
+	}
+	h.get(t, job)
+	if job.Status.Phase != slessv1.JobRunning || job.Status.Result != "" || job.Status.CompletionTime != nil {
+		t.Fatalf("the handler wrote the status: %+v", job.Status)
+	}
+	if !strings.Contains(job.Annotations[resources.JobResultAnnotation], id) {
+		t.Fatalf("the result is not recorded: annotations %v", job.Annotations)
+	}
+
+	h2 := newHarness(t)
+	h2.ownTenant(tn.Name)
+	h2.eventuallyShow(t, "the recorded result applied by the reconciler", func() bool {
+		h2.get(t, job)
+		return job.Status.Phase == slessv1.JobFailed && job.Status.Result == "500: boom" && job.Status.Attempts == 3
+	}, func() string { return fmt.Sprintf("%+v", job.Status) })
+}
+
+// TestAPreviousRunsResultEndsNoRun: a job's next run waits for its
+// function with the previous run's invocation id and result still on the
+// object; that result must not end the run that has not started. Before,
+// a late result of run 1 arriving while run 2 was Waiting marked it done.
+func TestAPreviousRunsResultEndsNoRun(t *testing.T) {
+	job := &slessv1.FunctionJob{}
+	job.Status.LastRunID, job.Status.InvocationID, job.Status.Phase = 2, "inv-run-1", slessv1.JobWaiting
+	value, err := json.Marshal(jobResultFrom(&msg.InvocationCompleted{InvocationID: "inv-run-1", Status: msg.StatusSucceeded, HTTPStatus: 200, Attempts: 1}))
+	if err != nil {
+		t.Fatal(err)
+	}
+	job.Annotations = map[string]string{resources.JobResultAnnotation: string(value)}
+	if applyJobResult(job) || job.Status.Phase != slessv1.JobWaiting {
+		t.Fatalf("run 1's result ended run 2: %+v", job.Status)
+	}
+	if stale := jobResultStale(job, "inv-run-1"); stale == "" {
+		t.Fatal("the handler would take run 1's result for run 2")
+	}
+	job.Status.Phase = slessv1.JobRunning
+	if !applyJobResult(job) || job.Status.Phase != slessv1.JobSucceeded || job.Status.Result != "200" {
+		t.Fatalf("the current run's result was not applied: %+v", job.Status)
+	}
 }
 
 // TestABuildResultBeforeItsRequestIsApplied: the result of the build a
@@ -195,7 +273,7 @@ func TestABuildResultBeforeItsRequestIsApplied(t *testing.T) {
 	}, func() string { return functionStatus(fn) })
 	var d appsv1.Deployment
 	h2.eventually(t, "deployment with the built image", func() bool {
-		err := h2.c.Get(t.Context(), client.ObjectKey{Namespace: ns, Name: resources.WorkloadName(fn.Name)}, &d)
+		err := h2.c.Get(t.Context(), client.ObjectKey{Namespace: ns, Name: resources.VersionWorkloadName(fn.Name, 1)}, &d)
 		return err == nil && d.Spec.Template.Spec.Containers[0].Image == image
 	})
 }

@@ -11,6 +11,7 @@ import (
 	"os"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -20,6 +21,7 @@ import (
 	amqp "github.com/rabbitmq/amqp091-go"
 	"go.opentelemetry.io/otel/trace/noop"
 	appsv1 "k8s.io/api/apps/v1"
+	"k8s.io/apimachinery/pkg/api/equality"
 	"k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/utils/ptr"
@@ -32,12 +34,14 @@ import (
 
 	"github.com/kube5s/sless/migrations"
 	slessv1 "github.com/kube5s/sless/pkg/apis/sless/v1alpha1"
+	"github.com/kube5s/sless/pkg/jitter"
 	"github.com/kube5s/sless/pkg/msg"
 	"github.com/kube5s/sless/pkg/objstore"
 	"github.com/kube5s/sless/pkg/rabbit"
 	"github.com/kube5s/sless/pkg/testenv"
 	"github.com/kube5s/sless/services/operator/internal/brokeradmin"
 	"github.com/kube5s/sless/services/operator/internal/driver"
+	"github.com/kube5s/sless/services/operator/internal/registry"
 	"github.com/kube5s/sless/services/operator/internal/resources"
 	"github.com/kube5s/sless/services/operator/internal/tenantdata"
 )
@@ -77,6 +81,8 @@ type harness struct {
 	db     *pgxpool.Pool // the tenant rows the operator deletes
 	stop   func()
 	local  *driver.Local // the local driver, when the harness runs one
+	// beforeVersionDelete, when set, is Deps.BeforeVersionDelete.
+	beforeVersionDelete atomic.Pointer[func(*slessv1.FunctionVersion)]
 	// logs is what the managers logged (controller-runtime and the
 	// reconcilers), JSON lines at debug level.
 	logs testenv.SyncBuffer
@@ -167,6 +173,14 @@ func (h *harness) startManager(t *testing.T, ctx context.Context, wg *sync.WaitG
 		Publisher: h.pub, Store: h.store, Data: &tenantdata.Store{DB: h.db, Batch: 2}, Driver: mkDriver(mgr),
 		Platform: platform, PublicURL: publicURL, Broker: h.broker, BrokerURL: tenantBrokerURL, Tracer: noop.NewTracerProvider().Tracer("t"),
 		Metrics: NewMetrics(prometheus.NewRegistry()), APIReader: mgr.GetAPIReader(),
+		DrainPeriod: 3 * time.Second, // as long as the local driver's own drain delay
+		// The test registry: every repository a test pushes is below it.
+		Images: &registry.Images{Prefix: testenv.Registry(t), Insecure: true},
+		BeforeVersionDelete: func(v *slessv1.FunctionVersion) {
+			if f := h.beforeVersionDelete.Load(); f != nil {
+				(*f)(v)
+			}
+		},
 	}
 	if err := Setup(ctx, mgr, deps); err != nil {
 		t.Fatal(err)
@@ -313,18 +327,46 @@ func tailFile(path string, n int) string {
 }
 
 // markAvailable plays the deployment controller, which envtest does not run:
-// it reports every replica of the function's Deployment updated and available.
+// it reports every replica of the Deployment of the function's latest
+// version updated and available.
 func (h *harness) markAvailable(t *testing.T, ns, fn string) {
 	t.Helper()
-	var d appsv1.Deployment
-	h.eventually(t, "deployment of "+fn, func() bool {
-		return h.c.Get(t.Context(), client.ObjectKey{Namespace: ns, Name: resources.WorkloadName(fn)}, &d) == nil
-	})
-	n := *d.Spec.Replicas
-	d.Status = appsv1.DeploymentStatus{ObservedGeneration: d.Generation, Replicas: n, UpdatedReplicas: n, ReadyReplicas: n, AvailableReplicas: n}
-	if err := h.c.Status().Update(t.Context(), &d); err != nil {
-		t.Fatal(err)
+	f := &slessv1.Function{ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: fn}}
+	h.eventually(t, "a published version of "+fn, func() bool { h.get(t, f); return f.Status.LatestVersion > 0 })
+	h.markVersionAvailable(t, ns, fn, f.Status.LatestVersion)
+}
+
+// markVersionAvailable is markAvailable for version n.
+func (h *harness) markVersionAvailable(t *testing.T, ns, fn string, n int32) {
+	t.Helper()
+	key := client.ObjectKey{Namespace: ns, Name: resources.VersionWorkloadName(fn, n)}
+	// mark writes the status a deployment controller would (envtest runs
+	// none) and reports whether the status is that of the current spec.
+	mark := func(ctx context.Context) bool {
+		var d appsv1.Deployment
+		if h.c.Get(ctx, key, &d) != nil {
+			return false
+		}
+		rc := *d.Spec.Replicas
+		want := appsv1.DeploymentStatus{ObservedGeneration: d.Generation, Replicas: rc, UpdatedReplicas: rc, ReadyReplicas: rc, AvailableReplicas: rc}
+		if equality.Semantic.DeepEqual(d.Status, want) {
+			return true
+		}
+		d.Status = want
+		return h.c.Status().Update(ctx, &d) == nil
 	}
+	h.eventually(t, fmt.Sprintf("deployment of %s version %d marked available", fn, n), func() bool { return mark(t.Context()) })
+	// The operator may write the Deployment again (its replicas once the
+	// version serves): as the deployment controller would, observe every
+	// new spec until the test ends.
+	var wg sync.WaitGroup
+	ctx := t.Context()
+	wg.Go(func() {
+		for jitter.Wait(ctx, 100*time.Millisecond) {
+			mark(ctx)
+		}
+	})
+	t.Cleanup(wg.Wait)
 }
 
 func (h *harness) function(t *testing.T, ns, name string, mod func(*slessv1.Function)) *slessv1.Function {

@@ -104,7 +104,7 @@ func TestLocalDriverRunsRestartsRollsAndStops(t *testing.T) {
 
 	// Kill the process: the driver restarts it and says so.
 	endpoint := fn.Status.Endpoint
-	pid := local.PID(ns, "local")
+	pid := local.PID(ns, "local", 1)
 	if err := syscall.Kill(pid, syscall.SIGKILL); err != nil {
 		t.Fatal(err)
 	}
@@ -168,7 +168,7 @@ func TestLocalDriverRunsRestartsRollsAndStops(t *testing.T) {
 		})
 	}
 	h.eventually(t, "the load to be served", func() bool { return served.Load() >= 20 })
-	v1Pid := local.PID(ns, "local")
+	v1Pid := local.PID(ns, "local", 1)
 	fn.Spec.Source.SHA256 = sha2
 	if err := h.c.Update(t.Context(), fn); err != nil {
 		t.Fatal(err)
@@ -192,7 +192,7 @@ func TestLocalDriverRunsRestartsRollsAndStops(t *testing.T) {
 	if _, err := os.Stat(logPath); err != nil {
 		t.Fatalf("the function's log file: %v", err)
 	}
-	newPid := local.PID(ns, "local")
+	newPid := local.PID(ns, "local", 2)
 	if newPid == 0 || newPid == pid {
 		t.Fatalf("serving pid %d after the rollout (was %d)", newPid, pid)
 	}
@@ -232,5 +232,57 @@ func TestContractFixturesThroughTheLocalDriver(t *testing.T) {
 			h.waitReady(t, fn)
 			contract.Run(t, fn.Status.Endpoint, fn.Name, strings.TrimPrefix(ns, "sless-fn-"))
 		})
+	}
+}
+
+// TestLocalDriverRunsAProcessSetPerVersion: two versions in one split run
+// as two processes, each from its own artifact and told its number; the
+// version that loses its traffic stops after the drain.
+func TestLocalDriverRunsAProcessSetPerVersion(t *testing.T) {
+	h, local := localHarness(t)
+	_, ns := h.tenant(t)
+	withEnv := func(version string) string {
+		dir := artifact(t, version)
+		code := fmt.Sprintf("import os\n\ndef handler(event, context):\n    return %q + \" \" + os.environ[\"SLESS_FUNCTION_VERSION\"]\n", version)
+		if err := os.WriteFile(filepath.Join(dir, "version.py"), []byte(code), 0o644); err != nil {
+			t.Fatal(err)
+		}
+		return dir
+	}
+	fn := h.function(t, ns, "set", func(f *slessv1.Function) {
+		withSource(sha1)(f)
+		f.Spec.Entrypoint = "version.handler"
+	})
+	h.build(t, fn, withEnv("a"))
+	h.publishedAs(t, fn, 1)
+	h.waitReady(t, fn)
+	h.update(t, fn, func(f *slessv1.Function) { f.Spec.Source.SHA256 = sha2 })
+	h.build(t, fn, withEnv("b"))
+	h.publishedAs(t, fn, 2)
+	h.update(t, fn, func(f *slessv1.Function) {
+		f.Spec.Traffic = []slessv1.TrafficTarget{{Version: 1, Percent: 50}, {Latest: true, Percent: 50}}
+	})
+	h.eventuallyShow(t, "both versions serving half", func() bool {
+		h.get(t, fn)
+		return len(fn.Status.Serving) == 2 && fn.Status.Serving[0].Ready && fn.Status.Serving[1].Ready &&
+			fn.Status.Serving[0].Percent == 50 && fn.Status.Serving[1].Percent == 50
+	}, func() string { return functionStatus(fn) })
+	for i, want := range []string{"a 1", "b 2"} {
+		if code, body := get(t, fn.Status.Serving[i].Endpoint+"/"); code != 200 || body != want {
+			t.Errorf("version %d answered %d %q, want %q", i+1, code, body, want)
+		}
+	}
+	p1, p2 := local.PID(ns, "set", 1), local.PID(ns, "set", 2)
+	if p1 == 0 || p2 == 0 || p1 == p2 {
+		t.Fatalf("pids %d and %d, want two processes", p1, p2)
+	}
+
+	h.update(t, fn, func(f *slessv1.Function) { f.Spec.Traffic = nil })
+	h.eventually(t, "version 1's process stopped after its drain", func() bool {
+		h.get(t, fn)
+		return len(fn.Status.Serving) == 1 && local.PID(ns, "set", 1) == 0 && syscall.Kill(p1, 0) != nil
+	})
+	if code, body := get(t, fn.Status.Endpoint+"/"); code != 200 || body != "b 2" {
+		t.Errorf("latest answered %d %q", code, body)
 	}
 }

@@ -179,7 +179,7 @@ func timeToFirst200(b *testing.B, l *Local, fn *slessv1.Function, dir string) ti
 	t0 := time.Now()
 	deadline := t0.Add(20 * time.Second)
 	for {
-		st, err := l.Ensure(context.Background(), fn, Artifact{Dir: dir})
+		st, err := l.Ensure(context.Background(), fn, Version{Number: 1, Artifact: Artifact{Dir: dir}, Replicas: 1})
 		if err != nil {
 			b.Fatal(err)
 		}

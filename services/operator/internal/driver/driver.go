@@ -34,13 +34,30 @@ type State struct {
 	Message string
 }
 
-// Driver runs functions.
+// Version is one published version of a function to run.
+type Version struct {
+	Number   int32
+	Artifact Artifact
+	// Replicas is how many replicas run (resources.Replicas decides it).
+	Replicas int32
+}
+
+// Driver runs the versions of functions: each version its own set of
+// replicas (a Deployment and a Service, or a set of local processes).
 type Driver interface {
-	// Ensure makes the function's replicas match its spec and artifact, and
-	// reports their state. It is called on every reconcile and must be
+	// Ensure makes version v of fn run and reports the state of its
+	// replicas. fn is the function as the version runs it
+	// (resources.VersionView). It is called on every reconcile and must be
 	// cheap when nothing changed.
-	Ensure(ctx context.Context, fn *slessv1.Function, a Artifact) (State, error)
-	// Delete stops every replica of the function.
+	Ensure(ctx context.Context, fn *slessv1.Function, v Version) (State, error)
+	// Stop stops every replica of version n of fn.
+	Stop(ctx context.Context, fn *slessv1.Function, n int32) error
+	// Running lists the versions of fn that have replicas.
+	Running(ctx context.Context, fn *slessv1.Function) ([]int32, error)
+	// RemoveLegacy stops the replicas fn ran before it had versions (one
+	// Deployment and Service for the function), if there are any.
+	RemoveLegacy(ctx context.Context, fn *slessv1.Function) error
+	// Delete stops every replica of every version of the function.
 	Delete(ctx context.Context, fn *slessv1.Function) error
 	// Watch adds the driver's own event sources to the Function controller,
 	// so that a replica becoming ready or failing triggers a reconcile.

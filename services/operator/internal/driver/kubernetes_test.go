@@ -48,7 +48,7 @@ func TestEnsureWaitsForADeploymentNotYetInTheCache(t *testing.T) {
 	if err := c.Create(ctx, fn); err != nil {
 		t.Fatal(err)
 	}
-	st, err := (&Kubernetes{Client: lagging}).Ensure(ctx, fn, Artifact{Image: "registry.example.com/f@sha256:" + sixtyFour})
+	st, err := (&Kubernetes{Client: lagging}).Ensure(ctx, fn, Version{Number: 1, Replicas: 1, Artifact: Artifact{Image: "registry.example.com/f@sha256:" + sixtyFour}})
 	if err != nil {
 		t.Fatalf("a Deployment not yet in the cache failed the function: %v", err)
 	}
@@ -56,7 +56,7 @@ func TestEnsureWaitsForADeploymentNotYetInTheCache(t *testing.T) {
 		t.Errorf("state %+v, want Progressing and not serving", st)
 	}
 	var d appsv1.Deployment
-	if err := c.Get(ctx, client.ObjectKeyFromObject(resources.Deployment(fn, "x")), &d); err != nil {
+	if err := c.Get(ctx, client.ObjectKeyFromObject(resources.VersionDeployment(fn, 1, "x", 1)), &d); err != nil {
 		t.Errorf("the Deployment was not created: %v", err)
 	}
 }

@@ -37,14 +37,16 @@ import (
 	"github.com/kube5s/sless/services/operator/internal/resources"
 )
 
-// Local runs each function as a runtime process on 127.0.0.1, started from
-// its artifact directory and supervised: health-checked, restarted with
-// backoff when it dies, replaced without dropping traffic when the function
-// changes (start the new process, wait until healthy, switch the endpoint,
-// drain the old one), and stopped on delete.
+// Local runs each version of a function as a runtime process on
+// 127.0.0.1 (its process set: one process per (namespace, function,
+// version)), started from the version's artifact directory and supervised:
+// health-checked, restarted with backoff when it dies, replaced without
+// dropping traffic when its environment changes (a Secret's value: start
+// the new process, wait until healthy, switch the endpoint, drain the old
+// one), and stopped when the version stops or the function goes.
 //
-// The local profile runs one process per function: status.endpoint is a
-// single URL and a second process would need a load balancer in front.
+// A version's set is one process: its endpoint is a single URL and a
+// second process would need a load balancer in front.
 type Local struct {
 	// Commands start a runtime: the interpreter and the wrapper script.
 	Commands map[slessv1.Runtime][]string
@@ -59,18 +61,24 @@ type Local struct {
 
 	events chan event.GenericEvent
 	mu     sync.Mutex
-	fns    map[types.NamespacedName]*localFn
+	fns    map[versionRef]*localFn
+}
+
+// versionRef names one version of one function.
+type versionRef struct {
+	types.NamespacedName
+	Number int32
 }
 
 type localFn struct {
 	current *proc // serving
-	next    *proc // starting for a new version
+	next    *proc // starting for a new environment
 }
 
 // NewLocal returns a local driver.
 func NewLocal(commands map[slessv1.Runtime][]string, secrets client.Reader, logDir string, log *slog.Logger) *Local {
 	return &Local{Commands: commands, Secrets: secrets, LogDir: logDir, Log: log, DrainDelay: 3 * time.Second,
-		events: make(chan event.GenericEvent, 64), fns: map[types.NamespacedName]*localFn{}}
+		events: make(chan event.GenericEvent, 64), fns: map[versionRef]*localFn{}}
 }
 
 // Watch reconciles a Function when one of its processes changes state.
@@ -88,27 +96,29 @@ func (l *Local) notify(key types.NamespacedName) {
 }
 
 // Ensure implements Driver.
-func (l *Local) Ensure(ctx context.Context, fn *slessv1.Function, a Artifact) (State, error) {
+func (l *Local) Ensure(ctx context.Context, fn *slessv1.Function, v Version) (State, error) {
+	a := v.Artifact
 	if a.Dir == "" {
-		return State{}, fmt.Errorf("local driver: function %s/%s has no artifact directory", fn.Namespace, fn.Name)
+		return State{}, fmt.Errorf("local driver: version %d of function %s/%s has no artifact directory", v.Number, fn.Namespace, fn.Name)
 	}
 	cmd, ok := l.Commands[fn.Spec.Runtime]
 	if !ok {
 		return State{}, fmt.Errorf("local driver: no command for runtime %s", fn.Spec.Runtime)
 	}
-	env, err := l.env(ctx, fn, a)
+	env, err := l.env(ctx, fn, a, v.Number)
 	if err != nil {
 		return State{}, err
 	}
 	key := versionKey(cmd, a.Dir, env)
 	name := types.NamespacedName{Namespace: fn.Namespace, Name: fn.Name}
+	ref := versionRef{NamespacedName: name, Number: v.Number}
 
 	l.mu.Lock()
 	defer l.mu.Unlock()
-	lf := l.fns[name]
+	lf := l.fns[ref]
 	if lf == nil {
 		lf = &localFn{}
-		l.fns[name] = lf
+		l.fns[ref] = lf
 	}
 	if lf.current != nil && lf.current.key == key {
 		if lf.next != nil {
@@ -138,23 +148,63 @@ func (l *Local) Ensure(ctx context.Context, fn *slessv1.Function, a Artifact) (S
 	starting := lf.next.state(false)
 	if lf.current != nil && lf.current.isHealthy() {
 		st := lf.current.state(false)
-		st.Reason, st.Message = slessv1.ReasonProgressing, "starting the new version: "+starting.Message
+		st.Reason, st.Message = slessv1.ReasonProgressing, "starting the process with the new environment: "+starting.Message
 		return st, nil
 	}
 	return starting, nil
 }
 
-// Delete implements Driver: every process of the function gets SIGTERM,
-// finishes its in-flight work and exits; then its log file goes, so that a
-// function or tenant made again under the same name does not read the
-// output of the one deleted.
-func (l *Local) Delete(_ context.Context, fn *slessv1.Function) error {
-	name := types.NamespacedName{Namespace: fn.Namespace, Name: fn.Name}
+// Stop implements Driver: version n's processes get SIGTERM and finish
+// their in-flight work (Stop does not wait for them).
+func (l *Local) Stop(_ context.Context, fn *slessv1.Function, n int32) error {
+	ref := versionRef{NamespacedName: types.NamespacedName{Namespace: fn.Namespace, Name: fn.Name}, Number: n}
 	l.mu.Lock()
-	lf := l.fns[name]
-	delete(l.fns, name)
+	lf := l.fns[ref]
+	delete(l.fns, ref)
 	l.mu.Unlock()
 	if lf != nil {
+		for _, p := range []*proc{lf.current, lf.next} {
+			if p != nil {
+				p.stop(0)
+			}
+		}
+	}
+	return nil
+}
+
+// Running implements Driver.
+func (l *Local) Running(_ context.Context, fn *slessv1.Function) ([]int32, error) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	var out []int32
+	for ref := range l.fns {
+		if ref.Namespace == fn.Namespace && ref.Name == fn.Name {
+			out = append(out, ref.Number)
+		}
+	}
+	sort.Slice(out, func(i, j int) bool { return out[i] < out[j] })
+	return out, nil
+}
+
+// RemoveLegacy implements Driver: the local driver's processes do not
+// outlive the operator, so nothing from before versions runs.
+func (l *Local) RemoveLegacy(context.Context, *slessv1.Function) error { return nil }
+
+// Delete implements Driver: every process of every version of the
+// function gets SIGTERM, finishes its in-flight work and exits; then its
+// log file goes, so that a function or tenant made again under the same
+// name does not read the output of the one deleted.
+func (l *Local) Delete(_ context.Context, fn *slessv1.Function) error {
+	var stopped []*localFn
+	l.mu.Lock()
+	for ref, lf := range l.fns {
+		if ref.Namespace == fn.Namespace && ref.Name == fn.Name {
+			stopped = append(stopped, lf)
+			delete(l.fns, ref)
+		}
+	}
+	l.mu.Unlock()
+	for _, lf := range stopped {
 		for _, p := range []*proc{lf.current, lf.next} {
 			if p != nil {
 				p.stop(0)
@@ -172,7 +222,7 @@ func (l *Local) Delete(_ context.Context, fn *slessv1.Function) error {
 func (l *Local) Shutdown() {
 	l.mu.Lock()
 	all := l.fns
-	l.fns = map[types.NamespacedName]*localFn{}
+	l.fns = map[versionRef]*localFn{}
 	l.mu.Unlock()
 	for _, lf := range all {
 		for _, p := range []*proc{lf.current, lf.next} {
@@ -186,10 +236,10 @@ func (l *Local) Shutdown() {
 
 // env is the process environment: a minimal base, the runtime contract's
 // settings and the user's variables with Secret references resolved.
-func (l *Local) env(ctx context.Context, fn *slessv1.Function, a Artifact) ([]string, error) {
+func (l *Local) env(ctx context.Context, fn *slessv1.Function, a Artifact, version int32) ([]string, error) {
 	out := []string{"PATH=" + os.Getenv("PATH"), "HOME=" + a.Dir, "SLESS_HOST=127.0.0.1", "SLESS_CODE_DIR=" + a.Dir,
 		"PYTHONPATH=" + filepath.Join(a.Dir, "deps"), "PYTHONDONTWRITEBYTECODE=1", "PYTHONUNBUFFERED=1"}
-	for _, e := range resources.RuntimeEnv(fn, 0) {
+	for _, e := range resources.RuntimeEnv(fn, version, 0) {
 		if e.Name == resources.EnvPort {
 			continue // chosen per process
 		}
@@ -495,10 +545,11 @@ func (l *Local) LogPath(namespace, name string) string {
 	return funclog.Path(l.LogDir, namespace, name)
 }
 
-// PID is the process id of the function's serving process, or 0.
-func (l *Local) PID(namespace, name string) int {
+// PID is the process id of the serving process of version n of the
+// function, or 0.
+func (l *Local) PID(namespace, name string, n int32) int {
 	l.mu.Lock()
-	lf := l.fns[types.NamespacedName{Namespace: namespace, Name: name}]
+	lf := l.fns[versionRef{NamespacedName: types.NamespacedName{Namespace: namespace, Name: name}, Number: n}]
 	l.mu.Unlock()
 	if lf == nil || lf.current == nil {
 		return 0

@@ -4,10 +4,8 @@ import (
 	"fmt"
 	"strconv"
 
-	appsv1 "k8s.io/api/apps/v1"
 	corev1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/api/resource"
-	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/util/intstr"
 	"k8s.io/utils/ptr"
 
@@ -34,9 +32,10 @@ func FunctionLabels(tenant, function string) map[string]string {
 	return l
 }
 
-// RuntimeEnv is the runtime contract's settings followed by the user's env.
-// Values from Secrets are left to the driver (valueFrom in a pod).
-func RuntimeEnv(fn *slessv1.Function, port int) []corev1.EnvVar {
+// RuntimeEnv is the runtime contract's settings (with the version the
+// process runs) followed by the user's env. Values from Secrets are left
+// to the driver (valueFrom in a pod).
+func RuntimeEnv(fn *slessv1.Function, version int32, port int) []corev1.EnvVar {
 	env := []corev1.EnvVar{
 		{Name: EnvPort, Value: strconv.Itoa(port)},
 		{Name: EnvFunction, Value: fn.Name},
@@ -46,6 +45,7 @@ func RuntimeEnv(fn *slessv1.Function, port int) []corev1.EnvVar {
 		{Name: EnvTimeoutSec, Value: strconv.Itoa(int(fn.Spec.TimeoutSec))},
 		{Name: EnvConcurrency, Value: strconv.Itoa(int(fn.Spec.Concurrency))},
 		{Name: EnvMemoryMB, Value: strconv.Itoa(int(fn.Spec.MemoryMB))},
+		{Name: EnvVersion, Value: strconv.Itoa(int(version))},
 	}
 	for _, e := range fn.Spec.Env {
 		v := corev1.EnvVar{Name: e.Name, Value: e.Value}
@@ -61,8 +61,9 @@ func RuntimeEnv(fn *slessv1.Function, port int) []corev1.EnvVar {
 	return env
 }
 
-// Replicas is the number of replicas the kubernetes driver runs. Scale to
-// zero is not implemented yet, so at least one replica runs.
+// Replicas is the number of replicas each running version of fn gets: the
+// one place that decides it (the scaler replaces it). Scale to zero is not
+// implemented yet, so at least one replica runs.
 func Replicas(fn *slessv1.Function) int32 {
 	if fn.Spec.Scaling == nil {
 		return 1
@@ -70,10 +71,10 @@ func Replicas(fn *slessv1.Function) int32 {
 	return max(fn.Spec.Scaling.MinReplicas, 1)
 }
 
-// PodSpec is the hardened pod of a function: non-root, no privilege
+// PodSpec is the hardened pod of one version of a function: non-root, no privilege
 // escalation, no capabilities, read-only root with a writable /tmp,
 // RuntimeDefault seccomp and no service-account token.
-func PodSpec(fn *slessv1.Function, image string) corev1.PodSpec {
+func PodSpec(fn *slessv1.Function, version int32, image string) corev1.PodSpec {
 	mem := *resource.NewQuantity(int64(fn.Spec.MemoryMB)*1024*1024, resource.BinarySI)
 	cpu := *resource.NewMilliQuantity(int64(fn.Spec.CPUMillis), resource.DecimalSI)
 	probe := func(period, failures int32) *corev1.Probe {
@@ -100,7 +101,7 @@ func PodSpec(fn *slessv1.Function, image string) corev1.PodSpec {
 			Name:  FunctionContainerName,
 			Image: image,
 			Ports: []corev1.ContainerPort{{Name: "http", ContainerPort: FunctionContainerPort, Protocol: corev1.ProtocolTCP}},
-			Env:   RuntimeEnv(fn, FunctionContainerPort),
+			Env:   RuntimeEnv(fn, version, FunctionContainerPort),
 			Resources: corev1.ResourceRequirements{
 				Requests: corev1.ResourceList{corev1.ResourceCPU: cpu, corev1.ResourceMemory: mem},
 				Limits:   corev1.ResourceList{corev1.ResourceCPU: cpu, corev1.ResourceMemory: mem},
@@ -121,50 +122,6 @@ func PodSpec(fn *slessv1.Function, image string) corev1.PodSpec {
 			VolumeSource: corev1.VolumeSource{EmptyDir: &corev1.EmptyDirVolumeSource{SizeLimit: ptr.To(resource.MustParse("256Mi"))}},
 		}},
 	}
-}
-
-// Deployment runs a function's replicas. Updates surge a new pod before an
-// old one goes, so a rollout never drops capacity.
-func Deployment(fn *slessv1.Function, image string) *appsv1.Deployment {
-	tenant := tenantns.Named(fn.Namespace)
-	labels := FunctionLabels(tenant, fn.Name)
-	return &appsv1.Deployment{
-		ObjectMeta: metav1.ObjectMeta{Name: WorkloadName(fn.Name), Namespace: fn.Namespace, Labels: labels},
-		Spec: appsv1.DeploymentSpec{
-			Replicas: ptr.To(Replicas(fn)),
-			Selector: &metav1.LabelSelector{MatchLabels: map[string]string{slessv1.LabelFunction: fn.Name}},
-			Strategy: appsv1.DeploymentStrategy{
-				Type: appsv1.RollingUpdateDeploymentStrategyType,
-				RollingUpdate: &appsv1.RollingUpdateDeployment{
-					MaxSurge:       ptr.To(intstr.FromInt32(1)),
-					MaxUnavailable: ptr.To(intstr.FromInt32(0)),
-				},
-			},
-			RevisionHistoryLimit: ptr.To(int32(3)),
-			Template: corev1.PodTemplateSpec{
-				ObjectMeta: metav1.ObjectMeta{Labels: labels},
-				Spec:       PodSpec(fn, image),
-			},
-		},
-	}
-}
-
-// Service addresses a function's ready pods.
-func Service(fn *slessv1.Function) *corev1.Service {
-	return &corev1.Service{
-		ObjectMeta: metav1.ObjectMeta{Name: WorkloadName(fn.Name), Namespace: fn.Namespace, Labels: FunctionLabels(tenantns.Named(fn.Namespace), fn.Name)},
-		Spec: corev1.ServiceSpec{
-			Selector: map[string]string{slessv1.LabelFunction: fn.Name},
-			Ports: []corev1.ServicePort{{
-				Name: "http", Port: FunctionServicePort, TargetPort: intstr.FromInt32(FunctionContainerPort), Protocol: corev1.ProtocolTCP,
-			}},
-		},
-	}
-}
-
-// ServiceEndpoint is the in-cluster URL of a function's Service.
-func ServiceEndpoint(fn *slessv1.Function) string {
-	return fmt.Sprintf("http://%s.%s.svc:%d", WorkloadName(fn.Name), fn.Namespace, FunctionServicePort)
 }
 
 // InvokeURL is the public URL of a function through the gateway.

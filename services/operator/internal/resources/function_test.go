@@ -29,7 +29,8 @@ func function(opts ...func(*slessv1.Function)) *slessv1.Function {
 
 // deployment is the Deployment expected for function(), changed by opts.
 func deployment(opts ...func(*appsv1.Deployment)) *appsv1.Deployment {
-	labels := map[string]string{"sless.kube5s.ru/tenant": "acme", "app.kubernetes.io/managed-by": "sless", "sless.kube5s.ru/function": "hello"}
+	labels := map[string]string{"sless.kube5s.ru/tenant": "acme", "app.kubernetes.io/managed-by": "sless", "sless.kube5s.ru/function": "hello",
+		"sless.kube5s.ru/version": "1"}
 	mem, cpu := resource.MustParse("256Mi"), resource.MustParse("250m")
 	probe := func(period, failures int32) *corev1.Probe {
 		return &corev1.Probe{
@@ -40,10 +41,10 @@ func deployment(opts ...func(*appsv1.Deployment)) *appsv1.Deployment {
 		}
 	}
 	d := &appsv1.Deployment{
-		ObjectMeta: metav1.ObjectMeta{Name: "fn-hello", Namespace: "sless-fn-acme", Labels: labels},
+		ObjectMeta: metav1.ObjectMeta{Name: "fn-hello-v1", Namespace: "sless-fn-acme", Labels: labels},
 		Spec: appsv1.DeploymentSpec{
 			Replicas: ptr.To(int32(1)),
-			Selector: &metav1.LabelSelector{MatchLabels: map[string]string{"sless.kube5s.ru/function": "hello"}},
+			Selector: &metav1.LabelSelector{MatchLabels: map[string]string{"sless.kube5s.ru/function": "hello", "sless.kube5s.ru/version": "1"}},
 			Strategy: appsv1.DeploymentStrategy{
 				Type: appsv1.RollingUpdateDeploymentStrategyType,
 				RollingUpdate: &appsv1.RollingUpdateDeployment{
@@ -78,6 +79,7 @@ func deployment(opts ...func(*appsv1.Deployment)) *appsv1.Deployment {
 							{Name: "SLESS_TIMEOUT_SEC", Value: "30"},
 							{Name: "SLESS_CONCURRENCY", Value: "4"},
 							{Name: "SLESS_MEMORY_MB", Value: "256"},
+							{Name: "SLESS_FUNCTION_VERSION", Value: "1"},
 						},
 						Resources: corev1.ResourceRequirements{
 							Requests: corev1.ResourceList{corev1.ResourceCPU: cpu, corev1.ResourceMemory: mem},
@@ -108,7 +110,7 @@ func deployment(opts ...func(*appsv1.Deployment)) *appsv1.Deployment {
 	return d
 }
 
-func TestDeploymentIsTheHardenedPodOfTheFunction(t *testing.T) {
+func TestVersionDeploymentIsTheHardenedPodOfTheFunction(t *testing.T) {
 	container := func(d *appsv1.Deployment) *corev1.Container { return &d.Spec.Template.Spec.Containers[0] }
 	for _, tc := range []struct {
 		name string
@@ -146,7 +148,7 @@ func TestDeploymentIsTheHardenedPodOfTheFunction(t *testing.T) {
 		}),
 	}} {
 		t.Run(tc.name, func(t *testing.T) {
-			got := Deployment(tc.fn, "registry.local/acme/hello:abc")
+			got := VersionDeployment(tc.fn, 1, "registry.local/acme/hello:abc", Replicas(tc.fn))
 			if diff := cmp.Diff(tc.want, got); diff != "" {
 				t.Errorf("Deployment (-want +got):\n%s", diff)
 			}

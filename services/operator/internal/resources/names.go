@@ -44,6 +44,11 @@ func BuildID(functionUID, runtime, sha256hex string) string {
 // the Function reconciler, the one writer of the status, to apply.
 const BuildResultAnnotation = "sless.kube5s.ru/build-result"
 
+// JobResultAnnotation carries the result of a FunctionJob's current run
+// (written by the job-completed handler only), for the FunctionJob
+// reconciler, the one writer of the job's status, to apply.
+const JobResultAnnotation = "sless.kube5s.ru/job-result"
+
 // SourceBuildID is the id of the build fn's spec asks for (its source digest
 // for its runtime), "" when it runs a prebuilt image or has no source yet.
 func SourceBuildID(fn *slessv1.Function) string {

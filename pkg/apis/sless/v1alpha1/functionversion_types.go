@@ -1,0 +1,147 @@
+package v1alpha1
+
+import (
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+)
+
+// FunctionVersion is an immutable snapshot of what runs for a Function:
+// published by the operator when a build of a changed template succeeds,
+// named <function>-v<number>, owned by its Function. The API server refuses
+// any change of its spec (CEL self == oldSelf).
+//
+// +kubebuilder:object:root=true
+// +kubebuilder:resource:shortName=slfv
+// +kubebuilder:subresource:status
+// +kubebuilder:printcolumn:name="Function",type=string,JSONPath=`.spec.function`
+// +kubebuilder:printcolumn:name="Version",type=integer,JSONPath=`.spec.number`
+// +kubebuilder:printcolumn:name="Runtime",type=string,JSONPath=`.spec.runtime`
+// +kubebuilder:printcolumn:name="Source",type=string,JSONPath=`.spec.sourceSHA256`,priority=1
+// +kubebuilder:printcolumn:name="Ready",type=integer,JSONPath=`.status.readyReplicas`
+// +kubebuilder:printcolumn:name="Age",type=date,JSONPath=`.metadata.creationTimestamp`
+type FunctionVersion struct {
+	metav1.TypeMeta   `json:",inline"`
+	metav1.ObjectMeta `json:"metadata,omitempty"`
+
+	// +kubebuilder:validation:XValidation:rule="self == oldSelf",message="a FunctionVersion is immutable: publish a new version instead"
+	Spec FunctionVersionSpec `json:"spec"`
+	// +optional
+	Status FunctionVersionStatus `json:"status,omitempty"`
+}
+
+// FunctionVersionSpec is what one version runs, frozen at publish.
+type FunctionVersionSpec struct {
+	// Function is the name of the owning Function.
+	// +kubebuilder:validation:MinLength=1
+	// +kubebuilder:validation:MaxLength=53
+	Function string `json:"function"`
+	// Number counts the Function's versions from 1.
+	// +kubebuilder:validation:Minimum=1
+	Number int32 `json:"number"`
+	// Identity is the artifact digest plus a hash of the runtime-affecting
+	// fields: two templates with one identity are one version.
+	// +kubebuilder:validation:MaxLength=256
+	Identity string `json:"identity"`
+	// Image is the built or given image, by digest (kubernetes profile).
+	// +optional
+	// +kubebuilder:validation:MaxLength=512
+	Image string `json:"image,omitempty"`
+	// Artifact is the prepared directory (local profile).
+	// +optional
+	// +kubebuilder:validation:MaxLength=4096
+	Artifact string `json:"artifact,omitempty"`
+	// SourceSHA256 is the digest of the source the artifact was built from.
+	// +optional
+	SourceSHA256 string `json:"sourceSHA256,omitempty"`
+	// BuildID is the build that produced the artifact.
+	// +optional
+	BuildID    string  `json:"buildID,omitempty"`
+	Runtime    Runtime `json:"runtime"`
+	Entrypoint string  `json:"entrypoint"`
+	MemoryMB   int32   `json:"memoryMB"`
+	CPUMillis  int32   `json:"cpuMillis"`
+	TimeoutSec int32   `json:"timeoutSec"`
+	// Concurrency is the number of invocations in flight per replica.
+	Concurrency int32 `json:"concurrency"`
+	// Env is the environment; Secret references stay references.
+	// +optional
+	// +kubebuilder:validation:MaxItems=128
+	Env []EnvVar `json:"env,omitempty"`
+}
+
+// FunctionVersionStatus is what the operator observed of one version's
+// replicas.
+type FunctionVersionStatus struct {
+	// +optional
+	ReadyReplicas int32 `json:"readyReplicas,omitempty"`
+	// Endpoint is where the data plane reaches this version.
+	// +optional
+	Endpoint string `json:"endpoint,omitempty"`
+	// +optional
+	// +listType=map
+	// +listMapKey=type
+	Conditions []metav1.Condition `json:"conditions,omitempty"`
+}
+
+// FunctionVersionList is a list of FunctionVersions.
+//
+// +kubebuilder:object:root=true
+type FunctionVersionList struct {
+	metav1.TypeMeta `json:",inline"`
+	metav1.ListMeta `json:"metadata,omitempty"`
+	Items           []FunctionVersion `json:"items"`
+}
+
+// TrafficTarget is one entry of a Function's traffic split: a version by
+// number, or latest (the newest published version), with a share and an
+// optional tag (a stable route to it: invoke with @<tag>).
+//
+// +kubebuilder:validation:XValidation:rule="(has(self.version) && self.version > 0) != (has(self.latest) && self.latest)",message="an entry names a version or latest, not both"
+type TrafficTarget struct {
+	// +optional
+	// +kubebuilder:validation:Minimum=1
+	Version int32 `json:"version,omitempty"`
+	// +optional
+	Latest bool `json:"latest,omitempty"`
+	// +kubebuilder:validation:Minimum=0
+	// +kubebuilder:validation:Maximum=100
+	Percent int32 `json:"percent"`
+	// +optional
+	// +kubebuilder:validation:MaxLength=40
+	// +kubebuilder:validation:Pattern=`^[a-z]([-a-z0-9]*[a-z0-9])?$`
+	Tag string `json:"tag,omitempty"`
+}
+
+// Versioning keeps published versions.
+type Versioning struct {
+	// Retain is how many of the newest versions are kept, besides every
+	// version that traffic, a tag, pinned work or a rollback names.
+	// +optional
+	// +kubebuilder:default=10
+	// +kubebuilder:validation:Minimum=1
+	// +kubebuilder:validation:Maximum=100
+	Retain int32 `json:"retain,omitempty"`
+}
+
+// ServingVersion is one version the data plane may send work to, as the
+// operator resolved it: the effective traffic (which follows spec.traffic
+// once its targets are ready), tag routes and versions kept for draining or
+// pinned work. The gateway and invoker read only this.
+type ServingVersion struct {
+	Number int32 `json:"number"`
+	// Percent is the version's effective share of untagged traffic.
+	// +optional
+	Percent int32 `json:"percent,omitempty"`
+	// Tags are the tags routed to this version.
+	// +optional
+	Tags []string `json:"tags,omitempty"`
+	// Endpoint is where the data plane reaches this version.
+	// +optional
+	Endpoint string `json:"endpoint,omitempty"`
+	// Ready is true when at least one replica answers its health check.
+	// +optional
+	Ready bool `json:"ready,omitempty"`
+	// Draining is true for a version that lost its traffic and runs only
+	// until its in-flight and pinned work is done.
+	// +optional
+	Draining bool `json:"draining,omitempty"`
+}

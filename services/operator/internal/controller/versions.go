@@ -1,0 +1,571 @@
+package controller
+
+import (
+	"context"
+	"fmt"
+	"slices"
+	"time"
+
+	corev1 "k8s.io/api/core/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	"k8s.io/apimachinery/pkg/api/meta"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+	"sigs.k8s.io/controller-runtime/pkg/controller/controllerutil"
+
+	slessv1 "github.com/kube5s/sless/pkg/apis/sless/v1alpha1"
+	"github.com/kube5s/sless/services/operator/internal/driver"
+	"github.com/kube5s/sless/services/operator/internal/resources"
+)
+
+// DefaultDrainPeriod is how long a version that lost its traffic keeps
+// running (SLESS_VERSION_DRAIN_PERIOD).
+const DefaultDrainPeriod = 120 * time.Second
+
+// DefaultRetain is spec.versioning.retain when it is not given (the CRD
+// defaults it too).
+const DefaultRetain = 10
+
+// listVersions is fn's FunctionVersions from the cache, by number.
+func (r *FunctionReconciler) listVersions(ctx context.Context, fn *slessv1.Function) (map[int32]*slessv1.FunctionVersion, error) {
+	var list slessv1.FunctionVersionList
+	if err := r.Client.List(ctx, &list, client.InNamespace(fn.Namespace), client.MatchingLabels{slessv1.LabelFunction: fn.Name}); err != nil {
+		return nil, fmt.Errorf("list versions of %s/%s: %w", fn.Namespace, fn.Name, err)
+	}
+	out := map[int32]*slessv1.FunctionVersion{}
+	for i := range list.Items {
+		v := &list.Items[i]
+		if v.Spec.Function == fn.Name && metav1.IsControlledBy(v, fn) {
+			out[v.Spec.Number] = v
+		}
+	}
+	return out, nil
+}
+
+// templateArtifact is the artifact built from fn's current template, or
+// ok=false while there is none: no source yet, or the build of the current
+// source and runtime has not succeeded (the artifact in status is the
+// previous one's then, and a version of it with the new template's fields
+// would be a version nobody asked for).
+func templateArtifact(fn *slessv1.Function) (image, dir, buildID string, ok bool) {
+	st := &fn.Status
+	if fn.Spec.Image != "" {
+		return fn.Spec.Image, "", "", st.Image == fn.Spec.Image
+	}
+	if fn.Spec.Source == nil || st.LastBuildID == "" || st.LastBuildID != resources.SourceBuildID(fn) ||
+		st.BuiltSourceSHA256 != fn.Spec.Source.SHA256 || builtReason(fn) != slessv1.ReasonBuildSucceeded {
+		return "", "", "", false
+	}
+	return st.Image, st.Artifact, st.LastBuildID, st.Image != "" || st.Artifact != ""
+}
+
+// publish makes the next version of fn when its template's artifact is
+// built and its identity (resources.Identity) is not a version already.
+// The version is <fn>-v<latest+1>; a name taken already means the cache
+// is behind this operator's own writes, and the reconcile is retried.
+func (r *FunctionReconciler) publish(ctx context.Context, fn *slessv1.Function, versions map[int32]*slessv1.FunctionVersion) error {
+	image, dir, buildID, ok := templateArtifact(fn)
+	if !ok {
+		return nil
+	}
+	st := &fn.Status
+	var newest int32
+	for n := range versions {
+		newest = max(newest, n)
+	}
+	if st.LatestVersion > newest && versions[st.LatestVersion] == nil {
+		// Published by an earlier reconcile and not in the cache yet, or
+		// removed: read past the cache before numbering another.
+		var fresh slessv1.FunctionVersion
+		err := r.APIReader.Get(ctx, client.ObjectKey{Namespace: fn.Namespace, Name: resources.VersionName(fn.Name, st.LatestVersion)}, &fresh)
+		if err == nil {
+			return errStaleCache
+		} else if !apierrors.IsNotFound(err) {
+			return err
+		}
+	}
+	n := max(st.LatestVersion, newest) + 1
+	spec := resources.VersionSpec(fn, n, image, dir, buildID)
+	for _, v := range versions {
+		if v.Spec.Identity == spec.Identity {
+			// The template is that version again (a deploy of an older
+			// source, say): nothing is published, and latest is that
+			// version, so that what the spec says is what latest runs.
+			if fn.Generation != st.ObservedGeneration || st.LatestVersion != v.Spec.Number {
+				r.Events.Eventf(fn, nil, corev1.EventTypeNormal, slessv1.ReasonVersionUnchanged, "Publish",
+					"the template is version %d already: nothing published", v.Spec.Number)
+			}
+			st.LatestVersion = v.Spec.Number
+			return nil
+		}
+	}
+	fv := resources.FunctionVersion(fn, spec)
+	if err := controllerutil.SetControllerReference(fn, fv, r.Client.Scheme()); err != nil {
+		return err
+	}
+	if err := r.Client.Create(ctx, fv); apierrors.IsAlreadyExists(err) {
+		return errStaleCache
+	} else if err != nil {
+		return fmt.Errorf("publish version %d of %s/%s: %w", n, fn.Namespace, fn.Name, err)
+	}
+	versions[n] = fv
+	st.LatestVersion = n
+	r.Events.Eventf(fn, nil, corev1.EventTypeNormal, slessv1.ReasonVersionPublished, "Publish", "published version %d (%s)", n, short(spec.Identity))
+	return nil
+}
+
+// split is a resolved traffic split: the share and tags of each version.
+type split map[int32]*slessv1.ServingVersion
+
+func (s split) entry(n int32) *slessv1.ServingVersion {
+	e := s[n]
+	if e == nil {
+		e = &slessv1.ServingVersion{Number: n}
+		s[n] = e
+	}
+	return e
+}
+
+// desiredSplit resolves spec.traffic (default 100 % latest) to version
+// numbers. A target that names no published version is the problem it
+// returns, and then the split is nil.
+func desiredSplit(fn *slessv1.Function, versions map[int32]*slessv1.FunctionVersion) (split, string) {
+	traffic := fn.Spec.Traffic
+	if len(traffic) == 0 {
+		traffic = []slessv1.TrafficTarget{{Latest: true, Percent: 100}}
+	}
+	out := split{}
+	for i, t := range traffic {
+		n := t.Version
+		if t.Latest {
+			n = fn.Status.LatestVersion
+		}
+		if versions[n] == nil {
+			if t.Latest {
+				return nil, "no version is published yet"
+			}
+			return nil, fmt.Sprintf("traffic entry %d names version %d, which does not exist", i, n)
+		}
+		e := out.entry(n)
+		e.Percent += t.Percent
+		if t.Tag != "" {
+			e.Tags = append(e.Tags, t.Tag)
+		}
+	}
+	return out, ""
+}
+
+// effectiveSplit is what status.serving says of traffic: the desired shares
+// once every version with a share in it is ready, the previous shares until
+// then (unless none of those is ready either: then waiting keeps nothing
+// serving). Tags follow the desired split at once: they route even at 0 %.
+func effectiveSplit(prev []slessv1.ServingVersion, desired split, ready func(int32) bool) (split, bool) {
+	desiredReady := true
+	for n, e := range desired {
+		if e.Percent > 0 && !ready(n) {
+			desiredReady = false
+		}
+	}
+	prevReady := false
+	for _, e := range prev {
+		if e.Percent > 0 && !e.Draining && ready(e.Number) {
+			prevReady = true
+		}
+	}
+	out := split{}
+	flipped := desiredReady || !prevReady
+	if flipped {
+		for n, e := range desired {
+			out.entry(n).Percent = e.Percent
+		}
+	} else {
+		for _, e := range prev {
+			if e.Percent > 0 && !e.Draining {
+				out.entry(e.Number).Percent = e.Percent
+			}
+		}
+	}
+	for n, e := range desired {
+		if len(e.Tags) > 0 {
+			out.entry(n).Tags = append([]string(nil), e.Tags...)
+		}
+	}
+	return out, flipped
+}
+
+// referenced is every version number fn's spec and status name: traffic
+// (latest resolved), tags, status.serving (draining included) and the
+// latest version.
+func referenced(fn *slessv1.Function) map[int32]bool {
+	refs := map[int32]bool{}
+	if fn.Status.LatestVersion > 0 {
+		refs[fn.Status.LatestVersion] = true
+	}
+	for _, t := range fn.Spec.Traffic {
+		if t.Version > 0 {
+			refs[t.Version] = true
+		}
+	}
+	for _, s := range fn.Status.Serving {
+		refs[s.Number] = true
+	}
+	return refs
+}
+
+// retain is spec.versioning.retain or its default.
+func retain(fn *slessv1.Function) int {
+	if fn.Spec.Versioning != nil && fn.Spec.Versioning.Retain > 0 {
+		return int(fn.Spec.Versioning.Retain)
+	}
+	return DefaultRetain
+}
+
+// running is what one reconcile of the versions found: the Function's
+// state for phase and conditions, and when to look again (a drain ends).
+type running struct {
+	state   driver.State
+	problem string // why spec.traffic does not apply
+	pending bool   // spec.traffic waits for its targets to be ready
+	after   time.Duration
+}
+
+// run runs every version that status.serving keeps (the effective split,
+// tag routes, drains), stops the others, writes each version's status and
+// fn's status.serving, endpoint and replica count.
+func (r *FunctionReconciler) run(ctx context.Context, fn *slessv1.Function, versions map[int32]*slessv1.FunctionVersion) (running, error) {
+	st := &fn.Status
+	var out running
+	desired, problem := desiredSplit(fn, versions)
+	if problem != "" {
+		out.problem = problem
+		desired = split{}
+		for _, e := range st.Serving {
+			if versions[e.Number] != nil && !e.Draining {
+				desired.entry(e.Number).Percent = e.Percent
+				desired.entry(e.Number).Tags = append([]string(nil), e.Tags...)
+			}
+		}
+	}
+	// Everything that may serve after this reconcile runs first: the
+	// desired targets and whatever serves now (readiness decides the flip).
+	states := map[int32]driver.State{}
+	var firstErr error
+	ensure := func(n int32) {
+		if _, done := states[n]; done || versions[n] == nil {
+			return
+		}
+		v := versions[n]
+		view := resources.VersionView(fn, &v.Spec)
+		s, err := r.Driver.Ensure(ctx, view, driver.Version{Number: n, Replicas: resources.Replicas(fn),
+			Artifact: driver.Artifact{Image: v.Spec.Image, Dir: v.Spec.Artifact, BuildID: v.Spec.BuildID}})
+		if err != nil {
+			s = driver.State{Reason: slessv1.ReasonDriverError, Message: err.Error()}
+			if firstErr == nil {
+				firstErr = err
+			}
+		}
+		states[n] = s
+	}
+	for n := range desired {
+		ensure(n)
+	}
+	for _, e := range st.Serving {
+		if !e.Draining || r.drainLeft(versions[e.Number], time.Now()) > 0 {
+			ensure(e.Number)
+		}
+	}
+	ready := func(n int32) bool { return states[n].Serving }
+	// A function from before versions serves status.endpoint from its
+	// Deployment fn-<fn> (status.serving is empty): that stays what serves
+	// until its first version is ready.
+	legacy := len(st.Serving) == 0 && st.Endpoint != ""
+	eff, flipped := effectiveSplit(st.Serving, desired, ready)
+	if legacy {
+		for n, e := range desired {
+			if e.Percent > 0 && !ready(n) {
+				flipped = false
+			}
+		}
+	}
+	out.pending = !flipped
+
+	// A version that served (a share, a tag or a drain) and is out of the
+	// new split drains for the drain period, then stops.
+	now := time.Now()
+	draining := map[int32]bool{}
+	for _, e := range st.Serving {
+		if eff[e.Number] != nil || versions[e.Number] == nil {
+			continue
+		}
+		if left := r.drainLeft(versions[e.Number], now); left > 0 {
+			draining[e.Number] = true
+			eff.entry(e.Number).Draining = true
+			if out.after == 0 || left < out.after {
+				out.after = left
+			}
+		}
+	}
+	serving := make([]slessv1.ServingVersion, 0, len(eff))
+	for n, e := range eff {
+		s := states[n]
+		e.Ready, e.Endpoint = s.Serving, s.Endpoint
+		serving = append(serving, *e)
+	}
+	slices.SortFunc(serving, func(a, b slessv1.ServingVersion) int { return int(a.Number - b.Number) })
+	if len(serving) == 0 || legacy && !flipped {
+		serving = nil
+	}
+	if legacy && !flipped {
+		eff = split{}
+	}
+	legacyEndpoint, legacyReplicas := st.Endpoint, st.ReadyReplicas
+	st.Serving = serving
+
+	// The compatibility fields: the version with the most traffic.
+	st.Endpoint, st.ReadyReplicas = "", 0
+	var top *slessv1.ServingVersion
+	for i := range serving {
+		e := &serving[i]
+		if e.Percent > 0 && (top == nil || e.Percent > top.Percent || e.Percent == top.Percent && e.Number > top.Number) {
+			top = e
+		}
+		if e.Percent > 0 {
+			st.ReadyReplicas += states[e.Number].ReadyReplicas
+		}
+	}
+	if top != nil && top.Ready {
+		st.Endpoint = top.Endpoint
+	}
+	if legacy && !flipped {
+		st.Endpoint, st.ReadyReplicas = legacyEndpoint, legacyReplicas
+	}
+
+	// The Function's rollout state is its desired targets'.
+	out.state = driver.State{Serving: st.Endpoint != "", RolledOut: flipped && problem == "", Endpoint: st.Endpoint, ReadyReplicas: st.ReadyReplicas}
+	for _, n := range sortedKeys(desired) {
+		if desired[n].Percent == 0 {
+			continue
+		}
+		s := states[n]
+		if !s.RolledOut {
+			out.state.RolledOut = false
+			if out.state.Reason == "" || out.state.Reason == slessv1.ReasonProgressing {
+				out.state.Reason, out.state.Message = s.Reason, fmt.Sprintf("version %d: %s", n, s.Message)
+			}
+		} else if s.Reason != "" && out.state.Reason == "" {
+			out.state.Reason, out.state.Message = s.Reason, s.Message
+		}
+	}
+	if out.state.RolledOut && out.state.Reason == "" {
+		out.state.Message = fmt.Sprintf("%d replicas run the current version", st.ReadyReplicas)
+	}
+
+	// Stop what nothing keeps (neither the effective split, a tag, a drain
+	// nor the desired split that waits for it), and the workload from
+	// before versions once a version serves.
+	runningNow, err := r.Driver.Running(ctx, fn)
+	if err != nil {
+		return out, err
+	}
+	for _, n := range runningNow {
+		if eff[n] == nil && desired[n] == nil {
+			if err := r.Driver.Stop(ctx, fn, n); err != nil {
+				return out, err
+			}
+		}
+	}
+	if top != nil && top.Ready {
+		if err := r.Driver.RemoveLegacy(ctx, fn); err != nil {
+			return out, err
+		}
+	}
+
+	// Each version's own status.
+	for n, v := range versions {
+		before := v.DeepCopy()
+		vs := &v.Status
+		s, ran := states[n]
+		if eff[n] == nil && desired[n] == nil {
+			s, ran = driver.State{}, false // stopped above
+		}
+		vs.ReadyReplicas, vs.Endpoint = s.ReadyReplicas, s.Endpoint
+		switch {
+		case !ran:
+			slessv1.SetCondition(&vs.Conditions, v.Generation, slessv1.ConditionReady, metav1.ConditionFalse, slessv1.ReasonStopped, "no traffic, tag or drain keeps it running")
+		case s.Serving:
+			slessv1.SetCondition(&vs.Conditions, v.Generation, slessv1.ConditionReady, metav1.ConditionTrue, slessv1.ReasonServing, "the endpoint takes invocations")
+		default:
+			msg := s.Message
+			if msg == "" {
+				msg = "no replica serves yet"
+			}
+			slessv1.SetCondition(&vs.Conditions, v.Generation, slessv1.ConditionReady, metav1.ConditionFalse, slessv1.ReasonNotServing, msg)
+		}
+		if draining[n] {
+			slessv1.SetCondition(&vs.Conditions, v.Generation, slessv1.ConditionDraining, metav1.ConditionTrue, slessv1.ReasonDraining, "lost its traffic; runs until the drain period ends")
+		} else if meta.IsStatusConditionTrue(vs.Conditions, slessv1.ConditionDraining) {
+			if ran {
+				slessv1.SetCondition(&vs.Conditions, v.Generation, slessv1.ConditionDraining, metav1.ConditionFalse, slessv1.ReasonServing, "serves again")
+			} else {
+				slessv1.SetCondition(&vs.Conditions, v.Generation, slessv1.ConditionDraining, metav1.ConditionFalse, slessv1.ReasonStopped, "drained and stopped")
+			}
+		}
+		if err := patchStatus(ctx, r.Client, v, before, before.Status, v.Status); err != nil && !apierrors.IsNotFound(err) {
+			return out, err
+		}
+	}
+	return out, firstErr
+}
+
+func sortedKeys(s split) []int32 {
+	out := make([]int32, 0, len(s))
+	for n := range s {
+		out = append(out, n)
+	}
+	slices.Sort(out)
+	return out
+}
+
+// drainLeft is how much of its drain period version v has left at now:
+// the whole period when it is not draining yet (its Draining condition's
+// transition time is when the drain began).
+func (r *FunctionReconciler) drainLeft(v *slessv1.FunctionVersion, now time.Time) time.Duration {
+	if v == nil {
+		return 0
+	}
+	since := now
+	if c := meta.FindStatusCondition(v.Status.Conditions, slessv1.ConditionDraining); c != nil && c.Status == metav1.ConditionTrue {
+		since = c.LastTransitionTime.Time
+	}
+	return r.drainPeriod() - now.Sub(since)
+}
+
+func (r *FunctionReconciler) drainPeriod() time.Duration {
+	if r.DrainPeriod > 0 {
+		return r.DrainPeriod
+	}
+	return DefaultDrainPeriod
+}
+
+// collect deletes the versions retention does not keep: the newest
+// spec.versioning.retain and every referenced one stay. Each deletion reads
+// the Function again past the cache right before it and leaves a version
+// that the fresh Function references (a rollback that raced the decision).
+func (r *FunctionReconciler) collect(ctx context.Context, fn *slessv1.Function, versions map[int32]*slessv1.FunctionVersion) error {
+	numbers := make([]int32, 0, len(versions))
+	for n := range versions {
+		numbers = append(numbers, n)
+	}
+	slices.Sort(numbers)
+	keepNewest := retain(fn)
+	if len(numbers) <= keepNewest {
+		return nil
+	}
+	refs := referenced(fn)
+	for _, n := range numbers[:len(numbers)-keepNewest] {
+		if refs[n] {
+			continue
+		}
+		if err := r.deleteVersion(ctx, fn, versions[n], numbers[len(numbers)-keepNewest:]); err != nil {
+			return err
+		}
+		delete(versions, n)
+	}
+	return nil
+}
+
+// deleteVersion removes one version that the cached Function does not
+// reference, after the fresh read confirms it: its replicas, the
+// FunctionVersion (by uid), and its image or artifact when no other
+// version uses it.
+func (r *FunctionReconciler) deleteVersion(ctx context.Context, fn *slessv1.Function, v *slessv1.FunctionVersion, newest []int32) error {
+	if r.BeforeVersionDelete != nil {
+		r.BeforeVersionDelete(v)
+	}
+	var fresh slessv1.Function
+	if err := r.APIReader.Get(ctx, client.ObjectKeyFromObject(fn), &fresh); err != nil {
+		return err
+	}
+	if fresh.UID != fn.UID || !fresh.DeletionTimestamp.IsZero() || referenced(&fresh)[v.Spec.Number] ||
+		(len(newest) > 0 && v.Spec.Number >= newest[0]) {
+		return nil
+	}
+	if err := r.Driver.Stop(ctx, fn, v.Spec.Number); err != nil {
+		return err
+	}
+	uid := v.UID
+	if err := r.Client.Delete(ctx, v, client.Preconditions{UID: &uid}); err != nil && !apierrors.IsNotFound(err) {
+		return fmt.Errorf("delete version %s/%s: %w", v.Namespace, v.Name, err)
+	}
+	r.Events.Eventf(fn, nil, corev1.EventTypeNormal, slessv1.ReasonVersionDeleted, "Retention", "deleted version %d (retain %d)", v.Spec.Number, retain(fn))
+	return r.releaseArtifact(ctx, fn, &v.Spec)
+}
+
+// releaseArtifact removes a deleted version's image from the registry, or
+// its local artifact, when it was built by the platform (a prebuilt image
+// is the user's) and nothing else uses it: no other FunctionVersion of any
+// function, and no Function's status (a build whose version is not
+// published yet). A registry that refuses is reported (an Event) and
+// does not hold up retention or a deletion.
+func (r *FunctionReconciler) releaseArtifact(ctx context.Context, fn *slessv1.Function, spec *slessv1.FunctionVersionSpec) error {
+	if spec.BuildID == "" || spec.Image == "" && spec.Artifact == "" {
+		return nil
+	}
+	uses := func(image, dir string) bool {
+		return spec.Image != "" && image == spec.Image || spec.Artifact != "" && dir == spec.Artifact
+	}
+	var all slessv1.FunctionVersionList
+	if err := r.APIReader.List(ctx, &all); err != nil {
+		return fmt.Errorf("list versions: %w", err)
+	}
+	for _, o := range all.Items {
+		same := o.Namespace == fn.Namespace && o.Spec.Function == spec.Function && o.Spec.Number == spec.Number
+		if !same && uses(o.Spec.Image, o.Spec.Artifact) {
+			return nil
+		}
+	}
+	var fns slessv1.FunctionList
+	if err := r.APIReader.List(ctx, &fns); err != nil {
+		return fmt.Errorf("list functions: %w", err)
+	}
+	for _, o := range fns.Items {
+		if o.DeletionTimestamp.IsZero() && uses(o.Status.Image, o.Status.Artifact) {
+			return nil
+		}
+	}
+	switch {
+	case spec.Image != "" && r.Images == nil:
+		r.Events.Eventf(fn, nil, corev1.EventTypeNormal, "ImageOrphaned", "Delete", "image %s can be removed from the registry", spec.Image)
+	case spec.Image != "":
+		if err := r.Images.Delete(ctx, spec.Image); err != nil {
+			r.Events.Eventf(fn, nil, corev1.EventTypeWarning, "ImageNotDeleted", "Delete", "%v", err)
+		}
+	case r.Artifacts != nil:
+		if err := r.Artifacts.Remove(spec.Artifact); err != nil {
+			r.Events.Eventf(fn, nil, corev1.EventTypeWarning, "ArtifactNotDeleted", "Delete", "%v", err)
+		}
+	}
+	return nil
+}
+
+// deleteVersions removes every version of a Function being deleted, with
+// its image or artifact.
+func (r *FunctionReconciler) deleteVersions(ctx context.Context, fn *slessv1.Function) error {
+	var list slessv1.FunctionVersionList
+	if err := r.APIReader.List(ctx, &list, client.InNamespace(fn.Namespace), client.MatchingLabels{slessv1.LabelFunction: fn.Name}); err != nil {
+		return fmt.Errorf("list versions of %s/%s: %w", fn.Namespace, fn.Name, err)
+	}
+	for i := range list.Items {
+		v := &list.Items[i]
+		if !metav1.IsControlledBy(v, fn) {
+			continue
+		}
+		if err := r.Client.Delete(ctx, v); err != nil && !apierrors.IsNotFound(err) {
+			return fmt.Errorf("delete version %s/%s: %w", v.Namespace, v.Name, err)
+		}
+		if err := r.releaseArtifact(ctx, fn, &v.Spec); err != nil {
+			return err
+		}
+	}
+	return nil
+}
