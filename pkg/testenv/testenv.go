@@ -11,6 +11,7 @@ import (
 	"encoding/hex"
 	"fmt"
 	"io"
+	mrand "math/rand/v2"
 	"net/http"
 	"strings"
 	"sync"
@@ -164,15 +165,26 @@ func Fatal(t testing.TB, what string, err error) {
 	t.Fatalf("%s: %v; %s", what, err, hint)
 }
 
-// FreeAddr returns a loopback address with a port that was free a moment ago.
+// FreeAddr returns a loopback address with a port that was free a moment
+// ago, for a program the test starts and that binds it itself. The port
+// comes from 28000-29999, not from the kernel (":0"): a port the kernel
+// hands out is in the ephemeral range (32768+), where any outgoing
+// connection of a test beside it can take the same port as its local end
+// before the program binds it ("address already in use", met by make dev's
+// gateway in a whole run). The range is above FreePortBlock's and Jaeger's
+// fixed ports and below the one-node cluster's node ports.
 func FreeAddr(t testing.TB) string {
 	t.Helper()
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
+	for range 100 {
+		addr := fmt.Sprintf("127.0.0.1:%d", 28000+mrand.IntN(2000))
+		ln, err := net.Listen("tcp", addr)
+		if err == nil {
+			ln.Close()
+			return addr
+		}
 	}
-	defer ln.Close()
-	return ln.Addr().String()
+	t.Fatal("no free port in 28000-29999 after 100 tries")
+	return ""
 }
 
 // FreePortBlock returns the first of n consecutive loopback ports that
