@@ -31,6 +31,7 @@ import (
 	slessv1 "github.com/kube5s/sless/pkg/apis/sless/v1alpha1"
 	"github.com/kube5s/sless/pkg/client"
 	"github.com/kube5s/sless/pkg/funclog"
+	"github.com/kube5s/sless/pkg/headers"
 	"github.com/kube5s/sless/pkg/objstore"
 	"github.com/kube5s/sless/pkg/testenv"
 )
@@ -338,6 +339,21 @@ def handler(event, context):
             pass
     return {"version": "%s", "trigger": context.trigger, "body": event.get("json")}
 `
+
+// deploy uploads app with version as its answer's "version" to function
+// fn of tenant and waits until the function is ready on that source.
+func (p *platform) deploy(t *testing.T, tok string, c *client.ClientWithResponses, tenant, fn, version string) {
+	t.Helper()
+	up, err := client.UploadZip(context.Background(), c, tenant, fn, zipOf(map[string]string{"main.py": fmt.Sprintf(app, version)}))
+	if err != nil {
+		t.Fatalf("upload %s: %v", version, err)
+	}
+	path := "/v1/tenants/" + tenant + "/functions/" + fn
+	r := p.do(t, "GET", path+"?wait=ready&timeout=120s&source_sha256="+up.JSON200.Sha256, tok, "", nil)
+	if r.status != 200 || r.header.Get(headers.Wait) != "ready" {
+		t.Fatalf("wait for %s: %d %s: %s", version, r.status, r.header.Get(headers.Wait), r.body)
+	}
+}
 
 // newTenant creates tenant name (a generous rate quota) and a token of
 // it through the typed client, and returns the token and a client with it.

@@ -15,7 +15,6 @@ import (
 	"time"
 
 	"github.com/kube5s/sless/pkg/client"
-	"github.com/kube5s/sless/pkg/headers"
 	"github.com/kube5s/sless/pkg/testenv"
 )
 
@@ -39,17 +38,7 @@ func TestADeployIsServedByEveryGateway(t *testing.T) {
 		t.Fatalf("create function: %v", err)
 	}
 	fn := "/v1/tenants/twice/functions/app"
-	deploy := func(version string) {
-		t.Helper()
-		up, err := client.UploadZip(ctx, c, "twice", "app", zipOf(map[string]string{"main.py": fmt.Sprintf(app, version)}))
-		if err != nil {
-			t.Fatalf("upload %s: %v", version, err)
-		}
-		r := p.do(t, "GET", fn+"?wait=ready&timeout=120s&source_sha256="+up.JSON200.Sha256, tok, "", nil)
-		if r.status != 200 || r.header.Get(headers.Wait) != "ready" {
-			t.Fatalf("wait for %s: %d %s: %s", version, r.status, r.header.Get(headers.Wait), r.body)
-		}
-	}
+	deploy := func(version string) { p.deploy(t, tok, c, "twice", "app", version) }
 	version := func(base string) string {
 		req, err := http.NewRequest("POST", base+fn+"/invoke", strings.NewReader(`{}`))
 		if err != nil {
