@@ -124,6 +124,7 @@ func testFunctionLifecycle(t *testing.T, p *platform) {
 					resource.TestCheckResourceAttr("sless_function.f", "id", "demo/"+name),
 					resource.TestCheckResourceAttr("sless_function.f", "source_sha256", sum1),
 					resource.TestCheckResourceAttr("sless_function.f", "cpu_millis", "100"), // the platform's default
+					resource.TestCheckResourceAttr("sless_function.f", "latest_version", "1"),
 					resource.TestCheckResourceAttrWith("sless_function.f", "last_build_id", func(v string) error {
 						if v == "" {
 							return fmt.Errorf("no build recorded")
@@ -160,6 +161,7 @@ func testFunctionLifecycle(t *testing.T, p *platform) {
 						}
 						return nil
 					}),
+					resource.TestCheckResourceAttr("sless_function.f", "latest_version", "2"),
 					checkInvoke(p, name, "hello from v2"),
 				),
 			},
@@ -179,6 +181,9 @@ func testFunctionLifecycle(t *testing.T, p *platform) {
 						}
 						return nil
 					}),
+					// The template is version 1's again: version 1 is latest,
+					// and no version is published.
+					resource.TestCheckResourceAttr("sless_function.f", "latest_version", "1"),
 					checkInvoke(p, name, "hello from v1"),
 					func(*terraform.State) error {
 						t.Logf("going back to a built digest: the apply took %s", time.Since(back).Round(time.Millisecond))

@@ -51,6 +51,7 @@ type apiFunction struct {
 		Ready             bool   `json:"ready"`
 		BuiltSourceSHA256 string `json:"built_source_sha256"`
 		LastBuildID       string `json:"last_build_id"`
+		LatestVersion     int64  `json:"latest_version"`
 	} `json:"status"`
 }
 

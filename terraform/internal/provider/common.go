@@ -116,6 +116,14 @@ func i64(p *int32) types.Int64 {
 	return types.Int64Value(int64(*p))
 }
 
+// versionNumber is a version number of the API, null when absent (0).
+func versionNumber(n int64) types.Int64 {
+	if n == 0 {
+		return types.Int64Null()
+	}
+	return types.Int64Value(n)
+}
+
 func str(s string) types.String {
 	if s == "" {
 		return types.StringNull()

@@ -42,6 +42,7 @@ type functionDataModel struct {
 	Ready             types.Bool   `tfsdk:"ready"`
 	Message           types.String `tfsdk:"message"`
 	LastBuildID       types.String `tfsdk:"last_build_id"`
+	LatestVersion     types.Int64  `tfsdk:"latest_version"`
 }
 
 func (d *functionDataSource) Metadata(_ context.Context, req datasource.MetadataRequest, resp *datasource.MetadataResponse) {
@@ -77,6 +78,7 @@ func (d *functionDataSource) Schema(_ context.Context, _ datasource.SchemaReques
 			"ready":               schema.BoolAttribute{Computed: true, Description: "Whether it serves."},
 			"message":             c("What the platform says about its state."),
 			"last_build_id":       c("The last build."),
+			"latest_version":      schema.Int64Attribute{Computed: true, Description: "The newest published version (null before the first build)."},
 		},
 	}
 }
@@ -111,6 +113,7 @@ func (d *functionDataSource) Read(ctx context.Context, req datasource.ReadReques
 	st := f.Status
 	m.BuiltSourceSHA256, m.URL, m.Phase, m.Message, m.LastBuildID = str(st.BuiltSourceSHA256), str(st.URL), str(st.Phase), str(st.Message), str(st.LastBuildID)
 	m.Ready = types.BoolValue(st.Ready)
+	m.LatestVersion = versionNumber(st.LatestVersion)
 	resp.Diagnostics.Append(resp.State.Set(ctx, &m)...)
 }
 

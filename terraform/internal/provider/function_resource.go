@@ -66,6 +66,7 @@ type functionModel struct {
 	URL               types.String   `tfsdk:"url"`
 	Phase             types.String   `tfsdk:"phase"`
 	LastBuildID       types.String   `tfsdk:"last_build_id"`
+	LatestVersion     types.Int64    `tfsdk:"latest_version"`
 	Timeouts          timeouts.Value `tfsdk:"timeouts"`
 }
 
@@ -150,6 +151,9 @@ func (r *functionResource) Schema(ctx context.Context, _ resource.SchemaRequest,
 			},
 			"last_build_id": schema.StringAttribute{
 				Computed: true, Description: "The build that made the running code.",
+			},
+			"latest_version": schema.Int64Attribute{
+				Computed: true, Description: "The newest published version (null before the first build): each successful build of changed code or settings publishes the next; traffic defaults to it.",
 			},
 			"timeouts": timeouts.Attributes(ctx, timeouts.Opts{Create: true, Update: true, Delete: true}),
 		},
@@ -309,6 +313,7 @@ func (m *functionModel) fill(f *apiFunction, diags *diag.Diagnostics) {
 		m.SourceSHA256 = types.StringNull()
 	}
 	m.URL, m.Phase, m.LastBuildID = str(f.Status.URL), str(f.Status.Phase), str(f.Status.LastBuildID)
+	m.LatestVersion = versionNumber(f.Status.LatestVersion)
 }
 
 func (r *functionResource) Create(ctx context.Context, req resource.CreateRequest, resp *resource.CreateResponse) {
