@@ -105,7 +105,14 @@ func TestConsoleInChromium(t *testing.T) {
 		t.Fatal("the async invoke shows no invocation id")
 	}
 
-	// The record and the spans arrive shortly after the run.
+	// The record and the spans arrive shortly after the run. The page of
+	// an invocation without a record yet is a 404, which the browser
+	// reports as a console error: wait for the record first, then for the
+	// spans on the page.
+	testenv.Eventually(t, 60*time.Second, "the invocation's record", func() (bool, string) {
+		r := p.do(t, "GET", "/v1/tenants/webui/invocations/"+invID, tok, "", nil)
+		return r.status == 200, r.String()
+	})
 	testenv.Eventually(t, 60*time.Second, "the invocation page with its waterfall", func() (bool, string) {
 		b.Do(t, "invocation page", chromedp.Navigate(p.base+"/ui/invocations/"+invID), chromedp.WaitVisible(chromedp.CSS("h1")))
 		raw := browser.Get(t, b, "spans", chromedp.Evaluate[string](`JSON.stringify([...document.querySelectorAll("table.waterfall .svc")].map(e => e.textContent))`))
