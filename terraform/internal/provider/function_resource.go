@@ -233,9 +233,12 @@ func (r *functionResource) ModifyPlan(ctx context.Context, req resource.ModifyPl
 			resp.Diagnostics.Append(req.State.GetAttribute(ctx, path.Root("last_build_id"), &last)...)
 			resp.Diagnostics.Append(resp.Plan.SetAttribute(ctx, path.Root("last_build_id"), last)...)
 		} else {
-			// New code: a new build, and the phase it ends in.
+			// New code: a new build, the phase it ends in,
 			resp.Diagnostics.Append(resp.Plan.SetAttribute(ctx, path.Root("last_build_id"), types.StringUnknown())...)
 			resp.Diagnostics.Append(resp.Plan.SetAttribute(ctx, path.Root("phase"), types.StringUnknown())...)
+			// and the version it publishes (or the older one it makes
+			// latest again).
+			resp.Diagnostics.Append(resp.Plan.SetAttribute(ctx, path.Root("latest_version"), types.Int64Unknown())...)
 		}
 	}
 }
