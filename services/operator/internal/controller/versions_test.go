@@ -202,6 +202,9 @@ func TestRetentionRacingARollbackKeepsTheTarget(t *testing.T) {
 		f.Spec.Versioning = &slessv1.Versioning{Retain: 1}
 	})
 	h.publishedAs(t, fn, 1)
+	// The hook runs in the reconciler's goroutine while this one rereads
+	// fn: it takes the key, never fn itself.
+	key := client.ObjectKeyFromObject(fn)
 	var raced atomic.Bool
 	hook := func(v *slessv1.FunctionVersion) {
 		if v.Spec.Function != "race" || v.Spec.Number != 1 || raced.Load() {
@@ -210,7 +213,7 @@ func TestRetentionRacingARollbackKeepsTheTarget(t *testing.T) {
 		// The rollback, as the API writes it, between decision and delete.
 		cur := &slessv1.Function{}
 		for {
-			if err := h.c.Get(context.Background(), client.ObjectKeyFromObject(fn), cur); err != nil {
+			if err := h.c.Get(context.Background(), key, cur); err != nil {
 				t.Error(err)
 				return
 			}
