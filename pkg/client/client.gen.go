@@ -7941,10 +7941,17 @@ func (r GetFunctionLogsResponse) ContentType() string {
 type RollbackResponse struct {
 	Body         []byte
 	HTTPResponse *http.Response
+	// JSON200 the response for an HTTP 200 `application/json` response
+	JSON200 *Function
 	// JSON202 the response for an HTTP 202 `application/json` response
 	JSON202 *Function
 	// ApplicationproblemJSONDefault the response for an HTTP default `application/problem+json` response
 	ApplicationproblemJSONDefault *ErrorModel
+}
+
+// GetJSON200 returns the response for an HTTP 200 `application/json` response
+func (r RollbackResponse) GetJSON200() *Function {
+	return r.JSON200
 }
 
 // GetJSON202 returns the response for an HTTP 202 `application/json` response
@@ -11037,6 +11044,13 @@ func ParseRollbackResponse(rsp *http.Response) (*RollbackResponse, error) {
 	}
 
 	switch {
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 200:
+		var dest Function
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.JSON200 = &dest
+
 	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 202:
 		var dest Function
 		if err := json.Unmarshal(bodyBytes, &dest); err != nil {

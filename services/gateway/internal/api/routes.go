@@ -46,7 +46,11 @@ func (s *Server) routeTable() []huma.Operation {
 		{OperationID: "set-traffic", Method: http.MethodPut, Path: "/v1/tenants/{t}/functions/{name}/traffic", Tags: []string{"versions"}, Summary: "Set the split of untagged calls and the tags", MaxBodyBytes: 16 << 10,
 			Description: "422 names the bad entry: percents not summing to 100, an unknown version, a repeated tag, both or neither of version and latest. status.serving follows once every version with a share is ready."},
 		{OperationID: "rollback", Method: http.MethodPost, Path: "/v1/tenants/{t}/functions/{name}/rollback", Tags: []string{"versions"}, Summary: "Send all untagged traffic to a version (default: the newest below the one serving most)", DefaultStatus: http.StatusAccepted, MaxBodyBytes: 4 << 10,
-			Description: "The target is made ready first, then traffic flips, then the old version drains. 409 when retention removed the target, 404 for a version that never existed. With Prefer: wait, 200 once status.serving has flipped (202 after 30s)."},
+			Description: "The target is made ready first, then traffic flips, then the old version drains. 409 when retention removed the target, 404 for a version that never existed. With Prefer: wait, 200 once status.serving has flipped (202 after 30s).",
+			Responses: map[string]*huma.Response{"200": {Description: "the flip happened (Prefer: wait): the function as it serves now", Content: map[string]*huma.MediaType{
+				"application/json": {Schema: s.api.OpenAPI().Components.Schemas.Schema(reflect.TypeOf(Function{}), true, "Function")}}},
+				"default": {Description: "Error", Content: map[string]*huma.MediaType{
+					"application/problem+json": {Schema: s.api.OpenAPI().Components.Schemas.Schema(reflect.TypeOf(huma.ErrorModel{}), true, "ErrorModel")}}}}},
 		// source.go
 		{OperationID: "upload-source", Method: http.MethodPut, Path: "/v1/tenants/{t}/functions/{name}/source", Tags: []string{"functions"}, Summary: "Upload the function's source as a zip; the same bytes again change nothing", MaxBodyBytes: s.Config.MaxSourceBytes,
 			Description: "When the installation reviews uploads (docs/review.md), the answer carries the verdict (review); a deny answers 422 review-denied with the reviewer's reasons, and a reviewer that gives no usable answer either lets the upload through with the verdict unavailable (fail open, the default) or answers 503 review-unavailable with Retry-After (fail closed). A digest is reviewed once per tenant."},
