@@ -102,6 +102,15 @@ func (s *Server) tenantFunction(ctx context.Context, in *NamedPath) (*slessv1.Fu
 
 // versionsOf lists the function's published versions, oldest first: the
 // FunctionVersions of its namespace labelled and owned by it.
+// numbers is the set of the published version numbers of vs.
+func numbers(vs []slessv1.FunctionVersion) map[int32]bool {
+	known := make(map[int32]bool, len(vs))
+	for _, v := range vs {
+		known[v.Spec.Number] = true
+	}
+	return known
+}
+
 func (s *Server) versionsOf(ctx context.Context, fn *slessv1.Function) ([]slessv1.FunctionVersion, error) {
 	var list slessv1.FunctionVersionList
 	if err := s.Kube.List(ctx, &list, client.InNamespace(fn.Namespace), client.MatchingLabels{slessv1.LabelFunction: fn.Name}); err != nil {
@@ -326,10 +335,7 @@ func (s *Server) registerVersions() {
 		if err != nil {
 			return nil, err
 		}
-		known := map[int32]bool{}
-		for _, v := range vs {
-			known[v.Spec.Number] = true
-		}
+		known := numbers(vs)
 		if err := checkTraffic(ctx, in.Body.Traffic, known); err != nil {
 			return nil, err
 		}
@@ -352,10 +358,7 @@ func (s *Server) registerVersions() {
 		if err != nil {
 			return nil, err
 		}
-		known := map[int32]bool{}
-		for _, v := range vs {
-			known[v.Spec.Number] = true
-		}
+		known := numbers(vs)
 		var to int32
 		if in.Body != nil && in.Body.To != nil {
 			to = *in.Body.To
