@@ -4,6 +4,7 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
+	"io"
 	"math"
 	"net/http"
 	"slices"
@@ -18,21 +19,22 @@ import (
 	"github.com/kube5s/sless/pkg/testenv"
 )
 
-// answer is one call of the split test: the version the platform said
-// answered (X-Sless-Version), the version the code said it is, and the
-// invocation id.
+// answer is one call of the app: the version the platform said answered
+// (X-Sless-Version), the version the code said it is, the invocation id
+// and the body.
 type answer struct {
 	status        int
 	header, code  string
+	body          string
 	invocation    string
 	sent, at      time.Time
 	transportFail string
 }
 
-// call invokes fn of tenant once through p's gateway.
-func (p *platform) call(tok, tenant, fn string) answer {
+// call invokes fn of tenant once through the gateway at base.
+func call(base, tok, tenant, fn string) answer {
 	sent := time.Now()
-	req, err := http.NewRequest("POST", p.base+"/v1/tenants/"+tenant+"/functions/"+fn+"/invoke", strings.NewReader(`{}`))
+	req, err := http.NewRequest("POST", base+"/v1/tenants/"+tenant+"/functions/"+fn+"/invoke", strings.NewReader(`{}`))
 	if err != nil {
 		return answer{transportFail: err.Error()}
 	}
@@ -43,11 +45,12 @@ func (p *platform) call(tok, tenant, fn string) answer {
 		return answer{transportFail: err.Error(), sent: sent, at: time.Now()}
 	}
 	defer resp.Body.Close()
+	raw, _ := io.ReadAll(resp.Body)
 	var body struct {
 		Version string `json:"version"`
 	}
-	_ = json.NewDecoder(resp.Body).Decode(&body)
-	return answer{status: resp.StatusCode, header: resp.Header.Get(headers.Version), code: body.Version,
+	_ = json.Unmarshal(raw, &body)
+	return answer{status: resp.StatusCode, header: resp.Header.Get(headers.Version), code: body.Version, body: string(raw),
 		invocation: resp.Header.Get(headers.InvocationID), sent: sent, at: time.Now()}
 }
 
@@ -132,7 +135,7 @@ func TestSplitAndRollbackThroughTheOperator(t *testing.T) {
 	const calls = 2000
 	answers := make([]answer, calls)
 	for i := range answers {
-		answers[i] = p.call(tok, tenant, fn)
+		answers[i] = call(p.base, tok, tenant, fn)
 	}
 	count := map[string]int{}
 	for i, a := range answers {
@@ -194,7 +197,7 @@ func TestSplitAndRollbackThroughTheOperator(t *testing.T) {
 				return
 			default:
 			}
-			a := p.call(tok, tenant, fn)
+			a := call(p.base, tok, tenant, fn)
 			mu.Lock()
 			stream = append(stream, a)
 			mu.Unlock()
@@ -224,7 +227,7 @@ func TestSplitAndRollbackThroughTheOperator(t *testing.T) {
 			return s == "1:0:ready:draining,2:100:ready", s
 		})
 		testenv.Eventually(t, 30*time.Second, "the stream answered by v2", func() (bool, string) {
-			a := p.call(tok, tenant, fn)
+			a := call(p.base, tok, tenant, fn)
 			return a.header == "2", a.header
 		})
 		start := time.Now()
@@ -233,7 +236,7 @@ func TestSplitAndRollbackThroughTheOperator(t *testing.T) {
 			t.Fatalf("round %d: rollback to 1: %s", round, r)
 		}
 		answered := time.Now()
-		if a := p.call(tok, tenant, fn); a.status != 200 || a.header != "1" {
+		if a := call(p.base, tok, tenant, fn); a.status != 200 || a.header != "1" {
 			t.Fatalf("round %d: the call after the rollback's answer: status %d, version %q, want 1", round, a.status, a.header)
 		}
 		var first time.Time
