@@ -1,0 +1,121 @@
+package autoscale
+
+import "time"
+
+// Reason says why a version has the replica count it has; it goes into the
+// Function's status next to the count.
+type Reason string
+
+const (
+	ReasonLoad           Reason = "Load"           // the stable window's load over the target
+	ReasonPanic          Reason = "Panic"          // the panic window's load; no scale-down while it lasts
+	ReasonBacklog        Reason = "Backlog"        // the queue backlog over its drain time raised the count
+	ReasonColdStartGuard Reason = "ColdStartGuard" // buffered calls asked for more than 2x the ready replicas
+	ReasonScaleDownDelay Reason = "ScaleDownDelay" // a higher count of the last scaleDownDelay is held
+	ReasonIdleWait       Reason = "IdleWait"       // no load, but not idle for scaleDownDelay yet
+	ReasonZero           Reason = "ScaledToZero"   // idle for scaleDownDelay with minReplicas 0 and no floor
+	ReasonMinReplicas    Reason = "MinReplicas"    // raised to minReplicas
+	ReasonMaxReplicas    Reason = "MaxReplicas"    // lowered to maxReplicas
+	ReasonQuota          Reason = "QuotaPods"      // lowered to what the tenant's pods quota allows
+	ReasonPreWarm        Reason = "PreWarm"        // a floor for a cron fire that is about to run
+	ReasonSchedule       Reason = "Schedule"       // a floor from a schedule
+)
+
+// Defaults of the scaling settings.
+const (
+	// DefaultConcurrency is the CRD's default for spec.concurrency, used when
+	// none is given.
+	DefaultConcurrency = 10
+	// TargetUtilization is the share of a replica's concurrency the scaler
+	// plans to use (Knative's container-concurrency-target-percentage).
+	TargetUtilization = 0.7
+	// MinTarget is the smallest target concurrency: below it one call would
+	// ask for more than ten replicas, which no function needs.
+	MinTarget = 0.1
+	// DefaultScaleDownDelay is how long demand must stay lower before the
+	// count goes down, and how long a version must be idle to go to zero.
+	DefaultScaleDownDelay = 120 * time.Second
+	// DefaultMaxBufferedRequests bounds the calls a gateway holds per version
+	// while it wakes or is at its limit; beyond it, 503 with Retry-After.
+	DefaultMaxBufferedRequests = 1000
+)
+
+// Spec is the raw scaling configuration of a version, as plain numbers from
+// Function.spec.scaling and the version's concurrency; zero means "not set"
+// except for MinReplicas, where 0 allows scale to zero.
+type Spec struct {
+	MinReplicas           int32
+	MaxReplicas           int32
+	Concurrency           int32   // calls in flight per replica
+	TargetConcurrency     float64 // 0: TargetUtilization x Concurrency
+	ScaleDownDelaySeconds int32
+	MaxBufferedRequests   int32
+}
+
+// Settings are the scaling settings with every default applied; build them
+// with [Defaults].
+type Settings struct {
+	MinReplicas         int32
+	MaxReplicas         int32
+	MaxReason           Reason // why MaxReplicas is what it is: ReasonMaxReplicas or ReasonQuota
+	TargetConcurrency   float64
+	ScaleDownDelay      time.Duration
+	MaxBufferedRequests int32
+	// Floor is a lower bound on top of MinReplicas for a while (a pre-warm
+	// or a schedule), FloorReason says which; 0 means none.
+	Floor       int32
+	FloorReason Reason
+}
+
+// Defaults applies the defaults to a raw spec: a target of 0.7 x the
+// version's concurrency (never above the concurrency itself, which would
+// plan more calls per replica than a replica admits, and never below
+// MinTarget), a scale-down delay of 120 s, 1000 buffered requests, and a
+// maxReplicas of at least max(minReplicas, 1).
+func Defaults(sp Spec) Settings {
+	conc := float64(sp.Concurrency)
+	if sp.Concurrency < 1 {
+		conc = DefaultConcurrency
+	}
+	target := sp.TargetConcurrency
+	if target <= 0 {
+		target = conc * 7 / 10 // TargetUtilization, exact for whole concurrencies
+	}
+	target = max(min(target, conc), MinTarget)
+	s := Settings{
+		MinReplicas:         max(sp.MinReplicas, 0),
+		MaxReplicas:         sp.MaxReplicas,
+		MaxReason:           ReasonMaxReplicas,
+		TargetConcurrency:   target,
+		ScaleDownDelay:      time.Duration(sp.ScaleDownDelaySeconds) * time.Second,
+		MaxBufferedRequests: sp.MaxBufferedRequests,
+	}
+	s.MaxReplicas = max(s.MaxReplicas, s.MinReplicas, 1)
+	if s.ScaleDownDelay <= 0 {
+		s.ScaleDownDelay = DefaultScaleDownDelay
+	}
+	if s.MaxBufferedRequests <= 0 {
+		s.MaxBufferedRequests = DefaultMaxBufferedRequests
+	}
+	return s
+}
+
+// WithFloor returns s with a floor of n for reason, unless s already has a
+// floor at least as high: several floors (a pre-warm, schedules) at once
+// keep the highest.
+func (s Settings) WithFloor(n int32, reason Reason) Settings {
+	if n > s.Floor {
+		s.Floor, s.FloorReason = n, reason
+	}
+	return s
+}
+
+// ClampToQuota lowers s.MaxReplicas to podsAllowed, the pods the tenant's
+// quota leaves for this version, and records ReasonQuota as why; a max
+// within the quota is kept as it is.
+func ClampToQuota(s Settings, podsAllowed int32) Settings {
+	if podsAllowed < s.MaxReplicas {
+		s.MaxReplicas, s.MaxReason = max(podsAllowed, 0), ReasonQuota
+	}
+	return s
+}
