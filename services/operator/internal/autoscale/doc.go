@@ -16,7 +16,8 @@
 //     replica starts. desired = ceil(load / target).
 //   - Two windows, as Knative's KPA: the stable window (60 s) decides; the
 //     panic window (6 s, a tenth of it) only watches. When the panic window
-//     asks for at least 2x the ready replicas, the scaler panics for one
+//     asks for at least 2x the ready replicas (ready, as the KPA counts: a
+//     replica still starting serves nothing), the scaler panics for one
 //     stable window from the last time that held: it follows the panic
 //     window and never scales down, so a burst is met within seconds and the
 //     60 s average cannot undo it while it lasts. Averages are taken over the

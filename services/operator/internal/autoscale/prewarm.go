@@ -55,7 +55,9 @@ func PreWarmLead(setting string, p95 time.Duration) time.Duration {
 // callRunning says that call was accepted and has not ended yet. The floor
 // also holds for FireGrace after the fire time, which covers the fire's
 // dispatch before the call is known to run. Without a lead there is no
-// floor: the call itself is load.
+// floor: the call itself is load. Compute lead once per fire (when the fire
+// becomes the one served), not on every call: a p95 that moves while the
+// floor is up would otherwise switch it off under a starting replica.
 func FloorAt(now, fire time.Time, lead time.Duration, callRunning bool) (floor int32, active bool) {
 	if lead <= 0 {
 		return 0, false

@@ -1,6 +1,7 @@
 package autoscale
 
 import (
+	"fmt"
 	"math"
 	"math/rand/v2"
 	"slices"
@@ -188,7 +189,7 @@ func TestIdleGoesToZeroAfterTheDelay(t *testing.T) {
 		return 0, 0
 	}
 	for _, delaySeconds := range []int32{0, 30, 300} { // 0: the default, 120 s
-		t.Run(time.Duration(delaySeconds*int32(time.Second)).String(), func(t *testing.T) {
+		t.Run(fmt.Sprintf("delay %ds (0: default)", delaySeconds), func(t *testing.T) {
 			synctest.Test(t, func(t *testing.T) {
 				s := Defaults(Spec{MinReplicas: 0, MaxReplicas: 10, Concurrency: 10, ScaleDownDelaySeconds: delaySeconds})
 				m := newScaler(time.Now(), s, 10, 3*time.Second)
