@@ -615,16 +615,25 @@ type Function struct {
 	EnvVars *map[string]string `json:"env_vars,omitempty"`
 
 	// Image a prebuilt image, pinned by digest
-	Image         *string               `json:"image,omitempty"`
-	MaxReplicas   *int32                `json:"max_replicas,omitempty"`
-	MemoryMb      *int32                `json:"memory_mb,omitempty"`
-	MinReplicas   *int32                `json:"min_replicas,omitempty"`
-	Name          string                `json:"name"`
-	Runtime       FunctionRuntime       `json:"runtime"`
-	SecretEnvVars *map[string]SecretRef `json:"secret_env_vars,omitempty"`
-	Source        *FunctionSource       `json:"source,omitempty"`
-	Status        FunctionStatus        `json:"status"`
-	TimeoutSec    *int32                `json:"timeout_sec,omitempty"`
+	Image *string `json:"image,omitempty"`
+
+	// MaxBufferedRequests calls a gateway holds for a version that wakes or is full; absent or 0: 1000
+	MaxBufferedRequests *int32          `json:"max_buffered_requests,omitempty"`
+	MaxReplicas         *int32          `json:"max_replicas,omitempty"`
+	MemoryMb            *int32          `json:"memory_mb,omitempty"`
+	MinReplicas         *int32          `json:"min_replicas,omitempty"`
+	Name                string          `json:"name"`
+	Runtime             FunctionRuntime `json:"runtime"`
+
+	// ScaleDownDelaySeconds how long lower demand lasts before replicas go down; absent or 0: 120
+	ScaleDownDelaySeconds *int32                `json:"scale_down_delay_seconds,omitempty"`
+	SecretEnvVars         *map[string]SecretRef `json:"secret_env_vars,omitempty"`
+	Source                *FunctionSource       `json:"source,omitempty"`
+	Status                FunctionStatus        `json:"status"`
+
+	// TargetConcurrency calls in flight per replica the scaler plans for; absent or 0: 0.7 x concurrency
+	TargetConcurrency *int32 `json:"target_concurrency,omitempty"`
+	TimeoutSec        *int32 `json:"timeout_sec,omitempty"`
 
 	// Traffic the split of untagged calls over versions, summing to 100; absent: kept as it is (default 100 % latest); PUT .../traffic sets it
 	Traffic    *[]TrafficTarget `json:"traffic,omitempty"`
@@ -648,16 +657,25 @@ type FunctionInput struct {
 	EnvVars *map[string]string `json:"env_vars,omitempty"`
 
 	// Image a prebuilt image, pinned by digest
-	Image       *string `json:"image,omitempty"`
-	MaxReplicas *int32  `json:"max_replicas,omitempty"`
-	MemoryMb    *int32  `json:"memory_mb,omitempty"`
-	MinReplicas *int32  `json:"min_replicas,omitempty"`
+	Image *string `json:"image,omitempty"`
+
+	// MaxBufferedRequests calls a gateway holds for a version that wakes or is full; absent or 0: 1000
+	MaxBufferedRequests *int32 `json:"max_buffered_requests,omitempty"`
+	MaxReplicas         *int32 `json:"max_replicas,omitempty"`
+	MemoryMb            *int32 `json:"memory_mb,omitempty"`
+	MinReplicas         *int32 `json:"min_replicas,omitempty"`
 
 	// Name DNS-1123 label
-	Name          string                `json:"name"`
-	Runtime       FunctionInputRuntime  `json:"runtime"`
-	SecretEnvVars *map[string]SecretRef `json:"secret_env_vars,omitempty"`
-	TimeoutSec    *int32                `json:"timeout_sec,omitempty"`
+	Name    string               `json:"name"`
+	Runtime FunctionInputRuntime `json:"runtime"`
+
+	// ScaleDownDelaySeconds how long lower demand lasts before replicas go down; absent or 0: 120
+	ScaleDownDelaySeconds *int32                `json:"scale_down_delay_seconds,omitempty"`
+	SecretEnvVars         *map[string]SecretRef `json:"secret_env_vars,omitempty"`
+
+	// TargetConcurrency calls in flight per replica the scaler plans for; absent or 0: 0.7 x concurrency
+	TargetConcurrency *int32 `json:"target_concurrency,omitempty"`
+	TimeoutSec        *int32 `json:"timeout_sec,omitempty"`
 
 	// Traffic the split of untagged calls over versions, summing to 100; absent: kept as it is (default 100 % latest); PUT .../traffic sets it
 	Traffic    *[]TrafficTarget `json:"traffic,omitempty"`
@@ -684,18 +702,27 @@ type FunctionReplacement struct {
 	EnvVars *map[string]string `json:"env_vars,omitempty"`
 
 	// Image a prebuilt image, pinned by digest
-	Image       *string `json:"image,omitempty"`
-	MaxReplicas *int32  `json:"max_replicas,omitempty"`
-	MemoryMb    *int32  `json:"memory_mb,omitempty"`
-	MinReplicas *int32  `json:"min_replicas,omitempty"`
+	Image *string `json:"image,omitempty"`
+
+	// MaxBufferedRequests calls a gateway holds for a version that wakes or is full; absent or 0: 1000
+	MaxBufferedRequests *int32 `json:"max_buffered_requests,omitempty"`
+	MaxReplicas         *int32 `json:"max_replicas,omitempty"`
+	MemoryMb            *int32 `json:"memory_mb,omitempty"`
+	MinReplicas         *int32 `json:"min_replicas,omitempty"`
 
 	// Name optional; must be the name in the path
-	Name          *string                    `json:"name,omitempty"`
-	Runtime       FunctionReplacementRuntime `json:"runtime"`
-	SecretEnvVars *map[string]SecretRef      `json:"secret_env_vars,omitempty"`
-	Source        *FunctionSource            `json:"source,omitempty"`
-	Status        *FunctionStatus            `json:"status,omitempty"`
-	TimeoutSec    *int32                     `json:"timeout_sec,omitempty"`
+	Name    *string                    `json:"name,omitempty"`
+	Runtime FunctionReplacementRuntime `json:"runtime"`
+
+	// ScaleDownDelaySeconds how long lower demand lasts before replicas go down; absent or 0: 120
+	ScaleDownDelaySeconds *int32                `json:"scale_down_delay_seconds,omitempty"`
+	SecretEnvVars         *map[string]SecretRef `json:"secret_env_vars,omitempty"`
+	Source                *FunctionSource       `json:"source,omitempty"`
+	Status                *FunctionStatus       `json:"status,omitempty"`
+
+	// TargetConcurrency calls in flight per replica the scaler plans for; absent or 0: 0.7 x concurrency
+	TargetConcurrency *int32 `json:"target_concurrency,omitempty"`
+	TimeoutSec        *int32 `json:"timeout_sec,omitempty"`
 
 	// Traffic the split of untagged calls over versions, summing to 100; absent: kept as it is (default 100 % latest); PUT .../traffic sets it
 	Traffic    *[]TrafficTarget `json:"traffic,omitempty"`
@@ -982,11 +1009,16 @@ type SecretRef struct {
 
 // ServingVersion defines model for ServingVersion.
 type ServingVersion struct {
-	Draining *bool     `json:"draining,omitempty"`
-	Percent  int32     `json:"percent"`
-	Ready    bool      `json:"ready"`
-	Tags     *[]string `json:"tags,omitempty"`
-	Version  int32     `json:"version"`
+	DesiredReplicas int32 `json:"desired_replicas"`
+	Draining        *bool `json:"draining,omitempty"`
+	Percent         int32 `json:"percent"`
+	Ready           bool  `json:"ready"`
+	ReadyReplicas   int32 `json:"ready_replicas"`
+
+	// ScalingReason why the version has the replicas it has: Load, Panic, Backlog, ColdStartGuard, ScaleDownDelay, IdleWait, MinReplicas, MaxReplicas, QuotaPods, ...
+	ScalingReason *string   `json:"scaling_reason,omitempty"`
+	Tags          *[]string `json:"tags,omitempty"`
+	Version       int32     `json:"version"`
 }
 
 // SourceOutBody defines model for SourceOutBody.

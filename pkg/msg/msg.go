@@ -79,6 +79,8 @@ func Decode(typ string, body []byte) (Message, error) {
 		m = &CallbackRequested{}
 	case TypeInvocationDeadLettered:
 		m = &InvocationDeadLettered{}
+	case TypeLoadReported:
+		m = &LoadReported{}
 	default:
 		return nil, fmt.Errorf("decode message: unknown type %q", typ)
 	}

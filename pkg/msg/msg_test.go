@@ -64,6 +64,9 @@ func samples() []Message {
 			Attempts: 1, StartedAt: t0, FinishedAt: t0.Add(3 * time.Millisecond), DurationMs: 3, RequestSize: 2, ResponseSize: 40,
 			Error: "bad input", TraceID: "4bf92f3577b34da6a3ce929d0e0e4736",
 		}}},
+		&LoadReported{Reporter: "sless-gateway-7c9f-x2k4/1", SentAt: t0, Versions: []VersionLoad{
+			{Namespace: "sless-fn-acme", Function: "hello", Version: 3, InFlight: 4.25, PeakInFlight: 7, Buffered: 2, Completions: 180},
+		}},
 	}
 }
 

@@ -14,6 +14,7 @@ import (
 	slessv1 "github.com/kube5s/sless/pkg/apis/sless/v1alpha1"
 	"github.com/kube5s/sless/pkg/egress"
 	"github.com/kube5s/sless/pkg/kubeclient"
+	"github.com/kube5s/sless/pkg/loadreport"
 	"github.com/kube5s/sless/pkg/msg"
 	"github.com/kube5s/sless/pkg/rabbit"
 	"github.com/kube5s/sless/pkg/service"
@@ -57,7 +58,14 @@ func run(ctx context.Context, getenv func(string) string, stdout io.Writer) erro
 	mq := svc.Rabbit(cfg.RabbitURL)
 	pub := rabbit.NewPublisher(mq)
 
+	// The calls in flight per version, reported each second to the
+	// operator's scaler.
+	load := &loadreport.Tracker{}
+	signals := rabbit.NewSignaler(mq)
+	defer signals.Close()
+	svc.Go((&loadreport.Reporter{Tracker: load, Signals: signals, Log: svc.Log}).Run)
 	exec := &invoke.Executor{
+		Load:      load,
 		Functions: watch,
 		Client: &http.Client{Transport: &http.Transport{MaxIdleConnsPerHost: 256, IdleConnTimeout: 90 * time.Second, DisableCompression: true},
 			CheckRedirect: noRedirects},

@@ -23,6 +23,7 @@ import (
 	"github.com/kube5s/sless/services/operator/internal/driver"
 	"github.com/kube5s/sless/services/operator/internal/registry"
 	"github.com/kube5s/sless/services/operator/internal/resources"
+	"github.com/kube5s/sless/services/operator/internal/scaler"
 	"github.com/kube5s/sless/services/operator/internal/tenantdata"
 )
 
@@ -108,7 +109,13 @@ func run(ctx context.Context, getenv func(string) string, stdout io.Writer) erro
 		return err
 	}
 	broker.Limits = cfg.TenantBrokerLimits
+	// The scaler hears every gateway's and invoker's load reports on each
+	// replica (a follower's is ready when it leads); it acts through the
+	// Function reconciler, which runs on the leader only.
+	scale := scaler.New()
+	svc.Go(func(ctx context.Context) error { return mq.ListenSignals(ctx, scale.Report) })
 	err = controller.Setup(ctx, mgr, controller.Deps{
+		Scaler:      scale,
 		Broker:      broker,
 		BrokerURL:   cfg.TenantBrokerURL,
 		Publisher:   pub,

@@ -77,7 +77,8 @@ type FunctionSpec struct {
 	// +kubebuilder:validation:Maximum=1000
 	Concurrency int32 `json:"concurrency,omitempty"`
 
-	// Scaling bounds the number of replicas.
+	// Scaling bounds the number of replicas and says how they follow the
+	// load (ARCHITECTURE 4a; the operator's scaler decides).
 	// +optional
 	// +kubebuilder:default={minReplicas: 1, maxReplicas: 1}
 	Scaling *Scaling `json:"scaling,omitempty"`
@@ -112,7 +113,9 @@ type FunctionSource struct {
 	SHA256 string `json:"sha256"`
 }
 
-// Scaling bounds the replicas of a Function.
+// Scaling bounds the replicas of each serving version of a Function and
+// says how they follow the load. The operator's scaler is the only writer
+// of replica counts.
 //
 // +kubebuilder:validation:XValidation:rule="self.minReplicas <= self.maxReplicas",message="minReplicas must not exceed maxReplicas"
 type Scaling struct {
@@ -126,6 +129,26 @@ type Scaling struct {
 	// +kubebuilder:validation:Minimum=1
 	// +kubebuilder:validation:Maximum=100
 	MaxReplicas int32 `json:"maxReplicas"`
+	// TargetConcurrency is the number of calls in flight per replica the
+	// scaler plans for; 0 (unset) means 0.7 x concurrency. It is capped at
+	// the function's concurrency.
+	// +optional
+	// +kubebuilder:validation:Minimum=0
+	// +kubebuilder:validation:Maximum=1000
+	TargetConcurrency int32 `json:"targetConcurrency,omitempty"`
+	// ScaleDownDelaySeconds is how long lower demand must last before the
+	// replicas go down, and how long a version must be idle to go to zero;
+	// 0 (unset) means 120.
+	// +optional
+	// +kubebuilder:validation:Minimum=0
+	// +kubebuilder:validation:Maximum=3600
+	ScaleDownDelaySeconds int32 `json:"scaleDownDelaySeconds,omitempty"`
+	// MaxBufferedRequests bounds the calls a gateway holds for a version
+	// that wakes or is at its limit; 0 (unset) means 1000.
+	// +optional
+	// +kubebuilder:validation:Minimum=0
+	// +kubebuilder:validation:Maximum=100000
+	MaxBufferedRequests int32 `json:"maxBufferedRequests,omitempty"`
 }
 
 // EnvVar is one environment variable, given as a value or taken from a Secret

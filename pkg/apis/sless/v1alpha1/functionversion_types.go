@@ -144,4 +144,14 @@ type ServingVersion struct {
 	// until its in-flight and pinned work is done.
 	// +optional
 	Draining bool `json:"draining,omitempty"`
+	// DesiredReplicas is the replica count the scaler decided for this
+	// version, ReadyReplicas how many pass their health check, and
+	// ScalingReason why the count is what it is (Load, Panic, MinReplicas,
+	// MaxReplicas, QuotaPods, ScaleDownDelay, ...).
+	// +optional
+	DesiredReplicas int32 `json:"desiredReplicas,omitempty"`
+	// +optional
+	ReadyReplicas int32 `json:"readyReplicas,omitempty"`
+	// +optional
+	ScalingReason string `json:"scalingReason,omitempty"`
 }

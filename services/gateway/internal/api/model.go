@@ -142,6 +142,9 @@ type FunctionSpec struct {
 	Concurrency       *int32               `json:"concurrency,omitempty" minimum:"1" maximum:"1000"`
 	MinReplicas       *int32               `json:"min_replicas,omitempty" minimum:"0" maximum:"100"`
 	MaxReplicas       *int32               `json:"max_replicas,omitempty" minimum:"1" maximum:"100"`
+	TargetConcurrency *int32               `json:"target_concurrency,omitempty" minimum:"0" maximum:"1000" doc:"calls in flight per replica the scaler plans for; absent or 0: 0.7 x concurrency"`
+	ScaleDownDelaySec *int32               `json:"scale_down_delay_seconds,omitempty" minimum:"0" maximum:"3600" doc:"how long lower demand lasts before replicas go down; absent or 0: 120"`
+	MaxBuffered       *int32               `json:"max_buffered_requests,omitempty" minimum:"0" maximum:"100000" doc:"calls a gateway holds for a version that wakes or is full; absent or 0: 1000"`
 	EnvVars           map[string]string    `json:"env_vars" required:"false" doc:"absent or empty: none; GET always shows it"`
 	SecretEnvVars     map[string]SecretRef `json:"secret_env_vars,omitempty"`
 	AllowSourceBuilds bool                 `json:"allow_source_builds,omitempty" doc:"let pip build source distributions; by default only wheels are installed"`
@@ -172,6 +175,10 @@ type ServingVersion struct {
 	Tags     []string `json:"tags,omitempty"`
 	Ready    bool     `json:"ready"`
 	Draining bool     `json:"draining,omitempty"`
+	// The scaler's decision for the version and what it observed.
+	DesiredReplicas int32  `json:"desired_replicas"`
+	ReadyReplicas   int32  `json:"ready_replicas"`
+	ScalingReason   string `json:"scaling_reason,omitempty" doc:"why the version has the replicas it has: Load, Panic, Backlog, ColdStartGuard, ScaleDownDelay, IdleWait, MinReplicas, MaxReplicas, QuotaPods, ..."`
 }
 
 // FunctionInput creates a function.
@@ -246,10 +253,13 @@ func applyFunctionSpec(dst *slessv1.FunctionSpec, in *FunctionSpec) {
 	set(&dst.CPUMillis, in.CPUMillis)
 	set(&dst.TimeoutSec, in.TimeoutSec)
 	set(&dst.Concurrency, in.Concurrency)
-	if in.MinReplicas != nil || in.MaxReplicas != nil {
+	if in.MinReplicas != nil || in.MaxReplicas != nil || in.TargetConcurrency != nil || in.ScaleDownDelaySec != nil || in.MaxBuffered != nil {
 		sc := &slessv1.Scaling{MinReplicas: 1, MaxReplicas: 1}
 		set(&sc.MinReplicas, in.MinReplicas)
 		set(&sc.MaxReplicas, in.MaxReplicas)
+		set(&sc.TargetConcurrency, in.TargetConcurrency)
+		set(&sc.ScaleDownDelaySeconds, in.ScaleDownDelaySec)
+		set(&sc.MaxBufferedRequests, in.MaxBuffered)
 		if in.MaxReplicas == nil {
 			sc.MaxReplicas = max(sc.MaxReplicas, sc.MinReplicas)
 		}
@@ -283,6 +293,7 @@ func functionREST(f *slessv1.Function) Function {
 	}}
 	if s.Scaling != nil {
 		out.MinReplicas, out.MaxReplicas = ptr(s.Scaling.MinReplicas), ptr(s.Scaling.MaxReplicas)
+		out.TargetConcurrency, out.ScaleDownDelaySec, out.MaxBuffered = ptr(s.Scaling.TargetConcurrency), ptr(s.Scaling.ScaleDownDelaySeconds), ptr(s.Scaling.MaxBufferedRequests)
 	}
 	for _, e := range s.Env {
 		if e.SecretKeyRef != nil {
@@ -339,7 +350,8 @@ func servingREST(in []slessv1.ServingVersion) []ServingVersion {
 	}
 	out := make([]ServingVersion, 0, len(in))
 	for _, sv := range in {
-		out = append(out, ServingVersion{Version: sv.Number, Percent: sv.Percent, Tags: sv.Tags, Ready: sv.Ready, Draining: sv.Draining})
+		out = append(out, ServingVersion{Version: sv.Number, Percent: sv.Percent, Tags: sv.Tags, Ready: sv.Ready, Draining: sv.Draining,
+			DesiredReplicas: sv.DesiredReplicas, ReadyReplicas: sv.ReadyReplicas, ScalingReason: sv.ScalingReason})
 	}
 	return out
 }

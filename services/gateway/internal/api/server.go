@@ -33,6 +33,7 @@ import (
 	"github.com/kube5s/sless/pkg/archive"
 	"github.com/kube5s/sless/pkg/egress"
 	"github.com/kube5s/sless/pkg/health"
+	"github.com/kube5s/sless/pkg/loadreport"
 	"github.com/kube5s/sless/pkg/msg"
 	"github.com/kube5s/sless/pkg/objstore"
 	"github.com/kube5s/sless/pkg/telemetry"
@@ -84,8 +85,9 @@ type Deps struct {
 	Tracer    trace.Tracer
 	Log       *slog.Logger
 	Transport http.RoundTripper
-	Logs      logs.Source  // what functions printed; nil: the logs route answers 501
-	Review    *review.Gate // the source review at upload; nil: none
+	Logs      logs.Source         // what functions printed; nil: the logs route answers 501
+	Review    *review.Gate        // the source review at upload; nil: none
+	Load      *loadreport.Tracker // calls in flight per version, for the scaler; nil: not counted
 }
 
 // Server holds the handlers' state.
@@ -120,7 +122,7 @@ func New(d Deps) *Server {
 		s.Transport = proxy.DefaultTransport()
 	}
 	s.forwarder = &proxy.Forwarder{Transport: s.Transport, Tracer: d.Tracer, Prop: s.prop, Recorder: d.Recorder, Metrics: s.metrics,
-		Log: d.Log, MaxResponseBytes: d.Config.MaxResponseBytes, MaxInlineResult: d.Config.MaxInlineResult}
+		Log: d.Log, MaxResponseBytes: d.Config.MaxResponseBytes, MaxInlineResult: d.Config.MaxInlineResult, Load: d.Load}
 
 	var err error
 	if s.fnWatch, err = watchObjects(d.Cache, &slessv1.Function{}); err != nil {

@@ -26,6 +26,7 @@ import (
 	"github.com/kube5s/sless/pkg/fncall"
 	"github.com/kube5s/sless/pkg/headers"
 	"github.com/kube5s/sless/pkg/jitter"
+	"github.com/kube5s/sless/pkg/loadreport"
 	"github.com/kube5s/sless/pkg/msg"
 	"github.com/kube5s/sless/pkg/versionpick"
 )
@@ -50,6 +51,9 @@ type Forwarder struct {
 	Log              *slog.Logger
 	MaxResponseBytes int64
 	MaxInlineResult  int
+	// Load counts the calls in flight per version for the scaler; nil
+	// counts nothing.
+	Load *loadreport.Tracker
 }
 
 // Call is one invocation: whose, through which trigger, at which path
@@ -173,6 +177,9 @@ func (f *Forwarder) Forward(w http.ResponseWriter, r *http.Request, fn *slessv1.
 	}
 	if version.Number != 0 {
 		w.Header().Set(headers.Version, strconv.Itoa(int(version.Number)))
+	}
+	if f.Load != nil {
+		defer f.Load.Begin(loadreport.Key{Namespace: fn.Namespace, Function: fn.Name, Version: version.Number})()
 	}
 	start := time.Now()
 	id := msg.NewInvocationID()

@@ -26,6 +26,7 @@ import (
 
 	slessv1 "github.com/kube5s/sless/pkg/apis/sless/v1alpha1"
 	"github.com/kube5s/sless/pkg/fncall"
+	"github.com/kube5s/sless/pkg/loadreport"
 	"github.com/kube5s/sless/pkg/msg"
 	"github.com/kube5s/sless/pkg/objstore"
 	"github.com/kube5s/sless/pkg/rabbit"
@@ -65,6 +66,9 @@ type Executor struct {
 	// MaxResponseBytes is the largest answer taken from a function; 0 is
 	// fncall.MaxResponseBytes.
 	MaxResponseBytes int64
+	// Load counts the calls in flight per version for the scaler; nil
+	// counts nothing.
+	Load *loadreport.Tracker
 }
 
 // Metrics are the invoker's counters.
@@ -226,6 +230,9 @@ func (e *Executor) Execute(ctx context.Context, req *msg.InvocationRequested, at
 		return rec, false
 	}
 
+	if e.Load != nil {
+		defer e.Load.Begin(loadreport.Key{Namespace: fn.Namespace, Function: fn.Name, Version: version.Number})()
+	}
 	resp, err := e.Client.Do(hreq)
 	if err != nil {
 		o := fncall.Classify(fncall.Answer{Err: err, TimedOut: errors.Is(cctx.Err(), context.DeadlineExceeded)})

@@ -19,6 +19,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/cache"
 	"sigs.k8s.io/controller-runtime/pkg/handler"
 	"sigs.k8s.io/controller-runtime/pkg/log"
+	"sigs.k8s.io/controller-runtime/pkg/manager"
 	"sigs.k8s.io/controller-runtime/pkg/reconcile"
 
 	"github.com/prometheus/client_golang/prometheus"
@@ -32,6 +33,7 @@ import (
 	"github.com/kube5s/sless/pkg/tenantns"
 	"github.com/kube5s/sless/services/operator/internal/driver"
 	"github.com/kube5s/sless/services/operator/internal/resources"
+	"github.com/kube5s/sless/services/operator/internal/scaler"
 )
 
 // Publisher sends a message to the platform exchange and returns once the
@@ -80,6 +82,9 @@ type Deps struct {
 	Images ImageDeleter
 	// Artifacts removes a local artifact directory likewise; nil leaves it.
 	Artifacts ArtifactRemover
+	// Scaler decides each running version's replica count; Setup runs it
+	// (a new one, fed by no reports, when nil).
+	Scaler *scaler.Scaler
 	// BeforeVersionDelete, when set (tests), runs between retention's
 	// decision to delete a version and the fresh read that confirms it.
 	BeforeVersionDelete func(*slessv1.FunctionVersion)
@@ -138,6 +143,12 @@ func Setup(ctx context.Context, mgr ctrl.Manager, d Deps) error {
 		return []string{o.(*slessv1.FunctionJob).Spec.FunctionRef.Name}
 	}); err != nil {
 		return fmt.Errorf("index jobs: %w", err)
+	}
+	if d.Scaler == nil {
+		d.Scaler = scaler.New()
+	}
+	if err := mgr.Add(manager.RunnableFunc(d.Scaler.Run)); err != nil {
+		return fmt.Errorf("add the scaler: %w", err)
 	}
 	rec := mgr.GetEventRecorder("sless-operator")
 	c := mgr.GetClient()

@@ -14,7 +14,9 @@ import (
 	ctrl "sigs.k8s.io/controller-runtime"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	"sigs.k8s.io/controller-runtime/pkg/controller/controllerutil"
+	"sigs.k8s.io/controller-runtime/pkg/handler"
 	"sigs.k8s.io/controller-runtime/pkg/recorder"
+	"sigs.k8s.io/controller-runtime/pkg/source"
 
 	slessv1 "github.com/kube5s/sless/pkg/apis/sless/v1alpha1"
 	"github.com/kube5s/sless/pkg/msg"
@@ -36,7 +38,8 @@ type FunctionReconciler struct {
 
 // SetupWithManager watches Functions and what the driver creates for them.
 func (r *FunctionReconciler) SetupWithManager(mgr ctrl.Manager) error {
-	b := ctrl.NewControllerManagedBy(mgr).For(&slessv1.Function{}).Owns(&slessv1.FunctionVersion{})
+	b := ctrl.NewControllerManagedBy(mgr).For(&slessv1.Function{}).Owns(&slessv1.FunctionVersion{}).
+		WatchesRawSource(source.Channel(r.Scaler.Events(), &handler.TypedEnqueueRequestForObject[*slessv1.Function]{}))
 	return r.Driver.Watch(b).Complete(r)
 }
 
@@ -234,6 +237,7 @@ func (r *FunctionReconciler) finalize(ctx context.Context, fn *slessv1.Function)
 	if err := r.deleteVersions(ctx, fn); err != nil {
 		return err
 	}
+	r.Scaler.Forget(fn.Namespace, fn.Name)
 	tenant := tenantns.Named(fn.Namespace)
 	for _, prefix := range objstore.FunctionPrefixes(tenant, fn.Name) {
 		if _, err := r.Store.DeletePrefix(ctx, prefix); err != nil {

@@ -43,6 +43,7 @@ import (
 	"github.com/kube5s/sless/services/operator/internal/driver"
 	"github.com/kube5s/sless/services/operator/internal/registry"
 	"github.com/kube5s/sless/services/operator/internal/resources"
+	"github.com/kube5s/sless/services/operator/internal/scaler"
 	"github.com/kube5s/sless/services/operator/internal/tenantdata"
 )
 
@@ -80,7 +81,8 @@ type harness struct {
 	broker *brokeradmin.Admin
 	db     *pgxpool.Pool // the tenant rows the operator deletes
 	stop   func()
-	local  *driver.Local // the local driver, when the harness runs one
+	local  *driver.Local  // the local driver, when the harness runs one
+	scaler *scaler.Scaler // fed by the load reports on the broker
 	// beforeVersionDelete, when set, is Deps.BeforeVersionDelete.
 	beforeVersionDelete atomic.Pointer[func(*slessv1.FunctionVersion)]
 	// logs is what the managers logged (controller-runtime and the
@@ -122,10 +124,12 @@ func newHarnessWith(t *testing.T, mkDriver func(ctrl.Manager) driver.Driver, opt
 	if err != nil {
 		t.Fatal(err)
 	}
-	h := &harness{c: c, mq: mq, pub: rabbit.NewPublisher(mq), store: store, broker: broker, db: db}
+	h := &harness{c: c, mq: mq, pub: rabbit.NewPublisher(mq), store: store, broker: broker, db: db, scaler: scaler.New()}
 	ctx, cancel := context.WithCancel(context.Background())
 	var wg sync.WaitGroup
 	wg.Go(func() { _ = mq.Run(ctx) })
+	// The scaler hears load reports on the real broker, as run does.
+	wg.Go(func() { _ = mq.ListenSignals(ctx, h.scaler.Report) })
 	h.startManager(t, ctx, &wg, mkDriver, opts...)
 	h.stop = sync.OnceFunc(func() {
 		cancel()
@@ -170,7 +174,7 @@ func (h *harness) startManager(t *testing.T, ctx context.Context, wg *sync.WaitG
 		t.Fatal(err)
 	}
 	deps := Deps{
-		Publisher: h.pub, Store: h.store, Data: &tenantdata.Store{DB: h.db, Batch: 2}, Driver: mkDriver(mgr),
+		Publisher: h.pub, Store: h.store, Data: &tenantdata.Store{DB: h.db, Batch: 2}, Driver: mkDriver(mgr), Scaler: h.scaler,
 		Platform: platform, PublicURL: publicURL, Broker: h.broker, BrokerURL: tenantBrokerURL, Tracer: noop.NewTracerProvider().Tracer("t"),
 		Metrics: NewMetrics(prometheus.NewRegistry()), APIReader: mgr.GetAPIReader(),
 		DrainPeriod: 3 * time.Second, // as long as the local driver's own drain delay

@@ -14,8 +14,11 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/controller/controllerutil"
 
 	slessv1 "github.com/kube5s/sless/pkg/apis/sless/v1alpha1"
+	"github.com/kube5s/sless/pkg/loadreport"
+	"github.com/kube5s/sless/services/operator/internal/autoscale"
 	"github.com/kube5s/sless/services/operator/internal/driver"
 	"github.com/kube5s/sless/services/operator/internal/resources"
+	"github.com/kube5s/sless/services/operator/internal/scaler"
 )
 
 // DefaultDrainPeriod is how long a version that lost its traffic keeps
@@ -249,6 +252,11 @@ func (r *FunctionReconciler) run(ctx context.Context, fn *slessv1.Function, vers
 	// Everything that may serve after this reconcile runs first: the
 	// desired targets and whatever serves now (readiness decides the flip).
 	states := map[int32]driver.State{}
+	decisions := map[int32]autoscale.Decision{}
+	recorded := map[int32]int32{}
+	for _, e := range st.Serving {
+		recorded[e.Number] = e.DesiredReplicas
+	}
 	var firstErr error
 	ensure := func(n int32) {
 		if _, done := states[n]; done || versions[n] == nil {
@@ -256,7 +264,12 @@ func (r *FunctionReconciler) run(ctx context.Context, fn *slessv1.Function, vers
 		}
 		v := versions[n]
 		view := resources.VersionView(fn, &v.Spec)
-		s, err := r.Driver.Ensure(ctx, view, driver.Version{Number: n, Replicas: resources.Replicas(fn),
+		// The count is the scaler's; what was ready at the last
+		// reconcile is what it knows of the replicas.
+		key := loadreport.Key{Namespace: fn.Namespace, Function: fn.Name, Version: n}
+		d := r.Scaler.Replicas(key, scaler.Settings(view), readyOf(st.Serving, n), recorded[n])
+		decisions[n] = d
+		s, err := r.Driver.Ensure(ctx, view, driver.Version{Number: n, Replicas: d.Replicas,
 			Artifact: driver.Artifact{Image: v.Spec.Image, Dir: v.Spec.Artifact, BuildID: v.Spec.BuildID}})
 		if err != nil {
 			s = driver.State{Reason: slessv1.ReasonDriverError, Message: err.Error()}
@@ -309,6 +322,7 @@ func (r *FunctionReconciler) run(ctx context.Context, fn *slessv1.Function, vers
 	for n, e := range eff {
 		s := states[n]
 		e.Ready, e.Endpoint = s.Serving, s.Endpoint
+		e.DesiredReplicas, e.ReadyReplicas, e.ScalingReason = decisions[n].Replicas, s.ReadyReplicas, string(decisions[n].Reason)
 		serving = append(serving, *e)
 	}
 	slices.SortFunc(serving, func(a, b slessv1.ServingVersion) int { return int(a.Number - b.Number) })
@@ -568,4 +582,14 @@ func (r *FunctionReconciler) deleteVersions(ctx context.Context, fn *slessv1.Fun
 		}
 	}
 	return nil
+}
+
+// readyOf is the ready replicas status.serving recorded for version n.
+func readyOf(serving []slessv1.ServingVersion, n int32) int32 {
+	for _, e := range serving {
+		if e.Number == n {
+			return e.ReadyReplicas
+		}
+	}
+	return 0
 }

@@ -38,7 +38,7 @@ type State struct {
 type Version struct {
 	Number   int32
 	Artifact Artifact
-	// Replicas is how many replicas run (resources.Replicas decides it).
+	// Replicas is how many replicas run (the operator's scaler decides it).
 	Replicas int32
 }
 

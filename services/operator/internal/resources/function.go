@@ -61,16 +61,6 @@ func RuntimeEnv(fn *slessv1.Function, version int32, port int) []corev1.EnvVar {
 	return env
 }
 
-// Replicas is the number of replicas each running version of fn gets: the
-// one place that decides it (the scaler replaces it). Scale to zero is not
-// implemented yet, so at least one replica runs.
-func Replicas(fn *slessv1.Function) int32 {
-	if fn.Spec.Scaling == nil {
-		return 1
-	}
-	return max(fn.Spec.Scaling.MinReplicas, 1)
-}
-
 // PodSpec is the hardened pod of one version of a function: non-root, no privilege
 // escalation, no capabilities, read-only root with a writable /tmp,
 // RuntimeDefault seccomp and no service-account token.

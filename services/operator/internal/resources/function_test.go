@@ -12,6 +12,7 @@ import (
 	"k8s.io/utils/ptr"
 
 	slessv1 "github.com/kube5s/sless/pkg/apis/sless/v1alpha1"
+	"github.com/kube5s/sless/services/operator/internal/scaler"
 )
 
 // function is a Function of tenant acme, changed by opts.
@@ -148,7 +149,8 @@ func TestVersionDeploymentIsTheHardenedPodOfTheFunction(t *testing.T) {
 		}),
 	}} {
 		t.Run(tc.name, func(t *testing.T) {
-			got := VersionDeployment(tc.fn, 1, "registry.local/acme/hello:abc", Replicas(tc.fn))
+			// The count the scaler starts a version at: its minimum.
+			got := VersionDeployment(tc.fn, 1, "registry.local/acme/hello:abc", scaler.Settings(tc.fn).MinReplicas)
 			if diff := cmp.Diff(tc.want, got); diff != "" {
 				t.Errorf("Deployment (-want +got):\n%s", diff)
 			}

@@ -1,0 +1,134 @@
+package loadreport
+
+import (
+	"context"
+	"sync"
+	"testing"
+	"testing/synctest"
+	"time"
+
+	"github.com/google/go-cmp/cmp"
+
+	"github.com/kube5s/sless/pkg/msg"
+)
+
+var hello = Key{Namespace: "sless-fn-acme", Function: "hello", Version: 3}
+
+// TestSnapshotAveragesOverTheInterval: the average is time-weighted, the
+// peak and completions are the interval's, a call still running counts in
+// the next interval, and a version without work is left out.
+func TestSnapshotAveragesOverTheInterval(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		var tr Tracker
+		start := time.Now()
+		endA, endB := tr.Begin(hello), tr.Begin(hello)
+		time.Sleep(500 * time.Millisecond)
+		endA()
+		endA() // a second call of end counts nothing
+		time.Sleep(500 * time.Millisecond)
+		want := []msg.VersionLoad{{Namespace: hello.Namespace, Function: hello.Function, Version: 3, InFlight: 1.5, PeakInFlight: 2, Completions: 1}}
+		if diff := cmp.Diff(want, tr.Snapshot(start.Add(time.Second))); diff != "" {
+			t.Errorf("first second (-want +got):\n%s", diff)
+		}
+		time.Sleep(time.Second)
+		want = []msg.VersionLoad{{Namespace: hello.Namespace, Function: hello.Function, Version: 3, InFlight: 1, PeakInFlight: 1}}
+		if diff := cmp.Diff(want, tr.Snapshot(start.Add(2*time.Second))); diff != "" {
+			t.Errorf("second second, one call still running (-want +got):\n%s", diff)
+		}
+		endB()
+		time.Sleep(time.Second)
+		want = []msg.VersionLoad{{Namespace: hello.Namespace, Function: hello.Function, Version: 3, PeakInFlight: 1, Completions: 1}}
+		if diff := cmp.Diff(want, tr.Snapshot(start.Add(3*time.Second))); diff != "" {
+			t.Errorf("third second, the call ended at its start (-want +got):\n%s", diff)
+		}
+		time.Sleep(time.Second)
+		if got := tr.Snapshot(start.Add(4 * time.Second)); len(got) != 0 {
+			t.Errorf("an idle version is reported: %+v", got)
+		}
+		// Forgotten, and counted again from the next call.
+		end := tr.Begin(hello)
+		time.Sleep(time.Second)
+		end()
+		if got := tr.Snapshot(start.Add(5 * time.Second)); len(got) != 1 || got[0].Completions != 1 || got[0].InFlight != 1 {
+			t.Errorf("after forgetting, a new call: %+v", got)
+		}
+	})
+}
+
+// TestNoCallIsLostToASnapshot: calls that begin while snapshots forget
+// idle versions are all counted.
+func TestNoCallIsLostToASnapshot(t *testing.T) {
+	var tr Tracker
+	const workers, calls = 8, 2000
+	var wg sync.WaitGroup
+	for range workers {
+		wg.Go(func() {
+			for range calls {
+				tr.Begin(hello)()
+			}
+		})
+	}
+	done := make(chan struct{})
+	total := 0
+	go func() {
+		defer close(done)
+		for {
+			for _, l := range tr.Snapshot(time.Now()) {
+				total += l.Completions
+			}
+			if total == workers*calls {
+				return
+			}
+		}
+	}()
+	wg.Wait()
+	select {
+	case <-done:
+	case <-time.After(30 * time.Second):
+		t.Fatalf("snapshots counted %d completions of %d", total, workers*calls)
+	}
+}
+
+type recorder struct {
+	mu   sync.Mutex
+	sent []*msg.LoadReported
+}
+
+func (r *recorder) Signal(_ context.Context, m msg.Message) error {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	r.sent = append(r.sent, m.(*msg.LoadReported))
+	return nil
+}
+
+// TestReporterSendsEachSecondWithWork: one report a second while there is
+// work, none while there is none.
+func TestReporterSendsEachSecondWithWork(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		var tr Tracker
+		rec := &recorder{}
+		ctx, cancel := context.WithCancel(t.Context())
+		r := &Reporter{Tracker: &tr, Signals: rec, Name: "gw-1"}
+		go func() { _ = r.Run(ctx) }()
+		end := tr.Begin(hello)
+		time.Sleep(3500 * time.Millisecond)
+		end()
+		time.Sleep(5 * time.Second)
+		cancel()
+		synctest.Wait()
+		rec.mu.Lock()
+		defer rec.mu.Unlock()
+		// Seconds 1-3 in flight, second 4 the completion; then nothing.
+		if len(rec.sent) != 4 {
+			t.Fatalf("sent %d reports, want 4: %+v", len(rec.sent), rec.sent)
+		}
+		for _, m := range rec.sent {
+			if m.Reporter != "gw-1" || len(m.Versions) != 1 || m.Versions[0].Function != "hello" {
+				t.Errorf("report %+v", m)
+			}
+		}
+		if last := rec.sent[3].Versions[0]; last.Completions != 1 || last.InFlight != 0.5 {
+			t.Errorf("the last report: %+v", last)
+		}
+	})
+}

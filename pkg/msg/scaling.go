@@ -1,0 +1,44 @@
+package msg
+
+import "time"
+
+// TypeLoadReported names a data-plane replica's report of the load it saw
+// on each function version over about the last second.
+const TypeLoadReported = "scaling.load.v1"
+
+// SignalExchange is the fanout exchange of the platform's signals: reports
+// that matter for seconds only. They are published without persistence or
+// confirms, and every operator replica reads them from a queue of its own
+// that lives as long as its connection; a lost report is replaced by the
+// next one a second later.
+const SignalExchange = "sless.signals"
+
+// LoadReported is one reporter's (a gateway or invoker replica's) load per
+// function version over the last interval. Only versions with work in the
+// interval, or with work that ended in it, are listed.
+type LoadReported struct {
+	// Reporter names the replica that sent it (its host name and process):
+	// the scaler keeps each reporter's latest report per second and adds
+	// the reporters up.
+	Reporter string        `json:"reporter"`
+	SentAt   time.Time     `json:"sent_at"`
+	Versions []VersionLoad `json:"versions"`
+}
+
+// VersionLoad is the load on one version of one function.
+type VersionLoad struct {
+	Namespace string `json:"namespace"`
+	Function  string `json:"function"`
+	Version   int32  `json:"version"`
+	// InFlight is the average number of calls in flight over the
+	// interval, PeakInFlight the most at once.
+	InFlight     float64 `json:"in_flight"`
+	PeakInFlight int     `json:"peak_in_flight"`
+	// Buffered is the number of calls waiting for a replica at the report.
+	Buffered int `json:"buffered,omitempty"`
+	// Completions is the number of calls that ended in the interval.
+	Completions int `json:"completions"`
+}
+
+// Type implements Message.
+func (*LoadReported) Type() string { return TypeLoadReported }
