@@ -2,8 +2,10 @@
 // on chi, with the OpenAPI document generated from the operations; every
 // operation is in routes.go), thin handlers that authorize, call and map,
 // and the one error writer (errors.go). Tokens and rate limits are in
-// auth, forwarding to functions in proxy, invocation records in record,
-// SQL in store.
+// auth, forwarding to functions in proxy, the async accept and the
+// dead-letter replay in enqueue, invocation records in record, SQL in
+// store. Each handler's collaborators are small interfaces declared beside
+// it; New builds the concrete ones.
 package api
 
 import (
