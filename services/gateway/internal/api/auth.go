@@ -20,6 +20,25 @@ type principal struct {
 	guessed bool // too many failed lookups from the caller's address
 }
 
+// tokenChecker finds the tenant of a tenant token (auth.Tokens).
+type tokenChecker interface {
+	Known(tok string) (tenant string, ok bool)
+	Lookup(ctx context.Context, tok string) (tenant string, err error)
+	Identify(ctx context.Context, tok string) (tenant, id string, err error)
+}
+
+// guessCounter counts the failed token lookups of each client address
+// (auth.Failures).
+type guessCounter interface {
+	Exhausted(addr string) bool
+	Fail(addr string)
+}
+
+// rateLimiter applies the tenants' rate limits (auth.Limiter).
+type rateLimiter interface {
+	Allow(ctx context.Context, tenant, bucket string) error
+}
+
 // authenticate reads the bearer token: the admin token (compared in constant
 // time) or a tenant token (looked up by its SHA-256).
 func (s *Server) authenticate(r *http.Request) principal {

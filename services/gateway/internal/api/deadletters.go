@@ -2,16 +2,11 @@ package api
 
 import (
 	"context"
-	"encoding/json"
 	"errors"
 	"fmt"
-	"io"
 	"net/http"
-	"strings"
-	"time"
 
-	"github.com/kube5s/sless/pkg/msg"
-	"github.com/kube5s/sless/pkg/objstore"
+	"github.com/kube5s/sless/services/gateway/internal/enqueue"
 	"github.com/kube5s/sless/services/gateway/internal/store"
 )
 
@@ -28,6 +23,18 @@ type Replayed struct {
 	Status       string `json:"status"`
 }
 
+// deadLetterStore reads the dead letters (store.Store).
+type deadLetterStore interface {
+	DeadLetters(ctx context.Context, tenant string, f store.DeadLetterFilter, after *store.After, limit int64) ([]store.DeadLetter, error)
+	DeadLetter(ctx context.Context, tenant, id string) (store.DeadLetter, error)
+}
+
+// replayer runs dead letters' requests again (enqueue.Replayer).
+type replayer interface {
+	Replay(ctx context.Context, tenant, id string) (enqueue.Replay, error)
+	ReplayMatching(ctx context.Context, tenant string, f store.DeadLetterFilter, limit int64) ([]enqueue.Replay, error)
+}
+
 func (s *Server) registerDeadLetters() {
 	register(s, s.route("list-dead-letters"),
 		func(ctx context.Context, in *struct {
@@ -42,7 +49,7 @@ func (s *Server) registerDeadLetters() {
 			if err != nil {
 				return nil, err
 			}
-			items, err := s.sql.DeadLetters(ctx, in.Tenant, in.DeadLetterFilter, after, in.Limit+1)
+			items, err := s.letters.DeadLetters(ctx, in.Tenant, in.DeadLetterFilter, after, in.Limit+1)
 			if err != nil {
 				return nil, storeProblem(ctx, err, "the dead letters could not be read")
 			}
@@ -64,7 +71,7 @@ func (s *Server) registerDeadLetters() {
 			if err := s.requireTenant(ctx, in.Tenant); err != nil {
 				return nil, err
 			}
-			d, err := s.sql.DeadLetter(ctx, in.Tenant, in.ID)
+			d, err := s.letters.DeadLetter(ctx, in.Tenant, in.ID)
 			if errors.Is(err, store.ErrNotFound) {
 				return nil, withID(ctx, problem(404, "", "dead letter %s not found", in.ID))
 			}
@@ -78,11 +85,11 @@ func (s *Server) registerDeadLetters() {
 			if err := s.requireTenant(ctx, in.Tenant); err != nil {
 				return nil, err
 			}
-			r, err := s.replay(ctx, in.Tenant, in.ID)
+			r, err := s.replays.Replay(ctx, in.Tenant, in.ID)
 			if err != nil {
-				return nil, err
+				return nil, replayProblem(ctx, err, "the dead letter could not be read")
 			}
-			return &One[Replayed]{Status: http.StatusAccepted, Location: fmt.Sprintf("/v1/tenants/%s/invocations/%s", in.Tenant, r.InvocationID), Body: r}, nil
+			return &One[Replayed]{Status: http.StatusAccepted, Location: fmt.Sprintf("/v1/tenants/%s/invocations/%s", in.Tenant, r.InvocationID), Body: replayed(r)}, nil
 		})
 	register(s, s.route("replay-dead-letters"),
 		func(ctx context.Context, in *struct {
@@ -99,72 +106,42 @@ func (s *Server) registerDeadLetters() {
 			if limit <= 0 {
 				limit = 100
 			}
-			ids, err := s.sql.NotReplayed(ctx, in.Tenant, in.Body.DeadLetterFilter, limit)
+			rs, err := s.replays.ReplayMatching(ctx, in.Tenant, in.Body.DeadLetterFilter, limit)
 			if err != nil {
-				return nil, storeProblem(ctx, err, "the dead letters could not be read")
+				return nil, replayProblem(ctx, err, "the dead letters could not be read")
 			}
 			out := &ListOut[Replayed]{}
 			out.Body.Items = []Replayed{}
-			for _, id := range ids {
-				r, err := s.replay(ctx, in.Tenant, id)
-				var p *Problem
-				if errors.As(err, &p) && p.Status == http.StatusConflict {
-					continue // replayed meanwhile through another request
-				}
-				if err != nil {
-					return nil, err
-				}
-				out.Body.Items = append(out.Body.Items, r)
+			for _, r := range rs {
+				out.Body.Items = append(out.Body.Items, replayed(r))
 			}
 			return out, nil
 		})
 }
 
-// replay publishes a dead letter's request again under a new invocation
-// id (the old one has its record), and marks the letter replayed first, so
-// that two replays of one letter cannot both run it.
-func (s *Server) replay(ctx context.Context, tenant, id string) (Replayed, error) {
-	dl, err := s.sql.DeadLetterRequest(ctx, tenant, id)
-	if errors.Is(err, store.ErrNotFound) {
-		return Replayed{}, withID(ctx, problem(404, "", "dead letter %s not found", id))
+func replayed(r enqueue.Replay) Replayed {
+	return Replayed{ID: r.Letter, InvocationID: r.InvocationID, Status: "queued"}
+}
+
+// replayProblem maps an error of enqueue.Replayer to its problem; what
+// says what failed when the store did.
+func replayProblem(ctx context.Context, err error, what string) *Problem {
+	var none *enqueue.NoLetter
+	var already *enqueue.AlreadyReplayed
+	var bad *enqueue.BadLetter
+	switch {
+	case errors.As(err, &none):
+		return withID(ctx, problem(404, "", "%s", none.Error()))
+	case errors.As(err, &already):
+		return withID(ctx, problem(409, "already-replayed", "%s", already.Error()))
+	case errors.As(err, &bad):
+		return withID(ctx, problem(500, "", "%s", bad.Detail))
+	case errors.Is(err, enqueue.ErrPayloadUnavailable):
+		return withID(ctx, problem(503, "", "the object store is unavailable"))
+	case errors.Is(err, enqueue.ErrNotQueued):
+		p := withID(ctx, problem(503, "", "the replay could not be queued"))
+		p.cause = err
+		return p
 	}
-	if err != nil {
-		return Replayed{}, storeProblem(ctx, err, "the dead letter could not be read")
-	}
-	raw, key, replayedAs := dl.Raw, dl.Key, dl.ReplayedAs
-	if replayedAs != "" {
-		return Replayed{}, withID(ctx, problem(409, "already-replayed", "dead letter %s was replayed as invocation %s", id, replayedAs))
-	}
-	if key != "" {
-		if !strings.HasPrefix(key, objstore.PayloadKey(tenant, "")) {
-			return Replayed{}, withID(ctx, problem(500, "", "dead letter %s names a request outside its tenant", id))
-		}
-		rc, _, err := s.Store.Get(ctx, key)
-		if err != nil {
-			return Replayed{}, withID(ctx, problem(503, "", "the object store is unavailable"))
-		}
-		raw, err = io.ReadAll(rc)
-		rc.Close()
-		if err != nil {
-			return Replayed{}, withID(ctx, problem(503, "", "the object store is unavailable"))
-		}
-	}
-	var req msg.InvocationRequested
-	if err := json.Unmarshal(raw, &req); err != nil || req.Tenant != tenant {
-		return Replayed{}, withID(ctx, problem(500, "", "dead letter %s holds no request of tenant %s", id, tenant))
-	}
-	newID := msg.NewInvocationID()
-	marked, err := s.sql.MarkReplayed(ctx, tenant, id, newID)
-	if err != nil {
-		return Replayed{}, storeProblem(ctx, err, "the dead letter could not be marked")
-	}
-	if !marked {
-		return Replayed{}, withID(ctx, problem(409, "already-replayed", "dead letter %s was replayed meanwhile", id))
-	}
-	req.InvocationID, req.EnqueuedAt = newID, time.Now().UTC()
-	if err := s.Publisher.PublishMessage(ctx, &req); err != nil {
-		s.sql.UnmarkReplayed(context.WithoutCancel(ctx), tenant, id, newID)
-		return Replayed{}, s.internal(ctx, 503, err, "the replay could not be queued")
-	}
-	return Replayed{ID: id, InvocationID: newID, Status: "queued"}, nil
+	return storeProblem(ctx, err, what)
 }

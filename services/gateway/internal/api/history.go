@@ -77,6 +77,15 @@ func storeProblem(ctx context.Context, err error, what string) *Problem {
 	return p
 }
 
+// historyStore reads the invocation and build history (store.Store).
+type historyStore interface {
+	Invocations(ctx context.Context, tenant string, f store.InvocationFilter, after *store.After, limit int64) ([]store.Invocation, error)
+	Invocation(ctx context.Context, tenant, id string) (store.Invocation, error)
+	Builds(ctx context.Context, tenant, function string, after *store.After, limit int64) ([]store.Build, error)
+	Build(ctx context.Context, tenant, function, id string) (store.Build, error)
+	Result(ctx context.Context, tenant, id string) (store.Result, error)
+}
+
 func (s *Server) registerHistory() {
 	register(s, s.route("list-invocations"),
 		func(ctx context.Context, in *struct {
@@ -94,7 +103,7 @@ func (s *Server) registerHistory() {
 			if err != nil {
 				return nil, err
 			}
-			items, err := s.sql.Invocations(ctx, in.Tenant, store.InvocationFilter{Function: in.Function, Status: in.Status, Trigger: in.Trigger, Since: in.Since},
+			items, err := s.history.Invocations(ctx, in.Tenant, store.InvocationFilter{Function: in.Function, Status: in.Status, Trigger: in.Trigger, Since: in.Since},
 				after, in.Limit+1)
 			if err != nil {
 				return nil, storeProblem(ctx, err, "the invocations could not be read")
@@ -116,7 +125,7 @@ func (s *Server) registerHistory() {
 			if err := s.requireTenant(ctx, in.Tenant); err != nil {
 				return nil, err
 			}
-			v, err := s.sql.Invocation(ctx, in.Tenant, in.ID)
+			v, err := s.history.Invocation(ctx, in.Tenant, in.ID)
 			if errors.Is(err, store.ErrNotFound) {
 				return nil, withID(ctx, problem(404, "", "invocation %s is not recorded (yet): an async invocation appears once it has run", in.ID))
 			}
@@ -138,7 +147,7 @@ func (s *Server) registerHistory() {
 			if err != nil {
 				return nil, err
 			}
-			items, err := s.sql.Builds(ctx, in.Tenant, in.Name, after, in.Limit+1)
+			items, err := s.history.Builds(ctx, in.Tenant, in.Name, after, in.Limit+1)
 			if err != nil {
 				return nil, storeProblem(ctx, err, "the builds could not be read")
 			}
@@ -156,7 +165,7 @@ func (s *Server) registerHistory() {
 		ID string `path:"id" maxLength:"64"`
 	}
 	getBuild := func(ctx context.Context, in *BuildPath) (Build, error) {
-		b, err := s.sql.Build(ctx, in.Tenant, in.Name, in.ID)
+		b, err := s.history.Build(ctx, in.Tenant, in.Name, in.ID)
 		if errors.Is(err, store.ErrNotFound) {
 			return b, withID(ctx, problem(404, "", "build %s of function %s not found", in.ID, in.Name))
 		}

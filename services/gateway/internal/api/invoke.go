@@ -2,7 +2,6 @@ package api
 
 import (
 	"context"
-	"crypto/sha256"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -25,6 +24,7 @@ import (
 	"github.com/kube5s/sless/pkg/publicpath"
 	"github.com/kube5s/sless/pkg/rabbit"
 	"github.com/kube5s/sless/pkg/versionpick"
+	"github.com/kube5s/sless/services/gateway/internal/enqueue"
 	"github.com/kube5s/sless/services/gateway/internal/proxy"
 	"github.com/kube5s/sless/services/gateway/internal/store"
 )
@@ -195,7 +195,14 @@ func (s *Server) publicTrigger(w http.ResponseWriter, r *http.Request) {
 	s.forward(w, r, fn, proxy.Call{Tenant: tenant, Path: publicpath.Rest(tr.Spec.HTTP.Path, sub), Kind: msg.TriggerHTTP, Trigger: tr.Name, Route: route})
 }
 
-// forward passes the call to proxy.Forwarder and writes the failure it
+// Forwarder calls a function synchronously and passes its answer on
+// (proxy.Forwarder); the error is the failure to write when nothing was
+// written yet.
+type Forwarder interface {
+	Forward(w http.ResponseWriter, r *http.Request, fn *slessv1.Function, c proxy.Call) error
+}
+
+// forward passes the call to the Forwarder and writes the failure it
 // returns.
 func (s *Server) forward(w http.ResponseWriter, r *http.Request, fn *slessv1.Function, c proxy.Call) {
 	c.RequestID = RequestID(r.Context())
@@ -222,8 +229,14 @@ type AsyncAccepted struct {
 
 const maxAsyncBody = 1 << 20
 
+// asyncQueue queues an async invocation, once per idempotency key
+// (enqueue.Acceptor).
+type asyncQueue interface {
+	Accept(ctx context.Context, m *msg.InvocationRequested, key string) (enqueue.Accepted, error)
+}
+
 // invokeAsync accepts an invocation for the invoker: 202 only after the
-// broker confirmed invocation.requested.v1.
+// broker confirmed invocation.requested.v1 (enqueue.Acceptor).
 //
 // The call is pinned to the version pkg/versionpick chooses now (retries
 // keep it); while no version is ready it is accepted unpinned and the
@@ -248,29 +261,12 @@ func (s *Server) invokeAsync(w http.ResponseWriter, r *http.Request, fn *slessv1
 			return
 		}
 	}
-	id := msg.NewInvocationID()
 	// Cleaned as stored: a key with bytes PostgreSQL refuses would
 	// otherwise fail every lookup.
 	key := pgtext.Clean(r.Header.Get("Idempotency-Key"))
-	if key != "" {
-		if len(key) > 128 {
-			s.writeError(w, r, problem(422, "", "Idempotency-Key is longer than 128 characters"))
-			return
-		}
-		sum := sha256.Sum256(append([]byte(fn.Name+"\x00"+r.URL.RawQuery+"\x00"), body...))
-		existing, err := s.sql.ClaimKey(ctx, tenant, key, fn.Name, id, sum[:])
-		if errors.Is(err, store.ErrKeyReused) {
-			s.writeError(w, r, problem(409, "idempotency-key-reused", "Idempotency-Key %q was used for a different request", key))
-			return
-		}
-		if err != nil {
-			s.writeError(w, r, storeProblem(ctx, err, "idempotency keys cannot be checked right now"))
-			return
-		}
-		if existing != id {
-			s.accepted(w, tenant, existing)
-			return
-		}
+	if len(key) > 128 {
+		s.writeError(w, r, problem(422, "", "Idempotency-Key is longer than 128 characters"))
+		return
 	}
 	sent := map[string][]string{}
 	for k, v := range r.Header {
@@ -278,27 +274,30 @@ func (s *Server) invokeAsync(w http.ResponseWriter, r *http.Request, fn *slessv1
 			sent[k] = v
 		}
 	}
-	m := &msg.InvocationRequested{InvocationID: id, Tenant: tenant, Namespace: fn.Namespace, Function: fn.Name, Trigger: msg.TriggerAsync,
+	m := &msg.InvocationRequested{InvocationID: msg.NewInvocationID(), Tenant: tenant, Namespace: fn.Namespace, Function: fn.Name, Trigger: msg.TriggerAsync,
 		Request:     msg.Request{Method: http.MethodPost, Path: "/", Query: r.URL.RawQuery, Headers: sent, Body: body},
 		CallbackURL: callback, MaxRetries: 3, EnqueuedAt: time.Now().UTC(), FunctionVersion: version.Number}
-	if err := s.Publisher.PublishMessage(ctx, m); err != nil {
-		if key != "" {
-			s.sql.ReleaseKey(context.WithoutCancel(ctx), tenant, key, id)
-		}
-		if errors.Is(err, rabbit.ErrRejected) {
-			// The queue is at its length limit: shed the load until the
-			// invokers have caught up.
-			s.writeError(w, r, problem(503, "queue-full", "the invocation queue is full; retry later").retry(5))
-			return
-		}
+	acc, err := s.async.Accept(ctx, m, key)
+	switch {
+	case errors.Is(err, store.ErrKeyReused):
+		s.writeError(w, r, problem(409, "idempotency-key-reused", "Idempotency-Key %q was used for a different request", key))
+		return
+	case errors.Is(err, rabbit.ErrRejected):
+		// The queue is at its length limit: shed the load until the
+		// invokers have caught up.
+		s.writeError(w, r, problem(503, "queue-full", "the invocation queue is full; retry later").retry(5))
+		return
+	case errors.Is(err, enqueue.ErrNotQueued):
 		s.writeError(w, r, s.internal(ctx, 503, err, "the invocation could not be queued; retry").retry(1))
 		return
+	case err != nil:
+		s.writeError(w, r, storeProblem(ctx, err, "idempotency keys cannot be checked right now"))
+		return
 	}
-	s.metrics.AsyncAccepted()
-	if version.Number != 0 {
+	if version.Number != 0 && !acc.Existing {
 		w.Header().Set(headers.Version, strconv.Itoa(int(version.Number)))
 	}
-	s.accepted(w, tenant, id)
+	s.accepted(w, tenant, acc.InvocationID)
 }
 
 func (s *Server) accepted(w http.ResponseWriter, tenant, id string) {

@@ -29,7 +29,7 @@ func (s *Server) registerResults() {
 			if err := s.requireTenant(ctx, in.Tenant); err != nil {
 				return nil, err
 			}
-			res, err := s.sql.Result(ctx, in.Tenant, in.ID)
+			res, err := s.history.Result(ctx, in.Tenant, in.ID)
 			if errors.Is(err, store.ErrNotFound) {
 				return nil, withID(ctx, problem(404, "", "invocation %s is not recorded (yet): an async invocation appears once it has run", in.ID))
 			}

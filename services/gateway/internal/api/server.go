@@ -2,8 +2,10 @@
 // on chi, with the OpenAPI document generated from the operations; every
 // operation is in routes.go), thin handlers that authorize, call and map,
 // and the one error writer (errors.go). Tokens and rate limits are in
-// auth, forwarding to functions in proxy, invocation records in record,
-// SQL in store.
+// auth, forwarding to functions in proxy, the async accept and the
+// dead-letter replay in enqueue, invocation records in record, SQL in
+// store. Each handler's collaborators are small interfaces declared beside
+// it; New builds the concrete ones.
 package api
 
 import (
@@ -11,6 +13,7 @@ import (
 	"crypto/rand"
 	"encoding/hex"
 	"fmt"
+	"io"
 	"log/slog"
 	"net"
 	"net/http"
@@ -32,12 +35,11 @@ import (
 	slessv1 "github.com/kube5s/sless/pkg/apis/sless/v1alpha1"
 	"github.com/kube5s/sless/pkg/archive"
 	"github.com/kube5s/sless/pkg/egress"
-	"github.com/kube5s/sless/pkg/health"
 	"github.com/kube5s/sless/pkg/loadreport"
 	"github.com/kube5s/sless/pkg/msg"
-	"github.com/kube5s/sless/pkg/objstore"
 	"github.com/kube5s/sless/pkg/telemetry"
 	"github.com/kube5s/sless/services/gateway/internal/auth"
+	"github.com/kube5s/sless/services/gateway/internal/enqueue"
 	"github.com/kube5s/sless/services/gateway/internal/logs"
 	"github.com/kube5s/sless/services/gateway/internal/proxy"
 	"github.com/kube5s/sless/services/gateway/internal/record"
@@ -71,16 +73,25 @@ type Config struct {
 	TenantWait time.Duration
 }
 
+// Objects is the object store as the API uses it (objstore.Store):
+// uploaded sources, build logs, stored results and dead letters' requests.
+type Objects interface {
+	Exists(ctx context.Context, key string) (bool, error)
+	Put(ctx context.Context, key string, r io.Reader, size int64, contentType string) error
+	Get(ctx context.Context, key string) (io.ReadCloser, int64, error)
+	GetFrom(ctx context.Context, key string, offset int64) (io.ReadCloser, error)
+}
+
 // Deps are the gateway's collaborators.
 type Deps struct {
 	Config    Config
 	Kube      client.Client // direct reads and writes of the custom resources
 	Cache     cache.Cache   // watch cache of Functions, Triggers, Tenants and tenant Namespaces (tenantns.Watch)
-	DB        *pgxpool.Pool
-	Store     *objstore.Store
+	DB        *pgxpool.Pool // tokens, callback secrets, and the SQL of store
+	Store     Objects
 	Publisher Publisher
-	Recorder  *record.Recorder
-	Health    *health.Handler
+	Recorder  proxy.Recorder
+	Health    http.Handler // liveness
 	Registry  *prometheus.Registry
 	Tracer    trace.Tracer
 	Log       *slog.Logger
@@ -90,21 +101,27 @@ type Deps struct {
 	Load      *loadreport.Tracker // calls in flight per version, for the scaler; nil: not counted
 }
 
-// Server holds the handlers' state.
+// Server holds the handlers' state. Each collaborator is the small
+// interface its handlers need, declared beside them; New builds the
+// concrete ones from Deps.
 type Server struct {
 	Deps
-	tokens    *auth.Tokens
-	limits    *auth.Limiter
-	guesses   *auth.Failures
-	metrics   *record.Metrics
-	forwarder *proxy.Forwarder
-	sql       *store.Store
-	fnWatch   *objectWatch           // Functions, for ?wait=ready and a create's wait for the cache
-	nsWatch   *objectWatch           // tenant Namespaces, for a tenant's create
-	loaded    func() bool            // whether the watch cache of Functions and Triggers has synced
-	streams   *prometheus.GaugeVec   // waits and log follows in flight
-	long      longRequests           // the same per tenant, to bound them
-	routes    map[string]*routeEntry // the route table, by operation id
+	tokens    tokenChecker                // auth.Tokens
+	issuer    tokenIssuer                 // auth.Tokens
+	listen    func(context.Context) error // auth.Tokens.Listen, for WatchRevocations
+	limits    rateLimiter                 // auth.Limiter
+	guesses   guessCounter                // auth.Failures
+	forwarder Forwarder                   // proxy.Forwarder: sync invoke and public triggers
+	async     asyncQueue                  // enqueue.Acceptor: async invoke with its Idempotency-Key
+	replays   replayer                    // enqueue.Replayer: dead-letter replay
+	history   historyStore                // store.Store
+	letters   deadLetterStore             // store.Store
+	fnWatch   watcher                     // Functions, for ?wait=ready and a create's wait for the cache
+	nsWatch   watcher                     // tenant Namespaces, for a tenant's create
+	loaded    func() bool                 // whether the watch cache of Functions and Triggers has synced
+	streams   *prometheus.GaugeVec        // waits and log follows in flight
+	long      longRequests                // the same per tenant, to bound them
+	routes    map[string]*routeEntry      // the route table, by operation id
 	prop      propagation.TextMapPropagator
 	router    chi.Router
 	api       huma.API
@@ -113,16 +130,21 @@ type Server struct {
 // New builds the router with every route of the REST API v1.
 func New(d Deps) *Server {
 	installErrors()
-	s := &Server{Deps: d, prop: telemetry.Propagator(), metrics: record.NewMetrics(d.Registry)}
-	s.sql = store.New(d.DB)
-	s.tokens = auth.NewTokens(d.DB, 30*time.Second, d.Log)
+	s := &Server{Deps: d, prop: telemetry.Propagator()}
+	metrics := record.NewMetrics(d.Registry)
+	sql := store.New(d.DB)
+	tokens := auth.NewTokens(d.DB, 30*time.Second, d.Log)
+	s.tokens, s.issuer, s.listen = tokens, tokens, tokens.Listen
 	s.limits = auth.NewLimiter(d.Cache)
 	s.guesses = auth.NewFailures(auth.FailedLookupsPerSecond, auth.FailedLookupsBurst)
 	if s.Transport == nil {
 		s.Transport = proxy.DefaultTransport()
 	}
-	s.forwarder = &proxy.Forwarder{Transport: s.Transport, Tracer: d.Tracer, Prop: s.prop, Recorder: d.Recorder, Metrics: s.metrics,
+	s.forwarder = &proxy.Forwarder{Transport: s.Transport, Tracer: d.Tracer, Prop: s.prop, Recorder: d.Recorder, Metrics: metrics,
 		Log: d.Log, MaxResponseBytes: d.Config.MaxResponseBytes, MaxInlineResult: d.Config.MaxInlineResult, Load: d.Load}
+	s.async = enqueue.NewAcceptor(sql, d.Publisher, metrics)
+	s.replays = enqueue.NewReplayer(sql, d.Store, d.Publisher)
+	s.history, s.letters = sql, sql
 
 	var err error
 	if s.fnWatch, err = watchObjects(d.Cache, &slessv1.Function{}); err != nil {
@@ -282,4 +304,4 @@ func newID(n int) string {
 
 // WatchRevocations applies token revocations made through other gateway
 // replicas at once (PostgreSQL LISTEN); run it beside the server.
-func (s *Server) WatchRevocations(ctx context.Context) error { return s.tokens.Listen(ctx) }
+func (s *Server) WatchRevocations(ctx context.Context) error { return s.listen(ctx) }

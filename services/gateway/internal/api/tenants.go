@@ -38,6 +38,13 @@ type TokenOut struct {
 	}
 }
 
+// tokenIssuer issues and revokes a tenant's tokens (auth.Tokens).
+type tokenIssuer interface {
+	Issue(ctx context.Context, tenant, name string) (token, id string, created time.Time, err error)
+	Revoke(ctx context.Context, tenant, id string) error
+	RevokeAll(ctx context.Context, tenant string) error
+}
+
 func (s *Server) registerTenants() {
 	register(s, s.route("create-tenant"),
 		func(ctx context.Context, in *struct{ Body TenantInput }) (*One[Tenant], error) {
@@ -81,7 +88,7 @@ func (s *Server) registerTenants() {
 				return nil, fromKube(ctx, "tenant "+in.Tenant, err)
 			}
 			// The notification goes out with the commit, to every gateway.
-			if err := s.tokens.RevokeAll(ctx, in.Tenant); err != nil {
+			if err := s.issuer.RevokeAll(ctx, in.Tenant); err != nil {
 				return nil, s.internal(ctx, 500, err, "the tenant's tokens could not be revoked")
 			}
 			// A tenant made again under this name must not verify with the old secret.
@@ -108,7 +115,7 @@ func (s *Server) registerTenants() {
 				return nil, err
 			}
 			out := &TokenOut{}
-			tok, id, created, err := s.tokens.Issue(ctx, in.Tenant, pgtext.Clean(in.Body.Name))
+			tok, id, created, err := s.issuer.Issue(ctx, in.Tenant, pgtext.Clean(in.Body.Name))
 			out.Body.CreatedAt = created
 			if err != nil {
 				return nil, s.internal(ctx, 500, err, "the token could not be stored")
@@ -125,7 +132,7 @@ func (s *Server) registerTenants() {
 			if err := s.requireAdmin(ctx); err != nil {
 				return nil, err
 			}
-			err := s.tokens.Revoke(ctx, in.Tenant, in.ID)
+			err := s.issuer.Revoke(ctx, in.Tenant, in.ID)
 			if errors.Is(err, auth.ErrNotFound) {
 				return nil, withID(ctx, problem(404, "", "token %s of tenant %s not found or already revoked", in.ID, in.Tenant))
 			}

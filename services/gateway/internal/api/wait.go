@@ -97,6 +97,12 @@ func waitTimeout(ctx context.Context, v string) (time.Duration, error) {
 	return min(d, MaxWait), nil
 }
 
+// watcher tells when an object of one kind changes in the watch cache
+// (objectWatch).
+type watcher interface {
+	subscribe(key types.NamespacedName) (changed <-chan struct{}, unsubscribe func())
+}
+
 // objectWatch hands the watch cache's events of one kind (Functions for
 // ?wait=ready, tenant Namespaces for a tenant's create) to the requests
 // waiting on each object.

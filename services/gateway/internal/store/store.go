@@ -267,14 +267,14 @@ func (e *Unavailable) Unwrap() error { return e.Err }
 // ErrKeyReused: an idempotency key was used for a different request.
 var ErrKeyReused = errors.New("idempotency key reused for a different request")
 
-// ClaimKey records an idempotency key of tenant for the invocation id of
-// function, for 24 hours. When the key is known already for the same
-// request (function and hash), it returns the invocation it names; for a
-// different request, ErrKeyReused.
 // IdempotencyKeyTTL is how long an Idempotency-Key names its invocation
 // (documented in the OpenAPI description of the header).
 const IdempotencyKeyTTL = 24 * time.Hour
 
+// ClaimKey records an idempotency key of tenant for the invocation id of
+// function, for IdempotencyKeyTTL. When the key is known already for the
+// same request (function and hash), it returns the invocation it names;
+// for a different request, ErrKeyReused.
 func (s *Store) ClaimKey(ctx context.Context, tenant, key, function, id string, hash []byte) (string, error) {
 	var existing, existingFn string
 	var existingHash []byte
