@@ -18,7 +18,7 @@ import (
 
 	slessv1 "github.com/kube5s/sless/pkg/apis/sless/v1alpha1"
 	"github.com/kube5s/sless/pkg/loadgen"
-	"github.com/kube5s/sless/services/invoker/internal/invoke"
+	"github.com/kube5s/sless/services/invoker/internal/queuetrigger"
 )
 
 // stopwatch is a function that answers at once and times its calls: from
@@ -132,7 +132,7 @@ func bareLoop(b *testing.B, url, queue, endpoint string, concurrency int, sw *st
 	}
 	defer conn.Close()
 	ch, _ := conn.Channel()
-	if err := ch.Qos(invoke.QueuePrefetch(concurrency), 0, false); err != nil {
+	if err := ch.Qos(queuetrigger.Prefetch(concurrency), 0, false); err != nil {
 		b.Fatal(err)
 	}
 	ds, err := ch.Consume(queue, "", false, false, false, false, nil)
