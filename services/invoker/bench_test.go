@@ -18,7 +18,8 @@ import (
 
 	slessv1 "github.com/kube5s/sless/pkg/apis/sless/v1alpha1"
 	"github.com/kube5s/sless/pkg/loadgen"
-	"github.com/kube5s/sless/services/invoker/internal/invoke"
+	"github.com/kube5s/sless/pkg/testenv"
+	"github.com/kube5s/sless/services/invoker/internal/queuetrigger"
 )
 
 // stopwatch is a function that answers at once and times its calls: from
@@ -132,7 +133,7 @@ func bareLoop(b *testing.B, url, queue, endpoint string, concurrency int, sw *st
 	}
 	defer conn.Close()
 	ch, _ := conn.Channel()
-	if err := ch.Qos(invoke.QueuePrefetch(concurrency), 0, false); err != nil {
+	if err := ch.Qos(queuetrigger.Prefetch(concurrency), 0, false); err != nil {
 		b.Fatal(err)
 	}
 	ds, err := ch.Consume(queue, "", false, false, false, false, nil)
@@ -166,11 +167,9 @@ func bareLoop(b *testing.B, url, queue, endpoint string, concurrency int, sw *st
 	rate := sw.wait(b, "bare loop")
 	// Every message acked before the channel closes (which would requeue
 	// the unacked ones into the next run).
-	for deadline := time.Now().Add(30 * time.Second); acked.Load() < int64(sw.n); time.Sleep(time.Millisecond) {
-		if time.Now().After(deadline) {
-			b.Fatalf("bare loop: %d of %d messages acked after 30 s", acked.Load(), sw.n)
-		}
-	}
+	testenv.Eventually(b, 30*time.Second, "bare loop: every message acked", func() (bool, string) {
+		return acked.Load() >= int64(sw.n), fmt.Sprintf("%d of %d messages acked", acked.Load(), sw.n)
+	})
 	_ = ch.Close()
 	wg.Wait()
 	if failed.Load() > 0 {
@@ -217,15 +216,10 @@ func BenchmarkQueueTrigger(b *testing.B) {
 		rate := sw.wait(b, "queue trigger")
 		enable(false)
 		// Stopped, with every message acked, before the next fill.
-		var m, c int
-		for deadline := time.Now().Add(30 * time.Second); ; time.Sleep(20 * time.Millisecond) {
-			if m, c = queueState(b, tenantURL, "plat-q"); m == 0 && c == 0 {
-				break
-			}
-			if time.Now().After(deadline) {
-				b.Fatalf("queue trigger: %d messages left, %d consumers, 30 s after it was disabled", m, c)
-			}
-		}
+		testenv.Eventually(b, 30*time.Second, "queue trigger: no message left and no consumer after it was disabled", func() (bool, string) {
+			m, c := queueState(b, tenantURL, "plat-q")
+			return m == 0 && c == 0, fmt.Sprintf("%d messages left, %d consumers", m, c)
+		})
 		return rateResult(n, rate, int(sw.bad.Load())+int(sw.calls.Load())-n)
 	}
 	for range b.N {

@@ -143,11 +143,10 @@ func TestTenantCannotConsumePlatformExchange(t *testing.T) {
 
 	// Until the function is called: a message on the platform's exchange,
 	// then one on the tenant's, each time.
-	for i, deadline := 0, time.Now().Add(60*time.Second); len(calls.all()) == 0; i++ {
-		if time.Now().After(deadline) {
-			var got slessv1.Trigger
-			err := w.kube.Get(t.Context(), client.ObjectKeyFromObject(tr), &got)
-			t.Fatalf("no message reached the function; the trigger: %v %+v", err, got.Status)
+	i := 0
+	testenv.Eventually(t, 60*time.Second, "a message to reach the function", func() (bool, string) {
+		if len(calls.all()) > 0 {
+			return true, ""
 		}
 		if err := w.pub.PublishWithContext(t.Context(), msg.Exchange, "build.requested.v1", false, false,
 			amqp.Publishing{MessageId: fmt.Sprintf("platform-%d", i), Body: []byte(`{"platform":"secret"}`)}); err != nil {
@@ -157,8 +156,12 @@ func TestTenantCannotConsumePlatformExchange(t *testing.T) {
 			amqp.Publishing{MessageId: fmt.Sprintf("tenant-%d", i), Body: []byte(`{"tenant":"own"}`)}); err != nil {
 			t.Fatal(err)
 		}
-		time.Sleep(200 * time.Millisecond)
-	}
+		i++
+		time.Sleep(200 * time.Millisecond) // a pair of messages every 200 ms, not every poll
+		var got slessv1.Trigger
+		err := w.kube.Get(t.Context(), client.ObjectKeyFromObject(tr), &got)
+		return len(calls.all()) > 0, fmt.Sprintf("no message reached the function; the trigger: %v %+v", err, got.Status)
+	})
 	// Every platform message went out before a tenant message that was
 	// delivered; give a slow consumer a little longer anyway.
 	time.Sleep(time.Second)
@@ -204,16 +207,17 @@ func TestTriggerReportsQueuePreconditionFailed(t *testing.T) {
 // waitConsuming waits until the trigger's Consuming condition has reason.
 func waitConsuming(t *testing.T, w *world, trigger, reason string) metav1.Condition {
 	t.Helper()
-	var tr slessv1.Trigger
-	for deadline := time.Now().Add(60 * time.Second); ; time.Sleep(50 * time.Millisecond) {
+	var found metav1.Condition
+	testenv.Eventually(t, 60*time.Second, "trigger "+trigger+" to report Consuming reason "+reason, func() (bool, string) {
+		var tr slessv1.Trigger
 		if err := w.kube.Get(t.Context(), client.ObjectKey{Namespace: w.ns, Name: trigger}, &tr); err != nil {
 			t.Fatal(err)
 		}
 		if c := meta.FindStatusCondition(tr.Status.Conditions, slessv1.ConditionConsuming); c != nil && c.Reason == reason {
-			return *c
+			found = *c
+			return true, ""
 		}
-		if time.Now().After(deadline) {
-			t.Fatalf("trigger %s never reported Consuming reason %s; conditions: %+v", trigger, reason, tr.Status.Conditions)
-		}
-	}
+		return false, fmt.Sprintf("conditions: %+v", tr.Status.Conditions)
+	})
+	return found
 }

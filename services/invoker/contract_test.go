@@ -16,6 +16,7 @@ import (
 	"github.com/kube5s/sless/pkg/headers"
 	"github.com/kube5s/sless/pkg/msg"
 	"github.com/kube5s/sless/pkg/objstore"
+	"github.com/kube5s/sless/pkg/testenv"
 )
 
 // TestLargeResultIsStoredAndNamed: a result over the inline limit is kept
@@ -108,18 +109,18 @@ type deadLetter struct {
 
 func (w *world) deadLetter(t *testing.T, id string, within time.Duration) deadLetter {
 	t.Helper()
-	for deadline := time.Now().Add(within); ; time.Sleep(50 * time.Millisecond) {
-		var d deadLetter
+	var d deadLetter
+	testenv.Eventually(t, within, "dead letter "+id, func() (bool, string) {
+		d = deadLetter{}
 		err := w.db.QueryRow(t.Context(), `SELECT function, trigger_kind, trigger_name, reason, coalesce(error, ''), coalesce(request_key, ''),
 			attempts, request FROM dead_letters WHERE tenant = $1 AND id = $2`, w.tenant, id).
 			Scan(&d.function, &d.trigger, &d.triggerName, &d.reason, &d.errText, &d.key, &d.attempts, &d.request)
-		if err == nil {
-			return d
+		if err != nil {
+			return false, err.Error()
 		}
-		if time.Now().After(deadline) {
-			t.Fatalf("no dead letter %s after %s: %v", id, within, err)
-		}
-	}
+		return true, ""
+	})
+	return d
 }
 
 // TestDeadLettersAreRecordedWithTheirRequest: an async invocation and a
@@ -181,12 +182,10 @@ func TestDeadLettersAreRecordedWithTheirRequest(t *testing.T) {
 		t.Fatal(err)
 	}
 	var id string
-	for deadline := time.Now().Add(30 * time.Second); id == ""; time.Sleep(100 * time.Millisecond) {
+	testenv.Eventually(t, 30*time.Second, "the queue message that failed to be recorded as a dead letter", func() (bool, string) {
 		_ = w.db.QueryRow(t.Context(), `SELECT id FROM dead_letters WHERE tenant = $1 AND trigger_name = 'orders'`, w.tenant).Scan(&id)
-		if id == "" && time.Now().After(deadline) {
-			t.Fatal("the queue message that failed was not recorded as a dead letter")
-		}
-	}
+		return id != "", "no dead letter of trigger orders"
+	})
 	d = w.deadLetter(t, id, time.Second)
 	_ = json.Unmarshal(d.request, &req)
 	if d.trigger != "queue" || d.function != "broken" || d.errText != "cannot handle this order" || string(req.Request.Body) != `{"order":7}` ||

@@ -128,20 +128,6 @@ func (rc *receiver) deliveries(path string) []delivery {
 	return append([]delivery(nil), rc.got[path]...)
 }
 
-// waitFor polls cond until it holds or the window passes; it reports what
-// it last saw.
-func waitFor(t *testing.T, window time.Duration, what string, cond func() (bool, string)) {
-	t.Helper()
-	var last string
-	for deadline := time.Now().Add(window); time.Now().Before(deadline); time.Sleep(100 * time.Millisecond) {
-		var ok bool
-		if ok, last = cond(); ok {
-			return
-		}
-	}
-	t.Fatalf("%s: not after %s; last saw %s", what, window, last)
-}
-
 // TestCallbacksAreSignedRetriedAndGivenUp: against a real receiver on
 // loopback (allowed by the world's allow-list), a callback arrives signed
 // with the tenant's secret; a 5xx or a 429 is retried until it succeeds;
@@ -158,7 +144,7 @@ func TestCallbacksAreSignedRetriedAndGivenUp(t *testing.T) {
 		w.requestWithCallback(t, "inv-cb-"+p, "fx", rc.baseURL+"/"+p)
 	}
 
-	waitFor(t, 30*time.Second, "deliveries", func() (bool, string) {
+	testenv.Eventually(t, 30*time.Second, "deliveries", func() (bool, string) {
 		ok, a, b := len(rc.deliveries("/ok")), len(rc.deliveries("/flaky5xx")), len(rc.deliveries("/flaky429"))
 		rej, red := len(rc.deliveries("/rejected")), len(rc.deliveries("/redirect"))
 		return ok >= 1 && a >= 2 && b >= 2 && rej >= 1 && red >= 1,
@@ -190,7 +176,7 @@ func TestCallbacksAreSignedRetriedAndGivenUp(t *testing.T) {
 
 	// 1 + 5 retries with backoff 1, 2, 4, 8, 16 s, then the dead-letter queue.
 	var dead []string
-	waitFor(t, 60*time.Second, "the failing callback dead-lettered", func() (bool, string) {
+	testenv.Eventually(t, 60*time.Second, "the failing callback dead-lettered", func() (bool, string) {
 		for _, d := range deadLetters(t, w.vhost, rabbit.DeadLetterQueue(msg.QueueCallbacks)) {
 			dead = append(dead, fmt.Sprintf("%s %s", d.Headers[rabbit.HeaderReason], d.Body))
 		}
@@ -231,7 +217,7 @@ func TestCallbackToNonPublicAddressIsRefusedAtDialTime(t *testing.T) {
 	w.requestWithCallback(t, "inv-cb-name", "fx", "http://localhost:"+port+"/name")
 
 	var dead []string
-	waitFor(t, 30*time.Second, "both callbacks dead-lettered", func() (bool, string) {
+	testenv.Eventually(t, 30*time.Second, "both callbacks dead-lettered", func() (bool, string) {
 		for _, d := range deadLetters(t, w.vhost, rabbit.DeadLetterQueue(msg.QueueCallbacks)) {
 			dead = append(dead, fmt.Sprintf("%s %s %s", d.Headers[rabbit.HeaderReason], d.Headers[rabbit.HeaderError], d.Body))
 		}

@@ -140,10 +140,10 @@ func (w *world) waitDelayed(t *testing.T, queue string) int {
 		t.Fatal(err)
 	}
 	defer conn.Close()
-	saw := ""
-	for deadline := time.Now().Add(20 * time.Second); ; time.Sleep(20 * time.Millisecond) {
-		n := 0
-		saw = ""
+	n := 0
+	testenv.Eventually(t, 20*time.Second, "a message waiting in the delay queues of "+queue, func() (bool, string) {
+		n = 0
+		saw := ""
 		for _, name := range rabbit.PlatformQueue(queue, rabbit.DefaultRetry).RetryQueues() {
 			ch, err := conn.Channel()
 			if err != nil {
@@ -158,13 +158,9 @@ func (w *world) waitDelayed(t *testing.T, queue string) int {
 			n += q.Messages
 			saw += fmt.Sprintf(" %s: %d;", name, q.Messages)
 		}
-		if n > 0 {
-			return n
-		}
-		if time.Now().After(deadline) {
-			t.Fatalf("no message waits in the delay queues of %s:%s", queue, saw)
-		}
-	}
+		return n > 0, saw
+	})
+	return n
 }
 
 // TestStopFinishesTheQueueCallInFlight: the invoker stops as a whole (its
@@ -188,11 +184,9 @@ func TestStopFinishesTheQueueCallInFlight(t *testing.T) {
 		}
 	}
 	publish("m-1")
-	for deadline := time.Now().Add(30 * time.Second); calls.total() == 0; time.Sleep(10 * time.Millisecond) {
-		if time.Now().After(deadline) {
-			t.Fatal("the queue trigger did not call the function within 30 s")
-		}
-	}
+	testenv.Eventually(t, 30*time.Second, "the queue trigger to call the function", func() (bool, string) {
+		return calls.total() > 0, "no call"
+	})
 	began := time.Now()
 	if err := w.stop(); err != nil {
 		t.Fatalf("stopping the invoker: %v", err)
@@ -246,18 +240,11 @@ func TestDatabaseOutageDelaysHistory(t *testing.T) {
 	}
 	restarted = true
 	w.db.Reset()
-	deadline := time.Now().Add(90 * time.Second)
-	for {
+	testenv.Eventually(t, 90*time.Second, "the 50 records of the outage", func() (bool, string) {
 		var n int
 		err := w.db.QueryRow(t.Context(), `SELECT count(*) FROM invocations WHERE id LIKE 'during-%'`).Scan(&n)
-		if err == nil && n == 50 {
-			break
-		}
-		if time.Now().After(deadline) {
-			t.Fatalf("after the outage %d of 50 records arrived (%v)", n, err)
-		}
-		time.Sleep(200 * time.Millisecond)
-	}
+		return err == nil && n == 50, fmt.Sprintf("after the outage %d of 50 records arrived (%v)", n, err)
+	})
 }
 
 // TestHostileTenantCannotStopOthers sends 2,000 async invocations across
@@ -347,9 +334,10 @@ func TestHostileTenantCannotStopOthers(t *testing.T) {
 
 	// Every failing invocation is dead-lettered once, with its reason.
 	var dead []amqp.Delivery
-	for deadline := time.Now().Add(30 * time.Second); len(dead) < bad && time.Now().Before(deadline); time.Sleep(200 * time.Millisecond) {
+	testenv.Eventually(t, 30*time.Second, fmt.Sprintf("%d dead letters", bad), func() (bool, string) {
 		dead = append(dead, deadLetters(t, w.vhost, rabbit.DeadLetterQueue(msg.QueueInvocationRequest))...)
-	}
+		return len(dead) >= bad, fmt.Sprintf("%d dead letters", len(dead))
+	})
 	ids := map[string]bool{}
 	for _, d := range dead {
 		var m msg.InvocationRequested
@@ -368,7 +356,7 @@ func TestHostileTenantCannotStopOthers(t *testing.T) {
 	}
 	// Nothing stuck: every queue of the platform's vhost and of the hostile
 	// tenant's is empty and has nothing unacked.
-	for deadline := time.Now().Add(30 * time.Second); ; time.Sleep(500 * time.Millisecond) {
+	testenv.Eventually(t, 30*time.Second, "every queue empty, nothing unacked", func() (bool, string) {
 		var stuck []string
 		for _, vhost := range []string{w.vhost[strings.LastIndex(w.vhost, "/")+1:], slessv1.BrokerVhostFor(hostile)} {
 			out, err := exec.Command("rabbitmqctl", "list_queues", "-q", "-p", vhost, "name", "messages_ready", "messages_unacknowledged").CombinedOutput()
@@ -382,13 +370,8 @@ func TestHostileTenantCannotStopOthers(t *testing.T) {
 				}
 			}
 		}
-		if len(stuck) == 0 {
-			break
-		}
-		if time.Now().After(deadline) {
-			t.Fatalf("queues with messages left (name ready unacked):\n%s", strings.Join(stuck, "\n"))
-		}
-	}
+		return len(stuck) == 0, "queues with messages left (name ready unacked):\n" + strings.Join(stuck, "\n")
+	})
 	t.Logf("%d good and %d failing async invocations, %d queue messages (%d with poison headers): all recorded once, %d dead-lettered",
 		good, bad, queued, queued*3/10, len(dead))
 }

@@ -16,6 +16,7 @@ import (
 
 	slessv1 "github.com/kube5s/sless/pkg/apis/sless/v1alpha1"
 	"github.com/kube5s/sless/pkg/headers"
+	"github.com/kube5s/sless/pkg/testenv"
 )
 
 // serveFunction runs h as a function's endpoint on loopback.
@@ -32,17 +33,13 @@ func probe(r *http.Request) bool {
 // waitCount waits until count(cond) reaches want.
 func (w *world) waitCount(t *testing.T, within time.Duration, want int, cond string, args ...any) {
 	t.Helper()
-	deadline := time.Now().Add(within)
-	for {
+	testenv.Eventually(t, within, fmt.Sprintf("%d records where %s", want, cond), func() (bool, string) {
 		n := w.count(t, cond, args...)
-		if n == want {
-			return
-		}
-		if n > want || time.Now().After(deadline) {
+		if n > want {
 			t.Fatalf("%d records where %s, want %d", n, cond, want)
 		}
-		time.Sleep(100 * time.Millisecond)
-	}
+		return n == want, fmt.Sprintf("%d records", n)
+	})
 }
 
 // TestNulByteErrorDoesNotStopHistory: a Python handler that raises
@@ -155,11 +152,9 @@ func TestOneTenantCannotHoldEverySlot(t *testing.T) {
 	for i := range slow {
 		w.request(t, fmt.Sprintf("slow-%d", i), "slow", "/", 0, "")
 	}
-	for deadline := time.Now().Add(20 * time.Second); inFlight.Load() < 2; time.Sleep(20 * time.Millisecond) {
-		if time.Now().After(deadline) {
-			t.Fatalf("the slow tenant has %d calls in flight, want its cap of 2", inFlight.Load())
-		}
-	}
+	testenv.Eventually(t, 20*time.Second, "the slow tenant's cap of 2 calls in flight", func() (bool, string) {
+		return inFlight.Load() >= 2, fmt.Sprintf("the slow tenant has %d calls in flight", inFlight.Load())
+	})
 	asked := time.Now()
 	w.requestFor(t, quiet, "quick-1", "quick", "/", 0, "")
 	select {

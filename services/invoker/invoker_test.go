@@ -108,20 +108,16 @@ func (w *world) newTenant(t testing.TB) (string, string) {
 // reconnect opens the test's publishing channel (again, after a broker restart).
 func (w *world) reconnect(t testing.TB) {
 	t.Helper()
-	deadline := time.Now().Add(60 * time.Second)
-	for {
+	testenv.Eventually(t, 60*time.Second, "the broker to take a connection", func() (bool, string) {
 		conn, err := amqp.Dial(w.vhost)
-		if err == nil {
-			t.Cleanup(func() { conn.Close() })
-			w.pub, _ = conn.Channel()
-			_ = w.pub.Confirm(false)
-			return
+		if err != nil {
+			return false, err.Error()
 		}
-		if time.Now().After(deadline) {
-			t.Fatal(err)
-		}
-		time.Sleep(200 * time.Millisecond)
-	}
+		t.Cleanup(func() { conn.Close() })
+		w.pub, _ = conn.Channel()
+		_ = w.pub.Confirm(false)
+		return true, ""
+	})
 }
 
 // function runs the Python fixture handlers as function name, Ready.
@@ -145,19 +141,14 @@ func (w *world) pythonFunction(t *testing.T, name, codeDir string, timeout int32
 // stay; tests count their own ids.
 func (w *world) waitSeen(t *testing.T, tenant, name string) {
 	t.Helper()
-	deadline := time.Now().Add(20 * time.Second)
-	for i := 0; ; i++ {
+	i := 0
+	testenv.Eventually(t, 20*time.Second, "the invoker to see function "+name, func() (bool, string) {
 		id := fmt.Sprintf("probe-%s-%d", name, i)
+		i++
 		w.requestFor(t, tenant, id, name, "/text", 0, "")
 		r := w.record(t, id, 20*time.Second)
-		if !strings.Contains(r.errText, "does not exist") {
-			return
-		}
-		if time.Now().After(deadline) {
-			t.Fatalf("the invoker does not see function %s: the last probe %s was recorded %+v", name, id, *r)
-		}
-		time.Sleep(50 * time.Millisecond)
-	}
+		return !strings.Contains(r.errText, "does not exist"), fmt.Sprintf("the last probe %s was recorded %+v", id, *r)
+	})
 }
 
 // calls counts the calls a function served, by invocation id: what the
@@ -221,20 +212,18 @@ func (w *world) readyFunctionIn(t testing.TB, ns, name, endpoint string, timeout
 // waitQueue waits until a queue trigger's consumer has declared queue.
 func waitQueue(t *testing.T, conn *amqp.Connection, queue string) {
 	t.Helper()
-	for deadline := time.Now().Add(20 * time.Second); ; time.Sleep(100 * time.Millisecond) {
+	testenv.Eventually(t, 20*time.Second, "queue "+queue+" to be declared", func() (bool, string) {
 		probe, err := conn.Channel()
 		if err != nil {
 			t.Fatal(err)
 		}
 		_, err = probe.QueueDeclarePassive(queue, true, false, false, false, nil)
-		if err == nil {
-			probe.Close()
-			return
+		if err != nil {
+			return false, "the last look-up: " + err.Error()
 		}
-		if time.Now().After(deadline) {
-			t.Fatalf("queue %s never declared; the last look-up: %v", queue, err)
-		}
-	}
+		probe.Close()
+		return true, ""
+	})
 }
 
 func (w *world) request(t *testing.T, id, function, path string, maxRetries int32, body string) {
@@ -271,19 +260,17 @@ type record struct {
 
 func (w *world) record(t *testing.T, id string, within time.Duration) *record {
 	t.Helper()
-	deadline := time.Now().Add(within)
-	for {
-		var r record
+	var r record
+	testenv.Eventually(t, within, "the record of "+id, func() (bool, string) {
+		r = record{}
 		err := w.db.QueryRow(t.Context(), `SELECT status, http_status, attempts, queue_wait_ms, duration_ms, coalesce(error, ''), trigger_kind
 			FROM invocations WHERE id = $1`, id).Scan(&r.status, &r.httpStatus, &r.attempts, &r.queueWait, &r.dur, &r.errText, &r.trigger)
-		if err == nil {
-			return &r
+		if err != nil {
+			return false, err.Error()
 		}
-		if time.Now().After(deadline) {
-			t.Fatalf("no record of %s after %s", id, within)
-		}
-		time.Sleep(50 * time.Millisecond)
-	}
+		return true, ""
+	})
+	return &r
 }
 
 func (w *world) count(t *testing.T, cond string, args ...any) int {
@@ -360,15 +347,13 @@ func TestRedeliveryOfRecordedInvocationDoesNotRunAgain(t *testing.T) {
 			t.Fatal(err)
 		}
 		var d amqp.Delivery
-		ok := false
-		for deadline := time.Now().Add(10 * time.Second); !ok; time.Sleep(20 * time.Millisecond) {
+		testenv.Eventually(t, 10*time.Second, "the republished request in the queue", func() (bool, string) {
+			var ok bool
 			if d, ok, err = ch.Get(msg.QueueInvocationRequest, false); err != nil {
 				t.Fatal(err)
 			}
-			if !ok && time.Now().After(deadline) {
-				t.Fatal("the republished request never reached the queue")
-			}
-		}
+			return ok, "the queue is empty"
+		})
 		if d.Redelivered != wantRedelivered || !strings.Contains(string(d.Body), "inv-once") {
 			t.Fatalf("got %s redelivered=%t, want inv-once redelivered=%t", d.Body, d.Redelivered, wantRedelivered)
 		}
@@ -391,7 +376,7 @@ func (w *world) waitQueueDrained(t *testing.T, queue string) {
 	t.Helper()
 	vhost := w.vhost[strings.LastIndex(w.vhost, "/")+1:]
 	var last string
-	for deadline := time.Now().Add(30 * time.Second); ; time.Sleep(100 * time.Millisecond) {
+	testenv.Eventually(t, 30*time.Second, "queue "+queue+" to drain", func() (bool, string) {
 		out, err := exec.Command("rabbitmqctl", "list_queues", "-q", "-p", vhost, "name", "messages").CombinedOutput()
 		if err != nil {
 			t.Fatalf("list queues: %v %s", err, out)
@@ -400,14 +385,12 @@ func (w *world) waitQueueDrained(t *testing.T, queue string) {
 			if f := strings.Fields(line); len(f) == 2 && f[0] == queue {
 				last = line
 				if f[1] == "0" {
-					return
+					return true, ""
 				}
 			}
 		}
-		if time.Now().After(deadline) {
-			t.Fatalf("queue %s never drained; last seen (name messages): %q", queue, last)
-		}
-	}
+		return false, fmt.Sprintf("(name messages): %q", last)
+	})
 }
 
 func TestFailuresRetryThenDeadLetter(t *testing.T) {
@@ -425,9 +408,10 @@ func TestFailuresRetryThenDeadLetter(t *testing.T) {
 		t.Errorf("three attempts took %s; the backoff is 1s then 2s", took)
 	}
 	var dead []amqp.Delivery
-	for deadline := time.Now().Add(10 * time.Second); len(dead) == 0 && time.Now().Before(deadline); time.Sleep(100 * time.Millisecond) {
+	testenv.Eventually(t, 10*time.Second, "the dead letter of inv-fail", func() (bool, string) {
 		dead = deadLetters(t, w.vhost, rabbit.DeadLetterQueue(msg.QueueInvocationRequest))
-	}
+		return len(dead) > 0, "no dead letter"
+	})
 	if len(dead) != 1 || dead[0].Headers[rabbit.HeaderReason] != rabbit.ReasonPoison || !strings.Contains(string(dead[0].Body), "inv-fail") {
 		t.Fatalf("dead letters %d: %v", len(dead), dead)
 	}
@@ -443,11 +427,10 @@ func TestPoisonIsDeadLetteredWhileOthersFlow(t *testing.T) {
 	for i := range 20 {
 		w.request(t, fmt.Sprintf("inv-%02d", i), "fx", "/text", 0, "")
 	}
-	for deadline := time.Now().Add(20 * time.Second); w.count(t, "id LIKE 'inv-%'") < 20; time.Sleep(100 * time.Millisecond) {
-		if time.Now().After(deadline) {
-			t.Fatalf("only %d of 20 recorded", w.count(t, "id LIKE 'inv-%'"))
-		}
-	}
+	testenv.Eventually(t, 20*time.Second, "20 records", func() (bool, string) {
+		n := w.count(t, "id LIKE 'inv-%'")
+		return n >= 20, fmt.Sprintf("only %d of 20 recorded", n)
+	})
 	dead := deadLetters(t, w.vhost, rabbit.DeadLetterQueue(msg.QueueInvocationRequest))
 	if len(dead) != 1 || string(dead[0].Body) != "{not json" || dead[0].Headers[rabbit.HeaderReason] != rabbit.ReasonPoison {
 		t.Fatalf("dead letters: %d %v", len(dead), dead)
@@ -509,16 +492,11 @@ func TestQueueTriggers(t *testing.T) {
 	wg.Go(func() { publishN(tenantURL, "orders", 50) })
 	wg.Go(func() { publishN(extURL, "ext-orders", 20) })
 	wg.Wait()
-	for deadline := time.Now().Add(60 * time.Second); ; time.Sleep(100 * time.Millisecond) {
+	testenv.Eventually(t, 60*time.Second, "the records of both triggers", func() (bool, string) {
 		a := w.count(t, "trigger_kind = 'queue' AND trigger_name = 'orders'")
 		b := w.count(t, "trigger_kind = 'queue' AND trigger_name = 'external'")
-		if a == 50 && b == 20 {
-			break
-		}
-		if time.Now().After(deadline) {
-			t.Fatalf("records: orders %d/50, external %d/20", a, b)
-		}
-	}
+		return a == 50 && b == 20, fmt.Sprintf("records: orders %d/50, external %d/20", a, b)
+	})
 	if n := w.count(t, "trigger_kind = 'queue' AND status <> 'succeeded'"); n != 0 {
 		t.Errorf("%d queue invocations did not succeed", n)
 	}
@@ -573,15 +551,10 @@ func inspectQueue(t *testing.T, conn *amqp.Connection, queue string) amqp.Queue 
 // waitConsumers waits until queue has n consumers.
 func waitConsumers(t *testing.T, conn *amqp.Connection, queue string, n int) {
 	t.Helper()
-	for deadline := time.Now().Add(20 * time.Second); ; time.Sleep(50 * time.Millisecond) {
+	testenv.Eventually(t, 20*time.Second, fmt.Sprintf("queue %s to have %d consumers", queue, n), func() (bool, string) {
 		q := inspectQueue(t, conn, queue)
-		if q.Consumers == n {
-			return
-		}
-		if time.Now().After(deadline) {
-			t.Fatalf("queue %s has %d consumers (and %d messages ready), want %d consumers", queue, q.Consumers, q.Messages, n)
-		}
-	}
+		return q.Consumers == n, fmt.Sprintf("%d consumers (and %d messages ready)", q.Consumers, q.Messages)
+	})
 }
 
 // TestQueueTriggerKeepsToItsConcurrency: a queue trigger holds more
@@ -612,11 +585,10 @@ func TestQueueTriggerKeepsToItsConcurrency(t *testing.T) {
 			t.Fatal(err)
 		}
 	}
-	for deadline := time.Now().Add(60 * time.Second); w.count(t, "trigger_name = 'bounded'") < n; time.Sleep(100 * time.Millisecond) {
-		if time.Now().After(deadline) {
-			t.Fatalf("%d of %d recorded", w.count(t, "trigger_name = 'bounded'"), n)
-		}
-	}
+	testenv.Eventually(t, 60*time.Second, fmt.Sprintf("%d records", n), func() (bool, string) {
+		got := w.count(t, "trigger_name = 'bounded'")
+		return got >= n, fmt.Sprintf("%d of %d recorded", got, n)
+	})
 	t.Logf("peak concurrent calls: %d (concurrency 3)", peak.Load())
 	if p := peak.Load(); p > 3 || p < 2 {
 		t.Fatalf("the function saw %d calls at once; the trigger's concurrency is 3", p)
@@ -655,11 +627,10 @@ func TestQueueTriggerOutsideATenantNamespaceIsIgnored(t *testing.T) {
 		ContentType: "application/json", Body: []byte(`{}`), DeliveryMode: amqp.Persistent}); err != nil {
 		t.Fatal(err)
 	}
-	for deadline := time.Now().Add(30 * time.Second); w.count(t, "trigger_kind = 'queue' AND trigger_name = $1", queues[w.ns]) != 1; time.Sleep(100 * time.Millisecond) {
-		if time.Now().After(deadline) {
-			t.Fatal("the tenant's queue trigger recorded nothing within 30s")
-		}
-	}
+	testenv.Eventually(t, 30*time.Second, "the record of the tenant's queue trigger", func() (bool, string) {
+		got := w.count(t, "trigger_kind = 'queue' AND trigger_name = $1", queues[w.ns])
+		return got == 1, fmt.Sprintf("%d records", got)
+	})
 	for _, where := range []string{"default", lookalike} {
 		probe, err := conn.Channel()
 		if err != nil {
@@ -697,11 +668,10 @@ func TestHistoryOlderThanTheRetentionIsDeleted(t *testing.T) {
 		return ids
 	}
 	const want = "inv:recent,key:recent"
-	for deadline := time.Now().Add(30 * time.Second); left() != want; time.Sleep(50 * time.Millisecond) {
-		if time.Now().After(deadline) {
-			t.Fatalf("rows left = %q, want %q", left(), want)
-		}
-	}
+	testenv.Eventually(t, 30*time.Second, "rows left "+want, func() (bool, string) {
+		got := left()
+		return got == want, fmt.Sprintf("rows left = %q", got)
+	})
 }
 
 // metric reads a counter or gauge (summed over its labels) from the

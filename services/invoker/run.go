@@ -19,7 +19,9 @@ import (
 	"github.com/kube5s/sless/pkg/rabbit"
 	"github.com/kube5s/sless/pkg/service"
 	"github.com/kube5s/sless/pkg/tenantns"
+	"github.com/kube5s/sless/services/invoker/internal/history"
 	"github.com/kube5s/sless/services/invoker/internal/invoke"
+	"github.com/kube5s/sless/services/invoker/internal/queuetrigger"
 )
 
 // run is the composition root of the invoker.
@@ -39,7 +41,7 @@ func run(ctx context.Context, getenv func(string) string, stdout io.Writer) erro
 	}
 	kube, watch, synced, err := svc.KubeWatching(ctx, kcfg, map[client.Object]cache.ByObject{
 		&slessv1.Function{}: {}, &slessv1.Trigger{}: {}, &slessv1.Tenant{}: {}, &corev1.Namespace{}: tenantns.Watch(),
-		invoke.SecretMetadata(): {Transform: invoke.StripSecretMetadata}, // changes to broker Secrets restart queue triggers; the data is read when needed
+		queuetrigger.SecretMetadata(): {Transform: queuetrigger.StripSecretMetadata}, // changes to broker Secrets restart queue triggers; the data is read when needed
 	})
 	if err != nil {
 		return err
@@ -69,18 +71,18 @@ func run(ctx context.Context, getenv func(string) string, stdout io.Writer) erro
 		Functions: watch,
 		Client: &http.Client{Transport: &http.Transport{MaxIdleConnsPerHost: 256, IdleConnTimeout: 90 * time.Second, DisableCompression: true},
 			CheckRedirect: noRedirects},
-		Publisher: pub, Recorded: invoke.RecordedIn(pool), Tracer: svc.Tracer, Log: svc.Log,
-		Records: &invoke.Records{Publisher: pub, MaxBatch: 256},
+		Publisher: pub, Recorded: history.RecordedIn(pool), Tracer: svc.Tracer, Log: svc.Log,
+		Records: &history.Records{Publisher: pub, MaxBatch: 256},
 		Metrics: invoke.NewMetrics(svc.Registry), MaxInline: 4096, Results: store,
 		MaxResponseBytes: int64(cfg.MaxResponseBytes),
 		Slots:            &invoke.TenantSlots{Tenants: watch, Slots: cfg.Concurrency},
 	}
-	history := invoke.NewHistory(pool, pub, svc.Log, svc.Registry)
+	historyWriter := history.NewWriter(pool, pub, svc.Log, svc.Registry)
 	deadLetters := &invoke.DeadLetters{DB: pool, Store: store}
 	policy := egress.New(cfg.EgressAllow...)
 	callbacks := &invoke.Callbacks{Secrets: pool, Client: &http.Client{Transport: callbackTransport(policy), CheckRedirect: noRedirects}}
-	triggers := invoke.NewQueueTriggers(invoke.QueueTriggerDeps{Triggers: watch, Tenants: tenantns.Resolver{Namespaces: watch}, Secrets: kube, Status: kube,
-		BrokerURL: cfg.RabbitURL, Exec: exec, Platform: mq, Log: svc.Log, Egress: policy})
+	triggers := queuetrigger.New(queuetrigger.Deps{Triggers: watch, Tenants: tenantns.Resolver{Namespaces: watch}, Secrets: kube, Status: kube,
+		BrokerURL: cfg.RabbitURL, Exec: exec, Tracer: svc.Tracer, Platform: mq, Log: svc.Log, Egress: policy})
 
 	// The executor decides the retries of a failed call (invoke.Decide: the
 	// message's own max_retries, at most invoke.MaxRetries) and the consumer
@@ -90,12 +92,12 @@ func run(ctx context.Context, getenv func(string) string, stdout io.Writer) erro
 	invRetry.MaxRetries = invoke.MaxRetries
 	consumers := []*rabbit.Consumer{
 		{Client: mq, Queue: rabbit.PlatformQueue(msg.QueueInvocationRequest, invRetry), Prefetch: cfg.Concurrency, Handler: exec.Handle, Tracer: svc.Tracer},
-		{Client: mq, Queue: rabbit.PlatformQueue(msg.QueueInvocationHistory, rabbit.DefaultRetry), Prefetch: cfg.HistoryPrefetch, Handler: history.Handle},
+		{Client: mq, Queue: rabbit.PlatformQueue(msg.QueueInvocationHistory, rabbit.DefaultRetry), Prefetch: cfg.HistoryPrefetch, Handler: historyWriter.Handle},
 		{Client: mq, Queue: rabbit.PlatformQueue(msg.QueueCallbacks, rabbit.DefaultRetry), Prefetch: 16, Handler: callbacks.Handle},
 		{Client: mq, Queue: rabbit.PlatformQueue(msg.QueueDeadLetters, rabbit.DefaultRetry), Prefetch: 16, Handler: deadLetters.Handle},
 	}
-	svc.Go(history.Run)
-	svc.Go(invoke.NewRetention(pool, svc.Log, svc.Registry, cfg.HistoryRetention, cfg.SweepInterval).Run)
+	svc.Go(historyWriter.Run)
+	svc.Go(history.NewRetention(pool, svc.Log, svc.Registry, cfg.HistoryRetention, cfg.SweepInterval).Run)
 	for _, c := range consumers {
 		svc.GoWhenSynced(synced, c.Run)
 	}

@@ -52,21 +52,21 @@ func Decide(retryable bool, attempt int, maxRetries int32) Verdict {
 	}
 }
 
-// conclude carries out the verdict on an attempt and returns what the
+// Conclude carries out the verdict on an attempt and returns what the
 // consumer is to do with the message: nil acks it once the record is
 // confirmed; rabbit.Retry sends it to the delay queue of its attempt;
 // rabbit.Permanent drops it once its dead letter and record are confirmed.
 // Any other error means the platform could not finish the attempt (the
 // record or the dead letter was not confirmed) and the message comes back
 // by the queue's policy.
-func (e *Executor) conclude(ctx context.Context, req *msg.InvocationRequested, rec *msg.InvocationCompleted, attempt int, retryable bool) error {
+func (e *Executor) Conclude(ctx context.Context, req *msg.InvocationRequested, rec *msg.InvocationCompleted, attempt int, retryable bool) error {
 	verdict := Decide(retryable, attempt, req.MaxRetries)
 	if verdict == Retry {
 		e.Metrics.retries.Inc()
 		return rabbit.Retry(fmt.Errorf("%w: %s", errRetry, rec.Error))
 	}
 	if verdict == Exhausted {
-		if err := e.publishDeadLetter(ctx, req, rabbit.ReasonExhausted, rec.Error, rec.Attempts); err != nil {
+		if err := e.DeadLetter(ctx, req, rabbit.ReasonExhausted, rec.Error, rec.Attempts); err != nil {
 			return err // the message comes back, and dies again
 		}
 	}

@@ -19,11 +19,11 @@ import (
 	"github.com/kube5s/sless/pkg/rabbit"
 )
 
-// publishDeadLetter records that req is given up on, with the request
+// DeadLetter records that req is given up on, with the request
 // itself so that it can be replayed, before the message moves to its
 // dead-letter queue: a tenant sees and replays dead letters through the
 // API, not in the broker.
-func (e *Executor) publishDeadLetter(ctx context.Context, req *msg.InvocationRequested, reason, why string, attempts int32) error {
+func (e *Executor) DeadLetter(ctx context.Context, req *msg.InvocationRequested, reason, why string, attempts int32) error {
 	m := &msg.InvocationDeadLettered{InvocationID: req.InvocationID, Tenant: req.Tenant, Function: req.Function, Trigger: req.Trigger,
 		TriggerName: req.TriggerName, Reason: reason, Error: why, Attempts: attempts, Request: *req,
 		DeadLetteredAt: time.Now().UTC()}

@@ -1,8 +1,10 @@
 // Package invoke executes queued invocations: async calls, cron fires, job
-// runs and queue-trigger messages. It calls the function's endpoint (from a
-// watch cache of Functions), retries through broker-held delay queues,
-// dead-letters what cannot succeed, records every outcome as
-// invocation.completed.v1, delivers callbacks, and writes the history.
+// runs, and the messages of queue triggers (which package queuetrigger
+// hands to the Executor). It calls the function's endpoint (from a watch
+// cache of Functions) through pkg/fncall, decides retries (Decide), which
+// wait in broker-held delay queues, dead-letters what cannot succeed and
+// stores the dead letters, has every outcome recorded (the Recorder,
+// package history) and delivers callbacks.
 package invoke
 
 import (
@@ -47,13 +49,19 @@ type ResultStore interface {
 // Recorded tells whether an invocation already has a history record.
 type Recorded func(ctx context.Context, id string) (bool, error)
 
+// Recorder records an outcome and returns once the record is durable
+// (history.Records, which publishes it with group commit).
+type Recorder interface {
+	Publish(ctx context.Context, rec *msg.InvocationCompleted) error
+}
+
 // Executor runs invocation.requested.v1 messages.
 type Executor struct {
 	Functions client.Reader // the watch cache
 	Client    *http.Client
 	Publisher Publisher
 	Recorded  Recorded
-	Records   *Records
+	Records   Recorder
 	Tracer    trace.Tracer
 	Log       *slog.Logger
 	Metrics   *Metrics
@@ -109,7 +117,7 @@ func NewMetrics(reg prometheus.Registerer) *Metrics {
 // errRetry marks an attempt that failed in a way worth retrying.
 var errRetry = errors.New("retryable failure")
 
-// Handle executes one request; conclude decides and says what becomes of
+// Handle executes one request; Conclude decides and says what becomes of
 // the message: acked once the record of a final outcome is confirmed by
 // the broker, retried from a delay queue, or recorded and dead-lettered
 // after the last attempt.
@@ -119,10 +127,8 @@ func (e *Executor) Handle(ctx context.Context, d *amqp.Delivery) error {
 		return rabbit.Permanent(fmt.Errorf("undecodable %s: %v", msg.TypeInvocationRequested, err))
 	}
 	attempt := rabbit.Attempt(d)
-	if d.Redelivered || attempt > 1 {
-		if done, err := e.Recorded(ctx, req.InvocationID); err == nil && done {
-			return nil // a redelivery of an invocation that finished and was recorded
-		}
+	if (d.Redelivered || attempt > 1) && e.HasRecord(ctx, req.InvocationID) {
+		return nil // a redelivery of an invocation that finished and was recorded
 	}
 	if e.Slots != nil {
 		release, ok := e.Slots.Acquire(ctx, req.Tenant)
@@ -132,10 +138,26 @@ func (e *Executor) Handle(ctx context.Context, d *amqp.Delivery) error {
 		}
 		defer release()
 	}
-	pinFromDelivery(d, &req)
-	rec, retryable := e.Execute(ctx, &req, attempt)
-	stampDelivery(d, &req)
-	return e.conclude(ctx, &req, rec, attempt, retryable)
+	rec, retryable := e.Attempt(ctx, d, &req, attempt)
+	return e.Conclude(ctx, &req, rec, attempt, retryable)
+}
+
+// HasRecord tells whether the invocation id already has a record; a
+// failed lookup counts as none (the call is made again, and its record is
+// written once).
+func (e *Executor) HasRecord(ctx context.Context, id string) bool {
+	done, err := e.Recorded(ctx, id)
+	return err == nil && done
+}
+
+// Attempt makes attempt (1-based) of req, delivered as d: req is pinned to
+// the function version an earlier attempt chose (from d's headers), and
+// the version this attempt chose is stamped on d for a retry to keep.
+func (e *Executor) Attempt(ctx context.Context, d *amqp.Delivery, req *msg.InvocationRequested, attempt int) (*msg.InvocationCompleted, bool) {
+	pinFromDelivery(d, req)
+	rec, retryable := e.Execute(ctx, req, attempt)
+	stampDelivery(d, req)
+	return rec, retryable
 }
 
 // pinFromDelivery reads the version work was pinned to on an earlier
@@ -208,7 +230,7 @@ func (e *Executor) Execute(ctx context.Context, req *msg.InvocationRequested, at
 		return rec, true
 	}
 	if req.FunctionVersion == 0 {
-		// Pinned on its first attempt: retries keep it (Handle stamps
+		// Pinned on its first attempt: retries keep it (Attempt stamps
 		// the delivery).
 		req.FunctionVersion = version.Number
 	}

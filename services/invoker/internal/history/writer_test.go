@@ -1,4 +1,4 @@
-package invoke
+package history
 
 import (
 	"context"
@@ -34,15 +34,15 @@ func (s *statements) TraceQueryStart(ctx context.Context, _ *pgx.Conn, _ pgx.Tra
 func (s *statements) TraceQueryEnd(context.Context, *pgx.Conn, pgx.TraceQueryEndData) {}
 
 type historyWorld struct {
-	h     *History
+	h     *Writer
 	db    *pgxpool.Pool
 	stmts *statements
 	mq    *rabbit.Client
 }
 
-// newHistory runs a History on a fresh database and a broker vhost of its
+// newWriter runs a Writer on a fresh database and a broker vhost of its
 // own, whose dead-letter queue the test reads.
-func newHistory(t *testing.T) *historyWorld {
+func newWriter(t *testing.T) *historyWorld {
 	t.Helper()
 	log := slog.New(slog.NewTextHandler(io.Discard, nil))
 	url := testenv.Postgres(t)
@@ -71,15 +71,13 @@ func newHistory(t *testing.T) *historyWorld {
 	mqDone := make(chan struct{})
 	go func() { _ = w.mq.Run(ctx); close(mqDone) }()
 	pub := rabbit.NewPublisher(w.mq)
-	w.h = NewHistory(w.db, pub, log, prometheus.NewRegistry())
+	w.h = NewWriter(w.db, pub, log, prometheus.NewRegistry())
 	hDone := make(chan struct{})
 	go func() { _ = w.h.Run(ctx); close(hDone) }()
 	t.Cleanup(func() { cancel(); <-hDone; pub.Close(); <-mqDone })
-	for deadline := time.Now().Add(10 * time.Second); !w.mq.Connected(); time.Sleep(20 * time.Millisecond) {
-		if time.Now().After(deadline) {
-			t.Fatalf("the broker (%s) not connected within 10 s", redacted(vhost))
-		}
-	}
+	testenv.Eventually(t, 10*time.Second, "the broker ("+redacted(vhost)+") to connect", func() (bool, string) {
+		return w.mq.Connected(), "not connected"
+	})
 	return w
 }
 
@@ -148,7 +146,7 @@ func record(id, tenant, errText string) msg.InvocationCompleted {
 // written with those bytes replaced, and the records of other tenants
 // after it are written too.
 func TestBadByteRecordDoesNotStopHistory(t *testing.T) {
-	w := newHistory(t)
+	w := newWriter(t)
 	bad := record("bad", "mallory", "bad\x00byte \xff\xfe")
 	bad.TriggerName, bad.ResultContentType = "q\x00", "text/\xc3"
 	if err := w.deliver(t, record("before", "alice", ""), bad); err != nil {
@@ -180,7 +178,7 @@ func TestBadByteRecordDoesNotStopHistory(t *testing.T) {
 // written once and only the refused one is dead-lettered, with the
 // database's reason.
 func TestRefusedRecordIsDeadLetteredAlone(t *testing.T) {
-	w := newHistory(t)
+	w := newWriter(t)
 	var batch []msg.InvocationCompleted
 	for i := range 9 {
 		batch = append(batch, record(fmt.Sprintf("good-%d", i), "alice", ""))
@@ -222,7 +220,7 @@ func TestRefusedRecordIsDeadLetteredAlone(t *testing.T) {
 // TestBatchIsOneStatement: a batch of records costs the database one
 // statement, not one per record.
 func TestBatchIsOneStatement(t *testing.T) {
-	w := newHistory(t)
+	w := newWriter(t)
 	var batch []msg.InvocationCompleted
 	for i := range 200 {
 		batch = append(batch, record(fmt.Sprintf("r-%03d", i), "alice", ""))

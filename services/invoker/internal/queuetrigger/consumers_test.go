@@ -1,4 +1,4 @@
-package invoke
+package queuetrigger
 
 import (
 	"context"
@@ -30,6 +30,8 @@ import (
 	"github.com/kube5s/sless/pkg/rabbit"
 	"github.com/kube5s/sless/pkg/tenantns"
 	"github.com/kube5s/sless/pkg/testenv"
+	"github.com/kube5s/sless/services/invoker/internal/history"
+	"github.com/kube5s/sless/services/invoker/internal/invoke"
 )
 
 // TestRequestFromDeliveryChecksHeaders: headers a publisher chose freely
@@ -104,51 +106,51 @@ func TestPanickedQueueMessageIsADeadLetterOfRecord(t *testing.T) {
 
 	tr := &slessv1.Trigger{ObjectMeta: metav1.ObjectMeta{Name: "numbers", Namespace: slessv1.NamespaceFor("demo")},
 		Spec: slessv1.TriggerSpec{FunctionRef: slessv1.LocalRef{Name: "fx"}, Type: slessv1.TriggerQueue, Queue: &slessv1.QueueTrigger{Queue: "demo-numbers"}}}
-	exec := &Executor{Functions: &panicsOnce{}, Publisher: pub, Records: &Records{Publisher: pub, MaxBatch: 16}, Log: log,
-		Tracer: noop.NewTracerProvider().Tracer("test"), Metrics: NewMetrics(prometheus.NewRegistry())}
-	q := NewQueueTriggers(QueueTriggerDeps{Exec: exec, Platform: mq, Log: log})
+	exec := &invoke.Executor{Functions: &panicsOnce{}, Publisher: pub, Records: &history.Records{Publisher: pub, MaxBatch: 16}, Log: log,
+		Tracer: noop.NewTracerProvider().Tracer("test"), Metrics: invoke.NewMetrics(prometheus.NewRegistry())}
+	q := New(Deps{Exec: exec, Platform: mq, Log: log})
 	queue := rabbit.Queue{Name: "demo-numbers", External: true}
 	go func() {
-		_ = (&rabbit.Consumer{Client: mq, Queue: queue, Declare: true, Prefetch: QueuePrefetch(1), Handler: q.handler("demo", tr, 1)}).Run(ctx)
+		_ = (&rabbit.Consumer{Client: mq, Queue: queue, Declare: true, Prefetch: Prefetch(1), Handler: q.handler("demo", tr, 1)}).Run(ctx)
 		done <- struct{}{}
 	}()
-	var ch *amqp.Channel
-	for deadline := time.Now().Add(10 * time.Second); ; time.Sleep(50 * time.Millisecond) {
-		if ch, err = mq.Channel(t.Context()); err == nil {
-			if _, err = ch.QueueDeclarePassive(queue.Name, true, false, false, false, nil); err == nil {
-				break
-			}
+	testenv.Eventually(t, 10*time.Second, "the trigger's queue to be declared", func() (bool, string) {
+		ch, err := mq.Channel(t.Context())
+		if err != nil {
+			return false, err.Error()
 		}
-		if time.Now().After(deadline) {
-			t.Fatalf("the trigger's queue was not declared within 10 s: %v", err)
+		defer ch.Close()
+		if _, err := ch.QueueDeclarePassive(queue.Name, true, false, false, false, nil); err != nil {
+			return false, err.Error()
 		}
-	}
+		return true, "declared"
+	})
 	publish := func(body string) {
 		if err := pub.Publish(t.Context(), "", queue.Name, amqp.Publishing{MessageId: "m-" + body, Body: []byte(body)}); err != nil {
 			t.Fatal(err)
 		}
 	}
-	get := func(queue string) (amqp.Delivery, bool) {
+	// get takes the next message of queue, waiting up to 10 s for it.
+	get := func(queue, what string) amqp.Delivery {
+		t.Helper()
 		ch, err := mq.Channel(t.Context())
 		if err != nil {
 			t.Fatal(err)
 		}
 		defer ch.Close()
 		var d amqp.Delivery
-		var ok bool
-		for deadline := time.Now().Add(10 * time.Second); !ok && time.Now().Before(deadline); time.Sleep(50 * time.Millisecond) {
+		testenv.Eventually(t, 10*time.Second, what, func() (bool, string) {
+			var ok bool
 			if d, ok, err = ch.Get(queue, true); err != nil {
 				t.Fatal(err)
 			}
-		}
-		return d, ok
+			return ok, "nothing in " + queue
+		})
+		return d
 	}
 
 	publish("boom")
-	d, ok := get(msg.QueueDeadLetters)
-	if !ok {
-		t.Fatalf("no dead letter of record in %s within 10 s", msg.QueueDeadLetters)
-	}
+	d := get(msg.QueueDeadLetters, "a dead letter of record in "+msg.QueueDeadLetters)
 	var m msg.InvocationDeadLettered
 	if err := json.Unmarshal(d.Body, &m); err != nil {
 		t.Fatal(err)
@@ -162,16 +164,13 @@ func TestPanickedQueueMessageIsADeadLetterOfRecord(t *testing.T) {
 	if q := m.Request.Request.Headers[headers.Queue]; len(q) != 1 || q[0] != queue.Name {
 		t.Errorf("the dead letter's request has headers %v, want those of the message's calls (X-Sless-Queue: %s)", m.Request.Request.Headers, queue.Name)
 	}
-	if d, ok := get(rabbit.DeadLetterQueue(queue.Name)); !ok || string(d.Body) != "boom" || d.Headers[rabbit.HeaderReason] != rabbit.ReasonPoison {
-		t.Errorf("the trigger's dead-letter queue holds %q %v (found: %v), want the panicked message as poison", d.Body, d.Headers, ok)
+	if d := get(rabbit.DeadLetterQueue(queue.Name), "the panicked message in the trigger's dead-letter queue"); string(d.Body) != "boom" || d.Headers[rabbit.HeaderReason] != rabbit.ReasonPoison {
+		t.Errorf("the trigger's dead-letter queue holds %q %v, want the panicked message as poison", d.Body, d.Headers)
 	}
 
 	// The panic freed its call slot: the next message is called and recorded.
 	publish("next")
-	d, ok = get(msg.QueueInvocationHistory)
-	if !ok {
-		t.Fatalf("the message after the panicked one was not recorded within 10 s (its call slot was not freed?)")
-	}
+	d = get(msg.QueueInvocationHistory, "the record of the message after the panicked one (its call slot freed)")
 	if want := queueInvocationID(&amqp.Delivery{MessageId: "m-next"}, tr); !strings.Contains(string(d.Body), want) {
 		t.Errorf("history holds %s, want the record of %s", d.Body, want)
 	}
@@ -227,7 +226,7 @@ func TestReconcileBeforeRunNeitherPanicsNorStarts(t *testing.T) {
 		{"gone", tenantNS, "gone", nil},
 	} {
 		t.Run(tc.what, func(t *testing.T) {
-			q := NewQueueTriggers(QueueTriggerDeps{Triggers: objs, Secrets: objs, Tenants: tenantsOf{tenantNS: "acme"},
+			q := New(Deps{Triggers: objs, Secrets: objs, Tenants: tenantsOf{tenantNS: "acme"},
 				BrokerURL: "amqp://127.0.0.1:5672/", Log: slog.New(slog.NewTextHandler(io.Discard, nil))})
 			defer func() {
 				if p := recover(); p != nil {

@@ -1,4 +1,4 @@
-package invoke
+package queuetrigger
 
 import (
 	"context"
@@ -57,7 +57,7 @@ func refusalReason(err error) (reason string, ok bool) {
 
 // report sets the trigger's Consuming condition unless known (the
 // conditions of a fresh copy of the trigger, or nil) already shows it.
-func (q *QueueTriggers) report(ctx context.Context, t *slessv1.Trigger, known []metav1.Condition, status metav1.ConditionStatus, reason, message string) {
+func (q *Consumers) report(ctx context.Context, t *slessv1.Trigger, known []metav1.Condition, status metav1.ConditionStatus, reason, message string) {
 	if q.Status == nil || same(known, status, reason, message) {
 		return
 	}

@@ -1,4 +1,8 @@
-package invoke
+// Package queuetrigger consumes the queues of queue Triggers: one consumer
+// per enabled trigger, on the tenant's vhost or an external broker, whose
+// messages the executor (package invoke) calls, retries, dead-letters and
+// records; it reports each trigger's Consuming condition.
+package queuetrigger
 
 import (
 	"context"
@@ -13,6 +17,7 @@ import (
 	"time"
 
 	amqp "github.com/rabbitmq/amqp091-go"
+	"go.opentelemetry.io/otel/trace"
 	"golang.org/x/net/http/httpguts"
 	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
@@ -33,7 +38,7 @@ import (
 	"github.com/kube5s/sless/pkg/tenantns"
 )
 
-// QueueTriggers runs one consumer per enabled queue Trigger: in the
+// Consumers runs one consumer per enabled queue Trigger: in the
 // tenant's own vhost on the platform broker, with the tenant's
 // credentials, or on an external broker whose URL is in a Secret of the
 // tenant namespace; never in the platform's vhost. Disabling or deleting a
@@ -45,9 +50,9 @@ import (
 // trigger, to the Secrets of its namespace (watched as metadata only: the
 // data is read when a trigger needs it) and to its Namespace (which may
 // become, or stop being, a tenant's). Nothing is listed on a timer.
-// NewQueueTriggers makes one; consumers start once Run runs.
-type QueueTriggers struct {
-	QueueTriggerDeps
+// New makes one; consumers start once Run runs.
+type Consumers struct {
+	Deps
 
 	base    context.Context // consumers run until it ends (Run's); nil before Run
 	mu      sync.Mutex
@@ -55,8 +60,8 @@ type QueueTriggers struct {
 	ignored map[string]bool // triggers outside tenant namespaces, logged once
 }
 
-// QueueTriggerDeps is what QueueTriggers reads, writes and calls through.
-type QueueTriggerDeps struct {
+// Deps is what Consumers reads, writes and calls through.
+type Deps struct {
 	Triggers client.Reader // watch cache
 	Tenants  Tenants
 	Secrets  client.Reader // API reads
@@ -65,7 +70,8 @@ type QueueTriggerDeps struct {
 	// BrokerURL is the platform broker; its scheme and address are used
 	// with a tenant's credentials and vhost.
 	BrokerURL string
-	Exec      *Executor
+	Exec      Executor
+	Tracer    trace.Tracer // traces the consumers' deliveries
 	// Platform is the platform broker's client, which Exec publishes the
 	// records and dead letters on; a stopping consumer holds it open
 	// until its work in flight is recorded (rabbit.Client.Hold).
@@ -74,14 +80,28 @@ type QueueTriggerDeps struct {
 	Egress   *egress.Policy // applies to external brokers, never to the platform's
 }
 
-// NewQueueTriggers returns the reconciler, consuming nothing until Run.
-func NewQueueTriggers(d QueueTriggerDeps) *QueueTriggers {
-	return &QueueTriggers{QueueTriggerDeps: d, running: map[string]*queueConsumer{}, ignored: map[string]bool{}}
+// New returns the reconciler, consuming nothing until Run.
+func New(d Deps) *Consumers {
+	return &Consumers{Deps: d, running: map[string]*queueConsumer{}, ignored: map[string]bool{}}
 }
 
 // errNotRunning: a reconcile before Run, which owns the consumers'
 // lifetime; the trigger is requeued and started once Run runs.
 var errNotRunning = errors.New("queue triggers are not running yet: no consumer can start before Run")
+
+// Executor makes the attempts of a trigger's messages and carries out
+// their verdicts (invoke.Executor, the same for every trigger kind).
+type Executor interface {
+	// HasRecord tells whether an invocation already has a record.
+	HasRecord(ctx context.Context, id string) bool
+	// Attempt calls the function once for the message d.
+	Attempt(ctx context.Context, d *amqp.Delivery, req *msg.InvocationRequested, attempt int) (rec *msg.InvocationCompleted, retryable bool)
+	// Conclude records, retries or dead-letters the attempt and says what
+	// becomes of its message.
+	Conclude(ctx context.Context, req *msg.InvocationRequested, rec *msg.InvocationCompleted, attempt int, retryable bool) error
+	// DeadLetter records req as a dead letter of the platform.
+	DeadLetter(ctx context.Context, req *msg.InvocationRequested, reason, why string, attempts int32) error
+}
 
 // Tenants names the tenant that owns a namespace; an error wrapping
 // tenantns.ErrNotTenant means none does.
@@ -99,7 +119,7 @@ type queueConsumer struct {
 // Run reconciles, with ctrl (a controller whose reconciler is q), the
 // consumers with the triggers in watch until ctx ends, then stops every
 // consumer.
-func (q *QueueTriggers) Run(ctx context.Context, ctrl controller.Controller, watch cache.Cache) error {
+func (q *Consumers) Run(ctx context.Context, ctrl controller.Controller, watch cache.Cache) error {
 	q.mu.Lock()
 	q.base = ctx
 	q.mu.Unlock()
@@ -164,7 +184,7 @@ func StripSecretMetadata(obj any) (any, error) {
 }
 
 // Running lists the triggers consumed now (namespace/name).
-func (q *QueueTriggers) Running() []string {
+func (q *Consumers) Running() []string {
 	q.mu.Lock()
 	defer q.mu.Unlock()
 	out := make([]string, 0, len(q.running))
@@ -176,7 +196,7 @@ func (q *QueueTriggers) Running() []string {
 
 // Reconcile starts, restarts (its spec or its broker URL changed) or stops
 // the consumer of one trigger.
-func (q *QueueTriggers) Reconcile(ctx context.Context, req reconcile.Request) (reconcile.Result, error) {
+func (q *Consumers) Reconcile(ctx context.Context, req reconcile.Request) (reconcile.Result, error) {
 	key := req.String()
 	var t slessv1.Trigger
 	if err := q.Triggers.Get(ctx, req.NamespacedName, &t); err != nil {
@@ -241,7 +261,7 @@ func (q *QueueTriggers) Reconcile(ctx context.Context, req reconcile.Request) (r
 
 // stop stops the trigger's consumer if it runs; forget also drops what is
 // remembered about the trigger (it is gone or no longer a queue trigger).
-func (q *QueueTriggers) stop(key string, forget bool) {
+func (q *Consumers) stop(key string, forget bool) {
 	q.mu.Lock()
 	c, ok := q.running[key]
 	delete(q.running, key)
@@ -262,7 +282,7 @@ type errMissingSecret struct{ error }
 
 // brokerURL is the external broker's URL from the trigger's Secret, or
 // the URL of the tenant's vhost on the platform broker.
-func (q *QueueTriggers) brokerURL(ctx context.Context, t *slessv1.Trigger) (string, error) {
+func (q *Consumers) brokerURL(ctx context.Context, t *slessv1.Trigger) (string, error) {
 	ref := t.Spec.Queue.BrokerSecretRef
 	name := slessv1.BrokerSecretName
 	if ref != nil {
@@ -290,7 +310,7 @@ func (q *QueueTriggers) brokerURL(ctx context.Context, t *slessv1.Trigger) (stri
 	return string(v), nil
 }
 
-func (q *QueueTriggers) start(parent context.Context, t *slessv1.Trigger, tenant, url, hash string) *queueConsumer {
+func (q *Consumers) start(parent context.Context, t *slessv1.Trigger, tenant, url, hash string) *queueConsumer {
 	ctx, cancel := context.WithCancel(parent)
 	c := &queueConsumer{hash: hash, tenant: tenant, cancel: cancel, done: make(chan struct{})}
 	spec := t.Spec.Queue
@@ -319,7 +339,7 @@ func (q *QueueTriggers) start(parent context.Context, t *slessv1.Trigger, tenant
 	// from hoarding a queue that other replicas could share.
 	concurrency := int(max(spec.Concurrency, 1))
 	handle := q.handler(tenant, t, concurrency)
-	cons := &rabbit.Consumer{Client: broker, Queue: queue, Prefetch: QueuePrefetch(concurrency), Handler: handle, Tracer: q.Exec.Tracer, Declare: true,
+	cons := &rabbit.Consumer{Client: broker, Queue: queue, Prefetch: Prefetch(concurrency), Handler: handle, Tracer: q.Tracer, Declare: true,
 		OnConsume: func() { q.report(ctx, t, nil, metav1.ConditionTrue, "Consuming", "consuming queue "+spec.Queue) },
 		OnError: func(err error) {
 			if reason, ok := refusalReason(err); ok {
@@ -340,15 +360,13 @@ func (q *QueueTriggers) start(parent context.Context, t *slessv1.Trigger, tenant
 // handler handles the messages of trigger t: at most concurrency calls at
 // once, a message already recorded not called again, every outcome
 // recorded, under guard.
-func (q *QueueTriggers) handler(tenant string, t *slessv1.Trigger, concurrency int) rabbit.Handler {
+func (q *Consumers) handler(tenant string, t *slessv1.Trigger, concurrency int) rabbit.Handler {
 	calls := make(chan struct{}, concurrency)
 	return q.guard(tenant, t, func(ctx context.Context, d *amqp.Delivery) error {
 		req := requestFromDelivery(d, tenant, t)
 		attempt := rabbit.Attempt(d)
-		if d.MessageId != "" && (d.Redelivered || attempt > 1) {
-			if done, err := q.Exec.Recorded(ctx, req.InvocationID); err == nil && done {
-				return nil
-			}
+		if d.MessageId != "" && (d.Redelivered || attempt > 1) && q.Exec.HasRecord(ctx, req.InvocationID) {
+			return nil
 		}
 		select {
 		case calls <- struct{}{}:
@@ -359,11 +377,9 @@ func (q *QueueTriggers) handler(tenant string, t *slessv1.Trigger, concurrency i
 		// the trigger for good at concurrency 1.
 		free := sync.OnceFunc(func() { <-calls })
 		defer free()
-		pinFromDelivery(d, req)
-		rec, retryable := q.Exec.Execute(ctx, req, attempt)
-		stampDelivery(d, req)
+		rec, retryable := q.Exec.Attempt(ctx, d, req, attempt)
 		free()
-		return q.Exec.conclude(ctx, req, rec, attempt, retryable)
+		return q.Exec.Conclude(ctx, req, rec, attempt, retryable)
 	})
 }
 
@@ -373,7 +389,7 @@ func (q *QueueTriggers) handler(tenant string, t *slessv1.Trigger, concurrency i
 // it, and can replay it, through the API, as every other dead letter.
 // Without the record, it would only reach the trigger's dead-letter queue
 // in the broker, which the API does not show.
-func (q *QueueTriggers) guard(tenant string, t *slessv1.Trigger, h rabbit.Handler) rabbit.Handler {
+func (q *Consumers) guard(tenant string, t *slessv1.Trigger, h rabbit.Handler) rabbit.Handler {
 	return func(ctx context.Context, d *amqp.Delivery) (err error) {
 		defer func() {
 			p := recover()
@@ -384,7 +400,7 @@ func (q *QueueTriggers) guard(tenant string, t *slessv1.Trigger, h rabbit.Handle
 			q.Log.Error("queue trigger handler panicked", "trigger", t.Namespace+"/"+t.Name, "messageID", d.MessageId,
 				"panic", fmt.Sprint(p), "stack", string(debug.Stack()))
 			req := deadLetterRequest(d, tenant, t)
-			if perr := q.Exec.publishDeadLetter(ctx, req, rabbit.ReasonPoison, cause.Error(), int32(rabbit.Attempt(d))); perr != nil {
+			if perr := q.Exec.DeadLetter(ctx, req, rabbit.ReasonPoison, cause.Error(), int32(rabbit.Attempt(d))); perr != nil {
 				// Not given up on unrecorded: it comes back later, without
 				// counting an attempt, and dies once it can be recorded.
 				err = rabbit.Defer(fmt.Errorf("%w; its dead letter was not recorded: %v", cause, perr))
@@ -411,9 +427,9 @@ func deadLetterRequest(d *amqp.Delivery, tenant string, t *slessv1.Trigger) (req
 	return requestFromDelivery(d, tenant, t)
 }
 
-// QueuePrefetch is how many unacked messages a queue trigger with
-// concurrency calls at once holds (see start).
-func QueuePrefetch(concurrency int) int { return 4 * max(concurrency, 1) }
+// Prefetch is how many unacked messages a queue trigger with concurrency
+// calls at once holds (see start).
+func Prefetch(concurrency int) int { return 4 * max(concurrency, 1) }
 
 // queueInvocationID is the invocation id of a queue message
 // (msg.QueueInvocationID).

@@ -1,4 +1,4 @@
-package invoke
+package queuetrigger
 
 import (
 	"log/slog"

@@ -1,4 +1,4 @@
-package invoke
+package history
 
 import (
 	"context"
@@ -22,6 +22,11 @@ type Records struct {
 	pending  []*msg.InvocationCompleted
 	waiters  []chan error
 	inFlight bool
+}
+
+// Publisher sends a message and returns once the broker confirmed it.
+type Publisher interface {
+	PublishMessage(ctx context.Context, m msg.Message) error
 }
 
 // Publish records rec and waits for the confirm of its batch. Job and cron

@@ -1,4 +1,9 @@
-package invoke
+// Package history owns the record of every invocation: Records publishes
+// invocation.completed.v1 with group commit, Writer writes the records to
+// the invocations table in batches (dead-lettering what the database
+// refuses), RecordedIn tells whether an invocation has a record, and
+// Retention deletes history past its age.
+package history
 
 import (
 	"context"
@@ -22,7 +27,7 @@ import (
 	"github.com/kube5s/sless/pkg/rabbit"
 )
 
-// History writes invocation records to PostgreSQL in batches: every
+// Writer writes invocation records to PostgreSQL in batches: every
 // delivery's records join the current batch, one INSERT ... SELECT FROM
 // unnest(...) ON CONFLICT DO NOTHING writes it (one statement, one round
 // trip, one prepared plan whatever the batch size), and only then are the
@@ -31,7 +36,7 @@ import (
 // lags. A batch the database refuses for its data (SQLSTATE class 22 or 23)
 // is written record by record, and only the record it refuses is
 // dead-lettered, with the database's reason.
-type History struct {
+type Writer struct {
 	DB  *pgxpool.Pool
 	Log *slog.Logger
 	// DeadLetters receives the records the database refuses.
@@ -58,9 +63,9 @@ type pendingRecord struct {
 	done chan error
 }
 
-// NewHistory returns a recorder; Run must be running.
-func NewHistory(db *pgxpool.Pool, dead DeadLetterPublisher, log *slog.Logger, reg prometheus.Registerer) *History {
-	h := &History{DB: db, DeadLetters: dead, Log: log, MaxBatch: 500, MaxWait: 50 * time.Millisecond, kick: make(chan struct{}, 1),
+// NewWriter returns a writer; Run must be running.
+func NewWriter(db *pgxpool.Pool, dead DeadLetterPublisher, log *slog.Logger, reg prometheus.Registerer) *Writer {
+	h := &Writer{DB: db, DeadLetters: dead, Log: log, MaxBatch: 500, MaxWait: 50 * time.Millisecond, kick: make(chan struct{}, 1),
 		written: prometheus.NewCounter(prometheus.CounterOpts{Name: "sless_invoker_history_records_total", Help: "Invocation records committed."}),
 		refused: prometheus.NewCounter(prometheus.CounterOpts{Name: "sless_invoker_history_refused_total",
 			Help: "Invocation records the database refused for their data, dead-lettered."}),
@@ -73,7 +78,7 @@ func NewHistory(db *pgxpool.Pool, dead DeadLetterPublisher, log *slog.Logger, re
 
 // Handle takes one delivery (a record or a batch of them) and returns when
 // its records are committed.
-func (h *History) Handle(ctx context.Context, d *amqp.Delivery) error {
+func (h *Writer) Handle(ctx context.Context, d *amqp.Delivery) error {
 	var recs []msg.InvocationCompleted
 	switch d.Type {
 	case msg.TypeInvocationBatch:
@@ -111,7 +116,7 @@ func (h *History) Handle(ctx context.Context, d *amqp.Delivery) error {
 }
 
 // Run commits batches until ctx ends.
-func (h *History) Run(ctx context.Context) error {
+func (h *Writer) Run(ctx context.Context) error {
 	t := time.NewTicker(h.MaxWait)
 	defer t.Stop()
 	for {
@@ -126,7 +131,7 @@ func (h *History) Run(ctx context.Context) error {
 	}
 }
 
-func (h *History) flush(ctx context.Context, final bool) {
+func (h *Writer) flush(ctx context.Context, final bool) {
 	for {
 		h.mu.Lock()
 		n := min(len(h.pending), h.MaxBatch)
@@ -167,7 +172,7 @@ func (h *History) flush(ctx context.Context, final bool) {
 	}
 }
 
-func (h *History) drop(n int) {
+func (h *Writer) drop(n int) {
 	h.mu.Lock()
 	h.pending = h.pending[n:]
 	h.mu.Unlock()
@@ -178,7 +183,7 @@ func (h *History) drop(n int) {
 // refuses; they are counted in refused. An error means nothing may be
 // acked yet (the database is unreachable, or a dead letter was not
 // confirmed); writing the batch again is harmless (ON CONFLICT DO NOTHING).
-func (h *History) commit(ctx context.Context, batch []pendingRecord) (refused int, err error) {
+func (h *Writer) commit(ctx context.Context, batch []pendingRecord) (refused int, err error) {
 	recs := make([]*msg.InvocationCompleted, len(batch))
 	for i := range batch {
 		recs[i] = &batch[i].rec
@@ -210,7 +215,7 @@ func refusedForData(err error) bool {
 	return errors.As(err, &pgErr) && (strings.HasPrefix(pgErr.Code, "22") || strings.HasPrefix(pgErr.Code, "23"))
 }
 
-func (h *History) deadLetter(ctx context.Context, r *msg.InvocationCompleted, cause error) error {
+func (h *Writer) deadLetter(ctx context.Context, r *msg.InvocationCompleted, cause error) error {
 	h.Log.Error("invocation record refused by the database; dead-lettered", "tenant", r.Tenant, "invocationID", r.InvocationID, "err", cause)
 	m, err := rabbit.Encode(ctx, r)
 	if err != nil {
@@ -239,7 +244,7 @@ const insertRecords = `INSERT INTO invocations (id, tenant, function, trigger_ki
 // or message can influence goes through pgtext.Clean: PostgreSQL refuses a
 // NUL byte and invalid UTF-8 in text, and one such record would otherwise
 // stop the history of every tenant.
-func (h *History) write(ctx context.Context, recs ...*msg.InvocationCompleted) error {
+func (h *Writer) write(ctx context.Context, recs ...*msg.InvocationCompleted) error {
 	n := len(recs)
 	var (
 		ids, tenants, functions, triggers, triggerNames, statuses = make([]string, n), make([]string, n), make([]string, n), make([]string, n), make([]string, n), make([]string, n)
@@ -294,8 +299,9 @@ func text(s string) *string {
 	return &s
 }
 
-// RecordedIn returns a Recorded backed by the history table.
-func RecordedIn(db *pgxpool.Pool) Recorded {
+// RecordedIn tells, from the history table, whether an invocation already
+// has a record (the executor's Recorded).
+func RecordedIn(db *pgxpool.Pool) func(ctx context.Context, id string) (bool, error) {
 	return func(ctx context.Context, id string) (bool, error) {
 		var one int
 		err := db.QueryRow(ctx, `SELECT 1 FROM invocations WHERE id = $1`, pgtext.Clean(id)).Scan(&one)

@@ -1,4 +1,4 @@
-package invoke
+package queuetrigger
 
 import (
 	"context"
@@ -24,11 +24,9 @@ func TestExternalBrokerDialsOnlyWhereThePolicyAllows(t *testing.T) {
 		done := make(chan struct{})
 		go func() { _ = c.Run(ctx); close(done) }()
 		defer func() { cancel(); <-done }()
-		for deadline := time.Now().Add(20 * time.Second); !until(out.String(), c.Connected()); time.Sleep(20 * time.Millisecond) {
-			if time.Now().After(deadline) {
-				t.Fatalf("nothing happened; log:\n%s", out.String())
-			}
-		}
+		testenv.Eventually(t, 20*time.Second, "the connect to succeed or fail", func() (bool, string) {
+			return until(out.String(), c.Connected()), "log:\n" + out.String()
+		})
 		return out.String()
 	}
 	refused := run(egress.New(), func(log string, connected bool) bool {
