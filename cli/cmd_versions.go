@@ -35,10 +35,11 @@ func versionRows(vs []client.Version, now time.Time) output.Rows {
 }
 
 func servingRows(f client.Function) output.Rows {
-	r := output.Rows{Header: []string{"VERSION", "PERCENT", "TAGS", "READY", "DRAINING"}}
+	r := output.Rows{Header: []string{"VERSION", "PERCENT", "TAGS", "READY", "DRAINING", "REPLICAS", "SCALING"}}
 	for _, s := range deref(f.Status.Serving) {
 		r.Rows = append(r.Rows, []string{strconv.Itoa(int(s.Version)), fmt.Sprintf("%d%%", s.Percent), strings.Join(deref(s.Tags), ","),
-			strconv.FormatBool(s.Ready), strconv.FormatBool(s.Draining != nil && *s.Draining)})
+			strconv.FormatBool(s.Ready), strconv.FormatBool(s.Draining != nil && *s.Draining),
+			fmt.Sprintf("%d/%d", s.ReadyReplicas, s.DesiredReplicas), str(s.ScalingReason)})
 	}
 	return r
 }

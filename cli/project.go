@@ -40,6 +40,9 @@ type settings struct {
 	Concurrency       *int32                       `json:"concurrency,omitempty"`
 	MinReplicas       *int32                       `json:"min_replicas,omitempty"`
 	MaxReplicas       *int32                       `json:"max_replicas,omitempty"`
+	TargetConcurrency *int32                       `json:"target_concurrency,omitempty"`
+	ScaleDownDelay    *int32                       `json:"scale_down_delay_seconds,omitempty"`
+	MaxBuffered       *int32                       `json:"max_buffered_requests,omitempty"`
 	EnvVars           *map[string]string           `json:"env_vars,omitempty"`
 	SecretEnvVars     *map[string]client.SecretRef `json:"secret_env_vars,omitempty"`
 	AllowSourceBuilds *bool                        `json:"allow_source_builds,omitempty"`
@@ -86,8 +89,9 @@ func loadProject(dir string) (*project, error) {
 func specOf(f *client.Function) client.FunctionReplacement {
 	return client.FunctionReplacement{Runtime: client.FunctionReplacementRuntime(f.Runtime), Entrypoint: f.Entrypoint, Image: f.Image,
 		MemoryMb: f.MemoryMb, CpuMillis: f.CpuMillis, TimeoutSec: f.TimeoutSec, Concurrency: f.Concurrency,
-		MinReplicas: f.MinReplicas, MaxReplicas: f.MaxReplicas, EnvVars: f.EnvVars, SecretEnvVars: f.SecretEnvVars,
-		AllowSourceBuilds: f.AllowSourceBuilds}
+		MinReplicas: f.MinReplicas, MaxReplicas: f.MaxReplicas, TargetConcurrency: f.TargetConcurrency,
+		ScaleDownDelaySeconds: f.ScaleDownDelaySeconds, MaxBufferedRequests: f.MaxBufferedRequests,
+		EnvVars: f.EnvVars, SecretEnvVars: f.SecretEnvVars, AllowSourceBuilds: f.AllowSourceBuilds}
 }
 
 // desiredSpec is the full spec a PUT sends: sless.yaml's settings, and for
@@ -98,12 +102,15 @@ func desiredSpec(cur *client.Function, p *project) client.FunctionReplacement {
 	s := p.settings
 	d := client.FunctionReplacement{Runtime: client.FunctionReplacementRuntime(s.Runtime), Entrypoint: s.Entrypoint, Image: s.Image,
 		MemoryMb: s.MemoryMb, CpuMillis: s.CpuMillis, TimeoutSec: s.TimeoutSec, Concurrency: s.Concurrency,
-		MinReplicas: s.MinReplicas, MaxReplicas: s.MaxReplicas, EnvVars: s.EnvVars, SecretEnvVars: s.SecretEnvVars,
-		AllowSourceBuilds: s.AllowSourceBuilds}
+		MinReplicas: s.MinReplicas, MaxReplicas: s.MaxReplicas, TargetConcurrency: s.TargetConcurrency,
+		ScaleDownDelaySeconds: s.ScaleDownDelay, MaxBufferedRequests: s.MaxBuffered,
+		EnvVars: s.EnvVars, SecretEnvVars: s.SecretEnvVars, AllowSourceBuilds: s.AllowSourceBuilds}
 	if cur != nil {
 		c := specOf(cur)
 		for _, f := range []struct{ dst, src **int32 }{{&d.MemoryMb, &c.MemoryMb}, {&d.CpuMillis, &c.CpuMillis}, {&d.TimeoutSec, &c.TimeoutSec},
-			{&d.Concurrency, &c.Concurrency}, {&d.MinReplicas, &c.MinReplicas}, {&d.MaxReplicas, &c.MaxReplicas}} {
+			{&d.Concurrency, &c.Concurrency}, {&d.MinReplicas, &c.MinReplicas}, {&d.MaxReplicas, &c.MaxReplicas},
+			{&d.TargetConcurrency, &c.TargetConcurrency}, {&d.ScaleDownDelaySeconds, &c.ScaleDownDelaySeconds},
+			{&d.MaxBufferedRequests, &c.MaxBufferedRequests}} {
 			if *f.dst == nil {
 				*f.dst = *f.src
 			}
