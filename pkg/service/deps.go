@@ -22,6 +22,7 @@ import (
 	"github.com/kube5s/sless/pkg/envconf"
 	"github.com/kube5s/sless/pkg/health"
 	"github.com/kube5s/sless/pkg/kubeclient"
+	"github.com/kube5s/sless/pkg/loadreport"
 	"github.com/kube5s/sless/pkg/objstore"
 	"github.com/kube5s/sless/pkg/rabbit"
 )
@@ -67,6 +68,20 @@ func (s *Service) Rabbit(url string) *rabbit.Client {
 	s.Go(c.Run)
 	s.Health.AddCheck(health.Check{Name: "rabbitmq", Fn: c.Check})
 	return c
+}
+
+// LoadReports returns the tracker of calls in flight per function version
+// and reports it each second on mq's signal exchange to the operator's
+// scaler (package loadreport), until the service stops.
+func (s *Service) LoadReports(mq *rabbit.Client) *loadreport.Tracker {
+	load := &loadreport.Tracker{}
+	signals := rabbit.NewSignaler(mq)
+	reporter := &loadreport.Reporter{Tracker: load, Signals: signals, Log: s.Log}
+	s.Go(func(ctx context.Context) error {
+		defer signals.Close()
+		return reporter.Run(ctx)
+	})
+	return load
 }
 
 // ObjectStore returns the S3 store with its bucket created, part of readiness.

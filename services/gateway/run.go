@@ -16,7 +16,6 @@ import (
 	slessv1 "github.com/kube5s/sless/pkg/apis/sless/v1alpha1"
 	"github.com/kube5s/sless/pkg/egress"
 	"github.com/kube5s/sless/pkg/kubeclient"
-	"github.com/kube5s/sless/pkg/loadreport"
 	"github.com/kube5s/sless/pkg/rabbit"
 	"github.com/kube5s/sless/pkg/service"
 	"github.com/kube5s/sless/pkg/tenantns"
@@ -74,12 +73,7 @@ func run(ctx context.Context, getenv func(string) string, stdout io.Writer) erro
 	}
 	mq := svc.Rabbit(cfg.RabbitURL)
 	pub := rabbit.NewPublisher(mq)
-	// The calls in flight per version, reported each second to the
-	// operator's scaler.
-	load := &loadreport.Tracker{}
-	signals := rabbit.NewSignaler(mq)
-	defer signals.Close()
-	svc.Go((&loadreport.Reporter{Tracker: load, Signals: signals, Log: svc.Log}).Run)
+	load := svc.LoadReports(mq) // calls in flight per version, for the scaler
 	// One publisher: fewer, fuller batches. With 8, each batch held ~30
 	// records and recording cost 8.6%-17.2% of sync invoke throughput;
 	// with 1, -8.6%-7.4% (BenchmarkHistoryCost, five runs each).

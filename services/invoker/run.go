@@ -14,7 +14,6 @@ import (
 	slessv1 "github.com/kube5s/sless/pkg/apis/sless/v1alpha1"
 	"github.com/kube5s/sless/pkg/egress"
 	"github.com/kube5s/sless/pkg/kubeclient"
-	"github.com/kube5s/sless/pkg/loadreport"
 	"github.com/kube5s/sless/pkg/msg"
 	"github.com/kube5s/sless/pkg/rabbit"
 	"github.com/kube5s/sless/pkg/service"
@@ -60,12 +59,7 @@ func run(ctx context.Context, getenv func(string) string, stdout io.Writer) erro
 	mq := svc.Rabbit(cfg.RabbitURL)
 	pub := rabbit.NewPublisher(mq)
 
-	// The calls in flight per version, reported each second to the
-	// operator's scaler.
-	load := &loadreport.Tracker{}
-	signals := rabbit.NewSignaler(mq)
-	defer signals.Close()
-	svc.Go((&loadreport.Reporter{Tracker: load, Signals: signals, Log: svc.Log}).Run)
+	load := svc.LoadReports(mq) // calls in flight per version, for the scaler
 	exec := &invoke.Executor{
 		Load:      load,
 		Functions: watch,
