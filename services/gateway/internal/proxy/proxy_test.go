@@ -18,6 +18,7 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
 	slessv1 "github.com/kube5s/sless/pkg/apis/sless/v1alpha1"
+	"github.com/kube5s/sless/pkg/loadreport"
 	"github.com/kube5s/sless/pkg/msg"
 )
 
@@ -201,5 +202,33 @@ func TestForwardSendsARefusedRequestAgain(t *testing.T) {
 	}
 	if w.Code != 200 || w.Body.String() != `{"n":1}` {
 		t.Errorf("got %d %q, want the body echoed", w.Code, w.Body.String())
+	}
+}
+
+// TestForwardCountsTheCallForTheScaler: a forwarded call is in flight on
+// its function version while the function works on it, and counted as
+// ended after, in the tracker the load reports are made of.
+func TestForwardCountsTheCallForTheScaler(t *testing.T) {
+	load := &loadreport.Tracker{}
+	key := loadreport.Key{Namespace: "sless-fn-t", Function: "f"}
+	inside := make(chan []msg.VersionLoad, 1)
+	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		inside <- load.Snapshot(time.Now())
+		_, _ = io.WriteString(w, "ok")
+	}))
+	defer srv.Close()
+	f := &Forwarder{Transport: DefaultTransport(), Tracer: noop.NewTracerProvider().Tracer("test"), Prop: propagation.TraceContext{},
+		Recorder: &records{}, Metrics: nobody{}, Log: slog.New(slog.NewTextHandler(io.Discard, nil)), MaxResponseBytes: 1 << 20, Load: load}
+	r := httptest.NewRequest(http.MethodPost, "/v1/tenants/t/functions/f/invoke", strings.NewReader("{}"))
+	if err := f.Forward(httptest.NewRecorder(), r, readyFunction(srv.URL), Call{Tenant: "t", Path: "/", Kind: msg.TriggerHTTP}); err != nil {
+		t.Fatal(err)
+	}
+	during := <-inside
+	if len(during) != 1 || during[0].PeakInFlight != 1 || during[0].Function != key.Function || during[0].Namespace != key.Namespace {
+		t.Errorf("while the function ran: %+v, want one call in flight on %+v", during, key)
+	}
+	after := load.Snapshot(time.Now())
+	if len(after) != 1 || after[0].Completions != 1 {
+		t.Errorf("after the call: %+v, want one completion", after)
 	}
 }
