@@ -15,6 +15,7 @@ import (
 
 	slessv1 "github.com/kube5s/sless/pkg/apis/sless/v1alpha1"
 	"github.com/kube5s/sless/pkg/loadreport"
+	"github.com/kube5s/sless/pkg/tenantns"
 	"github.com/kube5s/sless/services/operator/internal/autoscale"
 	"github.com/kube5s/sless/services/operator/internal/driver"
 	"github.com/kube5s/sless/services/operator/internal/resources"
@@ -257,6 +258,12 @@ func (r *FunctionReconciler) run(ctx context.Context, fn *slessv1.Function, vers
 	for _, e := range st.Serving {
 		recorded[e.Number] = e.DesiredReplicas
 	}
+	// The tenant's pods quota bounds every version's maximum (0: the
+	// Tenant is not in the cache; its quota then bounds nothing here).
+	var tenant slessv1.Tenant
+	if err := r.Client.Get(ctx, client.ObjectKey{Name: tenantns.Named(fn.Namespace)}, &tenant); err != nil && !apierrors.IsNotFound(err) {
+		return out, fmt.Errorf("read the tenant of %s/%s: %w", fn.Namespace, fn.Name, err)
+	}
 	var firstErr error
 	ensure := func(n int32) {
 		if _, done := states[n]; done || versions[n] == nil {
@@ -267,7 +274,7 @@ func (r *FunctionReconciler) run(ctx context.Context, fn *slessv1.Function, vers
 		// The count is the scaler's; what was ready at the last
 		// reconcile is what it knows of the replicas.
 		key := loadreport.Key{Namespace: fn.Namespace, Function: fn.Name, Version: n}
-		d := r.Scaler.Replicas(key, scaler.Settings(view), readyOf(st.Serving, n), recorded[n])
+		d := r.Scaler.Replicas(key, scaler.Settings(view, tenant.Spec.Quotas.MaxPods), readyOf(st.Serving, n), recorded[n])
 		decisions[n] = d
 		s, err := r.Driver.Ensure(ctx, view, driver.Version{Number: n, Replicas: d.Replicas,
 			Artifact: driver.Artifact{Image: v.Spec.Image, Dir: v.Spec.Artifact, BuildID: v.Spec.BuildID}})

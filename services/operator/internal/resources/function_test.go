@@ -150,7 +150,7 @@ func TestVersionDeploymentIsTheHardenedPodOfTheFunction(t *testing.T) {
 	}} {
 		t.Run(tc.name, func(t *testing.T) {
 			// The count the scaler starts a version at: its minimum.
-			got := VersionDeployment(tc.fn, 1, "registry.local/acme/hello:abc", scaler.Settings(tc.fn).MinReplicas)
+			got := VersionDeployment(tc.fn, 1, "registry.local/acme/hello:abc", scaler.Settings(tc.fn, 0).MinReplicas)
 			if diff := cmp.Diff(tc.want, got); diff != "" {
 				t.Errorf("Deployment (-want +got):\n%s", diff)
 			}

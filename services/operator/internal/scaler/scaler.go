@@ -60,8 +60,11 @@ func New() *Scaler {
 func (s *Scaler) Events() <-chan event.TypedGenericEvent[*slessv1.Function] { return s.events }
 
 // Settings are the scaling settings of fn (a version view: its
-// concurrency is the version's) with the defaults applied.
-func Settings(fn *slessv1.Function) autoscale.Settings {
+// concurrency is the version's) with the defaults applied, and maxReplicas
+// clamped to maxPods, the tenant's pods quota (0: none known), with the
+// reason QuotaPods: more replicas than the quota allows would be refused
+// pods, retried forever.
+func Settings(fn *slessv1.Function, maxPods int32) autoscale.Settings {
 	sp := autoscale.Spec{MinReplicas: 1, MaxReplicas: 1, Concurrency: fn.Spec.Concurrency}
 	if sc := fn.Spec.Scaling; sc != nil {
 		sp.MinReplicas, sp.MaxReplicas = sc.MinReplicas, sc.MaxReplicas
@@ -71,6 +74,10 @@ func Settings(fn *slessv1.Function) autoscale.Settings {
 	s := autoscale.Defaults(sp)
 	s.MinReplicas = max(s.MinReplicas, WakeFloor)
 	s.MaxReplicas = max(s.MaxReplicas, s.MinReplicas)
+	if maxPods > 0 {
+		s = autoscale.ClampToQuota(s, maxPods)
+		s.MinReplicas = min(s.MinReplicas, s.MaxReplicas)
+	}
 	return s
 }
 
