@@ -13,10 +13,11 @@ import (
 	"github.com/kube5s/sless/pkg/egress"
 )
 
-// TestPublicEgressIsPkgEgress: the invoker's egress to public addresses
-// (sless.publicBlocks) lets through what pkg/egress calls public, less the
-// cluster ranges: the chart's copy of the list agrees with egress.PublicBlocks,
-// for the default cluster ranges and for ranges that are public or IPv6.
+// TestPublicEgressIsPkgEgress: the invoker's egress to public addresses and
+// the build pods' public rule (both sless.publicBlocks) let through what
+// pkg/egress calls public, less the cluster ranges: the chart's copy of the
+// list agrees with egress.PublicBlocks, for the default cluster ranges and
+// for ranges that are public or IPv6.
 func TestPublicEgressIsPkgEgress(t *testing.T) {
 	for name, cluster := range map[string][]string{
 		"default":         nil,
@@ -39,26 +40,36 @@ func TestPublicEgressIsPkgEgress(t *testing.T) {
 			if err != nil {
 				t.Fatal(err)
 			}
-			var got []egress.Block
-			for _, o := range objects(t, manifest) {
-				if o.GetKind() != "NetworkPolicy" || !strings.HasSuffix(o.GetName(), "-invoker-egress") {
-					continue
-				}
-				var np networkingv1.NetworkPolicy
-				if err := runtime.DefaultUnstructuredConverter.FromUnstructured(o.Object, &np); err != nil {
-					t.Fatal(err)
-				}
-				for _, peer := range np.Spec.Egress[0].To {
-					got = append(got, block(t, peer.IPBlock))
-				}
-			}
 			var extra []netip.Prefix
 			for _, c := range cluster {
 				extra = append(extra, netip.MustParsePrefix(c))
 			}
-			want := egress.PublicBlocks(extra...)
-			if diff := cmp.Diff(blockStrings(want), blockStrings(got)); diff != "" {
-				t.Errorf("the invoker's public egress (-pkg/egress +chart):\n%s", diff)
+			want := blockStrings(egress.PublicBlocks(extra...))
+			// The policy and which of its rules is the public one: the
+			// invoker's first; the build pods' after DNS (values.yaml's
+			// buildEgress starts with public: true).
+			for policy, rule := range map[string]int{"-invoker-egress": 0, "sless-build-egress": 1} {
+				var got []egress.Block
+				found := false
+				for _, o := range objects(t, manifest) {
+					if o.GetKind() != "NetworkPolicy" || !strings.HasSuffix(o.GetName(), policy) {
+						continue
+					}
+					found = true
+					var np networkingv1.NetworkPolicy
+					if err := runtime.DefaultUnstructuredConverter.FromUnstructured(o.Object, &np); err != nil {
+						t.Fatal(err)
+					}
+					for _, peer := range np.Spec.Egress[rule].To {
+						got = append(got, block(t, peer.IPBlock))
+					}
+				}
+				if !found {
+					t.Fatalf("no NetworkPolicy named *%s rendered", policy)
+				}
+				if diff := cmp.Diff(want, blockStrings(got)); diff != "" {
+					t.Errorf("%s's public egress (-pkg/egress +chart):\n%s", policy, diff)
+				}
 			}
 		})
 	}
@@ -69,7 +80,7 @@ func TestPublicEgressIsPkgEgress(t *testing.T) {
 func block(t *testing.T, b *networkingv1.IPBlock) egress.Block {
 	t.Helper()
 	if b == nil {
-		t.Fatal("a peer of the invoker's first egress rule is not an ipBlock")
+		t.Fatal("a peer of the public egress rule is not an ipBlock")
 	}
 	out := egress.Block{CIDR: netip.MustParsePrefix(b.CIDR)}
 	var except []netip.Prefix

@@ -109,10 +109,18 @@ TestPublicEgressIsPkgEgress checks that the two agree.
 - ipBlock: {cidr: "2000::/3", except: {{ $v6 | toJson }}}
 {{- end }}
 
-{{/* Egress rules from a list of {cidrs, except, ports}. */}}
+{{/*
+Egress rules from a list of {cidrs, except, ports} or {public: true, ports}
+(the public addresses of sless.publicBlocks, less the cluster ranges);
+called with (dict "rules" LIST "clusterCIDRs" LIST).
+*/}}
 {{- define "sless.egressRules" -}}
-{{- range . }}
+{{- $cluster := .clusterCIDRs }}
+{{- range .rules }}
 - to:
+    {{- if .public }}
+    {{- include "sless.publicBlocks" $cluster | trim | nindent 4 }}
+    {{- end }}
     {{- $except := .except }}
     {{- range .cidrs }}
     - ipBlock: {cidr: {{ . | quote }}{{ with $except }}, except: [{{ range $i, $e := . }}{{ if $i }}, {{ end }}{{ $e | quote }}{{ end }}]{{ end }}}
