@@ -259,34 +259,23 @@ func applyChartRBAC(t *testing.T, admin client.Client) {
 
 func waitReady(t *testing.T, name, url string, logs *testenv.SyncBuffer) {
 	t.Helper()
-	deadline := time.Now().Add(90 * time.Second)
-	for time.Now().Before(deadline) {
-		if resp, err := http.Get(url); err == nil {
+	testenv.Eventually(t, 90*time.Second, name+" ready as its ServiceAccount", func() (bool, string) {
+		resp, err := http.Get(url)
+		if err == nil {
 			resp.Body.Close()
 			if resp.StatusCode == 200 {
-				return
+				return true, ""
 			}
 		}
-		time.Sleep(100 * time.Millisecond)
-	}
-	t.Fatalf("%s not ready as its ServiceAccount:\n%s", name, tailOf(logs.String(), 20))
+		return false, "its log:\n" + tailOf(logs.String(), 20)
+	})
 }
 
 // eventually waits up to a minute for cond, and says what it saw last
 // (the object's status) when it gives up.
 func eventually(t *testing.T, what string, cond func() (bool, string)) {
 	t.Helper()
-	deadline := time.Now().Add(60 * time.Second)
-	for {
-		ok, saw := cond()
-		if ok {
-			return
-		}
-		if time.Now().After(deadline) {
-			t.Fatalf("timed out waiting for %s; last seen: %s", what, saw)
-		}
-		time.Sleep(100 * time.Millisecond)
-	}
+	testenv.Eventually(t, 60*time.Second, what, cond)
 }
 
 func tailOf(s string, n int) string {

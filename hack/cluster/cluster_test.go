@@ -21,6 +21,8 @@ import (
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/tools/clientcmd"
 	"k8s.io/utils/ptr"
+
+	"github.com/kube5s/sless/pkg/testenv"
 )
 
 // TestCluster brings the one-node cluster up with hack/cluster.sh and checks
@@ -328,17 +330,14 @@ func namespace(ctx context.Context, t *testing.T, cs kubernetes.Interface) strin
 		t.Fatalf("creating namespace: %v", err)
 	}
 	// The service account controller makes "default"; pods wait for it.
-	deadline := time.Now().Add(time.Minute)
-	for {
+	testenv.Eventually(t, time.Minute, "namespace "+ns.Name+"'s default service account", func() (bool, string) {
 		_, err := cs.CoreV1().ServiceAccounts(ns.Name).Get(ctx, "default", metav1.GetOptions{})
-		if err == nil {
-			return ns.Name
+		if err != nil {
+			return false, err.Error()
 		}
-		if time.Now().After(deadline) {
-			t.Fatalf("namespace %s: no default service account after 1m: %v", ns.Name, err)
-		}
-		time.Sleep(200 * time.Millisecond)
-	}
+		return true, ""
+	})
+	return ns.Name
 }
 
 func restrictedPod(name, image string, args []string) *corev1.Pod {
@@ -415,22 +414,16 @@ func run(ctx context.Context, t *testing.T, cs kubernetes.Interface, ns, name st
 
 func waitPod(ctx context.Context, t *testing.T, cs kubernetes.Interface, ns, name string, cond func(*corev1.Pod) bool) *corev1.Pod {
 	t.Helper()
-	deadline := time.Now().Add(2 * time.Minute)
-	var last string
-	for time.Now().Before(deadline) {
+	var got *corev1.Pod
+	testenv.Eventually(t, 2*time.Minute, "pod "+ns+"/"+name+"'s condition", func() (bool, string) {
 		p, err := cs.CoreV1().Pods(ns).Get(ctx, name, metav1.GetOptions{})
-		if err == nil && cond(p) {
-			return p
-		}
 		if err != nil {
-			last = err.Error()
-		} else {
-			last = fmt.Sprintf("phase %s, conditions %v, containers %v", p.Status.Phase, p.Status.Conditions, p.Status.ContainerStatuses)
+			return false, err.Error()
 		}
-		time.Sleep(250 * time.Millisecond)
-	}
-	t.Fatalf("pod %s/%s: condition not met within 2m; last seen: %s", ns, name, last)
-	return nil
+		got = p
+		return cond(p), fmt.Sprintf("phase %s, conditions %v, containers %v", p.Status.Phase, p.Status.Conditions, p.Status.ContainerStatuses)
+	})
+	return got
 }
 
 func ready(p *corev1.Pod) bool {

@@ -476,19 +476,13 @@ func deploymentPinned(ctx context.Context, t *testing.T, cs kubernetes.Interface
 
 func waitFor(ctx context.Context, t *testing.T, d time.Duration, what string, cond func() (bool, string)) {
 	t.Helper()
-	deadline := time.Now().Add(d)
-	last := ""
-	for {
+	testenv.Eventually(t, d, what, func() (bool, string) {
 		ok, state := cond()
-		if ok {
-			return
+		if !ok && ctx.Err() != nil {
+			t.Fatalf("%v waiting for %s; last: %s", ctx.Err(), what, state)
 		}
-		last = state
-		if time.Now().After(deadline) || ctx.Err() != nil {
-			t.Fatalf("timed out after %s waiting for %s; last: %s", d, what, last)
-		}
-		time.Sleep(time.Second)
-	}
+		return ok, state
+	})
 }
 
 func getJSON(u, tok string, out any) (int, error) {

@@ -67,12 +67,12 @@ func TestAcksAboveASlowMessageFreeTheirSlots(t *testing.T) {
 	go func() { _ = cons.Run(ctx); close(done) }()
 	defer func() { cancel(); <-done }()
 
-	eventually(t, 20*time.Second, "the 29 messages behind the blocked one handled", func() (bool, string) {
+	testenv.Eventually(t, 20*time.Second, "the 29 messages behind the blocked one handled", func() (bool, string) {
 		n, saw := count()
 		return n >= 29, saw
 	})
 	close(release)
-	eventually(t, 10*time.Second, "all 30 handled", func() (bool, string) {
+	testenv.Eventually(t, 10*time.Second, "all 30 handled", func() (bool, string) {
 		n, saw := count()
 		return n >= 30, saw
 	})

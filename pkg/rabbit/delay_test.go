@@ -166,7 +166,7 @@ func TestClassicDelayQueuesAreReplacedWithoutLoss(t *testing.T) {
 		t.Fatal(err)
 	}
 	var back []amqp.Delivery
-	eventually(t, 10*time.Second, "the message back from the delay queue", func() (bool, string) {
+	testenv.Eventually(t, 10*time.Second, "the message back from the delay queue", func() (bool, string) {
 		back = append(back, getAll(t, c2, fast.Name)...)
 		return len(back) == 1, fmt.Sprintf("%d messages in %s", len(back), fast.Name)
 	})
@@ -219,7 +219,7 @@ func TestDelayedMessagesSurviveABrokerRestart(t *testing.T) {
 	// none may be lost. Wait for the delay queue to empty and every
 	// message to be in the work queue, then read them all back.
 	got := 0
-	eventually(t, 60*time.Second, fmt.Sprintf("%d messages in the work queue", n), func() (bool, string) {
+	testenv.Eventually(t, 60*time.Second, fmt.Sprintf("%d messages in the work queue", n), func() (bool, string) {
 		ch, err := c.Channel(t.Context())
 		if err != nil {
 			return false, err.Error()

@@ -69,23 +69,7 @@ func deleteQueues(t *testing.T, queues ...Queue) {
 
 func waitFor(t *testing.T, d time.Duration, what string, cond func() bool) {
 	t.Helper()
-	eventually(t, d, what, func() (bool, string) { return cond(), "" })
-}
-
-// eventually waits for cond; on timeout it says what cond last saw.
-func eventually(t *testing.T, d time.Duration, what string, cond func() (ok bool, saw string)) {
-	t.Helper()
-	deadline := time.Now().Add(d)
-	for {
-		ok, saw := cond()
-		if ok {
-			return
-		}
-		if time.Now().After(deadline) {
-			t.Fatalf("timed out after %s waiting for %s; last saw: %s", d, what, saw)
-		}
-		time.Sleep(20 * time.Millisecond)
-	}
+	testenv.Eventually(t, d, what, func() (bool, string) { return cond(), "" })
 }
 
 // getAll drains a queue with basic.get.
@@ -386,7 +370,7 @@ func TestBrokerRestartLosesNothing(t *testing.T) {
 		}
 		confirmed = append(confirmed, id)
 	}
-	eventually(t, 2*time.Minute, "every confirmed message to be consumed", func() (bool, string) {
+	testenv.Eventually(t, 2*time.Minute, "every confirmed message to be consumed", func() (bool, string) {
 		mu.Lock()
 		defer mu.Unlock()
 		var missing []string
@@ -467,7 +451,7 @@ func TestHandlerDecidedRetriesPassTheQueueCeiling(t *testing.T) {
 	if err := pub.Publish(t.Context(), "", q.Name, amqp.Publishing{Body: []byte("b")}); err != nil {
 		t.Fatal(err)
 	}
-	eventually(t, 10*time.Second, "four attempts", func() (bool, string) {
+	testenv.Eventually(t, 10*time.Second, "four attempts", func() (bool, string) {
 		mu.Lock()
 		defer mu.Unlock()
 		return len(attempts) == 4, fmt.Sprint(attempts)

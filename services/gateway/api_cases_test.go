@@ -269,8 +269,9 @@ func TestSyncInvoke(t *testing.T) {
 	expect(t, g.call(t, "POST", "/v1/tenants/"+ten+"/triggers", tok, trig), 201, "trigger")
 	g.judge(t, ten, "web", slessv1.TriggerActive)
 	fn := func(method, path, body string) resp {
-		deadline := time.Now().Add(10 * time.Second)
-		for {
+		var r resp
+		// Until the watch cache has seen the trigger, the route answers 404.
+		testenv.Eventually(t, 10*time.Second, "the watch cache to have trigger web ("+method+" "+path+")", func() (bool, string) {
 			req, _ := http.NewRequest(method, g.base+"/fn/"+ten+"/api"+path, strings.NewReader(body))
 			req.Header.Set("Content-Type", "application/json")
 			res, err := http.DefaultClient.Do(req)
@@ -279,12 +280,10 @@ func TestSyncInvoke(t *testing.T) {
 			}
 			b, _ := io.ReadAll(res.Body)
 			res.Body.Close()
-			if res.StatusCode == 404 && strings.Contains(string(b), "no active http trigger") && time.Now().Before(deadline) {
-				time.Sleep(20 * time.Millisecond) // the watch cache has not seen the trigger yet
-				continue
-			}
-			return resp{res.StatusCode, res.Header, b}
-		}
+			r = resp{res.StatusCode, res.Header, b}
+			return res.StatusCode != 404 || !strings.Contains(string(b), "no active http trigger"), fmt.Sprintf("%d %s", res.StatusCode, b)
+		})
+		return r
 	}
 	r = fn("POST", "/echo?x=1", `{"k":1}`)
 	expect(t, r, 200, "echo")
@@ -335,8 +334,7 @@ func TestSyncInvoke(t *testing.T) {
 
 	// Records are published without blocking the responses.
 	statuses := map[string]int{}
-	deadline := time.Now().Add(10 * time.Second)
-	for statuses["rejected"] == 0 && time.Now().Before(deadline) {
+	testenv.Eventually(t, 10*time.Second, "a rejected invocation's record", func() (bool, string) {
 		statuses = map[string]int{}
 		for _, d := range records.wait(t, `"function":"fx"`, 1, 100*time.Millisecond) {
 			if d.Type != msg.TypeInvocationBatch {
@@ -351,7 +349,8 @@ func TestSyncInvoke(t *testing.T) {
 				}
 			}
 		}
-	}
+		return statuses["rejected"] > 0, fmt.Sprintf("record statuses %v", statuses)
+	})
 	if statuses["succeeded"] < 2 || statuses["failed"] < 1 || statuses["timeout"] < 1 || statuses["rejected"] < 1 {
 		t.Errorf("record statuses %v", statuses)
 	}
@@ -362,10 +361,10 @@ func TestSyncInvoke(t *testing.T) {
 	expect(t, g.call(t, "POST", "/v1/tenants/"+ten+"/triggers", tok, trig2), 201, "token trigger")
 	g.judge(t, ten, "private", slessv1.TriggerActive)
 	// The watch cache has the trigger once the route stops answering 404.
-	r = g.call(t, "POST", "/fn/"+ten+"/private/text", "", "{}")
-	for deadline := time.Now().Add(10 * time.Second); r.status == 404 && time.Now().Before(deadline); time.Sleep(20 * time.Millisecond) {
+	testenv.Eventually(t, 10*time.Second, "the watch cache to have trigger private", func() (bool, string) {
 		r = g.call(t, "POST", "/fn/"+ten+"/private/text", "", "{}")
-	}
+		return r.status != 404, fmt.Sprintf("%d %s", r.status, r.body)
+	})
 	expect(t, r, 401, "token trigger without a token")
 	expect(t, g.call(t, "GET", "/fn/"+ten+"/private/text", tok, nil), 405, "method not allowed")
 	if r := g.call(t, "POST", "/fn/"+ten+"/private/text", tok, "{}"); r.status != 200 {
@@ -445,14 +444,12 @@ func TestRateLimit(t *testing.T) {
 	// gateway's watch cache has seen the tenant's quota (until then the
 	// default rate applies): try again until it has, or ten seconds.
 	var last resp
-	for deadline := time.Now().Add(10 * time.Second); ; time.Sleep(100 * time.Millisecond) {
+	testenv.Eventually(t, 10*time.Second, "four calls at once to be over the rate", func() (bool, string) {
 		for range 4 {
 			last = g.call(t, "GET", "/v1/tenants/"+ten+"/functions", tok, nil)
 		}
-		if last.status == 429 || time.Now().After(deadline) {
-			break
-		}
-	}
+		return last.status == 429, fmt.Sprintf("the fourth call answered %d %s", last.status, last.body)
+	})
 	expect(t, last, 429, "over the rate")
 	if ra := last.header.Get("Retry-After"); ra == "" {
 		t.Error("429 without Retry-After")
@@ -673,8 +670,7 @@ func TestResponseSizeLimit(t *testing.T) {
 		}
 	}
 	tooLarge := 0
-	deadline := time.Now().Add(10 * time.Second)
-	for tooLarge < 2 && time.Now().Before(deadline) {
+	testenv.Eventually(t, 10*time.Second, "two records that say response too large", func() (bool, string) {
 		tooLarge = 0
 		for _, d := range records.wait(t, `"function":"big"`, 1, 100*time.Millisecond) {
 			var b msg.InvocationBatch
@@ -685,7 +681,8 @@ func TestResponseSizeLimit(t *testing.T) {
 				}
 			}
 		}
-	}
+		return tooLarge >= 2, fmt.Sprintf("%d such records", tooLarge)
+	})
 	if tooLarge != 2 {
 		t.Errorf("%d records say response too large, want 2", tooLarge)
 	}
@@ -701,17 +698,10 @@ func TestRevocationReachesEveryReplica(t *testing.T) {
 
 	refusedSoon := func(tok, path, what string) {
 		t.Helper()
-		deadline := time.Now().Add(10 * time.Second) // a third of the TTL
-		for {
+		testenv.Eventually(t, 10*time.Second /* a third of the TTL */, what+": the second replica to refuse the token", func() (bool, string) {
 			r := second.call(t, "GET", path, tok, nil)
-			if r.status == 401 {
-				return
-			}
-			if time.Now().After(deadline) {
-				t.Fatalf("%s: the second replica still answers %d", what, r.status)
-			}
-			time.Sleep(20 * time.Millisecond)
-		}
+			return r.status == 401, fmt.Sprintf("the second replica answers %d", r.status)
+		})
 	}
 	a, _ := g.tenant(t, nil)
 	r := g.call(t, "POST", "/v1/tenants/"+a+"/tokens", admin, map[string]any{"name": "replica"})

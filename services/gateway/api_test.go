@@ -250,18 +250,11 @@ func (g *gw) ready(t testing.TB, tenant, name, endpoint string) {
 		t.Fatal(err)
 	}
 	// The gateway's watch cache sees it shortly.
-	deadline := time.Now().Add(10 * time.Second)
-	for {
+	testenv.Eventually(t, 10*time.Second, "the gateway to see function "+tenant+"/"+name+" Ready", func() (bool, string) {
 		r := g.call(t, "GET", "/v1/tenants/"+tenant+"/functions/"+name, admin, nil)
-		if r.json(t)["status"].(map[string]any)["phase"] == "Ready" {
-			time.Sleep(200 * time.Millisecond)
-			return
-		}
-		if time.Now().After(deadline) {
-			t.Fatalf("the gateway never saw function %s/%s Ready; it last answered %d %s", tenant, name, r.status, r.body)
-		}
-		time.Sleep(20 * time.Millisecond)
-	}
+		return r.json(t)["status"].(map[string]any)["phase"] == "Ready", fmt.Sprintf("it answered %d %s", r.status, r.body)
+	})
+	time.Sleep(200 * time.Millisecond)
 }
 
 // judge plays the operator: it sets the trigger's phase for its current

@@ -4,6 +4,7 @@ import (
 	"bufio"
 	"context"
 	"encoding/json"
+	"fmt"
 	"io"
 	"net/http"
 	"os"
@@ -141,17 +142,10 @@ func (g *gw) gauge(t testing.TB, series string) float64 {
 // waitGauge waits until a gauge has the value want.
 func (g *gw) waitGauge(t testing.TB, series string, want float64) {
 	t.Helper()
-	deadline := time.Now().Add(20 * time.Second)
-	for {
+	testenv.Eventually(t, 20*time.Second, fmt.Sprintf("%s = %v", series, want), func() (bool, string) {
 		got := g.gauge(t, series)
-		if got == want {
-			return
-		}
-		if time.Now().After(deadline) {
-			t.Fatalf("%s = %v, want %v", series, got, want)
-		}
-		time.Sleep(20 * time.Millisecond)
-	}
+		return got == want, fmt.Sprintf("%s = %v", series, got)
+	})
 }
 
 const waitGaugeSeries = `sless_gateway_long_requests{kind="wait"}`
@@ -309,16 +303,12 @@ func TestFunctionLogs(t *testing.T) {
 	invokeDirect(t, ep, "/", "inv-one")
 
 	var recs []logRecord
-	deadline := time.Now().Add(10 * time.Second)
-	for {
+	testenv.Eventually(t, 10*time.Second, "a record of the handler's print", func() (bool, string) {
 		r = g.call(t, "GET", path+"?tail=100", tok, nil)
 		expect(t, r, 200, "logs")
 		recs = decodeRecords(t, r.body)
-		if find(recs, "hello from inv-one") != nil || time.Now().After(deadline) {
-			break
-		}
-		time.Sleep(50 * time.Millisecond)
-	}
+		return find(recs, "hello from inv-one") != nil, string(r.body)
+	})
 	hello := find(recs, "hello from inv-one")
 	if hello == nil {
 		t.Fatalf("no record of the handler's print in %s", r.body)

@@ -12,6 +12,7 @@ import (
 	slessv1 "github.com/kube5s/sless/pkg/apis/sless/v1alpha1"
 	"github.com/kube5s/sless/pkg/headers"
 	"github.com/kube5s/sless/pkg/msg"
+	"github.com/kube5s/sless/pkg/testenv"
 )
 
 // TestUploadRefusesWhatTheBuilderWould: an archive whose central directory
@@ -180,7 +181,7 @@ func TestColdStartIsTheFirstCallOfAProcess(t *testing.T) {
 	invoke()
 
 	cold := map[string]bool{}
-	for deadline := time.Now().Add(10 * time.Second); len(cold) < len(ids) && time.Now().Before(deadline); {
+	testenv.Eventually(t, 10*time.Second, fmt.Sprintf("the records of the %d calls", len(ids)), func() (bool, string) {
 		for _, d := range records.wait(t, `"function":"fx"`, 1, 100*time.Millisecond) {
 			var b msg.InvocationBatch
 			_ = json.Unmarshal(d.Body, &b)
@@ -190,7 +191,8 @@ func TestColdStartIsTheFirstCallOfAProcess(t *testing.T) {
 				}
 			}
 		}
-	}
+		return len(cold) >= len(ids), fmt.Sprintf("%d records", len(cold))
+	})
 	var got []string
 	for _, id := range ids {
 		got = append(got, fmt.Sprint(cold[id]))

@@ -43,15 +43,11 @@ func (g *gw) publicCall(t testing.TB, tenant, path string) (int, string) {
 func (g *gw) answeredBy(t *testing.T, tenant, path, want string, n int) []string {
 	t.Helper()
 	var seen []string
-	for deadline := time.Now().Add(10 * time.Second); ; time.Sleep(20 * time.Millisecond) {
+	testenv.Eventually(t, 10*time.Second, "a call of "+path+" answered by "+want, func() (bool, string) {
 		_, body := g.publicCall(t, tenant, path)
-		if body == want {
-			break
-		}
-		if seen = append(seen, body); time.Now().After(deadline) {
-			t.Fatalf("no call of %s was answered by %s within 10 s; the last answers: %q", path, want, seen[max(len(seen)-5, 0):])
-		}
-	}
+		seen = append(seen, body)
+		return body == want, fmt.Sprintf("the last answers: %q", seen[max(len(seen)-5, 0):])
+	})
 	var got []string
 	for range n {
 		_, body := g.publicCall(t, tenant, path)
@@ -143,15 +139,10 @@ func TestUnknownNamesCostTheAPIServerNothing(t *testing.T) {
 	trig := map[string]any{"name": "orphan", "function": "gone", "type": "http", "http": map[string]any{"path": "/orphan", "auth": "none"}}
 	expect(t, g.call(t, "POST", "/v1/tenants/"+ten+"/triggers", admin, trig), 201, "trigger")
 	g.judge(t, ten, "orphan", slessv1.TriggerActive)
-	for deadline := time.Now().Add(10 * time.Second); ; time.Sleep(20 * time.Millisecond) {
+	testenv.Eventually(t, 10*time.Second, "/orphan to reach its trigger (the watch cache has it)", func() (bool, string) {
 		code, body := g.publicCall(t, ten, "/orphan")
-		if code == 404 && strings.Contains(body, "does not exist") {
-			break // the watch cache has the trigger
-		}
-		if time.Now().After(deadline) {
-			t.Fatalf("/orphan never reached its trigger; it last answered %d %s", code, body)
-		}
-	}
+		return code == 404 && strings.Contains(body, "does not exist"), fmt.Sprintf("%d %s", code, body)
+	})
 	// The counter read at the API server itself: one GET of it, as a
 	// check that it counts.
 	before := apiServerGets(t, "functions")

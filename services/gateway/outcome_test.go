@@ -3,6 +3,7 @@ package main
 import (
 	"bytes"
 	"encoding/json"
+	"fmt"
 	"io"
 	"net/http"
 	"strconv"
@@ -77,7 +78,7 @@ func TestAFunctionsAnswerIsClassifiedAsByTheInvoker(t *testing.T) {
 		"streamed":    {"failed", 502, "response too large: the function answered more than 6291456 bytes"},
 	}
 	got := map[string]outcome{}
-	for deadline := time.Now().Add(10 * time.Second); len(got) < len(want) && time.Now().Before(deadline); {
+	testenv.Eventually(t, 10*time.Second, fmt.Sprintf("records of the %d functions", len(want)), func() (bool, string) {
 		for _, d := range records.wait(t, `"tenant":"`+ten+`"`, 1, 100*time.Millisecond) {
 			var b msg.InvocationBatch
 			_ = json.Unmarshal(d.Body, &b)
@@ -87,7 +88,8 @@ func TestAFunctionsAnswerIsClassifiedAsByTheInvoker(t *testing.T) {
 				}
 			}
 		}
-	}
+		return len(got) >= len(want), fmt.Sprintf("%+v", got)
+	})
 	for name, w := range want {
 		if got[name] != w {
 			t.Errorf("%s: recorded %+v, want %+v", name, got[name], w)

@@ -60,20 +60,19 @@ func (g *gw) withPublicTrigger(t *testing.T, quotas map[string]any, endpoint str
 	expect(t, g.call(t, "POST", "/v1/tenants/"+ten+"/triggers", admin, trig), 201, "trigger")
 	g.judge(t, ten, "web", slessv1.TriggerActive)
 	noFollow := &http.Client{CheckRedirect: func(*http.Request, []*http.Request) error { return http.ErrUseLastResponse }}
-	for deadline := time.Now().Add(10 * time.Second); ; time.Sleep(20 * time.Millisecond) {
+	testenv.Eventually(t, 10*time.Second, "the trigger to answer (not 404)", func() (bool, string) {
 		res, err := noFollow.Get(g.base + "/fn/" + ten + "/app")
 		if err != nil {
 			t.Fatal(err)
 		}
 		res.Body.Close()
 		if res.StatusCode != 404 {
-			return ten, tok
+			return true, ""
 		}
-		if time.Now().After(deadline) {
-			tr := g.call(t, "GET", "/v1/tenants/"+ten+"/triggers/web", admin, nil)
-			t.Fatalf("the trigger never answered (404 for 10 s); the trigger: %d %s", tr.status, tr.body)
-		}
-	}
+		tr := g.call(t, "GET", "/v1/tenants/"+ten+"/triggers/web", admin, nil)
+		return false, fmt.Sprintf("404; the trigger: %d %s", tr.status, tr.body)
+	})
+	return ten, tok
 }
 
 // TestPublicPortServesOnlyThePublicAPI: /metrics (every tenant's traffic),

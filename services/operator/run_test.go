@@ -115,11 +115,12 @@ func TestLeaderElectionHandsOver(t *testing.T) {
 	waitFor := func(within time.Duration, what string, ok func() bool) time.Duration {
 		t.Helper()
 		start := time.Now()
-		for deadline := start.Add(within); !ok(); time.Sleep(50 * time.Millisecond) {
-			if time.Now().After(deadline) {
-				t.Fatalf("timed out after %s waiting for %s (lease holder %q)", within, what, holder())
+		testenv.Eventually(t, within, what, func() (bool, string) {
+			if ok() {
+				return true, ""
 			}
-		}
+			return false, fmt.Sprintf("lease holder %q", holder())
+		})
 		return time.Since(start)
 	}
 	reconciled := func(tenant string) func() bool {

@@ -156,11 +156,10 @@ func TestTwoSchedulersFireOnceAndOnTime(t *testing.T) {
 	// A fire the victim left pending is taken over within PendingStale and
 	// a look at the pending fires: wait for none to be left.
 	bound := schedule.PendingStale + schedule.ResumeEvery + 5*time.Second
-	for deadline := time.Now().Add(bound); w.count(t, "pending") > 0; time.Sleep(100 * time.Millisecond) {
-		if time.Now().After(deadline) {
-			t.Fatalf("%d fires still pending %s after the window", w.count(t, "pending"), bound)
-		}
-	}
+	testenv.Eventually(t, bound, "no fire left pending after the window", func() (bool, string) {
+		n := w.count(t, "pending")
+		return n == 0, fmt.Sprintf("%d fires pending", n)
+	})
 	_ = stop()
 
 	rows, err := w.db.Query(t.Context(), `SELECT scheduled_at, invocation_id, extract(epoch FROM fired_at - scheduled_at)
@@ -240,11 +239,10 @@ func TestPendingFireIsResumedByARunningScheduler(t *testing.T) {
 		t.Fatal(err)
 	}
 	bound := schedule.ResumeEvery + 10*time.Second // a look at the pending fires, generously
-	for deadline := time.Now().Add(bound); w.published(id) == 0 || w.count(t, "pending") > 0; time.Sleep(50 * time.Millisecond) {
-		if time.Now().After(deadline) {
-			t.Fatalf("after %s: the pending fire was published %d times, %d fires pending, %d fired", bound, w.published(id), w.count(t, "pending"), w.count(t, "fired"))
-		}
-	}
+	testenv.Eventually(t, bound, "the pending fire published and no fire pending", func() (bool, string) {
+		published, pending := w.published(id), w.count(t, "pending")
+		return published > 0 && pending == 0, fmt.Sprintf("the pending fire published %d times, %d fires pending, %d fired", published, pending, w.count(t, "fired"))
+	})
 	time.Sleep(2 * schedule.ResumeEvery) // more looks at the pending fires: none publishes it again
 	if n := w.published(id); n != 1 {
 		t.Errorf("the pending fire was published %d times", n)
@@ -267,11 +265,10 @@ func TestForbidSkipsWhileThePreviousFireRuns(t *testing.T) {
 		t.Fatal(err)
 	}
 	// Three instants decided: the first fired, then skips.
-	for deadline := time.Now().Add(20 * time.Second); w.count(t, "fired")+w.count(t, "skipped") < 3; time.Sleep(50 * time.Millisecond) {
-		if time.Now().After(deadline) {
-			t.Fatalf("after 20s: fired %d, skipped %d, pending %d", w.count(t, "fired"), w.count(t, "skipped"), w.count(t, "pending"))
-		}
-	}
+	testenv.Eventually(t, 20*time.Second, "three instants decided", func() (bool, string) {
+		fired, skipped := w.count(t, "fired"), w.count(t, "skipped")
+		return fired+skipped >= 3, fmt.Sprintf("fired %d, skipped %d, pending %d", fired, skipped, w.count(t, "pending"))
+	})
 	if f, s := w.count(t, "fired"), w.count(t, "skipped"); f != 1 || s < 2 {
 		t.Errorf("fired %d, skipped %d; want 1 fired and the rest skipped", f, s)
 	}
@@ -333,13 +330,10 @@ func TestTriggerOutsideATenantNamespaceIsIgnored(t *testing.T) {
 	}
 	// Two fires of the tenant's trigger: the scheduler has listed every
 	// trigger at least twice since they were created.
-	deadline := time.Now().Add(60 * time.Second)
-	for fires()[tenant] < 2 {
-		if time.Now().After(deadline) {
-			t.Fatalf("the tenant's trigger did not fire twice within 60s; fires by tenant: %v", fires())
-		}
-		time.Sleep(100 * time.Millisecond)
-	}
+	testenv.Eventually(t, 60*time.Second, "the tenant's trigger to fire twice", func() (bool, string) {
+		got := fires()
+		return got[tenant] >= 2, fmt.Sprintf("fires by tenant: %v", got)
+	})
 	// Other tests' triggers fire too (one API server); none may be fired
 	// as the lookalike's tenant, or as no tenant.
 	if got := fires(); got[ghost] != 0 || got[""] != 0 {

@@ -116,12 +116,31 @@ func i64(p *int32) types.Int64 {
 	return types.Int64Value(int64(*p))
 }
 
-// versionNumber is a version number of the API, null when absent (0).
-func versionNumber(n int64) types.Int64 {
-	if n == 0 {
+// versionNumber is a version number of the API, null when absent (or 0).
+func versionNumber(n *int32) types.Int64 {
+	if n == nil || *n == 0 {
 		return types.Int64Null()
 	}
-	return types.Int64Value(n)
+	return types.Int64Value(int64(*n))
+}
+
+// deref is what p points at, or T's zero value.
+func deref[T any](p *T) T {
+	var v T
+	if p != nil {
+		v = *p
+	}
+	return v
+}
+
+// optional is an optional string of the API: nil when v is null, unknown
+// or empty, as the API's omitted fields are.
+func optional[T ~string](v types.String) *T {
+	if v.IsNull() || v.IsUnknown() || v.ValueString() == "" {
+		return nil
+	}
+	s := T(v.ValueString())
+	return &s
 }
 
 func str(s string) types.String {
@@ -131,10 +150,16 @@ func str(s string) types.String {
 	return types.StringValue(s)
 }
 
-// jsonValue keeps the configured JSON text when the server's is the same
+// jsonValue is a JSON document of the API (a payload, decoded as any) as
+// text. It keeps the configured text when the server's is the same
 // document (it may have reformatted it), so that a plan stays empty.
-func jsonValue(prior types.String, got json.RawMessage) types.String {
-	if len(got) == 0 {
+func jsonValue(prior types.String, doc any, diags *diag.Diagnostics) types.String {
+	if doc == nil {
+		return types.StringNull()
+	}
+	got, err := json.Marshal(doc)
+	if err != nil {
+		diags.AddError("Cannot read a JSON document of the API", err.Error())
 		return types.StringNull()
 	}
 	if !prior.IsNull() && !prior.IsUnknown() && jsonEqual([]byte(prior.ValueString()), got) {
@@ -153,8 +178,9 @@ func jsonEqual(a, b []byte) bool {
 	return string(xa) == string(ya)
 }
 
-// jsonAttr reads a JSON text attribute; null is no payload.
-func jsonAttr(v types.String, at string, diags *diag.Diagnostics) json.RawMessage {
+// jsonAttr reads a JSON text attribute as the API's payload fields take
+// it: nil (no payload, omitted) when it is null, else the document.
+func jsonAttr(v types.String, at string, diags *diag.Diagnostics) any {
 	if v.IsNull() || v.IsUnknown() || v.ValueString() == "" {
 		return nil
 	}

@@ -96,10 +96,10 @@ func (d *functionDataSource) Read(ctx context.Context, req datasource.ReadReques
 		return
 	}
 	m.Tenant, m.ID = types.StringValue(tenant), types.StringValue(tenant+"/"+f.Name)
-	m.Runtime, m.Entrypoint = types.StringValue(f.Runtime), types.StringValue(f.Entrypoint)
-	m.MemoryMB, m.CPUMillis, m.TimeoutSec, m.Concurrency = i64(f.MemoryMB), i64(f.CPUMillis), i64(f.TimeoutSec), i64(f.Concurrency)
+	m.Runtime, m.Entrypoint = types.StringValue(string(f.Runtime)), types.StringValue(f.Entrypoint)
+	m.MemoryMB, m.CPUMillis, m.TimeoutSec, m.Concurrency = i64(f.MemoryMb), i64(f.CpuMillis), i64(f.TimeoutSec), i64(f.Concurrency)
 	m.MinReplicas, m.MaxReplicas = i64(f.MinReplicas), i64(f.MaxReplicas)
-	env := f.EnvVars
+	env := deref(f.EnvVars)
 	if env == nil {
 		env = map[string]string{}
 	}
@@ -108,10 +108,10 @@ func (d *functionDataSource) Read(ctx context.Context, req datasource.ReadReques
 	resp.Diagnostics.Append(diags...)
 	m.SourceSHA256 = types.StringNull()
 	if f.Source != nil {
-		m.SourceSHA256 = types.StringValue(f.Source.SHA256)
+		m.SourceSHA256 = types.StringValue(f.Source.Sha256)
 	}
 	st := f.Status
-	m.BuiltSourceSHA256, m.URL, m.Phase, m.Message, m.LastBuildID = str(st.BuiltSourceSHA256), str(st.URL), str(st.Phase), str(st.Message), str(st.LastBuildID)
+	m.BuiltSourceSHA256, m.URL, m.Phase, m.Message, m.LastBuildID = str(deref(st.BuiltSourceSha256)), str(deref(st.Url)), str(deref(st.Phase)), str(deref(st.Message)), str(deref(st.LastBuildId))
 	m.Ready = types.BoolValue(st.Ready)
 	m.LatestVersion = versionNumber(st.LatestVersion)
 	resp.Diagnostics.Append(resp.State.Set(ctx, &m)...)
@@ -165,7 +165,7 @@ func (d *tenantDataSource) Read(ctx context.Context, req datasource.ReadRequest,
 		resp.Diagnostics.AddError("Cannot read the tenant", err.Error())
 		return
 	}
-	m.ID, m.DisplayName, m.Namespace, m.Phase = types.StringValue(t.Name), str(t.DisplayName), str(t.Status.Namespace), str(t.Status.Phase)
-	m.MaxFunctions, m.CPUMillis, m.MemoryMB = i64(t.Quotas.MaxFunctions), i64(t.Quotas.CPUMillis), i64(t.Quotas.MemoryMB)
+	m.ID, m.DisplayName, m.Namespace, m.Phase = types.StringValue(t.Name), str(deref(t.DisplayName)), str(deref(t.Status.Namespace)), str(deref(t.Status.Phase))
+	m.MaxFunctions, m.CPUMillis, m.MemoryMB = i64(t.Quotas.MaxFunctions), i64(t.Quotas.CpuMillis), i64(t.Quotas.MemoryMb)
 	resp.Diagnostics.Append(resp.State.Set(ctx, &m)...)
 }

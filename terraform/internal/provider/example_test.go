@@ -10,6 +10,8 @@ import (
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/kube5s/sless/pkg/testenv"
 )
 
 // testExample applies examples/terraform/main.tf as a user would: the
@@ -66,15 +68,10 @@ func testExample(t *testing.T, p *platform) {
 	if code != 0 || !strings.HasPrefix(url, p.base+"/fn/demo/tf-hello") {
 		t.Fatalf("output hello_url: %q (exit %d)", url, code)
 	}
-	for deadline := time.Now().Add(30 * time.Second); ; time.Sleep(500 * time.Millisecond) {
+	testenv.Eventually(t, 30*time.Second, "GET "+url+" to answer hello, tofu", func() (bool, string) {
 		code, b, err := p.call("GET", strings.TrimPrefix(url, p.base)+"?name=tofu", "", "")
-		if err == nil && code == 200 && strings.Contains(b, "hello, tofu") {
-			break
-		}
-		if time.Now().After(deadline) {
-			t.Fatalf("GET %s: %d %q %v", url, code, b, err)
-		}
-	}
+		return err == nil && code == 200 && strings.Contains(b, "hello, tofu"), fmt.Sprintf("%d %q %v", code, b, err)
+	})
 	for _, tr := range []string{"tf-hello", "tf-reverse-hourly", "tf-reverse-queue"} {
 		if code, b, err := p.call("GET", "/v1/tenants/demo/triggers/"+tr, p.demo, ""); code != 200 || strings.Contains(b, `"phase":"Failed"`) {
 			t.Errorf("trigger %s: %d %s %v", tr, code, b, err)

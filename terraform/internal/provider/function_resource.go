@@ -243,56 +243,79 @@ func (r *functionResource) ModifyPlan(ctx context.Context, req resource.ModifyPl
 	}
 }
 
-// spec is the REST spec the plan asks for.
-func (m *functionModel) spec(ctx context.Context, diags *diag.Diagnostics) functionSpec {
-	s := functionSpec{
-		Runtime: m.Runtime.ValueString(), Entrypoint: m.Entrypoint.ValueString(),
-		MemoryMB: i32(m.MemoryMB), CPUMillis: i32(m.CPUMillis), TimeoutSec: i32(m.TimeoutSec), Concurrency: i32(m.Concurrency),
-		MinReplicas: i32(m.MinReplicas), MaxReplicas: i32(m.MaxReplicas), AllowSourceBuilds: m.AllowSourceBuilds.ValueBool(),
+// input is the function the plan asks for, as the API creates it.
+func (m *functionModel) input(ctx context.Context, diags *diag.Diagnostics) slessclient.FunctionInput {
+	in := slessclient.FunctionInput{
+		Name: m.Name.ValueString(), Runtime: slessclient.FunctionInputRuntime(m.Runtime.ValueString()), Entrypoint: m.Entrypoint.ValueString(),
+		MemoryMb: i32(m.MemoryMB), CpuMillis: i32(m.CPUMillis), TimeoutSec: i32(m.TimeoutSec), Concurrency: i32(m.Concurrency),
+		MinReplicas: i32(m.MinReplicas), MaxReplicas: i32(m.MaxReplicas),
+	}
+	if m.AllowSourceBuilds.ValueBool() {
+		in.AllowSourceBuilds = new(true)
 	}
 	if !m.EnvVars.IsNull() && !m.EnvVars.IsUnknown() {
-		diags.Append(m.EnvVars.ElementsAs(ctx, &s.EnvVars, false)...)
+		var env map[string]string
+		diags.Append(m.EnvVars.ElementsAs(ctx, &env, false)...)
+		if len(env) > 0 {
+			in.EnvVars = &env
+		}
 	}
 	if !m.SecretEnvVars.IsNull() && !m.SecretEnvVars.IsUnknown() {
-		var refs map[string]struct {
-			Secret types.String `tfsdk:"secret"`
-			Key    types.String `tfsdk:"key"`
-		}
+		var refs map[string]secretRefModel
 		diags.Append(m.SecretEnvVars.ElementsAs(ctx, &refs, false)...)
-		s.SecretEnvVars = map[string]secretRef{}
-		for k, v := range refs {
-			s.SecretEnvVars[k] = secretRef{Secret: v.Secret.ValueString(), Key: v.Key.ValueString()}
+		if len(refs) > 0 {
+			secrets := map[string]slessclient.SecretRef{}
+			for k, v := range refs {
+				secrets[k] = slessclient.SecretRef{Secret: v.Secret.ValueString(), Key: v.Key.ValueString()}
+			}
+			in.SecretEnvVars = &secrets
 		}
 	}
-	return s
+	return in
+}
+
+// replacement is the spec of in as PUT replaces it. PUT needs env_vars
+// even when there are none: its absence would keep the old ones.
+func replacement(in slessclient.FunctionInput) slessclient.FunctionReplacement {
+	env := deref(in.EnvVars)
+	if env == nil {
+		env = map[string]string{}
+	}
+	return slessclient.FunctionReplacement{
+		Runtime: slessclient.FunctionReplacementRuntime(in.Runtime), Entrypoint: in.Entrypoint,
+		MemoryMb: in.MemoryMb, CpuMillis: in.CpuMillis, TimeoutSec: in.TimeoutSec, Concurrency: in.Concurrency,
+		MinReplicas: in.MinReplicas, MaxReplicas: in.MaxReplicas, AllowSourceBuilds: in.AllowSourceBuilds,
+		EnvVars: &env, SecretEnvVars: in.SecretEnvVars,
+	}
 }
 
 // fill writes what the server holds into the model. Maps the
 // configuration leaves out stay null when the server's are empty.
-func (m *functionModel) fill(f *apiFunction, diags *diag.Diagnostics) {
+func (m *functionModel) fill(f *slessclient.Function, diags *diag.Diagnostics) {
 	m.Name = types.StringValue(f.Name)
 	m.ID = types.StringValue(m.Tenant.ValueString() + "/" + f.Name)
-	m.Runtime, m.Entrypoint = types.StringValue(f.Runtime), types.StringValue(f.Entrypoint)
-	m.MemoryMB, m.CPUMillis, m.TimeoutSec, m.Concurrency = i64(f.MemoryMB), i64(f.CPUMillis), i64(f.TimeoutSec), i64(f.Concurrency)
+	m.Runtime, m.Entrypoint = types.StringValue(string(f.Runtime)), types.StringValue(f.Entrypoint)
+	m.MemoryMB, m.CPUMillis, m.TimeoutSec, m.Concurrency = i64(f.MemoryMb), i64(f.CpuMillis), i64(f.TimeoutSec), i64(f.Concurrency)
 	m.MinReplicas, m.MaxReplicas = i64(f.MinReplicas), i64(f.MaxReplicas)
-	m.AllowSourceBuilds = types.BoolValue(f.AllowSourceBuilds)
-	if len(f.EnvVars) == 0 && (m.EnvVars.IsNull() || len(m.EnvVars.Elements()) == 0) {
+	m.AllowSourceBuilds = types.BoolValue(deref(f.AllowSourceBuilds))
+	env, secrets := deref(f.EnvVars), deref(f.SecretEnvVars)
+	if len(env) == 0 && (m.EnvVars.IsNull() || len(m.EnvVars.Elements()) == 0) {
 		// keep null or {} as configured
 		if m.EnvVars.IsUnknown() {
 			m.EnvVars = types.MapNull(types.StringType)
 		}
 	} else {
-		v, d := types.MapValueFrom(context.Background(), types.StringType, f.EnvVars)
+		v, d := types.MapValueFrom(context.Background(), types.StringType, env)
 		diags.Append(d...)
 		m.EnvVars = v
 	}
-	if len(f.SecretEnvVars) == 0 && (m.SecretEnvVars.IsNull() || len(m.SecretEnvVars.Elements()) == 0) {
+	if len(secrets) == 0 && (m.SecretEnvVars.IsNull() || len(m.SecretEnvVars.Elements()) == 0) {
 		if m.SecretEnvVars.IsUnknown() {
 			m.SecretEnvVars = types.MapNull(secretRefType)
 		}
 	} else {
 		refs := map[string]attr.Value{}
-		for k, ref := range f.SecretEnvVars {
+		for k, ref := range secrets {
 			o, d := types.ObjectValue(secretRefType.AttrTypes, map[string]attr.Value{"secret": types.StringValue(ref.Secret), "key": types.StringValue(ref.Key)})
 			diags.Append(d...)
 			refs[k] = o
@@ -301,6 +324,7 @@ func (m *functionModel) fill(f *apiFunction, diags *diag.Diagnostics) {
 		diags.Append(d...)
 		m.SecretEnvVars = v
 	}
+	st := f.Status
 	if f.Source != nil {
 		// The uploaded digest only once it is what serves: after an update
 		// whose build failed, the function runs the previous digest with
@@ -308,15 +332,15 @@ func (m *functionModel) fill(f *apiFunction, diags *diag.Diagnostics) {
 		// the next plan shows the update again (to a fixed source, or back
 		// to the previous one).
 		served := ""
-		if f.Status.BuiltSourceSHA256 == f.Source.SHA256 {
-			served = f.Source.SHA256
+		if deref(st.BuiltSourceSha256) == f.Source.Sha256 {
+			served = f.Source.Sha256
 		}
 		m.SourceSHA256 = types.StringValue(served)
 	} else {
 		m.SourceSHA256 = types.StringNull()
 	}
-	m.URL, m.Phase, m.LastBuildID = str(f.Status.URL), str(f.Status.Phase), str(f.Status.LastBuildID)
-	m.LatestVersion = versionNumber(f.Status.LatestVersion)
+	m.URL, m.Phase, m.LastBuildID = str(deref(st.Url)), str(deref(st.Phase)), str(deref(st.LastBuildId))
+	m.LatestVersion = versionNumber(st.LatestVersion)
 }
 
 func (r *functionResource) Create(ctx context.Context, req resource.CreateRequest, resp *resource.CreateResponse) {
@@ -328,7 +352,7 @@ func (r *functionResource) Create(ctx context.Context, req resource.CreateReques
 	timeout, d := plan.Timeouts.Create(ctx, defaultCreateTimeout)
 	resp.Diagnostics.Append(d...)
 	tenant := r.tenantOf(plan.Tenant, &resp.Diagnostics)
-	spec := plan.spec(ctx, &resp.Diagnostics)
+	in := plan.input(ctx, &resp.Diagnostics)
 	if resp.Diagnostics.HasError() {
 		return
 	}
@@ -341,7 +365,7 @@ func (r *functionResource) Create(ctx context.Context, req resource.CreateReques
 		return
 	}
 	c := r.data.client
-	f, err := c.createFunction(ctx, tenant, plan.Name.ValueString(), spec)
+	f, err := c.createFunction(ctx, tenant, in)
 	if err != nil {
 		resp.Diagnostics.AddError("Cannot create the function", err.Error())
 		return
@@ -363,7 +387,7 @@ func (r *functionResource) Update(ctx context.Context, req resource.UpdateReques
 	}
 	timeout, d := plan.Timeouts.Update(ctx, defaultCreateTimeout)
 	resp.Diagnostics.Append(d...)
-	spec := plan.spec(ctx, &resp.Diagnostics)
+	spec := replacement(plan.input(ctx, &resp.Diagnostics))
 	if resp.Diagnostics.HasError() {
 		return
 	}
@@ -389,8 +413,8 @@ func (r *functionResource) Update(ctx context.Context, req resource.UpdateReques
 			*p = now
 		}
 	}
-	keep(&spec.MemoryMB, cur.MemoryMB)
-	keep(&spec.CPUMillis, cur.CPUMillis)
+	keep(&spec.MemoryMb, cur.MemoryMb)
+	keep(&spec.CpuMillis, cur.CpuMillis)
 	keep(&spec.TimeoutSec, cur.TimeoutSec)
 	keep(&spec.Concurrency, cur.Concurrency)
 	keep(&spec.MinReplicas, cur.MinReplicas)
@@ -449,11 +473,11 @@ var errBuildFailed = errors.New("the build failed")
 // cannot serve for another reason. The gateway judges (api/wait.go); an
 // update whose build fails ends as soon as the failure is recorded, while
 // the previous version still serves.
-func waitFunctionReady(ctx context.Context, c *client, tenant, name, sum string) (*apiFunction, error) {
-	var f *apiFunction // the last answer read
+func waitFunctionReady(ctx context.Context, c *client, tenant, name, sum string) (*slessclient.Function, error) {
+	var f *slessclient.Function // the last answer read
 	var err error
 	for {
-		var got *apiFunction
+		var got *slessclient.Function
 		var outcome string
 		if got, outcome, err = c.waitFunction(ctx, tenant, name, sum, time.Minute); err == nil {
 			f = got
@@ -472,7 +496,7 @@ func waitFunctionReady(ctx context.Context, c *client, tenant, name, sum string)
 				return f, fmt.Errorf("function %s/%s: %w (last error: %v)", tenant, name, ctx.Err(), err)
 			}
 			return f, fmt.Errorf("function %s/%s is not ready: %w; it was %s: %s (built source %q, want %q; last error: %v)",
-				tenant, name, ctx.Err(), f.Status.Phase, f.Status.Message, f.Status.BuiltSourceSHA256, sum, err)
+				tenant, name, ctx.Err(), deref(f.Status.Phase), deref(f.Status.Message), deref(f.Status.BuiltSourceSha256), sum, err)
 		case <-time.After(time.Second):
 		}
 	}
@@ -481,29 +505,29 @@ func waitFunctionReady(ctx context.Context, c *client, tenant, name, sum string)
 // failure explains a wait for sum that ended failed: its build failed (the
 // build's reason, message and the end of its log), another source replaced
 // it, or it was built and does not run.
-func failure(ctx context.Context, c *client, tenant, name, sum string, f *apiFunction) error {
+func failure(ctx context.Context, c *client, tenant, name, sum string, f *slessclient.Function) error {
 	st := f.Status
-	if f.Source == nil || f.Source.SHA256 != sum {
+	if f.Source == nil || f.Source.Sha256 != sum {
 		now := "no source"
 		if f.Source != nil {
-			now = "source " + f.Source.SHA256
+			now = "source " + f.Source.Sha256
 		}
 		return fmt.Errorf("function %s/%s now has %s, not %s: another apply or deploy replaced it; plan again", tenant, name, now, sum)
 	}
-	if st.LastBuildID != "" {
-		b, err := c.getBuild(ctx, tenant, name, st.LastBuildID)
-		if err == nil && b.SourceSHA256 == sum && b.State == "failed" {
-			msg := fmt.Sprintf("%v: %s: %s", errBuildFailed, b.Reason, b.Message)
-			if log, err := c.buildLog(ctx, tenant, name, b.ID); err == nil && strings.TrimSpace(log) != "" {
-				msg += "\n\nThe end of build " + b.ID + "'s log:\n" + tail(log, 20)
+	if id := deref(st.LastBuildId); id != "" {
+		b, err := c.getBuild(ctx, tenant, name, id)
+		if err == nil && b.SourceSha256 == sum && b.State == slessclient.BuildStateFailed {
+			msg := fmt.Sprintf("%v: %s: %s", errBuildFailed, deref(b.Reason), deref(b.Message))
+			if log, err := c.buildLog(ctx, tenant, name, b.Id); err == nil && strings.TrimSpace(log) != "" {
+				msg += "\n\nThe end of build " + b.Id + "'s log:\n" + tail(log, 20)
 			}
-			if st.BuiltSourceSHA256 != "" && st.BuiltSourceSHA256 != sum {
-				msg += "\n\nThe previous version (source " + st.BuiltSourceSHA256 + ") still serves."
+			if built := deref(st.BuiltSourceSha256); built != "" && built != sum {
+				msg += "\n\nThe previous version (source " + built + ") still serves."
 			}
 			return errors.New(msg)
 		}
 	}
-	return fmt.Errorf("function %s/%s failed: %s", tenant, name, st.Message)
+	return fmt.Errorf("function %s/%s failed: %s", tenant, name, deref(st.Message))
 }
 
 func tail(s string, n int) string {

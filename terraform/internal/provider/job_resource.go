@@ -9,6 +9,8 @@ import (
 	"github.com/hashicorp/terraform-plugin-framework/resource/schema/int64planmodifier"
 	"github.com/hashicorp/terraform-plugin-framework/resource/schema/planmodifier"
 	"github.com/hashicorp/terraform-plugin-framework/types"
+
+	slessclient "github.com/kube5s/sless/pkg/client"
 )
 
 type jobResource struct{ base }
@@ -57,43 +59,46 @@ func (r *jobResource) Schema(_ context.Context, _ resource.SchemaRequest, resp *
 	}
 }
 
-func (m *jobModel) spec(diags *diag.Diagnostics) jobSpec {
-	s := jobSpec{Function: m.Function.ValueString(), Payload: jsonAttr(m.Payload, "payload", diags),
+// input is the job the plan asks for, as the API creates it.
+func (m *jobModel) input(diags *diag.Diagnostics) slessclient.JobInput {
+	in := slessclient.JobInput{Name: m.Name.ValueString(), Function: m.Function.ValueString(), Payload: jsonAttr(m.Payload, "payload", diags),
 		TimeoutSec: i32(m.TimeoutSec), MaxRetries: i32(m.MaxRetries)}
 	if !m.RunID.IsNull() && !m.RunID.IsUnknown() {
-		v := m.RunID.ValueInt64()
-		s.RunID = &v
+		in.RunId = new(m.RunID.ValueInt64())
 	}
-	return s
+	return in
 }
 
-func (m *jobModel) fill(j *apiJob) {
+// jobReplacement is the spec of in as PUT replaces it: the input without
+// its name.
+func jobReplacement(in slessclient.JobInput) slessclient.JobReplacement {
+	return slessclient.JobReplacement{Function: in.Function, Payload: in.Payload, RunId: in.RunId, TimeoutSec: in.TimeoutSec, MaxRetries: in.MaxRetries}
+}
+
+func (m *jobModel) fill(j *slessclient.Job, diags *diag.Diagnostics) {
 	m.ID = types.StringValue(m.Tenant.ValueString() + "/" + j.Name)
 	m.Name, m.Function = types.StringValue(j.Name), types.StringValue(j.Function)
-	m.RunID = types.Int64Value(0)
-	if j.RunID != nil {
-		m.RunID = types.Int64Value(*j.RunID)
-	}
-	m.Payload = jsonValue(m.Payload, j.Payload)
+	m.RunID = types.Int64Value(deref(j.RunId))
+	m.Payload = jsonValue(m.Payload, j.Payload, diags)
 	m.TimeoutSec, m.MaxRetries = i64(j.TimeoutSec), i64(j.MaxRetries)
-	m.Phase, m.LastRunID, m.InvocationID = str(j.Status.Phase), types.Int64Value(j.Status.LastRunID), str(j.Status.InvocationID)
+	m.Phase, m.LastRunID, m.InvocationID = str(deref(j.Status.Phase)), types.Int64Value(j.Status.LastRunId), str(deref(j.Status.InvocationId))
 }
 
 func (r *jobResource) Create(ctx context.Context, req resource.CreateRequest, resp *resource.CreateResponse) {
 	var plan jobModel
 	resp.Diagnostics.Append(req.Plan.Get(ctx, &plan)...)
 	tenant := r.tenantOf(plan.Tenant, &resp.Diagnostics)
-	spec := plan.spec(&resp.Diagnostics)
+	in := plan.input(&resp.Diagnostics)
 	if resp.Diagnostics.HasError() {
 		return
 	}
 	plan.Tenant = types.StringValue(tenant)
-	j, err := r.data.client.createJob(ctx, tenant, plan.Name.ValueString(), spec)
+	j, err := r.data.client.createJob(ctx, tenant, in)
 	if err != nil {
 		resp.Diagnostics.AddError("Cannot create the job", err.Error())
 		return
 	}
-	plan.fill(j)
+	plan.fill(j, &resp.Diagnostics)
 	resp.Diagnostics.Append(resp.State.Set(ctx, &plan)...)
 }
 
@@ -112,7 +117,7 @@ func (r *jobResource) Read(ctx context.Context, req resource.ReadRequest, resp *
 		resp.Diagnostics.AddError("Cannot read the job", err.Error())
 		return
 	}
-	state.fill(j)
+	state.fill(j, &resp.Diagnostics)
 	resp.Diagnostics.Append(resp.State.Set(ctx, &state)...)
 }
 
@@ -120,7 +125,7 @@ func (r *jobResource) Update(ctx context.Context, req resource.UpdateRequest, re
 	var plan, state jobModel
 	resp.Diagnostics.Append(req.Plan.Get(ctx, &plan)...)
 	resp.Diagnostics.Append(req.State.Get(ctx, &state)...)
-	spec := plan.spec(&resp.Diagnostics)
+	spec := jobReplacement(plan.input(&resp.Diagnostics))
 	if resp.Diagnostics.HasError() {
 		return
 	}
@@ -130,7 +135,7 @@ func (r *jobResource) Update(ctx context.Context, req resource.UpdateRequest, re
 		resp.Diagnostics.AddError("Cannot update the job", err.Error())
 		return
 	}
-	plan.fill(j)
+	plan.fill(j, &resp.Diagnostics)
 	resp.Diagnostics.Append(resp.State.Set(ctx, &plan)...)
 }
 

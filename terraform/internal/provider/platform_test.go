@@ -83,31 +83,31 @@ func startPlatform(t *testing.T) *platform {
 		}
 	})
 	readyFile := filepath.Join(state, "ready.json")
-	deadline := time.After(30 * time.Minute) // make dev first waits for hack/deps.sh builds
-	for {
-		if b, err := os.ReadFile(readyFile); err == nil {
-			var r struct {
-				Gateway    string `json:"gateway"`
-				AdminToken string `json:"admin_token"`
-				DemoToken  string `json:"demo_token"`
-			}
-			if err := json.Unmarshal(b, &r); err != nil {
-				t.Fatalf("ready file: %v", err)
-			}
-			return &platform{base: r.Gateway, admin: r.AdminToken, demo: r.DemoToken}
-		}
+	var r struct {
+		Gateway    string `json:"gateway"`
+		AdminToken string `json:"admin_token"`
+		DemoToken  string `json:"demo_token"`
+	}
+	// make dev first waits for hack/deps.sh builds; on a failure the
+	// cleanup above logs the end of its output.
+	testenv.Eventually(t, 30*time.Minute, "make dev to be ready ("+readyFile+")", func() (bool, string) {
 		select {
 		case <-exited:
 			mu.Lock()
 			defer mu.Unlock()
 			t.Fatalf("make dev ended before it was ready:\n%s", lastLines(logs.String(), 60))
-		case <-deadline:
-			mu.Lock()
-			defer mu.Unlock()
-			t.Fatalf("make dev was not ready within 30m:\n%s", lastLines(logs.String(), 60))
-		case <-time.After(300 * time.Millisecond):
+		default:
 		}
-	}
+		b, err := os.ReadFile(readyFile)
+		if err != nil {
+			return false, err.Error()
+		}
+		if err := json.Unmarshal(b, &r); err != nil {
+			t.Fatalf("ready file: %v", err)
+		}
+		return true, ""
+	})
+	return &platform{base: r.Gateway, admin: r.AdminToken, demo: r.DemoToken}
 }
 
 func lastLines(s string, n int) string {

@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"time"
 
+	"github.com/hashicorp/terraform-plugin-framework/diag"
 	"github.com/hashicorp/terraform-plugin-framework/path"
 	"github.com/hashicorp/terraform-plugin-framework/resource"
 	"github.com/hashicorp/terraform-plugin-framework/resource/schema"
@@ -14,6 +15,8 @@ import (
 	"github.com/hashicorp/terraform-plugin-framework/resource/schema/planmodifier"
 	"github.com/hashicorp/terraform-plugin-framework/resource/schema/stringplanmodifier"
 	"github.com/hashicorp/terraform-plugin-framework/types"
+
+	slessclient "github.com/kube5s/sless/pkg/client"
 )
 
 // ---------------------------------------------------------------- tenant
@@ -79,20 +82,42 @@ func (r *tenantResource) Schema(_ context.Context, _ resource.SchemaRequest, res
 	}
 }
 
-func (m *tenantModel) fill(t *apiTenant) {
+func (m *tenantModel) fill(t *slessclient.Tenant) {
 	m.ID, m.Name = types.StringValue(t.Name), types.StringValue(t.Name)
-	m.DisplayName = keepStr(m.DisplayName, t.DisplayName)
+	m.DisplayName = keepStr(m.DisplayName, deref(t.DisplayName))
 	q := t.Quotas
-	m.MaxFunctions, m.MaxPods, m.CPUMillis, m.MemoryMB = i64(q.MaxFunctions), i64(q.MaxPods), i64(q.CPUMillis), i64(q.MemoryMB)
+	m.MaxFunctions, m.MaxPods, m.CPUMillis, m.MemoryMB = i64(q.MaxFunctions), i64(q.MaxPods), i64(q.CpuMillis), i64(q.MemoryMb)
 	m.InvocationsPerSecond, m.ConcurrentBuilds, m.MaxConcurrentInvocations = i64(q.InvocationsPerSecond), i64(q.ConcurrentBuilds), i64(q.MaxConcurrentInvocations)
 	m.InternetEgress = types.BoolValue(t.Network.InternetEgress == nil || *t.Network.InternetEgress)
-	if len(t.Network.DeniedEgressCIDRs) > 0 {
-		v, _ := types.ListValueFrom(context.Background(), types.StringType, t.Network.DeniedEgressCIDRs)
+	if denied := deref(t.Network.DeniedEgressCidrs); len(denied) > 0 {
+		v, _ := types.ListValueFrom(context.Background(), types.StringType, denied)
 		m.DeniedEgressCIDRs = v
 	} else if m.DeniedEgressCIDRs.IsUnknown() || len(m.DeniedEgressCIDRs.Elements()) > 0 {
 		m.DeniedEgressCIDRs = types.ListNull(types.StringType)
 	}
-	m.Namespace, m.Phase = str(t.Status.Namespace), str(t.Status.Phase)
+	m.Namespace, m.Phase = str(deref(t.Status.Namespace)), str(deref(t.Status.Phase))
+}
+
+// input is the tenant the plan asks for, as the API creates it.
+func (m *tenantModel) input(ctx context.Context, diags *diag.Diagnostics) slessclient.TenantInput {
+	in := slessclient.TenantInput{Name: m.Name.ValueString(), DisplayName: optional[string](m.DisplayName), Quotas: &slessclient.TenantQuotas{
+		MaxFunctions: i32(m.MaxFunctions), MaxPods: i32(m.MaxPods), CpuMillis: i32(m.CPUMillis), MemoryMb: i32(m.MemoryMB),
+		InvocationsPerSecond: i32(m.InvocationsPerSecond), ConcurrentBuilds: i32(m.ConcurrentBuilds), MaxConcurrentInvocations: i32(m.MaxConcurrentInvocations),
+	}}
+	if !m.InternetEgress.IsNull() && !m.InternetEgress.IsUnknown() || !m.DeniedEgressCIDRs.IsNull() {
+		in.Network = &slessclient.TenantNetwork{}
+		if !m.InternetEgress.IsNull() && !m.InternetEgress.IsUnknown() {
+			in.Network.InternetEgress = new(m.InternetEgress.ValueBool())
+		}
+		if !m.DeniedEgressCIDRs.IsNull() {
+			var denied []string
+			diags.Append(m.DeniedEgressCIDRs.ElementsAs(ctx, &denied, false)...)
+			if len(denied) > 0 {
+				in.Network.DeniedEgressCidrs = &denied
+			}
+		}
+	}
+	return in
 }
 
 func (r *tenantResource) Create(ctx context.Context, req resource.CreateRequest, resp *resource.CreateResponse) {
@@ -101,22 +126,9 @@ func (r *tenantResource) Create(ctx context.Context, req resource.CreateRequest,
 	if resp.Diagnostics.HasError() {
 		return
 	}
-	in := tenantInput{Name: plan.Name.ValueString(), DisplayName: optStr(plan.DisplayName), Quotas: &tenantQuotas{
-		MaxFunctions: i32(plan.MaxFunctions), MaxPods: i32(plan.MaxPods), CPUMillis: i32(plan.CPUMillis), MemoryMB: i32(plan.MemoryMB),
-		InvocationsPerSecond: i32(plan.InvocationsPerSecond), ConcurrentBuilds: i32(plan.ConcurrentBuilds), MaxConcurrentInvocations: i32(plan.MaxConcurrentInvocations),
-	}}
-	if !plan.InternetEgress.IsNull() && !plan.InternetEgress.IsUnknown() || !plan.DeniedEgressCIDRs.IsNull() {
-		in.Network = &struct {
-			InternetEgress    *bool    `json:"internet_egress,omitempty"`
-			DeniedEgressCIDRs []string `json:"denied_egress_cidrs,omitempty"`
-		}{}
-		if !plan.InternetEgress.IsNull() && !plan.InternetEgress.IsUnknown() {
-			v := plan.InternetEgress.ValueBool()
-			in.Network.InternetEgress = &v
-		}
-		if !plan.DeniedEgressCIDRs.IsNull() {
-			resp.Diagnostics.Append(plan.DeniedEgressCIDRs.ElementsAs(ctx, &in.Network.DeniedEgressCIDRs, false)...)
-		}
+	in := plan.input(ctx, &resp.Diagnostics)
+	if resp.Diagnostics.HasError() {
+		return
 	}
 	c := r.data.client
 	t, err := c.createTenant(ctx, in)
@@ -128,14 +140,14 @@ func (r *tenantResource) Create(ctx context.Context, req resource.CreateRequest,
 	// functions cannot be created in it before.
 	wctx, cancel := context.WithTimeout(ctx, 5*time.Minute)
 	defer cancel()
-	for t.Status.Phase != "Ready" {
-		if t.Status.Phase == "Failed" {
+	for deref(t.Status.Phase) != "Ready" {
+		if deref(t.Status.Phase) == "Failed" {
 			break
 		}
 		select {
 		case <-wctx.Done():
 			resp.Diagnostics.AddError("The tenant did not become ready",
-				fmt.Sprintf("tenant %s is %q after 5m: %s", t.Name, t.Status.Phase, t.Status.Message))
+				fmt.Sprintf("tenant %s is %q after 5m: %s", t.Name, deref(t.Status.Phase), deref(t.Status.Message)))
 		case <-time.After(time.Second):
 		}
 		if resp.Diagnostics.HasError() {
@@ -146,8 +158,8 @@ func (r *tenantResource) Create(ctx context.Context, req resource.CreateRequest,
 		}
 	}
 	plan.fill(t)
-	if t.Status.Phase == "Failed" {
-		resp.Diagnostics.AddError("The tenant failed", t.Status.Message)
+	if deref(t.Status.Phase) == "Failed" {
+		resp.Diagnostics.AddError("The tenant failed", deref(t.Status.Message))
 	}
 	resp.Diagnostics.Append(resp.State.Set(ctx, &plan)...)
 }
@@ -251,8 +263,8 @@ func (r *tokenResource) Create(ctx context.Context, req resource.CreateRequest, 
 		resp.Diagnostics.AddError("Cannot issue the token", err.Error())
 		return
 	}
-	plan.ID = types.StringValue(t.Tenant + "/" + t.ID)
-	plan.TokenID, plan.Token = types.StringValue(t.ID), types.StringValue(t.Token)
+	plan.ID = types.StringValue(t.Tenant + "/" + t.Id)
+	plan.TokenID, plan.Token = types.StringValue(t.Id), types.StringValue(t.Token)
 	resp.Diagnostics.Append(resp.State.Set(ctx, &plan)...)
 }
 

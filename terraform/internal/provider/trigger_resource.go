@@ -15,6 +15,8 @@ import (
 	"github.com/hashicorp/terraform-plugin-framework/resource/schema/stringplanmodifier"
 	"github.com/hashicorp/terraform-plugin-framework/schema/validator"
 	"github.com/hashicorp/terraform-plugin-framework/types"
+
+	slessclient "github.com/kube5s/sless/pkg/client"
 )
 
 type triggerResource struct{ base }
@@ -153,35 +155,50 @@ func optStr(v types.String) string {
 	return v.ValueString()
 }
 
-func (m *triggerModel) spec(ctx context.Context, diags *diag.Diagnostics) triggerSpec {
-	s := triggerSpec{Function: m.Function.ValueString(), Type: m.Type.ValueString()}
+// input is the trigger the plan asks for, as the API creates it.
+func (m *triggerModel) input(ctx context.Context, diags *diag.Diagnostics) slessclient.TriggerInput {
+	in := slessclient.TriggerInput{Name: m.Name.ValueString(), Function: m.Function.ValueString(), Type: slessclient.TriggerInputType(m.Type.ValueString())}
 	if !m.Enabled.IsNull() && !m.Enabled.IsUnknown() {
-		v := m.Enabled.ValueBool()
-		s.Enabled = &v
+		in.Enabled = new(m.Enabled.ValueBool())
 	}
 	if h := m.HTTP; h != nil {
-		s.HTTP = &httpTrigger{Path: h.Path.ValueString(), Auth: optStr(h.Auth)}
+		in.Http = &slessclient.HTTPTrigger{Path: h.Path.ValueString(), Auth: optional[slessclient.HTTPTriggerAuth](h.Auth)}
 		if !h.Methods.IsNull() && !h.Methods.IsUnknown() {
-			diags.Append(h.Methods.ElementsAs(ctx, &s.HTTP.Methods, false)...)
+			var methods []string
+			diags.Append(h.Methods.ElementsAs(ctx, &methods, false)...)
+			if len(methods) > 0 {
+				ms := make([]slessclient.HTTPTriggerMethods, len(methods))
+				for i, v := range methods {
+					ms[i] = slessclient.HTTPTriggerMethods(v)
+				}
+				in.Http.Methods = &ms
+			}
 		}
 	}
 	if c := m.Cron; c != nil {
-		s.Cron = &cronTrigger{Schedule: c.Schedule.ValueString(), TimeZone: optStr(c.TimeZone), ConcurrencyPolicy: optStr(c.ConcurrencyPolicy),
-			Payload: jsonAttr(c.Payload, "cron.payload", diags)}
+		in.Cron = &slessclient.CronTrigger{Schedule: c.Schedule.ValueString(), TimeZone: optional[string](c.TimeZone),
+			ConcurrencyPolicy: optional[slessclient.CronTriggerConcurrencyPolicy](c.ConcurrencyPolicy),
+			Payload:           jsonAttr(c.Payload, "cron.payload", diags)}
 		if !c.StartingDeadlineSeconds.IsNull() && !c.StartingDeadlineSeconds.IsUnknown() {
-			v := c.StartingDeadlineSeconds.ValueInt64()
-			s.Cron.StartingDeadlineSeconds = &v
+			in.Cron.StartingDeadlineSeconds = new(c.StartingDeadlineSeconds.ValueInt64())
 		}
 	}
 	if q := m.Queue; q != nil {
-		s.Queue = &queueTrigger{Queue: q.Queue.ValueString(), Exchange: optStr(q.Exchange), RoutingKey: optStr(q.RoutingKey),
-			Concurrency: i32(q.Concurrency), MaxRetries: i32(q.MaxRetries), BackoffInitial: i32(q.BackoffInitial), BackoffMax: i32(q.BackoffMax),
-			DeadLetterQueue: optStr(q.DeadLetterQueue)}
+		in.Queue = &slessclient.QueueTrigger{Queue: q.Queue.ValueString(), Exchange: optional[string](q.Exchange), RoutingKey: optional[string](q.RoutingKey),
+			Concurrency: i32(q.Concurrency), MaxRetries: i32(q.MaxRetries), BackoffInitialSeconds: i32(q.BackoffInitial), BackoffMaxSeconds: i32(q.BackoffMax),
+			DeadLetterQueue: optional[string](q.DeadLetterQueue)}
 		if b := q.BrokerSecret; b != nil {
-			s.Queue.BrokerSecret = &secretRef{Secret: b.Secret.ValueString(), Key: b.Key.ValueString()}
+			in.Queue.BrokerSecret = &slessclient.SecretRef{Secret: b.Secret.ValueString(), Key: b.Key.ValueString()}
 		}
 	}
-	return s
+	return in
+}
+
+// triggerReplacement is the spec of in as PUT replaces it: the input
+// without its name.
+func triggerReplacement(in slessclient.TriggerInput) slessclient.TriggerReplacement {
+	return slessclient.TriggerReplacement{Function: in.Function, Type: slessclient.TriggerReplacementType(in.Type), Enabled: in.Enabled,
+		Http: in.Http, Cron: in.Cron, Queue: in.Queue}
 }
 
 // keepStr is the server's value, or null where the server has none and
@@ -193,18 +210,18 @@ func keepStr(prior types.String, got string) types.String {
 	return types.StringValue(got)
 }
 
-func (m *triggerModel) fill(ctx context.Context, t *apiTrigger, diags *diag.Diagnostics) {
+func (m *triggerModel) fill(ctx context.Context, t *slessclient.Trigger, diags *diag.Diagnostics) {
 	m.ID = types.StringValue(m.Tenant.ValueString() + "/" + t.Name)
-	m.Name, m.Function, m.Type = types.StringValue(t.Name), types.StringValue(t.Function), types.StringValue(t.Type)
+	m.Name, m.Function, m.Type = types.StringValue(t.Name), types.StringValue(t.Function), types.StringValue(string(t.Type))
 	m.Enabled = types.BoolValue(t.Enabled == nil || *t.Enabled)
-	if h := t.HTTP; h != nil {
+	if h := t.Http; h != nil {
 		prior := m.HTTP
 		if prior == nil {
 			prior = &httpModel{Methods: types.ListNull(types.StringType), Auth: types.StringNull()}
 		}
-		n := &httpModel{Path: types.StringValue(h.Path), Auth: keepStr(prior.Auth, h.Auth), Methods: types.ListNull(types.StringType)}
-		if len(h.Methods) > 0 {
-			v, d := types.ListValueFrom(ctx, types.StringType, h.Methods)
+		n := &httpModel{Path: types.StringValue(h.Path), Auth: keepStr(prior.Auth, string(deref(h.Auth))), Methods: types.ListNull(types.StringType)}
+		if methods := deref(h.Methods); len(methods) > 0 {
+			v, d := types.ListValueFrom(ctx, types.StringType, methods)
 			diags.Append(d...)
 			n.Methods = v
 		}
@@ -217,8 +234,8 @@ func (m *triggerModel) fill(ctx context.Context, t *apiTrigger, diags *diag.Diag
 		if prior == nil {
 			prior = &cronModel{TimeZone: types.StringNull(), ConcurrencyPolicy: types.StringNull(), Payload: types.StringNull(), StartingDeadlineSeconds: types.Int64Null()}
 		}
-		n := &cronModel{Schedule: types.StringValue(c.Schedule), TimeZone: keepStr(prior.TimeZone, c.TimeZone),
-			ConcurrencyPolicy: keepStr(prior.ConcurrencyPolicy, c.ConcurrencyPolicy), Payload: jsonValue(prior.Payload, c.Payload),
+		n := &cronModel{Schedule: types.StringValue(c.Schedule), TimeZone: keepStr(prior.TimeZone, deref(c.TimeZone)),
+			ConcurrencyPolicy: keepStr(prior.ConcurrencyPolicy, string(deref(c.ConcurrencyPolicy))), Payload: jsonValue(prior.Payload, c.Payload, diags),
 			StartingDeadlineSeconds: types.Int64Null()}
 		if c.StartingDeadlineSeconds != nil {
 			n.StartingDeadlineSeconds = types.Int64Value(*c.StartingDeadlineSeconds)
@@ -228,9 +245,9 @@ func (m *triggerModel) fill(ctx context.Context, t *apiTrigger, diags *diag.Diag
 		m.Cron = nil
 	}
 	if q := t.Queue; q != nil {
-		n := &queueModel{Queue: types.StringValue(q.Queue), Exchange: str(q.Exchange), RoutingKey: str(q.RoutingKey),
-			Concurrency: i64(q.Concurrency), MaxRetries: i64(q.MaxRetries), BackoffInitial: i64(q.BackoffInitial), BackoffMax: i64(q.BackoffMax),
-			DeadLetterQueue: str(q.DeadLetterQueue)}
+		n := &queueModel{Queue: types.StringValue(q.Queue), Exchange: str(deref(q.Exchange)), RoutingKey: str(deref(q.RoutingKey)),
+			Concurrency: i64(q.Concurrency), MaxRetries: i64(q.MaxRetries), BackoffInitial: i64(q.BackoffInitialSeconds), BackoffMax: i64(q.BackoffMaxSeconds),
+			DeadLetterQueue: str(deref(q.DeadLetterQueue))}
 		if b := q.BrokerSecret; b != nil {
 			n.BrokerSecret = &secretRefModel{Secret: types.StringValue(b.Secret), Key: types.StringValue(b.Key)}
 		}
@@ -238,19 +255,19 @@ func (m *triggerModel) fill(ctx context.Context, t *apiTrigger, diags *diag.Diag
 	} else {
 		m.Queue = nil
 	}
-	m.URL, m.Phase = str(t.Status.URL), str(t.Status.Phase)
+	m.URL, m.Phase = str(deref(t.Status.Url)), str(deref(t.Status.Phase))
 }
 
 func (r *triggerResource) Create(ctx context.Context, req resource.CreateRequest, resp *resource.CreateResponse) {
 	var plan triggerModel
 	resp.Diagnostics.Append(req.Plan.Get(ctx, &plan)...)
 	tenant := r.tenantOf(plan.Tenant, &resp.Diagnostics)
-	spec := plan.spec(ctx, &resp.Diagnostics)
+	in := plan.input(ctx, &resp.Diagnostics)
 	if resp.Diagnostics.HasError() {
 		return
 	}
 	plan.Tenant = types.StringValue(tenant)
-	t, err := r.data.client.createTrigger(ctx, tenant, plan.Name.ValueString(), spec)
+	t, err := r.data.client.createTrigger(ctx, tenant, in)
 	if err != nil {
 		resp.Diagnostics.AddError("Cannot create the trigger", err.Error())
 		return
@@ -264,10 +281,10 @@ func (r *triggerResource) Create(ctx context.Context, req resource.CreateRequest
 // changed trigger, so that its phase and, for http, its url are in the
 // state after apply rather than on the next refresh. A trigger whose
 // function is not Ready yet stays as it is: that is not an error.
-func (r *triggerResource) settle(ctx context.Context, tenant string, t *apiTrigger) *apiTrigger {
+func (r *triggerResource) settle(ctx context.Context, tenant string, t *slessclient.Trigger) *slessclient.Trigger {
 	deadline := time.Now().Add(30 * time.Second)
 	for time.Now().Before(deadline) {
-		if t.Status.Phase != "" && (t.Type != "http" || t.Status.URL != "") {
+		if deref(t.Status.Phase) != "" && (t.Type != slessclient.TriggerTypeHttp || deref(t.Status.Url) != "") {
 			return t
 		}
 		select {
@@ -305,7 +322,7 @@ func (r *triggerResource) Update(ctx context.Context, req resource.UpdateRequest
 	var plan, state triggerModel
 	resp.Diagnostics.Append(req.Plan.Get(ctx, &plan)...)
 	resp.Diagnostics.Append(req.State.Get(ctx, &state)...)
-	spec := plan.spec(ctx, &resp.Diagnostics)
+	spec := triggerReplacement(plan.input(ctx, &resp.Diagnostics))
 	if resp.Diagnostics.HasError() {
 		return
 	}

@@ -3,6 +3,7 @@ package api
 import (
 	"bytes"
 	"context"
+	"fmt"
 	"io"
 	"net/http"
 	"strings"
@@ -98,11 +99,10 @@ func TestBuildLogFollowerFetchesOnlyNewBytes(t *testing.T) {
 	}()
 	waitFor := func(n int) {
 		t.Helper()
-		for deadline := time.Now().Add(20 * time.Second); out.Len() < n; time.Sleep(5 * time.Millisecond) {
-			if time.Now().After(deadline) {
-				t.Fatalf("the follower wrote %d of %d bytes", out.Len(), n)
-			}
-		}
+		testenv.Eventually(t, 20*time.Second, fmt.Sprintf("the follower to write %d bytes", n), func() (bool, string) {
+			got := out.Len()
+			return got >= n, fmt.Sprintf("it wrote %d", got)
+		})
 	}
 	waitFor(len(log))
 	for range 3 {

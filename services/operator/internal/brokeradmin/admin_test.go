@@ -102,32 +102,25 @@ func TestTenantVhostIsBounded(t *testing.T) {
 	defer second.Close()
 	// The broker counts connections a moment after it accepts them: ask
 	// again for a few seconds before calling the limit broken.
-	var third *amqp.Connection
-	for deadline := time.Now().Add(5 * time.Second); ; time.Sleep(200 * time.Millisecond) {
-		if third, err = amqp.Dial(tenantURL); err != nil {
-			break
+	testenv.Eventually(t, 5*time.Second, "a third connection to a vhost limited to 2 to be refused", func() (bool, string) {
+		third, err := amqp.Dial(tenantURL)
+		if err != nil {
+			return true, ""
 		}
 		third.Close()
-		if time.Now().After(deadline) {
-			t.Error("a third connection to a vhost limited to 2 was accepted")
-			break
-		}
-	}
+		return false, "a third connection was accepted"
+	})
 }
 
 // waitMessages waits until queue q holds n messages (a passive declare
 // counts them), for at most 10 s.
 func waitMessages(t *testing.T, ch *amqp.Channel, q string, n int) {
 	t.Helper()
-	var got int
-	for deadline := time.Now().Add(10 * time.Second); time.Now().Before(deadline); time.Sleep(50 * time.Millisecond) {
+	testenv.Eventually(t, 10*time.Second, fmt.Sprintf("queue %s to hold %d messages", q, n), func() (bool, string) {
 		st, err := ch.QueueDeclarePassive(q, true, false, false, false, nil)
 		if err != nil {
 			t.Fatal(err)
 		}
-		if got = st.Messages; got == n {
-			return
-		}
-	}
-	t.Errorf("queue %s holds %d messages, want %d", q, got, n)
+		return st.Messages == n, fmt.Sprintf("it holds %d", st.Messages)
+	})
 }

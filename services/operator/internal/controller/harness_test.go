@@ -283,6 +283,10 @@ func compact(v any) string {
 
 // eventuallyShow is eventually that, when it times out, prints what show
 // returns: the state it last saw.
+//
+// Not testenv.Eventually, which takes what it last saw from every check:
+// show (a snapshot lists every object of the test's tenants) is too dear
+// to run each 20 ms, so it runs once, on the timeout.
 func (h *harness) eventuallyShow(t *testing.T, what string, cond func() bool, show func() string) {
 	t.Helper()
 	// Generous: the machine is shared, and a local process start can take
@@ -412,13 +416,9 @@ func (o *observer) flush(t *testing.T) {
 	if err := o.ch.PublishWithContext(t.Context(), "", o.queue, false, false, amqp.Publishing{Body: []byte(marker)}); err != nil {
 		t.Fatal(err)
 	}
-	deadline := time.Now().Add(30 * time.Second)
-	for len(o.matching(marker)) == 0 {
-		if time.Now().After(deadline) {
-			t.Fatalf("the flush marker did not come back through the observer's queue within 30s (%d messages seen)", len(o.matching("")))
-		}
-		time.Sleep(10 * time.Millisecond)
-	}
+	testenv.Eventually(t, 30*time.Second, "the flush marker back through the observer's queue", func() (bool, string) {
+		return len(o.matching(marker)) > 0, fmt.Sprintf("%d messages seen", len(o.matching("")))
+	})
 }
 
 // reconciles is how many reconciles controller-runtime has counted for the

@@ -1,6 +1,7 @@
 package driver
 
 import (
+	"fmt"
 	"net/http"
 	"net/http/httptest"
 	"sync/atomic"
@@ -8,6 +9,8 @@ import (
 	"time"
 
 	"sigs.k8s.io/controller-runtime/pkg/event"
+
+	"github.com/kube5s/sless/pkg/testenv"
 )
 
 // TestOneFailedHealthProbeKeepsTheEndpoint: a process that answers one
@@ -40,16 +43,12 @@ func TestOneFailedHealthProbeKeepsTheEndpoint(t *testing.T) {
 	healthy := func() bool { p.mu.Lock(); defer p.mu.Unlock(); return p.healthy }
 	waitFor := func(what string, cond func() bool) {
 		t.Helper()
-		deadline := time.Now().Add(15 * time.Second)
-		for !cond() {
-			if time.Now().After(deadline) {
-				p.mu.Lock()
-				h := p.healthy
-				p.mu.Unlock()
-				t.Fatalf("timed out waiting for %s: %d probes, healthy %v, last error %q", what, probes.Load(), h, p.lastErrText())
+		testenv.Eventually(t, 15*time.Second, what, func() (bool, string) {
+			if cond() {
+				return true, ""
 			}
-			time.Sleep(5 * time.Millisecond)
-		}
+			return false, fmt.Sprintf("%d probes, healthy %v, last error %q", probes.Load(), healthy(), p.lastErrText())
+		})
 	}
 	waitFor("healthy", healthy)
 	<-l.events
