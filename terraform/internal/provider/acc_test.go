@@ -85,6 +85,8 @@ resource "sless_function" "f" {
   entrypoint  = "main.handler"
   memory_mb   = 128
   timeout_sec = 10
+  max_replicas       = 3
+  target_concurrency = 5
   env_vars    = { GREETING = "hello" }
   source_dir  = %q
 }
@@ -124,6 +126,9 @@ func testFunctionLifecycle(t *testing.T, p *platform) {
 					resource.TestCheckResourceAttr("sless_function.f", "id", "demo/"+name),
 					resource.TestCheckResourceAttr("sless_function.f", "source_sha256", sum1),
 					resource.TestCheckResourceAttr("sless_function.f", "cpu_millis", "100"), // the platform's default
+					resource.TestCheckResourceAttr("sless_function.f", "max_replicas", "3"),
+					resource.TestCheckResourceAttr("sless_function.f", "target_concurrency", "5"),
+					resource.TestCheckResourceAttr("sless_function.f", "scale_down_delay_seconds", "0"), // 0: the scaler's default
 					resource.TestCheckResourceAttr("sless_function.f", "latest_version", "1"),
 					resource.TestCheckResourceAttrWith("sless_function.f", "last_build_id", func(v string) error {
 						if v == "" {

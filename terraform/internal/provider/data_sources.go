@@ -34,6 +34,9 @@ type functionDataModel struct {
 	Concurrency       types.Int64  `tfsdk:"concurrency"`
 	MinReplicas       types.Int64  `tfsdk:"min_replicas"`
 	MaxReplicas       types.Int64  `tfsdk:"max_replicas"`
+	TargetConcurrency types.Int64  `tfsdk:"target_concurrency"`
+	ScaleDownDelay    types.Int64  `tfsdk:"scale_down_delay_seconds"`
+	MaxBuffered       types.Int64  `tfsdk:"max_buffered_requests"`
 	EnvVars           types.Map    `tfsdk:"env_vars"`
 	SourceSHA256      types.String `tfsdk:"source_sha256"`
 	BuiltSourceSHA256 types.String `tfsdk:"built_source_sha256"`
@@ -59,26 +62,29 @@ func (d *functionDataSource) Schema(_ context.Context, _ datasource.SchemaReques
 	resp.Schema = schema.Schema{
 		Description: "Reads a function and its status.",
 		Attributes: map[string]schema.Attribute{
-			"id":                  c("`<tenant>/<name>`."),
-			"tenant":              schema.StringAttribute{Optional: true, Computed: true, Description: "The function's tenant (default: the provider's)."},
-			"name":                schema.StringAttribute{Required: true, Description: "The function's name."},
-			"runtime":             c("`" + strings.Join(runtimeNames(), "` or `") + "`."),
-			"entrypoint":          c("The handler."),
-			"memory_mb":           n("Memory limit in MiB."),
-			"cpu_millis":          n("CPU limit in millicores."),
-			"timeout_sec":         n("Invocation timeout in seconds."),
-			"concurrency":         n("Invocations in flight per replica."),
-			"min_replicas":        n("Fewest replicas."),
-			"max_replicas":        n("Most replicas."),
-			"env_vars":            schema.MapAttribute{Computed: true, ElementType: types.StringType, Description: "Environment variables."},
-			"source_sha256":       c("The uploaded archive's SHA-256."),
-			"built_source_sha256": c("The SHA-256 of the archive the running code was built from."),
-			"url":                 c("The invoke URL."),
-			"phase":               c("Pending, Building, Deploying, Ready or Failed."),
-			"ready":               schema.BoolAttribute{Computed: true, Description: "Whether it serves."},
-			"message":             c("What the platform says about its state."),
-			"last_build_id":       c("The last build."),
-			"latest_version":      schema.Int64Attribute{Computed: true, Description: "The newest published version (null before the first build)."},
+			"id":                       c("`<tenant>/<name>`."),
+			"tenant":                   schema.StringAttribute{Optional: true, Computed: true, Description: "The function's tenant (default: the provider's)."},
+			"name":                     schema.StringAttribute{Required: true, Description: "The function's name."},
+			"runtime":                  c("`" + strings.Join(runtimeNames(), "` or `") + "`."),
+			"entrypoint":               c("The handler."),
+			"memory_mb":                n("Memory limit in MiB."),
+			"cpu_millis":               n("CPU limit in millicores."),
+			"timeout_sec":              n("Invocation timeout in seconds."),
+			"concurrency":              n("Invocations in flight per replica."),
+			"min_replicas":             n("Fewest replicas."),
+			"max_replicas":             n("Most replicas."),
+			"target_concurrency":       n("Calls in flight per replica the scaler plans for (0: 0.7 x concurrency)."),
+			"scale_down_delay_seconds": n("How long lower demand lasts before replicas go down (0: 120)."),
+			"max_buffered_requests":    n("Calls a gateway holds for a version that wakes or is full (0: 1000)."),
+			"env_vars":                 schema.MapAttribute{Computed: true, ElementType: types.StringType, Description: "Environment variables."},
+			"source_sha256":            c("The uploaded archive's SHA-256."),
+			"built_source_sha256":      c("The SHA-256 of the archive the running code was built from."),
+			"url":                      c("The invoke URL."),
+			"phase":                    c("Pending, Building, Deploying, Ready or Failed."),
+			"ready":                    schema.BoolAttribute{Computed: true, Description: "Whether it serves."},
+			"message":                  c("What the platform says about its state."),
+			"last_build_id":            c("The last build."),
+			"latest_version":           schema.Int64Attribute{Computed: true, Description: "The newest published version (null before the first build)."},
 		},
 	}
 }
@@ -99,6 +105,7 @@ func (d *functionDataSource) Read(ctx context.Context, req datasource.ReadReques
 	m.Runtime, m.Entrypoint = types.StringValue(string(f.Runtime)), types.StringValue(f.Entrypoint)
 	m.MemoryMB, m.CPUMillis, m.TimeoutSec, m.Concurrency = i64(f.MemoryMb), i64(f.CpuMillis), i64(f.TimeoutSec), i64(f.Concurrency)
 	m.MinReplicas, m.MaxReplicas = i64(f.MinReplicas), i64(f.MaxReplicas)
+	m.TargetConcurrency, m.ScaleDownDelay, m.MaxBuffered = i64(f.TargetConcurrency), i64(f.ScaleDownDelaySeconds), i64(f.MaxBufferedRequests)
 	env := deref(f.EnvVars)
 	if env == nil {
 		env = map[string]string{}

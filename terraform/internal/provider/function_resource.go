@@ -56,6 +56,9 @@ type functionModel struct {
 	Concurrency       types.Int64    `tfsdk:"concurrency"`
 	MinReplicas       types.Int64    `tfsdk:"min_replicas"`
 	MaxReplicas       types.Int64    `tfsdk:"max_replicas"`
+	TargetConcurrency types.Int64    `tfsdk:"target_concurrency"`
+	ScaleDownDelay    types.Int64    `tfsdk:"scale_down_delay_seconds"`
+	MaxBuffered       types.Int64    `tfsdk:"max_buffered_requests"`
 	EnvVars           types.Map      `tfsdk:"env_vars"`
 	SecretEnvVars     types.Map      `tfsdk:"secret_env_vars"`
 	AllowSourceBuilds types.Bool     `tfsdk:"allow_source_builds"`
@@ -99,12 +102,15 @@ func (r *functionResource) Schema(ctx context.Context, _ resource.SchemaRequest,
 			"entrypoint": schema.StringAttribute{
 				Required: true, Description: "`module.function` (Python) or `file.export` (Node), for example `main.handler`.",
 			},
-			"memory_mb":    optionalInt("Memory limit in MiB (32-8192; the platform's default is 128)."),
-			"cpu_millis":   optionalInt("CPU limit in millicores (10-8000; default 100)."),
-			"timeout_sec":  optionalInt("Longest an invocation may run, in seconds (1-900; default 30)."),
-			"concurrency":  optionalInt("Invocations in flight per replica (1-1000; default 10)."),
-			"min_replicas": optionalInt("Scaling: replicas kept running (0-100; default 1)."),
-			"max_replicas": optionalInt("Scaling: most replicas (1-100; default 1)."),
+			"memory_mb":                optionalInt("Memory limit in MiB (32-8192; the platform's default is 128)."),
+			"cpu_millis":               optionalInt("CPU limit in millicores (10-8000; default 100)."),
+			"timeout_sec":              optionalInt("Longest an invocation may run, in seconds (1-900; default 30)."),
+			"concurrency":              optionalInt("Invocations in flight per replica (1-1000; default 10)."),
+			"min_replicas":             optionalInt("Scaling: replicas kept running (0-100; default 1)."),
+			"max_replicas":             optionalInt("Scaling: most replicas (1-100; default 1; never above the tenant's pods quota)."),
+			"target_concurrency":       optionalInt("Scaling: calls in flight per replica the scaler plans for (0-1000; 0: 0.7 x concurrency)."),
+			"scale_down_delay_seconds": optionalInt("Scaling: how long lower demand lasts before replicas go down (0-3600; 0: 120)."),
+			"max_buffered_requests":    optionalInt("Scaling: calls a gateway holds for a version that wakes or is full (0-100000; 0: 1000)."),
 			"env_vars": schema.MapAttribute{
 				Optional: true, ElementType: types.StringType,
 				Description: "Environment variables for the function.",
@@ -248,7 +254,8 @@ func (m *functionModel) input(ctx context.Context, diags *diag.Diagnostics) sles
 	in := slessclient.FunctionInput{
 		Name: m.Name.ValueString(), Runtime: slessclient.FunctionInputRuntime(m.Runtime.ValueString()), Entrypoint: m.Entrypoint.ValueString(),
 		MemoryMb: i32(m.MemoryMB), CpuMillis: i32(m.CPUMillis), TimeoutSec: i32(m.TimeoutSec), Concurrency: i32(m.Concurrency),
-		MinReplicas: i32(m.MinReplicas), MaxReplicas: i32(m.MaxReplicas),
+		MinReplicas: i32(m.MinReplicas), MaxReplicas: i32(m.MaxReplicas), TargetConcurrency: i32(m.TargetConcurrency),
+		ScaleDownDelaySeconds: i32(m.ScaleDownDelay), MaxBufferedRequests: i32(m.MaxBuffered),
 	}
 	if m.AllowSourceBuilds.ValueBool() {
 		in.AllowSourceBuilds = new(true)
@@ -284,7 +291,8 @@ func replacement(in slessclient.FunctionInput) slessclient.FunctionReplacement {
 	return slessclient.FunctionReplacement{
 		Runtime: slessclient.FunctionReplacementRuntime(in.Runtime), Entrypoint: in.Entrypoint,
 		MemoryMb: in.MemoryMb, CpuMillis: in.CpuMillis, TimeoutSec: in.TimeoutSec, Concurrency: in.Concurrency,
-		MinReplicas: in.MinReplicas, MaxReplicas: in.MaxReplicas, AllowSourceBuilds: in.AllowSourceBuilds,
+		MinReplicas: in.MinReplicas, MaxReplicas: in.MaxReplicas, TargetConcurrency: in.TargetConcurrency,
+		ScaleDownDelaySeconds: in.ScaleDownDelaySeconds, MaxBufferedRequests: in.MaxBufferedRequests, AllowSourceBuilds: in.AllowSourceBuilds,
 		EnvVars: &env, SecretEnvVars: in.SecretEnvVars,
 	}
 }
@@ -297,6 +305,7 @@ func (m *functionModel) fill(f *slessclient.Function, diags *diag.Diagnostics) {
 	m.Runtime, m.Entrypoint = types.StringValue(string(f.Runtime)), types.StringValue(f.Entrypoint)
 	m.MemoryMB, m.CPUMillis, m.TimeoutSec, m.Concurrency = i64(f.MemoryMb), i64(f.CpuMillis), i64(f.TimeoutSec), i64(f.Concurrency)
 	m.MinReplicas, m.MaxReplicas = i64(f.MinReplicas), i64(f.MaxReplicas)
+	m.TargetConcurrency, m.ScaleDownDelay, m.MaxBuffered = i64(f.TargetConcurrency), i64(f.ScaleDownDelaySeconds), i64(f.MaxBufferedRequests)
 	m.AllowSourceBuilds = types.BoolValue(deref(f.AllowSourceBuilds))
 	env, secrets := deref(f.EnvVars), deref(f.SecretEnvVars)
 	if len(env) == 0 && (m.EnvVars.IsNull() || len(m.EnvVars.Elements()) == 0) {
@@ -419,6 +428,9 @@ func (r *functionResource) Update(ctx context.Context, req resource.UpdateReques
 	keep(&spec.Concurrency, cur.Concurrency)
 	keep(&spec.MinReplicas, cur.MinReplicas)
 	keep(&spec.MaxReplicas, cur.MaxReplicas)
+	keep(&spec.TargetConcurrency, cur.TargetConcurrency)
+	keep(&spec.ScaleDownDelaySeconds, cur.ScaleDownDelaySeconds)
+	keep(&spec.MaxBufferedRequests, cur.MaxBufferedRequests)
 	f, err := c.replaceFunction(ctx, tenant, name, spec)
 	if err != nil {
 		resp.Diagnostics.AddError("Cannot update the function", err.Error())

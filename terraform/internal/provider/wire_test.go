@@ -18,6 +18,7 @@ func TestRequestBodies(t *testing.T) {
 		Name: types.StringValue("f"), Runtime: types.StringValue("python3.11"), Entrypoint: types.StringValue("main.handler"),
 		MemoryMB: types.Int64Value(256), CPUMillis: types.Int64Null(), TimeoutSec: types.Int64Unknown(), Concurrency: types.Int64Null(),
 		MinReplicas: types.Int64Null(), MaxReplicas: types.Int64Null(), AllowSourceBuilds: types.BoolUnknown(),
+		TargetConcurrency: types.Int64Null(), ScaleDownDelay: types.Int64Null(), MaxBuffered: types.Int64Null(),
 		EnvVars: types.MapNull(types.StringType), SecretEnvVars: types.MapNull(secretRefType),
 	}
 	withEnv := fn
