@@ -6,6 +6,7 @@ import (
 	"time"
 
 	appsv1 "k8s.io/api/apps/v1"
+	"k8s.io/apimachinery/pkg/types"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	slessv1 "github.com/kube5s/sless/pkg/apis/sless/v1alpha1"
@@ -93,8 +94,8 @@ func TestLoadReportsScaleTheDeployment(t *testing.T) {
 	stop()
 
 	// A lower maximum applies at once, without waiting for a report.
-	fn.Spec.Scaling.MaxReplicas = 2
-	if err := h.c.Update(t.Context(), fn); err != nil {
+	// A patch: the operator writes the status meanwhile.
+	if err := h.c.Patch(t.Context(), fn, client.RawPatch(types.MergePatchType, []byte(`{"spec":{"scaling":{"maxReplicas":2}}}`))); err != nil {
 		t.Fatal(err)
 	}
 	h.eventuallyShow(t, "the new maxReplicas", func() bool { n, _ := replicas(); return n == 2 }, func() string { _, s := replicas(); return s })
