@@ -145,7 +145,7 @@ func Setup(ctx context.Context, mgr ctrl.Manager, d Deps) error {
 		return fmt.Errorf("index jobs: %w", err)
 	}
 	if d.Scaler == nil {
-		d.Scaler = scaler.New()
+		d.Scaler = scaler.New(nil)
 	}
 	if err := mgr.Add(manager.RunnableFunc(d.Scaler.Run)); err != nil {
 		return fmt.Errorf("add the scaler: %w", err)

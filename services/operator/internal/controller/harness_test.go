@@ -124,7 +124,7 @@ func newHarnessWith(t *testing.T, mkDriver func(ctrl.Manager) driver.Driver, opt
 	if err != nil {
 		t.Fatal(err)
 	}
-	h := &harness{c: c, mq: mq, pub: rabbit.NewPublisher(mq), store: store, broker: broker, db: db, scaler: scaler.New()}
+	h := &harness{c: c, mq: mq, pub: rabbit.NewPublisher(mq), store: store, broker: broker, db: db, scaler: scaler.New(nil)}
 	ctx, cancel := context.WithCancel(context.Background())
 	var wg sync.WaitGroup
 	wg.Go(func() { _ = mq.Run(ctx) })

@@ -12,9 +12,11 @@ package scaler
 
 import (
 	"context"
+	"strconv"
 	"sync"
 	"time"
 
+	"github.com/prometheus/client_golang/prometheus"
 	"k8s.io/apimachinery/pkg/types"
 	"sigs.k8s.io/controller-runtime/pkg/event"
 
@@ -39,6 +41,7 @@ type Scaler struct {
 	versions map[loadreport.Key]*version
 	events   chan event.TypedGenericEvent[*slessv1.Function]
 	now      func() time.Time
+	desired  *prometheus.GaugeVec // the count decided per version
 }
 
 type version struct {
@@ -50,9 +53,20 @@ type version struct {
 	asked    time.Time // the reconciler's last call
 }
 
-// New returns a scaler; run it with Run.
-func New() *Scaler {
-	return &Scaler{versions: map[loadreport.Key]*version{}, events: make(chan event.TypedGenericEvent[*slessv1.Function], 256), now: time.Now}
+// New returns a scaler; run it with Run. Its gauge of the decided counts
+// is registered with reg (nil: not exported).
+func New(reg prometheus.Registerer) *Scaler {
+	s := &Scaler{versions: map[loadreport.Key]*version{}, events: make(chan event.TypedGenericEvent[*slessv1.Function], 256), now: time.Now,
+		desired: prometheus.NewGaugeVec(prometheus.GaugeOpts{Name: "sless_operator_version_desired_replicas",
+			Help: "The replica count the scaler decided for each running function version."}, []string{"namespace", "function", "version"})}
+	if reg != nil {
+		reg.MustRegister(s.desired)
+	}
+	return s
+}
+
+func (s *Scaler) gauge(k loadreport.Key) prometheus.Gauge {
+	return s.desired.WithLabelValues(k.Namespace, k.Function, strconv.Itoa(int(k.Version)))
 }
 
 // Events delivers a Function to reconcile whenever one of its versions'
@@ -99,12 +113,14 @@ func (s *Scaler) Replicas(k loadreport.Key, set autoscale.Settings, ready, recor
 			v.state.Held = []autoscale.Held{{At: now, Replicas: v.decision.Replicas}}
 		}
 		s.versions[k] = v
+		s.gauge(k).Set(float64(v.decision.Replicas))
 	}
 	changed := v.settings != set
 	v.settings, v.ready, v.asked = set, ready, now
 	if changed {
 		// New bounds apply at once, not at the next tick.
 		v.decision, v.state = autoscale.Decide(set, autoscale.Input{Now: now, Replicas: v.decision.Replicas, Ready: ready, Load: v.window.Load(now)}, v.state)
+		s.gauge(k).Set(float64(v.decision.Replicas))
 	}
 	return v.decision
 }
@@ -115,9 +131,15 @@ func (s *Scaler) Forget(namespace, function string) {
 	defer s.mu.Unlock()
 	for k := range s.versions {
 		if k.Namespace == namespace && k.Function == function {
-			delete(s.versions, k)
+			s.forget(k)
 		}
 	}
+}
+
+// forget drops a version's state and its gauge; s.mu is held.
+func (s *Scaler) forget(k loadreport.Key) {
+	delete(s.versions, k)
+	s.desired.DeleteLabelValues(k.Namespace, k.Function, strconv.Itoa(int(k.Version)))
 }
 
 // Report takes a signal; load reports of versions that do not run here
@@ -171,11 +193,12 @@ func (s *Scaler) Tick() []types.NamespacedName {
 	var changed []types.NamespacedName
 	for k, v := range s.versions {
 		if now.Sub(v.asked) > forgetAfter {
-			delete(s.versions, k)
+			s.forget(k)
 			continue
 		}
 		before := v.decision.Replicas
 		v.decision, v.state = autoscale.Decide(v.settings, autoscale.Input{Now: now, Replicas: before, Ready: v.ready, Load: v.window.Load(now)}, v.state)
+		s.gauge(k).Set(float64(v.decision.Replicas))
 		fn := types.NamespacedName{Namespace: k.Namespace, Name: k.Function}
 		if v.decision.Replicas != before && !seen[fn] {
 			seen[fn] = true

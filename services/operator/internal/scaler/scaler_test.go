@@ -5,6 +5,8 @@ import (
 	"time"
 
 	"github.com/google/go-cmp/cmp"
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/prometheus/client_golang/prometheus/testutil"
 
 	slessv1 "github.com/kube5s/sless/pkg/apis/sless/v1alpha1"
 	"github.com/kube5s/sless/pkg/loadreport"
@@ -55,7 +57,8 @@ func TestSettings(t *testing.T) {
 // versions the reconciler runs; a report naming anything else (a deleted
 // function, a made-up name) changes nothing and is not kept.
 func TestReportsOfUnknownVersionsAreIgnored(t *testing.T) {
-	s := New()
+	reg := prometheus.NewRegistry()
+	s := New(reg)
 	k := loadreport.Key{Namespace: "sless-fn-a", Function: "f", Version: 1}
 	set := Settings(&slessv1.Function{Spec: slessv1.FunctionSpec{Concurrency: 10, Scaling: &slessv1.Scaling{MinReplicas: 1, MaxReplicas: 5}}}, 0)
 	s.Replicas(k, set, 1, 0)
@@ -70,11 +73,18 @@ func TestReportsOfUnknownVersionsAreIgnored(t *testing.T) {
 	if changed := s.Tick(); len(changed) != 1 {
 		t.Errorf("a report of the running version changed nothing")
 	}
-	if d := s.Replicas(k, set, 1, 0); d.Replicas < 2 {
+	d := s.Replicas(k, set, 1, 0)
+	if d.Replicas < 2 {
 		t.Errorf("after 30 in flight: %+v", d)
+	}
+	if got := testutil.ToFloat64(s.gauge(k)); got != float64(d.Replicas) {
+		t.Errorf("sless_operator_version_desired_replicas = %v, want %d", got, d.Replicas)
 	}
 	s.Forget("sless-fn-a", "f")
 	if len(s.versions) != 0 {
 		t.Errorf("Forget left %d versions", len(s.versions))
+	}
+	if n := testutil.CollectAndCount(reg, "sless_operator_version_desired_replicas"); n != 0 {
+		t.Errorf("Forget left %d series of the gauge", n)
 	}
 }
