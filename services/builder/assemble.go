@@ -7,7 +7,7 @@ import (
 	"fmt"
 	"io"
 
-	"github.com/kube5s/sless/services/builder/internal/build"
+	"github.com/kube5s/sless/services/builder/internal/fnimage"
 )
 
 // assemble is `builder assemble`, the last step of a build Job (kubernetes
@@ -18,7 +18,7 @@ import (
 func assemble(ctx context.Context, args []string, getenv func(string) string, out, log io.Writer) error {
 	fs := flag.NewFlagSet("assemble", flag.ContinueOnError)
 	fs.SetOutput(log)
-	var req build.AssembleRequest
+	var req fnimage.Request
 	fs.StringVar(&req.Runtime, "runtime", "", "python3.11 or nodejs20")
 	fs.StringVar(&req.Base, "base", "", "the runtime base image, name@sha256:...")
 	fs.StringVar(&req.Code, "code", "", "the checked code directory (prepare-context's code/)")
@@ -46,7 +46,7 @@ func assemble(ctx context.Context, args []string, getenv func(string) string, ou
 		return fmt.Errorf("assemble: %w", err)
 	}
 	req.TempDir = getenv("TMPDIR")
-	digest, err := build.Assemble(ctx, req, log)
+	digest, err := fnimage.Assemble(ctx, req, log)
 	if err != nil {
 		return err
 	}

@@ -9,10 +9,12 @@ import (
 	"time"
 
 	slessv1 "github.com/kube5s/sless/pkg/apis/sless/v1alpha1"
+	"github.com/kube5s/sless/pkg/archive"
 	"github.com/kube5s/sless/pkg/envconf"
 	"github.com/kube5s/sless/pkg/objstore"
 	"github.com/kube5s/sless/pkg/service"
-	"github.com/kube5s/sless/services/builder/internal/build"
+	"github.com/kube5s/sless/services/builder/internal/kubejob"
+	"github.com/kube5s/sless/services/builder/internal/localbuild"
 )
 
 type config struct {
@@ -20,16 +22,16 @@ type config struct {
 	service.Deps
 	Driver            string // SLESS_BUILD_DRIVER: local or kubernetes
 	S3                objstore.Config
-	Concurrency       int           // SLESS_BUILD_CONCURRENCY: builds at once on this replica
-	DefaultTenantMax  int           // SLESS_BUILD_TENANT_DEFAULT: per-tenant limit when no Tenant quota is readable
-	Lease             time.Duration // SLESS_BUILD_LEASE: how long a dead replica holds a build
-	MaxArchiveBytes   int64         // SLESS_BUILD_MAX_ARCHIVE_BYTES
-	Limits            build.Limits  // SLESS_BUILD_MAX_UNPACKED_BYTES, SLESS_BUILD_MAX_ENTRIES
-	ArtifactDir       string        // SLESS_ARTIFACT_DIR: local driver output
-	InstallTimeout    time.Duration // SLESS_BUILD_INSTALL_TIMEOUT
-	Python, Node, Npm string        // SLESS_PYTHON, SLESS_NODE, SLESS_NPM
-	InstallEnv        []string      // what pip and npm see of the environment (build.InstallEnv)
-	Kube              build.KubeConfig
+	Concurrency       int            // SLESS_BUILD_CONCURRENCY: builds at once on this replica
+	DefaultTenantMax  int            // SLESS_BUILD_TENANT_DEFAULT: per-tenant limit when no Tenant quota is readable
+	Lease             time.Duration  // SLESS_BUILD_LEASE: how long a dead replica holds a build
+	MaxArchiveBytes   int64          // SLESS_BUILD_MAX_ARCHIVE_BYTES
+	Limits            archive.Limits // SLESS_BUILD_MAX_UNPACKED_BYTES, SLESS_BUILD_MAX_ENTRIES
+	ArtifactDir       string         // SLESS_ARTIFACT_DIR: local driver output
+	InstallTimeout    time.Duration  // SLESS_BUILD_INSTALL_TIMEOUT
+	Python, Node, Npm string         // SLESS_PYTHON, SLESS_NODE, SLESS_NPM
+	InstallEnv        []string       // what pip and npm see of the environment (localbuild.InstallEnv)
+	Kube              kubejob.Config
 }
 
 func loadConfig(getenv func(string) string) (config, error) {
@@ -47,8 +49,8 @@ func loadConfig(getenv func(string) string) (config, error) {
 		Python:           r.String("SLESS_PYTHON", "python3"),
 		Node:             r.String("SLESS_NODE", "node"),
 		Npm:              r.String("SLESS_NPM", "npm"),
-		InstallEnv:       build.InstallEnv(getenv),
-		Kube: build.KubeConfig{
+		InstallEnv:       localbuild.InstallEnv(getenv),
+		Kube: kubejob.Config{
 			Namespace:   r.String("SLESS_BUILD_NAMESPACE", "sless-builds"),
 			HelperImage: r.String("SLESS_BUILD_HELPER_IMAGE", ""),
 			BaseImages: map[string]string{
@@ -94,7 +96,7 @@ func loadConfig(getenv func(string) string) (config, error) {
 
 // archiveLimits reads the archive limits, which the service and the build
 // Job's prepare-context step share (the Job gets them through HelperEnv).
-func archiveLimits(r *envconf.Reader) (maxArchive int64, lim build.Limits) {
+func archiveLimits(r *envconf.Reader) (maxArchive int64, lim archive.Limits) {
 	maxArchive = int64(r.Int("SLESS_BUILD_MAX_ARCHIVE_BYTES", 50<<20, 1, 1<<31-1))
 	lim.MaxBytes = int64(r.Int("SLESS_BUILD_MAX_UNPACKED_BYTES", 256<<20, 1, 1<<31-1))
 	lim.MaxEntries = r.Int("SLESS_BUILD_MAX_ENTRIES", 10000, 1, 1000000)

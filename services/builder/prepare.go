@@ -9,7 +9,8 @@ import (
 
 	"github.com/kube5s/sless/pkg/envconf"
 	"github.com/kube5s/sless/pkg/objstore"
-	"github.com/kube5s/sless/services/builder/internal/build"
+	"github.com/kube5s/sless/services/builder/internal/kubejob"
+	"github.com/kube5s/sless/services/builder/internal/unpack"
 )
 
 // prepareContext is `builder prepare-context`, the init container of a
@@ -19,7 +20,7 @@ import (
 func prepareContext(ctx context.Context, args []string, getenv func(string) string, out io.Writer) error {
 	fs := flag.NewFlagSet("prepare-context", flag.ContinueOnError)
 	fs.SetOutput(out)
-	var req build.ContextRequest
+	var req kubejob.ContextRequest
 	fs.StringVar(&req.SourceKey, "source-key", "", "object key of the source archive")
 	fs.StringVar(&req.SHA256, "sha256", "", "SHA-256 the archive must have")
 	fs.StringVar(&req.Runtime, "runtime", "", "python3.11 or nodejs20")
@@ -50,5 +51,5 @@ func prepareContext(ctx context.Context, args []string, getenv func(string) stri
 	// Syntax checks need python3 and node, which the builder's image does
 	// not have; the builder ran no checks for this driver, so at least the
 	// entrypoint is checked here.
-	return build.PrepareContext(ctx, store, maxArchive, lim, []build.Validator{build.EntrypointExists{}}, req, out)
+	return kubejob.PrepareContext(ctx, store, maxArchive, lim, []unpack.Validator{unpack.EntrypointExists{}}, req, out)
 }

@@ -1,7 +1,6 @@
 package main
 
 import (
-	"bytes"
 	"context"
 	"fmt"
 	"io"
@@ -15,10 +14,13 @@ import (
 	"github.com/kube5s/sless/pkg/health"
 	"github.com/kube5s/sless/pkg/kubeclient"
 	"github.com/kube5s/sless/pkg/msg"
-	"github.com/kube5s/sless/pkg/objstore"
 	"github.com/kube5s/sless/pkg/rabbit"
 	"github.com/kube5s/sless/pkg/service"
-	"github.com/kube5s/sless/services/builder/internal/build"
+	"github.com/kube5s/sless/services/builder/internal/kubejob"
+	"github.com/kube5s/sless/services/builder/internal/localbuild"
+	"github.com/kube5s/sless/services/builder/internal/pipeline"
+	"github.com/kube5s/sless/services/builder/internal/store"
+	"github.com/kube5s/sless/services/builder/internal/unpack"
 )
 
 var digestPinned = regexp.MustCompile(`^[^\s@]+@sha256:[a-f0-9]{64}$`)
@@ -62,26 +64,26 @@ func run(ctx context.Context, getenv func(string) string, stdout io.Writer) erro
 	}
 	defer pool.Close()
 
-	store, err := svc.ObjectStore(ctx, cfg.S3)
+	objects, err := svc.ObjectStore(ctx, cfg.S3)
 	if err != nil {
 		return err
 	}
 	mq := svc.Rabbit(cfg.RabbitURL)
 
-	var drv build.Driver
-	validators := []build.Validator{build.EntrypointExists{}, build.Syntax{Python: cfg.Python, Node: cfg.Node}}
+	var drv pipeline.Driver
+	validators := []unpack.Validator{unpack.EntrypointExists{}, unpack.Syntax{Python: cfg.Python, Node: cfg.Node}}
 	switch cfg.Driver {
 	case "local":
-		drv = &build.Local{Root: cfg.ArtifactDir, Python: cfg.Python, Node: cfg.Node, Npm: cfg.Npm, InstallTimeout: cfg.InstallTimeout, Env: cfg.InstallEnv,
+		drv = &localbuild.Driver{Root: cfg.ArtifactDir, Python: cfg.Python, Node: cfg.Node, Npm: cfg.Npm, InstallTimeout: cfg.InstallTimeout, Env: cfg.InstallEnv,
 			Limits: cfg.Limits, Validators: validators}
 	case "kubernetes":
-		drv = &build.Kubernetes{Client: kube, Clientset: clientset, Config: cfg.Kube}
+		drv = &kubejob.Driver{Client: kube, Clientset: clientset, Config: cfg.Kube}
 	}
 	host, _ := os.Hostname()
-	bs := &build.Service{
-		Store: &build.Store{DB: pool}, Objects: objects{store}, Publisher: rabbit.NewPublisher(mq), Driver: drv,
+	bs := &pipeline.Service{
+		Store: &store.Store{DB: pool}, Objects: objects, Publisher: rabbit.NewPublisher(mq), Driver: drv,
 		Owner: fmt.Sprintf("%s/%d", host, os.Getpid()), Lease: cfg.Lease, MaxArchive: cfg.MaxArchiveBytes,
-		Limit: tenantLimit(kube, cfg.DefaultTenantMax), Log: svc.Log, Tracer: svc.Tracer, Metrics: build.NewMetrics(svc.Registry),
+		Limit: tenantLimit(kube, cfg.DefaultTenantMax), Log: svc.Log, Tracer: svc.Tracer, Metrics: pipeline.NewMetrics(svc.Registry),
 	}
 	consumer := &rabbit.Consumer{Client: mq, Queue: rabbit.PlatformQueue(msg.QueueBuildRequested, rabbit.DefaultRetry),
 		Prefetch: cfg.Concurrency, Handler: bs.Handle, Tracer: svc.Tracer}
@@ -89,15 +91,8 @@ func run(ctx context.Context, getenv func(string) string, stdout io.Writer) erro
 	return svc.Run(ctx)
 }
 
-// objects adapts the object store to the build package.
-type objects struct{ *objstore.Store }
-
-func (o objects) Put(ctx context.Context, key string, data []byte) error {
-	return o.Store.Put(ctx, key, bytes.NewReader(data), int64(len(data)), "text/plain; charset=utf-8")
-}
-
 // tenantLimit reads spec.quotas.concurrentBuilds of the Tenant, or def.
-func tenantLimit(kube client.Client, def int) build.TenantLimit {
+func tenantLimit(kube client.Client, def int) pipeline.TenantLimit {
 	return func(ctx context.Context, tenant string) int {
 		if kube == nil {
 			return def

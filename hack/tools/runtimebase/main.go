@@ -37,7 +37,7 @@ import (
 	"github.com/google/go-containerregistry/pkg/v1/types"
 )
 
-// uid is the user a function runs as (the builder's ImageUID).
+// uid is the user a function runs as (the builder's fnimage.UID).
 const uid = 10001
 
 var epoch = time.Unix(315532800, 0).UTC() // 1980-01-01, as the builder's layers

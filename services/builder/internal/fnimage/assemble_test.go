@@ -1,4 +1,4 @@
-package build
+package fnimage
 
 import (
 	"archive/tar"
@@ -24,6 +24,7 @@ import (
 	"github.com/kube5s/sless/pkg/archive"
 	"github.com/kube5s/sless/pkg/testenv"
 	"github.com/kube5s/sless/runtimes"
+	"github.com/kube5s/sless/services/builder/internal/imagetest"
 )
 
 // testBase pushes a tiny base image (one layer with /etc/os-release, a
@@ -104,20 +105,6 @@ func fnDir(t *testing.T, files map[string]string) string {
 	return dir
 }
 
-// pulled fetches an image back from the registry by digest.
-func pulled(t *testing.T, repo string, d v1.Hash) v1.Image {
-	t.Helper()
-	ref, err := name.NewDigest(repo + "@" + d.String())
-	if err != nil {
-		t.Fatal(err)
-	}
-	img, err := remote.Image(ref, remote.WithContext(t.Context()))
-	if err != nil {
-		t.Fatalf("pull %s: %v", ref, err)
-	}
-	return img
-}
-
 // layerFiles lists a layer's entries as "name mode uid:gid mtime" (and its
 // content or link target for files under opt/).
 func layerFiles(t *testing.T, l v1.Layer) map[string]string {
@@ -166,18 +153,18 @@ func TestAssemblePushesTheFunctionImage(t *testing.T) {
 			}
 			deps := fnDir(t, map[string]string{"six.py": "# six\n"})
 			var log bytes.Buffer
-			d, err := Assemble(t.Context(), AssembleRequest{Runtime: "python3.11", Base: base, Code: code, Deps: deps, Destination: dest,
+			d, err := Assemble(t.Context(), Request{Runtime: "python3.11", Base: base, Code: code, Deps: deps, Destination: dest,
 				Tag: sha[:12], SourceSHA256: sha, Tenant: "acme", Function: "hello"}, &log)
 			if err != nil {
 				t.Fatalf("assemble: %v\n%s", err, log.String())
 			}
-			img := pulled(t, dest, d)
+			img := imagetest.Pull(t, dest, d)
 			baseName, baseDigest, _ := strings.Cut(base, "@")
 			baseHash, err := v1.NewHash(baseDigest)
 			if err != nil {
 				t.Fatal(err)
 			}
-			baseImg := pulled(t, baseName, baseHash)
+			baseImg := imagetest.Pull(t, baseName, baseHash)
 			mt, _ := img.MediaType()
 			if wantMT, _ := baseImg.MediaType(); mt != wantMT {
 				t.Errorf("manifest media type %s, want the base's %s", mt, wantMT)
@@ -292,7 +279,7 @@ func TestAssembleIsReproducible(t *testing.T) {
 		for _, dir := range []string{code, depDir} {
 			filepath.WalkDir(dir, func(p string, _ os.DirEntry, _ error) error { return os.Chtimes(p, mtime, mtime) })
 		}
-		d, err := Assemble(t.Context(), AssembleRequest{Runtime: "nodejs20", Base: base, Code: code, Deps: depDir, Destination: dest,
+		d, err := Assemble(t.Context(), Request{Runtime: "nodejs20", Base: base, Code: code, Deps: depDir, Destination: dest,
 			SourceSHA256: strings.Repeat("cd", 32), Tenant: "acme", Function: "again"}, io.Discard)
 		if err != nil {
 			t.Fatal(err)
@@ -334,12 +321,12 @@ func TestAssembleDependencyLayer(t *testing.T) {
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			dest := reg + "/" + testenv.Name("acme-") + "/deps"
-			d, err := Assemble(t.Context(), AssembleRequest{Runtime: tc.runtime, Base: base, Code: fnDir(t, tc.code), Deps: fnDir(t, tc.deps),
+			d, err := Assemble(t.Context(), Request{Runtime: tc.runtime, Base: base, Code: fnDir(t, tc.code), Deps: fnDir(t, tc.deps),
 				Destination: dest, SourceSHA256: strings.Repeat("ef", 32), Tenant: "acme", Function: "deps"}, io.Discard)
 			if err != nil {
 				t.Fatal(err)
 			}
-			layers, err := pulled(t, dest, d).Layers()
+			layers, err := imagetest.Pull(t, dest, d).Layers()
 			if err != nil {
 				t.Fatal(err)
 			}
@@ -367,12 +354,12 @@ func TestAssembleDependencyLayer(t *testing.T) {
 // TestAssembleRefusesABaseByTag: a tag could move between two builds of one
 // source; only a digest is taken, and nothing is pushed.
 func TestAssembleRefusesABaseByTag(t *testing.T) {
-	_, err := AssembleImage(t.Context(), AssembleRequest{Runtime: "python3.11", Base: "127.0.0.1:1/python:3.11", Code: t.TempDir()}, t.TempDir())
+	_, err := Image(t.Context(), Request{Runtime: "python3.11", Base: "127.0.0.1:1/python:3.11", Code: t.TempDir()}, t.TempDir())
 	if err == nil || !strings.Contains(err.Error(), "pinned by digest") {
 		t.Errorf("error %v, want a refusal of the tag", err)
 	}
-	_, err = AssembleImage(t.Context(), AssembleRequest{Runtime: "ruby3", Base: "127.0.0.1:1/r@sha256:" + strings.Repeat("0", 64), Code: t.TempDir()}, t.TempDir())
-	var be *Error
+	_, err = Image(t.Context(), Request{Runtime: "ruby3", Base: "127.0.0.1:1/r@sha256:" + strings.Repeat("0", 64), Code: t.TempDir()}, t.TempDir())
+	var be *archive.Error
 	if !errors.As(err, &be) || be.Reason != archive.ReasonUnsupportedRuntime {
 		t.Errorf("error %v, want %s", err, archive.ReasonUnsupportedRuntime)
 	}

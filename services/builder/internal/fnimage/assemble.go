@@ -1,4 +1,8 @@
-package build
+// Package fnimage makes function images: the wrapper, dependency and code
+// layers appended to a runtime base image with go-containerregistry, the
+// image's config and labels set, reproducibly, and the image pushed. It is
+// `builder assemble`, the last step of a build Job.
+package fnimage
 
 import (
 	"archive/tar"
@@ -26,13 +30,14 @@ import (
 	slessv1 "github.com/kube5s/sless/pkg/apis/sless/v1alpha1"
 	"github.com/kube5s/sless/pkg/archive"
 	"github.com/kube5s/sless/runtimes"
+	"github.com/kube5s/sless/services/builder/internal/build"
 )
 
 // Paths and owner inside a function image.
 const (
 	WrapperDir = "/opt/sless"
 	CodeDir    = "/opt/function"
-	ImageUID   = 10001
+	UID        = 10001
 )
 
 // layerEpoch is every file's mtime and the image's creation time: the same
@@ -68,9 +73,9 @@ var runtimeImages = map[string]runtimeImage{
 		env:        []string{"NODE_ENV=production", "SLESS_CODE_DIR=" + CodeDir, "PORT=8080"}},
 }
 
-// AssembleRequest is one `builder assemble` run: the last step of a build
-// Job, and the only one that holds the registry credentials.
-type AssembleRequest struct {
+// Request is one `builder assemble` run: the last step of a build Job, and
+// the only one that holds the registry credentials.
+type Request struct {
 	Runtime      string
 	Base         string // the runtime base image, name@sha256:...
 	Code         string // the checked code (prepare-context's code/)
@@ -87,13 +92,13 @@ type AssembleRequest struct {
 
 // Assemble appends the wrapper, dependency and code layers to the base
 // image, sets its config, pushes it and returns its digest.
-func Assemble(ctx context.Context, req AssembleRequest, log io.Writer) (v1.Hash, error) {
+func Assemble(ctx context.Context, req Request, log io.Writer) (v1.Hash, error) {
 	dir, err := os.MkdirTemp(req.TempDir, "sless-assemble-")
 	if err != nil {
 		return v1.Hash{}, err
 	}
 	defer os.RemoveAll(dir)
-	img, err := AssembleImage(ctx, req, dir)
+	img, err := Image(ctx, req, dir)
 	if err != nil {
 		return v1.Hash{}, err
 	}
@@ -127,16 +132,16 @@ func keychain(k authn.Keychain) authn.Keychain {
 	return k
 }
 
-// AssembleImage builds the function image without pushing it; its layers
-// are files in dir, which must stay until the image has been written.
-func AssembleImage(ctx context.Context, req AssembleRequest, dir string) (v1.Image, error) {
+// Image builds the function image without pushing it; its layers are files
+// in dir, which must stay until the image has been written.
+func Image(ctx context.Context, req Request, dir string) (v1.Image, error) {
 	rt, ok := runtimeImages[req.Runtime]
 	if !ok {
-		return nil, fail(archive.ReasonUnsupportedRuntime, "unsupported runtime %q", req.Runtime)
+		return nil, build.Fail(archive.ReasonUnsupportedRuntime, "unsupported runtime %q", req.Runtime)
 	}
 	wrapper, err := runtimes.WrapperOf(req.Runtime)
 	if err != nil {
-		return nil, fail(archive.ReasonUnsupportedRuntime, "%v", err)
+		return nil, build.Fail(archive.ReasonUnsupportedRuntime, "%v", err)
 	}
 	var opts []name.Option
 	if req.Insecure {
@@ -211,9 +216,9 @@ func AssembleImage(ctx context.Context, req AssembleRequest, dir string) (v1.Ima
 	cfg := cf.Config.DeepCopy()
 	cfg.Entrypoint = rt.entrypoint(wrapperPath)
 	cfg.Cmd = nil
-	cfg.User = fmt.Sprintf("%d:%d", ImageUID, ImageUID)
+	cfg.User = fmt.Sprintf("%d:%d", UID, UID)
 	cfg.WorkingDir = CodeDir
-	cfg.Env = mergeEnv(cfg.Env, rt.env)
+	cfg.Env = MergeEnv(cfg.Env, rt.env)
 	cfg.ExposedPorts = map[string]struct{}{"8080/tcp": {}}
 	labels := map[string]string{}
 	for k, v := range cfg.Labels {
@@ -232,8 +237,10 @@ func AssembleImage(ctx context.Context, req AssembleRequest, dir string) (v1.Ima
 	return mutate.CreatedAt(img, v1.Time{Time: layerEpoch})
 }
 
-// mergeEnv sets each of set (KEY=value) in env, replacing a KEY there.
-func mergeEnv(env, set []string) []string {
+// MergeEnv sets each of set (KEY=value) in env, replacing a KEY there: how
+// the image's config takes the runtime's settings over the base's, and how
+// a container's env overrides its image's.
+func MergeEnv(env, set []string) []string {
 	out := slices.Clone(env)
 	for _, kv := range set {
 		k, _, _ := strings.Cut(kv, "=")
@@ -332,7 +339,7 @@ func layerOf(dir string, entries []tarEntry, mt types.MediaType) (v1.Layer, erro
 }
 
 func writeEntry(tw *tar.Writer, e tarEntry) error {
-	h := &tar.Header{Name: strings.TrimPrefix(e.name, "/"), Mode: int64(e.mode), Uid: ImageUID, Gid: ImageUID, ModTime: layerEpoch}
+	h := &tar.Header{Name: strings.TrimPrefix(e.name, "/"), Mode: int64(e.mode), Uid: UID, Gid: UID, ModTime: layerEpoch}
 	var src io.Reader
 	switch {
 	case e.dir:

@@ -1,4 +1,8 @@
-package build
+// Package pipeline is the builder service: it takes build.requested.v1,
+// claims the build (once, across replicas), fetches and checks the source,
+// runs a build driver with the build's log and lease, records the result
+// and publishes build.completed.v1.
+package pipeline
 
 import (
 	"context"
@@ -18,9 +22,12 @@ import (
 	"go.opentelemetry.io/otel/codes"
 	"go.opentelemetry.io/otel/trace"
 
+	"github.com/kube5s/sless/pkg/archive"
 	"github.com/kube5s/sless/pkg/msg"
 	"github.com/kube5s/sless/pkg/objstore"
 	"github.com/kube5s/sless/pkg/rabbit"
+	"github.com/kube5s/sless/services/builder/internal/build"
+	"github.com/kube5s/sless/services/builder/internal/store"
 )
 
 // Publisher sends a message and returns once the broker confirmed it.
@@ -28,16 +35,18 @@ type Publisher interface {
 	PublishMessage(ctx context.Context, m msg.Message) error
 }
 
-// Objects reads source archives and writes build logs.
+// Objects reads source archives and writes build logs (an
+// *objstore.Store does).
 type Objects interface {
-	Sources
-	LogStore
+	store.Sources
+	store.LogObjects
 	Exists(ctx context.Context, key string) (bool, error)
 }
 
-// Sources reads source archives.
-type Sources interface {
-	Get(ctx context.Context, key string) (io.ReadCloser, int64, error)
+// Driver builds artifacts: localbuild.Driver or kubejob.Driver.
+type Driver interface {
+	Name() string
+	Build(ctx context.Context, j *build.Job) (build.Artifact, error)
 }
 
 // TenantLimit returns how many builds a tenant may run at once.
@@ -45,7 +54,7 @@ type TenantLimit func(ctx context.Context, tenant string) int
 
 // Service handles build.requested.v1.
 type Service struct {
-	Store      *Store
+	Store      *store.Store
 	Objects    Objects
 	Publisher  Publisher
 	Driver     Driver
@@ -115,9 +124,9 @@ func (s *Service) Handle(ctx context.Context, d *amqp.Delivery) error {
 		// failure is reported all the same, unrecorded, so that a Function
 		// that does still exist says why it is not built.
 		log.Info("the build's source is gone (its function or tenant deleted?): nothing to build", "sourceKey", req.SourceKey)
-		s.Metrics.builds.WithLabelValues("failed", ReasonSourceUnavailable).Inc()
+		s.Metrics.builds.WithLabelValues("failed", build.ReasonSourceUnavailable).Inc()
 		res := completion(&req, "")
-		res.FinishedAt, res.Result, res.Reason = res.StartedAt, msg.BuildFailed, ReasonSourceUnavailable
+		res.FinishedAt, res.Result, res.Reason = res.StartedAt, msg.BuildFailed, build.ReasonSourceUnavailable
 		res.Message = fmt.Sprintf("source archive %s is not in the object store: upload the source again", req.SourceKey)
 		return s.Publisher.PublishMessage(ctx, res)
 	}
@@ -127,12 +136,12 @@ func (s *Service) Handle(ctx context.Context, d *amqp.Delivery) error {
 		return err
 	}
 	switch claim {
-	case Done:
+	case store.Done:
 		// Built before (a repeated request, or a result whose publish was
 		// lost): report the stored result again, build nothing.
 		log.Info("build already finished; reporting the stored result", "state", rec.State)
 		return s.Publisher.PublishMessage(ctx, completedFrom(&req, rec))
-	case Busy:
+	case store.Busy:
 		return rabbit.Defer(fmt.Errorf("build %s is running on another replica", req.BuildID))
 	}
 	if !s.acquire(ctx, req.Tenant) {
@@ -191,7 +200,7 @@ func completion(req *msg.BuildRequested, logKey string) *msg.BuildCompleted {
 // build runs the driver with a lease heartbeat and the log upload.
 func (s *Service) build(ctx context.Context, req *msg.BuildRequested, logKey string, log *slog.Logger) *msg.BuildCompleted {
 	res := completion(req, logKey)
-	blog := NewLog(ctx, s.Objects, logKey, time.Second, logUploadTimeout, 4<<20)
+	blog := store.NewLog(ctx, s.Objects, logKey, time.Second, store.LogUploadTimeout, 4<<20)
 	fmt.Fprintf(blog, "build %s of %s/%s (%s, entrypoint %s, source %s) with the %s driver\n",
 		req.BuildID, req.Tenant, req.Function, req.Runtime, req.Entrypoint, req.SourceSHA256, s.Driver.Name())
 
@@ -201,7 +210,7 @@ func (s *Service) build(ctx context.Context, req *msg.BuildRequested, logKey str
 
 	art, err := s.run(bctx, req, blog)
 	res.FinishedAt = time.Now().UTC()
-	var be *Error
+	var be *archive.Error
 	switch {
 	case err == nil:
 		res.Result, res.Artifact, res.Image = msg.BuildSucceeded, art.Dir, art.Image
@@ -216,9 +225,9 @@ func (s *Service) build(ctx context.Context, req *msg.BuildRequested, logKey str
 		fmt.Fprintf(blog, "build failed: %s: %s\n", be.Reason, be.Message)
 		s.Metrics.builds.WithLabelValues("failed", be.Reason).Inc()
 	default:
-		res.Result, res.Reason, res.Message = msg.BuildFailed, ReasonInternal, err.Error()
+		res.Result, res.Reason, res.Message = msg.BuildFailed, build.ReasonInternal, err.Error()
 		fmt.Fprintf(blog, "build failed: %v\n", err)
-		s.Metrics.builds.WithLabelValues("failed", ReasonInternal).Inc()
+		s.Metrics.builds.WithLabelValues("failed", build.ReasonInternal).Inc()
 		log.Error("build failed", "err", err)
 	}
 	if err := blog.Close(context.WithoutCancel(ctx)); err != nil {
@@ -227,20 +236,20 @@ func (s *Service) build(ctx context.Context, req *msg.BuildRequested, logKey str
 	return res
 }
 
-func (s *Service) run(ctx context.Context, req *msg.BuildRequested, blog io.Writer) (Artifact, error) {
+func (s *Service) run(ctx context.Context, req *msg.BuildRequested, blog io.Writer) (build.Artifact, error) {
 	// A tenant names its source by key and digest: the key must be its
 	// function's own, and the archive must have the digest, or a tenant
 	// that declares another's digest could be handed the artifact built
 	// from the other's code.
 	if prefix, own := ownSourceKey(req); !own {
-		return Artifact{}, fail(ReasonSourceUnavailable, "the source key %q is not under the function's own prefix %s", req.SourceKey, prefix)
+		return build.Artifact{}, build.Fail(build.ReasonSourceUnavailable, "the source key %q is not under the function's own prefix %s", req.SourceKey, prefix)
 	}
-	job := &Job{ID: req.BuildID, Tenant: req.Tenant, Function: req.Function, Runtime: req.Runtime, Entrypoint: req.Entrypoint,
+	job := &build.Job{ID: req.BuildID, Tenant: req.Tenant, Function: req.Function, Runtime: req.Runtime, Entrypoint: req.Entrypoint,
 		SourceKey: req.SourceKey, SourceSHA256: req.SourceSHA256, AllowSourceBuilds: req.AllowSourceBuilds, Log: blog}
 	if s.Driver.Name() == "local" {
-		data, err := fetchVerified(ctx, s.Objects, req.SourceKey, req.SourceSHA256, s.MaxArchive)
+		data, err := store.FetchSource(ctx, s.Objects, req.SourceKey, req.SourceSHA256, s.MaxArchive)
 		if err != nil {
-			return Artifact{}, err
+			return build.Artifact{}, err
 		}
 		fmt.Fprintf(blog, "fetched %s (%d bytes, SHA-256 verified)\n", req.SourceKey, len(data))
 		job.Archive = data
@@ -287,11 +296,11 @@ func (s *Service) release(tenant string) {
 	s.mu.Unlock()
 }
 
-func completedFrom(req *msg.BuildRequested, r *Record) *msg.BuildCompleted {
+func completedFrom(req *msg.BuildRequested, r *store.Record) *msg.BuildCompleted {
 	c := &msg.BuildCompleted{BuildID: r.ID, Tenant: r.Tenant, Namespace: req.Namespace, Function: r.Function, Runtime: r.Runtime,
 		SourceSHA256: r.SourceSHA256, Result: msg.BuildSucceeded, Artifact: r.Artifact, Image: r.Image, LogKey: r.LogKey,
 		Reason: r.Reason, Message: r.Message}
-	if r.State == StateFailed {
+	if r.State == store.StateFailed {
 		c.Result = msg.BuildFailed
 	}
 	if r.StartedAt != nil {

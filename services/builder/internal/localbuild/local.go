@@ -1,4 +1,8 @@
-package build
+// Package localbuild is the local build driver: it unpacks and checks a
+// source archive, installs its dependencies with the builder's own pip or
+// npm, and keeps the result in a content-addressed artifact directory,
+// the build cache, which a later build of the same source reuses.
+package localbuild
 
 import (
 	"bytes"
@@ -14,51 +18,24 @@ import (
 	"time"
 
 	slessv1 "github.com/kube5s/sless/pkg/apis/sless/v1alpha1"
+	"github.com/kube5s/sless/pkg/archive"
+	"github.com/kube5s/sless/services/builder/internal/build"
+	"github.com/kube5s/sless/services/builder/internal/unpack"
 )
 
-// Artifact is what a driver produced.
-type Artifact struct {
-	Dir   string // local driver
-	Image string // kubernetes driver
-	// Reused is true when an identical artifact existed and nothing was built.
-	Reused bool
-}
-
-// Job is one build handed to a driver.
-type Job struct {
-	ID           string
-	Tenant       string
-	Function     string
-	Runtime      string
-	Entrypoint   string
-	SourceKey    string
-	SourceSHA256 string
-	// AllowSourceBuilds lets pip build source distributions.
-	AllowSourceBuilds bool
-	// Archive is the zip (local driver; the kubernetes driver's Job fetches it).
-	Archive []byte
-	Log     io.Writer
-}
-
-// Driver builds artifacts.
-type Driver interface {
-	Name() string
-	Build(ctx context.Context, j *Job) (Artifact, error)
-}
-
-// Local unpacks the archive into a content-addressed directory
+// Driver unpacks the archive into a content-addressed directory
 // <Root>/<runtime>/<source sha256>, installs dependencies when the archive
 // declares them, and reuses a finished directory instead of building again.
 // The source digest covers the lock files in the archive, so it is the
 // whole key.
-type Local struct {
+type Driver struct {
 	Root           string
 	Python         string
 	Node           string
 	Npm            string
 	InstallTimeout time.Duration
-	Limits         Limits
-	Validators     []Validator
+	Limits         archive.Limits
+	Validators     []unpack.Validator
 	// Env is the whole environment of the package managers (InstallEnv):
 	// none of the builder's own settings or credentials, since a tenant's
 	// archive can make them run code (a local path in requirements.txt is
@@ -68,71 +45,71 @@ type Local struct {
 
 const completeMarker = ".sless-artifact"
 
-// Name implements Driver.
-func (l *Local) Name() string { return "local" }
+// Name is the driver's name in the build record.
+func (l *Driver) Name() string { return "local" }
 
-// Build implements Driver. What the user reads of it (the failure message
+// Build builds j, or reuses the artifact of its source. What the user reads of it (the failure message
 // and the log) never shows the build host's directories: a path below the
 // unpack directory shows relative to the archive root, and the artifact
 // root shows as <artifacts>.
-func (l *Local) Build(ctx context.Context, j *Job) (_ Artifact, err error) {
+func (l *Driver) Build(ctx context.Context, j *build.Job) (_ build.Artifact, err error) {
 	final := filepath.Join(l.Root, j.Runtime, j.SourceSHA256)
 	if _, err := os.Stat(filepath.Join(final, completeMarker)); err == nil {
 		fmt.Fprintf(j.Log, "reusing the artifact of source %s built before\n", j.SourceSHA256[:12])
-		return Artifact{Dir: final, Reused: true}, nil
+		return build.Artifact{Dir: final, Reused: true}, nil
 	}
 	tmpRoot := filepath.Join(l.Root, ".tmp")
 	if err := os.MkdirAll(tmpRoot, 0o755); err != nil {
-		return Artifact{}, err
+		return build.Artifact{}, err
 	}
 	tmp, err := os.MkdirTemp(tmpRoot, j.ID+"-")
 	if err != nil {
-		return Artifact{}, err
+		return build.Artifact{}, err
 	}
 	defer os.RemoveAll(tmp) // after a successful rename this is a no-op
 	hide := hostPaths(tmp, l.Root)
 	defer func() { err = hide.err(err) }()
 	log := &scrubWriter{w: j.Log, hide: hide}
 	defer log.Flush()
-	j = &Job{ID: j.ID, Tenant: j.Tenant, Function: j.Function, Runtime: j.Runtime, Entrypoint: j.Entrypoint,
+	j = &build.Job{ID: j.ID, Tenant: j.Tenant, Function: j.Function, Runtime: j.Runtime, Entrypoint: j.Entrypoint,
 		SourceKey: j.SourceKey, SourceSHA256: j.SourceSHA256, AllowSourceBuilds: j.AllowSourceBuilds, Archive: j.Archive, Log: log}
 
 	fmt.Fprintf(j.Log, "unpacking %d bytes\n", len(j.Archive))
-	files, err := Unpack(j.Archive, tmp, l.Limits)
+	files, err := unpack.Archive(j.Archive, tmp, l.Limits)
 	if err != nil {
-		return Artifact{}, err
+		return build.Artifact{}, err
 	}
 	fmt.Fprintf(j.Log, "unpacked %d files\n", len(files))
-	src := &Source{Dir: tmp, Runtime: j.Runtime, Entrypoint: j.Entrypoint, Files: files}
+	src := &unpack.Source{Dir: tmp, Runtime: j.Runtime, Entrypoint: j.Entrypoint, Files: files}
 	for _, v := range l.Validators {
 		fmt.Fprintf(j.Log, "check: %s\n", v.Name())
 		if err := v.Validate(ctx, src); err != nil {
-			return Artifact{}, err
+			return build.Artifact{}, err
 		}
 	}
 	if err := l.install(ctx, j, tmp); err != nil {
-		return Artifact{}, err
+		return build.Artifact{}, err
 	}
 	if err := os.WriteFile(filepath.Join(tmp, completeMarker), []byte(j.ID+"\n"), 0o644); err != nil {
-		return Artifact{}, err
+		return build.Artifact{}, err
 	}
 	if err := os.MkdirAll(filepath.Dir(final), 0o755); err != nil {
-		return Artifact{}, err
+		return build.Artifact{}, err
 	}
 	if err := os.Rename(tmp, final); err != nil {
 		// Another build of the same digest finished first: use its result.
 		if _, serr := os.Stat(filepath.Join(final, completeMarker)); serr == nil {
-			return Artifact{Dir: final, Reused: true}, nil
+			return build.Artifact{Dir: final, Reused: true}, nil
 		}
-		return Artifact{}, fmt.Errorf("move artifact into place: %w", err)
+		return build.Artifact{}, fmt.Errorf("move artifact into place: %w", err)
 	}
 	fmt.Fprintf(j.Log, "artifact ready\n")
-	return Artifact{Dir: final}, nil
+	return build.Artifact{Dir: final}, nil
 }
 
 // install runs the language's package manager when the archive declares
 // dependencies, with its output in the build log.
-func (l *Local) install(ctx context.Context, j *Job, dir string) error {
+func (l *Driver) install(ctx context.Context, j *build.Job, dir string) error {
 	var cmd []string
 	switch j.Runtime {
 	case string(slessv1.RuntimePython311):
@@ -166,9 +143,9 @@ func (l *Local) install(ctx context.Context, j *Job, dir string) error {
 	c.Env = append(l.installEnv(), "npm_config_update_notifier=false", "HOME="+dir, "TMPDIR="+dir)
 	if err := c.Run(); err != nil {
 		if errors.Is(ctx.Err(), context.DeadlineExceeded) {
-			return fail(ReasonDependencies, "installing dependencies took longer than %s", l.InstallTimeout)
+			return build.Fail(build.ReasonDependencies, "installing dependencies took longer than %s", l.InstallTimeout)
 		}
-		return fail(ReasonDependencies, "%s failed (%v); the build log has its output", filepath.Base(cmd[0]), err)
+		return build.Fail(build.ReasonDependencies, "%s failed (%v); the build log has its output", filepath.Base(cmd[0]), err)
 	}
 	return nil
 }
@@ -214,9 +191,9 @@ func (h pathHider) err(err error) error {
 	if err == nil {
 		return nil
 	}
-	var be *Error
+	var be *archive.Error
 	if errors.As(err, &be) {
-		return &Error{Reason: be.Reason, Message: h.String(be.Message)}
+		return &archive.Error{Reason: be.Reason, Message: h.String(be.Message)}
 	}
 	if msg := h.String(err.Error()); msg != err.Error() {
 		return &hiddenError{msg: msg, err: err}
@@ -284,7 +261,7 @@ func InstallEnv(getenv func(string) string) []string {
 	return env
 }
 
-func (l *Local) installEnv() []string {
+func (l *Driver) installEnv() []string {
 	if l.Env == nil {
 		return []string{"PATH=/usr/local/bin:/usr/bin:/bin"}
 	}

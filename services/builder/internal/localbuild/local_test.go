@@ -1,4 +1,4 @@
-package build
+package localbuild
 
 import (
 	"bytes"
@@ -7,6 +7,9 @@ import (
 	"testing"
 
 	"github.com/google/go-cmp/cmp"
+
+	"github.com/kube5s/sless/pkg/archive"
+	"github.com/kube5s/sless/services/builder/internal/build"
 )
 
 // TestHostPathsAreHidden: the unpack directory shows as the archive root,
@@ -38,9 +41,9 @@ func TestHostPathsAreHidden(t *testing.T) {
 		t.Errorf("log (-want +got):\n%s", diff)
 	}
 
-	be := hide.err(&Error{Reason: ReasonSyntaxError, Message: "/root/.cache/sless/artifacts/.tmp/b-1-42/a.py:1: bad"})
-	var got *Error
-	if !errors.As(be, &got) || got.Reason != ReasonSyntaxError || got.Message != "a.py:1: bad" {
+	be := hide.err(&archive.Error{Reason: build.ReasonSyntaxError, Message: "/root/.cache/sless/artifacts/.tmp/b-1-42/a.py:1: bad"})
+	var got *archive.Error
+	if !errors.As(be, &got) || got.Reason != build.ReasonSyntaxError || got.Message != "a.py:1: bad" {
 		t.Errorf("build failure became %v", be)
 	}
 	other := hide.err(&fs.PathError{Op: "mkdir", Path: "/root/.cache/sless/artifacts/python3.11", Err: fs.ErrPermission})

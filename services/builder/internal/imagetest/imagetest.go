@@ -1,4 +1,8 @@
-package build
+// Package imagetest runs images in the builder's tests: the runtime bases
+// that hack/runtime-bases.sh builds, pushed to the test registry; an image
+// pulled back, unpacked and started chrooted into its own filesystem in
+// namespaces of its own (which needs root).
+package imagetest
 
 import (
 	"archive/tar"
@@ -24,49 +28,12 @@ import (
 	"github.com/google/go-containerregistry/pkg/v1/remote"
 
 	"github.com/kube5s/sless/pkg/testenv"
-	"github.com/kube5s/sless/runtimes"
-	"github.com/kube5s/sless/runtimes/contract"
 )
 
-// TestAssembledImageServesTheContract assembles the contract's fixture
-// handler onto the real runtime bases (Debian bookworm with Python 3.11 or
-// Node 20, made by hack/runtime-bases.sh and pushed here from their cached
-// layout), pulls the image back by digest, unpacks it and runs its
-// entrypoint as its user, in its working directory and with its
-// environment, chrooted into the image's filesystem alone (its own
-// interpreter and libraries; only /dev and a /proc of its own PID
-// namespace come from the host). Every fixture of the runtime contract
-// must then be answered as contract.json says.
-func TestAssembledImageServesTheContract(t *testing.T) {
-	reg := testenv.Registry(t)
-	for _, rt := range []struct{ runtime, entry string }{{"python3.11", "main.handler"}, {"nodejs20", "index.handler"}} {
-		t.Run(rt.runtime, func(t *testing.T) {
-			base := runtimeBase(t, reg, rt.runtime)
-			code := t.TempDir()
-			file, body, err := runtimes.FixtureHandler(rt.runtime)
-			if err != nil {
-				t.Fatal(err)
-			}
-			if err := os.WriteFile(filepath.Join(code, file), body, 0o644); err != nil {
-				t.Fatal(err)
-			}
-			dest := reg + "/" + testenv.Name("acme-") + "/fixtures"
-			d, err := Assemble(t.Context(), AssembleRequest{Runtime: rt.runtime, Base: base, Code: code, Destination: dest,
-				SourceSHA256: strings.Repeat("ab", 32), Tenant: "test", Function: "fixtures"}, io.Discard)
-			if err != nil {
-				t.Fatal(err)
-			}
-			img := pulled(t, dest, d)
-			url := runImage(t, img, "SLESS_ENTRYPOINT="+rt.entry, "SLESS_FUNCTION=fixtures", "SLESS_TENANT=test", "SLESS_WORKERS=1")
-			contract.Run(t, url, "fixtures", "test")
-		})
-	}
-}
-
-// runtimeBase pushes the cached runtime base (an OCI layout that
+// RuntimeBase pushes the cached runtime base (an OCI layout that
 // hack/runtime-bases.sh built; `make test` and `make runtime-bases` build
 // it) to the test registry and returns it by digest.
-func runtimeBase(t *testing.T, reg, runtime string) string {
+func RuntimeBase(t *testing.T, reg, runtime string) string {
 	t.Helper()
 	env := map[string]string{"python3.11": "SLESS_TEST_RUNTIME_BASE_PYTHON311", "nodejs20": "SLESS_TEST_RUNTIME_BASE_NODEJS20"}[runtime]
 	dir := os.Getenv(env)
@@ -95,19 +62,19 @@ func runtimeBase(t *testing.T, reg, runtime string) string {
 	return ref.String()
 }
 
-// runImage unpacks img and starts its entrypoint chrooted into it, in a
+// Run unpacks img and starts its entrypoint chrooted into it, in a
 // mount and PID namespace of its own (so that nothing it starts outlives
 // the test), with the image's user, working directory and environment
 // plus env and PORT; it returns the URL once /_/health answers 200. It
 // needs root (namespaces, chroot, the files' owners).
-func runImage(t *testing.T, img v1.Image, env ...string) string {
+func Run(t *testing.T, img v1.Image, env ...string) string {
 	t.Helper()
 	cf, err := img.ConfigFile()
 	if err != nil {
 		t.Fatal(err)
 	}
 	root := t.TempDir()
-	if err := unpack(img, root); err != nil {
+	if err := Unpack(img, root); err != nil {
 		t.Fatal(err)
 	}
 	if err := os.Chmod(root, 0o755); err != nil { // the image's /, which 10001 must enter
@@ -120,7 +87,7 @@ func runImage(t *testing.T, img v1.Image, env ...string) string {
 	}
 	port := freePort(t)
 	cmdEnv := append(append(append([]string{}, cf.Config.Env...), env...), fmt.Sprintf("PORT=%d", port), "SLESS_HOST=127.0.0.1")
-	cmd := chrooted(root, cf.Config.User, cf.Config.WorkingDir, cmdEnv, nil, false, cf.Config.Entrypoint...)
+	cmd := Chrooted(root, cf.Config.User, cf.Config.WorkingDir, cmdEnv, nil, false, cf.Config.Entrypoint...)
 	logs := &testenv.SyncBuffer{}
 	cmd.Stdout, cmd.Stderr = logs, logs
 	if err := cmd.Start(); err != nil {
@@ -130,32 +97,25 @@ func runImage(t *testing.T, img v1.Image, env ...string) string {
 	// namespace's first process, and with it every process in it.
 	t.Cleanup(func() { _ = syscall.Kill(-cmd.Process.Pid, syscall.SIGKILL); _ = cmd.Wait() })
 	url := fmt.Sprintf("http://127.0.0.1:%d", port)
-	deadline := time.Now().Add(60 * time.Second)
-	for {
+	testenv.Eventually(t, 60*time.Second, "the image's entrypoint to become healthy", func() (bool, string) {
 		res, err := http.Get(url + "/_/health")
-		status := 0
-		if err == nil {
-			res.Body.Close()
-			status = res.StatusCode
-			if status == http.StatusOK {
-				return url
-			}
+		if err != nil {
+			return false, fmt.Sprintf("%v; its output:\n%s", err, logs.String())
 		}
-		if time.Now().After(deadline) {
-			t.Fatalf("the image's entrypoint never became healthy (last: status %d, %v); its output:\n%s", status, err, logs.String())
-		}
-		time.Sleep(100 * time.Millisecond)
-	}
+		res.Body.Close()
+		return res.StatusCode == http.StatusOK, fmt.Sprintf("status %d; its output:\n%s", res.StatusCode, logs.String())
+	})
+	return url
 }
 
-// chrooted is a command that runs args in root (an unpacked image) as
+// Chrooted is a command that runs args in root (an unpacked image) as
 // user, in dir, with env: in a mount and PID namespace of its own, with
 // the host's /dev, the namespace's /proc and binds (host directory ->
 // path in root) mounted; with readOnly, the root itself is read-only, as
 // a pod's readOnlyRootFilesystem. The host's chroot starts the image's own
 // env, which finds args[0] on the image's PATH. The mounts vanish with
 // the namespace.
-func chrooted(root, user, dir string, env []string, binds map[string]string, readOnly bool, args ...string) *exec.Cmd {
+func Chrooted(root, user, dir string, env []string, binds map[string]string, readOnly bool, args ...string) *exec.Cmd {
 	var script strings.Builder
 	fmt.Fprintf(&script, "set -e\nmount --make-rprivate /\n")
 	if readOnly {
@@ -185,11 +145,11 @@ func freePort(t *testing.T) int {
 	return l.Addr().(*net.TCPAddr).Port
 }
 
-// unpack writes an image's flattened filesystem into dir, with its owners
+// Unpack writes an image's flattened filesystem into dir, with its owners
 // and modes (set-id bits aside). mutate.Extract gives each path once, the
 // upper layers first, so a directory's own entry may follow its files:
 // its mode and owner are set whenever it comes.
-func unpack(img v1.Image, dir string) error {
+func Unpack(img v1.Image, dir string) error {
 	rc := mutate.Extract(img)
 	defer rc.Close()
 	tr := tar.NewReader(rc)
@@ -249,4 +209,18 @@ func unpack(img v1.Image, dir string) error {
 			}
 		}
 	}
+}
+
+// Pull fetches an image back from the registry by digest.
+func Pull(t *testing.T, repo string, d v1.Hash) v1.Image {
+	t.Helper()
+	ref, err := name.NewDigest(repo + "@" + d.String())
+	if err != nil {
+		t.Fatal(err)
+	}
+	img, err := remote.Image(ref, remote.WithContext(t.Context()))
+	if err != nil {
+		t.Fatalf("pull %s: %v", ref, err)
+	}
+	return img
 }

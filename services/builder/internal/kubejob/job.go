@@ -1,4 +1,8 @@
-package build
+// Package kubejob is the kubernetes build driver: a build runs as a Job
+// of three steps in one pod (the context step, which is the builder's own
+// prepare-context, the deps step in the runtime base, and assemble), and
+// its outcome and pod logs become the build's result and log.
+package kubejob
 
 import (
 	"context"
@@ -19,10 +23,11 @@ import (
 
 	slessv1 "github.com/kube5s/sless/pkg/apis/sless/v1alpha1"
 	"github.com/kube5s/sless/pkg/archive"
+	"github.com/kube5s/sless/services/builder/internal/build"
 )
 
-// KubeConfig configures the in-cluster build driver.
-type KubeConfig struct {
+// Config configures the in-cluster build driver.
+type Config struct {
 	Namespace string
 	// HelperImage is the builder's own image, pinned by digest: its
 	// prepare-context command fetches and checks the archive, its assemble
@@ -50,19 +55,19 @@ type KubeConfig struct {
 	Memory    string
 }
 
-// Kubernetes builds images with a Job per build.
-type Kubernetes struct {
+// Driver builds images with a Job per build.
+type Driver struct {
 	Client    client.Client
 	Clientset kubernetes.Interface // pod logs
-	Config    KubeConfig
+	Config    Config
 	Poll      time.Duration
 }
 
-// Name implements Driver.
-func (k *Kubernetes) Name() string { return "kubernetes" }
+// Name is the driver's name in the build record.
+func (k *Driver) Name() string { return "kubernetes" }
 
-// JobName is the name of a build's Job.
-func JobName(buildID string) string { return "sless-build-" + strings.TrimPrefix(buildID, "b-") }
+// Name is the name of a build's Job.
+func Name(buildID string) string { return "sless-build-" + strings.TrimPrefix(buildID, "b-") }
 
 // Repository is where the images of a function go.
 func Repository(registry, tenant, function string) string {
@@ -101,7 +106,7 @@ const (
 	stepAssemble = "assemble"
 )
 
-// BuildJob is the Job that builds j, in three steps of one pod:
+// Job is the Job that builds j, in three steps of one pod:
 //   - context (builder image): fetches the archive, checks it, writes the
 //     code into the workspace; holds the object store credentials;
 //   - deps (the runtime base image): installs the dependencies into
@@ -114,7 +119,7 @@ const (
 // capabilities and read-only root filesystems (writing only to emptyDirs),
 // has limits and a deadline, and the Job is removed a while after it
 // finished. The base image must be known (BaseImages) for j.Runtime.
-func BuildJob(cfg KubeConfig, j *Job) *batchv1.Job {
+func Job(cfg Config, j *build.Job) *batchv1.Job {
 	limits := corev1.ResourceList{corev1.ResourceCPU: resource.MustParse(cfg.CPU), corev1.ResourceMemory: resource.MustParse(cfg.Memory)}
 	res := corev1.ResourceRequirements{Requests: limits, Limits: limits}
 	sec := &corev1.SecurityContext{
@@ -136,7 +141,7 @@ func BuildJob(cfg KubeConfig, j *Job) *batchv1.Job {
 		assembleArgs = append(assembleArgs, "--insecure")
 	}
 	return &batchv1.Job{
-		ObjectMeta: metav1.ObjectMeta{Name: JobName(j.ID), Namespace: cfg.Namespace, Labels: labels},
+		ObjectMeta: metav1.ObjectMeta{Name: Name(j.ID), Namespace: cfg.Namespace, Labels: labels},
 		Spec: batchv1.JobSpec{
 			BackoffLimit:            ptr.To(int32(0)),
 			ActiveDeadlineSeconds:   ptr.To(int64(cfg.Deadline.Seconds())),
@@ -199,16 +204,16 @@ func BuildJob(cfg KubeConfig, j *Job) *batchv1.Job {
 	}
 }
 
-// Build implements Driver: create the Job (once: an existing Job of the
-// same build is adopted), wait for it, and turn its outcome and pod logs
-// into the result. Finished Jobs are deleted; the TTL is a fallback.
-func (k *Kubernetes) Build(ctx context.Context, j *Job) (Artifact, error) {
+// Build creates the Job (once: an existing Job of the same build is
+// adopted), waits for it, and turns its outcome and pod logs into the
+// result. Finished Jobs are deleted; the TTL is a fallback.
+func (k *Driver) Build(ctx context.Context, j *build.Job) (build.Artifact, error) {
 	if k.Config.BaseImages[j.Runtime] == "" || depsScripts[j.Runtime] == "" {
-		return Artifact{}, fail(archive.ReasonUnsupportedRuntime, "no base image is configured for runtime %q", j.Runtime)
+		return build.Artifact{}, build.Fail(archive.ReasonUnsupportedRuntime, "no base image is configured for runtime %q", j.Runtime)
 	}
-	job := BuildJob(k.Config, j)
+	job := Job(k.Config, j)
 	if err := k.Client.Create(ctx, job); err != nil && !apierrors.IsAlreadyExists(err) {
-		return Artifact{}, fmt.Errorf("create build job: %w", err)
+		return build.Artifact{}, fmt.Errorf("create build job: %w", err)
 	}
 	fmt.Fprintf(j.Log, "build job %s/%s pushes to %s on %s\n", job.Namespace, job.Name, Repository(k.Config.Registry, j.Tenant, j.Function), k.Config.BaseImages[j.Runtime])
 	poll := k.Poll
@@ -218,7 +223,7 @@ func (k *Kubernetes) Build(ctx context.Context, j *Job) (Artifact, error) {
 	for {
 		var cur batchv1.Job
 		if err := k.Client.Get(ctx, client.ObjectKeyFromObject(job), &cur); err != nil {
-			return Artifact{}, fmt.Errorf("read build job: %w", err)
+			return build.Artifact{}, fmt.Errorf("read build job: %w", err)
 		}
 		if done, failed, msg := jobOutcome(&cur); done {
 			digest, stepErr := k.collect(ctx, &cur, j)
@@ -228,24 +233,24 @@ func (k *Kubernetes) Build(ctx context.Context, j *Job) (Artifact, error) {
 				// the dependencies: the reason is the user's to act on
 				// (MissingEntrypoint, UnsafePath, DependencyInstallFailed...).
 				if stepErr != nil {
-					return Artifact{}, stepErr
+					return build.Artifact{}, stepErr
 				}
-				reason := ReasonBuildJobFailed
+				reason := build.ReasonBuildJobFailed
 				if strings.Contains(msg, "DeadlineExceeded") {
-					reason = ReasonBuildDeadline
+					reason = build.ReasonBuildDeadline
 				}
-				return Artifact{}, fail(reason, "%s; the build log has the steps' output", msg)
+				return build.Artifact{}, build.Fail(reason, "%s; the build log has the steps' output", msg)
 			}
 			if digest == "" {
 				// No floating tag may stand for the image: without the
 				// digest there is no result to deploy.
-				return Artifact{}, fail(ReasonBuildJobFailed, "the build job finished without reporting the pushed digest")
+				return build.Artifact{}, build.Fail(build.ReasonBuildJobFailed, "the build job finished without reporting the pushed digest")
 			}
-			return Artifact{Image: Repository(k.Config.Registry, j.Tenant, j.Function) + "@" + digest}, nil
+			return build.Artifact{Image: Repository(k.Config.Registry, j.Tenant, j.Function) + "@" + digest}, nil
 		}
 		select {
 		case <-ctx.Done():
-			return Artifact{}, ctx.Err()
+			return build.Artifact{}, ctx.Err()
 		case <-time.After(poll):
 		}
 	}
@@ -269,7 +274,7 @@ func jobOutcome(j *batchv1.Job) (done, failed bool, message string) {
 // collect copies the build pod's logs into the build log and returns the
 // pushed digest assemble wrote to its termination message, and the user's
 // error when prepare-context refused the archive or the deps step failed.
-func (k *Kubernetes) collect(ctx context.Context, job *batchv1.Job, j *Job) (string, *Error) {
+func (k *Driver) collect(ctx context.Context, job *batchv1.Job, j *build.Job) (string, *archive.Error) {
 	if k.Clientset == nil {
 		return "", nil
 	}
@@ -285,7 +290,7 @@ func (k *Kubernetes) collect(ctx context.Context, job *batchv1.Job, j *Job) (str
 			fmt.Fprintf(j.Log, "--- %s ---\n%s", c, b)
 		}
 	}
-	var stepErr *Error
+	var stepErr *archive.Error
 	for _, cs := range pod.Status.InitContainerStatuses {
 		t := cs.State.Terminated
 		if t == nil || t.ExitCode == 0 {
@@ -295,7 +300,7 @@ func (k *Kubernetes) collect(ctx context.Context, job *batchv1.Job, j *Job) (str
 		case stepContext:
 			stepErr = contextFailure(t.Message)
 		case stepDeps:
-			stepErr = fail(ReasonDependencies, "installing the dependencies failed (exit code %d); the build log has the package manager's output", t.ExitCode)
+			stepErr = build.Fail(build.ReasonDependencies, "installing the dependencies failed (exit code %d); the build log has the package manager's output", t.ExitCode)
 		}
 	}
 	for _, cs := range pod.Status.ContainerStatuses {
@@ -307,21 +312,21 @@ func (k *Kubernetes) collect(ctx context.Context, job *batchv1.Job, j *Job) (str
 }
 
 // contextFailure reads prepare-context's termination message ("Reason:
-// message", as *Error prints); anything else is an internal failure.
-func contextFailure(m string) *Error {
+// message", as *archive.Error prints); anything else is an internal failure.
+func contextFailure(m string) *archive.Error {
 	m = strings.TrimSpace(m)
 	if m == "" {
 		return nil
 	}
 	reason, message, ok := strings.Cut(m, ": ")
 	if !ok || !knownReason[reason] {
-		return fail(ReasonBuildJobFailed, "preparing the build context failed: %s", m)
+		return build.Fail(build.ReasonBuildJobFailed, "preparing the build context failed: %s", m)
 	}
-	return fail(reason, "%s", message)
+	return build.Fail(reason, "%s", message)
 }
 
 var knownReason = map[string]bool{archive.ReasonInvalidArchive: true, archive.ReasonUnsafePath: true, archive.ReasonSymlink: true, archive.ReasonTooLarge: true,
-	archive.ReasonMissingEntrypoint: true, ReasonSourceUnavailable: true, archive.ReasonUnsupportedRuntime: true}
+	archive.ReasonMissingEntrypoint: true, build.ReasonSourceUnavailable: true, archive.ReasonUnsupportedRuntime: true}
 
 // envVars lists m sorted by name, so that the Job spec is stable.
 func envVars(m map[string]string) []corev1.EnvVar {

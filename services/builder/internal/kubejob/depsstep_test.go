@@ -1,4 +1,4 @@
-package build
+package kubejob
 
 import (
 	"archive/tar"
@@ -21,6 +21,8 @@ import (
 	"github.com/google/go-containerregistry/pkg/v1/remote"
 
 	"github.com/kube5s/sless/pkg/testenv"
+	"github.com/kube5s/sless/services/builder/internal/fnimage"
+	"github.com/kube5s/sless/services/builder/internal/imagetest"
 )
 
 // TestDepsStepRunsInTheRuntimeBase runs the build Job's deps step (its
@@ -50,14 +52,14 @@ func TestDepsStepRunsInTheRuntimeBase(t *testing.T) {
 		pkg: writeNpmPackage,
 	}} {
 		t.Run(rt.runtime, func(t *testing.T) {
-			base := runtimeBase(t, reg, rt.runtime)
+			base := imagetest.RuntimeBase(t, reg, rt.runtime)
 			baseImg := pullRef(t, base)
 			cf, err := baseImg.ConfigFile()
 			if err != nil {
 				t.Fatal(err)
 			}
 			root := t.TempDir()
-			if err := unpack(baseImg, root); err != nil {
+			if err := imagetest.Unpack(baseImg, root); err != nil {
 				t.Fatal(err)
 			}
 			if err := os.Chmod(root, 0o755); err != nil {
@@ -75,16 +77,16 @@ func TestDepsStepRunsInTheRuntimeBase(t *testing.T) {
 			writeFile(t, filepath.Join(ws, "code", rt.manifestName), rt.manifest)
 			rt.pkg(t, filepath.Join(ws, "packages"))
 			for _, d := range []string{ws, tmp, filepath.Join(ws, "code"), filepath.Join(ws, "packages")} {
-				if err := os.Chown(d, ImageUID, ImageUID); err != nil {
+				if err := os.Chown(d, fnimage.UID, fnimage.UID); err != nil {
 					t.Fatal(err)
 				}
 			}
 			if err := os.MkdirAll(filepath.Join(root, "workspace"), 0o755); err != nil {
 				t.Fatal(err)
 			}
-			env := mergeEnv(cf.Config.Env, append([]string{"HOME=/tmp", "TMPDIR=/tmp", "npm_config_cache=/tmp/.npm",
+			env := fnimage.MergeEnv(cf.Config.Env, append([]string{"HOME=/tmp", "TMPDIR=/tmp", "npm_config_cache=/tmp/.npm",
 				"npm_config_update_notifier=false", "SOURCE_DATE_EPOCH=315532800"}, rt.env...))
-			cmd := chrooted(root, fmt.Sprintf("%d:%d", ImageUID, ImageUID), "/workspace", env,
+			cmd := imagetest.Chrooted(root, fmt.Sprintf("%d:%d", fnimage.UID, fnimage.UID), "/workspace", env,
 				map[string]string{ws: "workspace", tmp: "tmp"}, true, "sh", "-c", depsScripts[rt.runtime])
 			out, err := cmd.CombinedOutput()
 			if err != nil {
@@ -93,12 +95,12 @@ func TestDepsStepRunsInTheRuntimeBase(t *testing.T) {
 			t.Logf("deps step:\n%s", out)
 
 			dest := reg + "/" + testenv.Name("acme-") + "/deps"
-			d, err := Assemble(t.Context(), AssembleRequest{Runtime: rt.runtime, Base: base, Code: filepath.Join(ws, "code"),
+			d, err := fnimage.Assemble(t.Context(), fnimage.Request{Runtime: rt.runtime, Base: base, Code: filepath.Join(ws, "code"),
 				Deps: filepath.Join(ws, "deps"), Destination: dest, SourceSHA256: strings.Repeat("cd", 32), Tenant: "test", Function: "deps"}, io.Discard)
 			if err != nil {
 				t.Fatal(err)
 			}
-			url := runImage(t, pulled(t, dest, d), "SLESS_FUNCTION=deps", "SLESS_TENANT=test", "SLESS_WORKERS=1")
+			url := imagetest.Run(t, imagetest.Pull(t, dest, d), "SLESS_FUNCTION=deps", "SLESS_TENANT=test", "SLESS_WORKERS=1")
 			res, err := http.Get(url + "/")
 			if err != nil {
 				t.Fatal(err)

@@ -1,4 +1,7 @@
-package build
+// Package store keeps what a build reads and leaves behind: the build rows
+// in PostgreSQL (whose lease makes one replica run a build), the build log
+// objects, and the source archives read from the object store.
+package store
 
 import (
 	"context"

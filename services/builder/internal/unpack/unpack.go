@@ -1,15 +1,14 @@
-// Package build turns a source archive into a runnable artifact: it checks
-// the archive, hands it to a build driver (local: a prepared directory;
-// kubernetes: an image built by a Job), keeps the build record and log, and
-// reports the result.
-package build
+// Package unpack turns a source archive into checked code on disk: it
+// writes the zip below a directory by pkg/archive's rules, counting the
+// bytes it writes, and runs the Validators that judge the code before
+// anything of it runs.
+package unpack
 
 import (
 	"archive/zip"
 	"bytes"
 	"context"
 	"errors"
-	"fmt"
 	"io"
 	"io/fs"
 	"os"
@@ -21,32 +20,8 @@ import (
 
 	slessv1 "github.com/kube5s/sless/pkg/apis/sless/v1alpha1"
 	"github.com/kube5s/sless/pkg/archive"
+	"github.com/kube5s/sless/services/builder/internal/build"
 )
-
-// Failure reasons reported in build.completed.v1 besides the archive's own
-// (archive.Reason*); each names what to fix.
-const (
-	ReasonSyntaxError       = "SyntaxError"
-	ReasonDependencies      = "DependencyInstallFailed"
-	ReasonSourceUnavailable = "SourceUnavailable"
-	ReasonBuildJobFailed    = "BuildJobFailed"
-	ReasonBuildDeadline     = "BuildDeadlineExceeded"
-	ReasonInternal          = "InternalError"
-)
-
-// Error is a build failure a user can act on: archive.Error itself, so a
-// refused archive, from this package or the gateway's rules, is one.
-type Error = archive.Error
-
-func fail(reason, format string, args ...any) *Error {
-	return &Error{Reason: reason, Message: fmt.Sprintf(format, args...)}
-}
-
-// Limits bound what an archive may unpack to.
-type Limits = archive.Limits
-
-// DefaultLimits are generous for functions and small for zip bombs.
-var DefaultLimits = archive.DefaultLimits
 
 // Source is an unpacked, checked archive.
 type Source struct {
@@ -56,15 +31,16 @@ type Source struct {
 	Files      []string // relative, slash-separated
 }
 
-// Unpack checks the zip in data and writes it below dir. The rules the
+// Archive checks the zip in data and writes it below dir. The rules the
 // central directory can be judged by are archive.CheckDirectory's (the
-// gateway's at upload); Unpack also refuses anything but files and
+// gateway's at upload); Archive also refuses anything but files and
 // directories and stops at lim.MaxBytes by counting the bytes it actually
-// writes (headers can lie). Nothing is written outside dir.
-func Unpack(data []byte, dir string, lim Limits) ([]string, error) {
+// writes (headers can lie). Nothing is written outside dir. It returns the
+// files, relative and slash-separated.
+func Archive(data []byte, dir string, lim archive.Limits) ([]string, error) {
 	zr, err := zip.NewReader(bytes.NewReader(data), int64(len(data)))
 	if err != nil {
-		return nil, fail(archive.ReasonInvalidArchive, "not a zip archive: %v", err)
+		return nil, build.Fail(archive.ReasonInvalidArchive, "not a zip archive: %v", err)
 	}
 	if _, err := archive.CheckDirectory(zr, lim); err != nil {
 		return nil, err
@@ -83,7 +59,7 @@ func Unpack(data []byte, dir string, lim Limits) ([]string, error) {
 			}
 			continue
 		case !mode.IsRegular():
-			return nil, fail(archive.ReasonUnsafePath, "entry %q is not a regular file (%s)", f.Name, mode.Type())
+			return nil, build.Fail(archive.ReasonUnsafePath, "entry %q is not a regular file (%s)", f.Name, mode.Type())
 		}
 		target := filepath.Join(dir, filepath.FromSlash(clean))
 		if err := os.MkdirAll(filepath.Dir(target), 0o755); err != nil {
@@ -95,7 +71,7 @@ func Unpack(data []byte, dir string, lim Limits) ([]string, error) {
 			return nil, err
 		}
 		if written > lim.MaxBytes {
-			return nil, fail(archive.ReasonTooLarge, "the archive unpacks to more than %d bytes (the limit)", lim.MaxBytes)
+			return nil, build.Fail(archive.ReasonTooLarge, "the archive unpacks to more than %d bytes (the limit)", lim.MaxBytes)
 		}
 		files = append(files, clean)
 	}
@@ -107,20 +83,20 @@ func Unpack(data []byte, dir string, lim Limits) ([]string, error) {
 func extract(f *zip.File, target string, budget int64) (int64, error) {
 	rc, err := f.Open()
 	if err != nil {
-		return 0, fail(archive.ReasonInvalidArchive, "entry %q cannot be read: %v", f.Name, err)
+		return 0, build.Fail(archive.ReasonInvalidArchive, "entry %q cannot be read: %v", f.Name, err)
 	}
 	defer rc.Close()
 	out, err := os.OpenFile(target, os.O_CREATE|os.O_EXCL|os.O_WRONLY, 0o644)
 	if err != nil {
 		if errors.Is(err, fs.ErrExist) {
-			return 0, fail(archive.ReasonInvalidArchive, "entry %q appears twice", f.Name)
+			return 0, build.Fail(archive.ReasonInvalidArchive, "entry %q appears twice", f.Name)
 		}
 		return 0, err
 	}
 	defer out.Close()
 	n, err := io.Copy(out, io.LimitReader(rc, budget+1))
 	if err != nil {
-		return n, fail(archive.ReasonInvalidArchive, "entry %q is corrupt: %v", f.Name, err)
+		return n, build.Fail(archive.ReasonInvalidArchive, "entry %q is corrupt: %v", f.Name, err)
 	}
 	return n, nil
 }
@@ -186,7 +162,7 @@ func (s Syntax) Validate(ctx context.Context, src *Source) error {
 		c := exec.CommandContext(ctx, s.Python, append([]string{"-c", pyCompile}, py...)...)
 		c.Dir = src.Dir
 		if out, err := c.CombinedOutput(); err != nil {
-			return fail(ReasonSyntaxError, "%s", firstLine(out, err))
+			return build.Fail(build.ReasonSyntaxError, "%s", firstLine(out, err))
 		}
 	}
 	if src.Runtime == string(slessv1.RuntimeNodeJS20) {
@@ -194,7 +170,7 @@ func (s Syntax) Validate(ctx context.Context, src *Source) error {
 			c := exec.CommandContext(ctx, s.Node, "--check", f)
 			c.Dir = src.Dir
 			if out, err := c.CombinedOutput(); err != nil {
-				return fail(ReasonSyntaxError, "%s: %s", f, nodeError(out, err))
+				return build.Fail(build.ReasonSyntaxError, "%s: %s", f, nodeError(out, err))
 			}
 		}
 	}

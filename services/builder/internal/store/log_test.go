@@ -1,4 +1,4 @@
-package build
+package store
 
 import (
 	"context"
@@ -97,20 +97,14 @@ func TestHungLogUploadFailsTheUploadNotTheBuilder(t *testing.T) {
 	}
 	key := objstore.BuildLogKey("acme", "fx", "b-hung")
 	const timeout = 500 * time.Millisecond
-	l := NewLog(t.Context(), objectsAdapter{store}, key, 50*time.Millisecond, timeout, 1<<20)
+	l := NewLog(t.Context(), store, key, 50*time.Millisecond, timeout, 1<<20)
 
 	// The store answers: the periodic upload reaches MinIO.
 	fmt.Fprintln(l, "step 1")
-	for deadline, last := time.Now().Add(30*time.Second), "nothing yet"; ; time.Sleep(50 * time.Millisecond) {
+	testenv.Eventually(t, 30*time.Second, "the periodic upload to reach MinIO through the proxy", func() (bool, string) {
 		n, err := store.Count(t.Context(), key)
-		if err == nil && n > 0 {
-			break
-		}
-		last = fmt.Sprintf("%d log objects, err %v", n, err)
-		if time.Now().After(deadline) {
-			t.Fatalf("the periodic upload did not reach MinIO through the proxy: %s", last)
-		}
-	}
+		return err == nil && n > 0, fmt.Sprintf("%d log objects, err %v", n, err)
+	})
 
 	proxy.stall()
 	fmt.Fprintln(l, "step 2") // the next periodic upload hangs

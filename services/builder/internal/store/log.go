@@ -1,24 +1,25 @@
-package build
+package store
 
 import (
 	"bytes"
 	"context"
 	"errors"
 	"fmt"
+	"io"
 	"sync"
 	"time"
 )
 
-// LogStore writes build logs.
-type LogStore interface {
-	Put(ctx context.Context, key string, data []byte) error
+// LogObjects writes build logs (an *objstore.Store does).
+type LogObjects interface {
+	Put(ctx context.Context, key string, r io.Reader, size int64, contentType string) error
 }
 
-// logUploadTimeout bounds one upload of a build log. An object store that
+// LogUploadTimeout bounds one upload of a build log. An object store that
 // accepts the request and never answers fails that upload instead of
 // holding the build: a periodic upload is tried again at the next tick,
 // and the final one is reported (the build's result does not depend on it).
-const logUploadTimeout = 30 * time.Second
+const LogUploadTimeout = 30 * time.Second
 
 // Log collects a build's output and uploads the whole log every interval
 // while the build runs, so that a reader can follow it, and once more at
@@ -27,7 +28,7 @@ type Log struct {
 	mu      sync.Mutex
 	buf     bytes.Buffer
 	dirty   bool
-	store   LogStore
+	store   LogObjects
 	key     string
 	max     int
 	timeout time.Duration
@@ -38,7 +39,7 @@ type Log struct {
 
 // NewLog starts the periodic upload of key, until Close or the end of ctx
 // (the build's); each upload gives up after timeout.
-func NewLog(ctx context.Context, store LogStore, key string, interval, timeout time.Duration, maxBytes int) *Log {
+func NewLog(ctx context.Context, store LogObjects, key string, interval, timeout time.Duration, maxBytes int) *Log {
 	ctx, cancel := context.WithCancel(ctx)
 	l := &Log{store: store, key: key, max: maxBytes, timeout: timeout, cancel: cancel, done: make(chan struct{})}
 	go func() {
@@ -82,7 +83,7 @@ func (l *Log) flush(ctx context.Context) error {
 	l.mu.Unlock()
 	ctx, cancel := context.WithTimeout(ctx, l.timeout)
 	defer cancel()
-	if err := l.store.Put(ctx, l.key, data); err != nil {
+	if err := l.store.Put(ctx, l.key, bytes.NewReader(data), int64(len(data)), "text/plain; charset=utf-8"); err != nil {
 		if errors.Is(ctx.Err(), context.DeadlineExceeded) {
 			return fmt.Errorf("upload build log %s: the object store did not answer within %s: %w", l.key, l.timeout, err)
 		}

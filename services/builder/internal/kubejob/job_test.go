@@ -1,7 +1,9 @@
-package build
+package kubejob
 
 import (
 	"bytes"
+	"fmt"
+	"os"
 	"slices"
 	"strings"
 	"testing"
@@ -19,9 +21,15 @@ import (
 	slessv1 "github.com/kube5s/sless/pkg/apis/sless/v1alpha1"
 	"github.com/kube5s/sless/pkg/archive"
 	"github.com/kube5s/sless/pkg/testenv"
+	"github.com/kube5s/sless/services/builder/internal/build"
+	"github.com/kube5s/sless/services/builder/internal/buildtest"
 )
 
 var kube *testenv.Kube
+
+func TestMain(m *testing.M) {
+	os.Exit(buildtest.Main(m, &kube))
+}
 
 const (
 	pythonBase = "registry.example/sless/python@sha256:1111111111111111111111111111111111111111111111111111111111111111"
@@ -29,7 +37,7 @@ const (
 	helper     = "registry.example/sless/builder@sha256:2222222222222222222222222222222222222222222222222222222222222222"
 )
 
-func kubeDriver(t *testing.T) (*Kubernetes, client.Client, string) {
+func kubeDriver(t *testing.T) (*Driver, client.Client, string) {
 	t.Helper()
 	c, err := client.New(kube.Config, client.Options{Scheme: testenv.Scheme()})
 	if err != nil {
@@ -39,7 +47,7 @@ func kubeDriver(t *testing.T) (*Kubernetes, client.Client, string) {
 	if err := c.Create(t.Context(), &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: ns}}); err != nil {
 		t.Fatal(err)
 	}
-	return &Kubernetes{Client: c, Poll: 50 * time.Millisecond, Config: KubeConfig{Namespace: ns, HelperImage: helper,
+	return &Driver{Client: c, Poll: 50 * time.Millisecond, Config: Config{Namespace: ns, HelperImage: helper,
 		BaseImages: map[string]string{"python3.11": pythonBase, "nodejs20": nodeBase},
 		Registry:   "registry.example/fn", RegistrySecret: "push", S3Secret: "s3", Deadline: 10 * time.Minute, CPU: "1", Memory: "2Gi",
 		HelperEnv: map[string]string{"SLESS_S3_ENDPOINT": "minio.storage:9000", "SLESS_S3_BUCKET": "sless"}}}, c, ns
@@ -48,9 +56,9 @@ func kubeDriver(t *testing.T) (*Kubernetes, client.Client, string) {
 func TestBuildJobSpec(t *testing.T) {
 	d, c, ns := kubeDriver(t)
 	sha := strings.Repeat("ab", 32)
-	j := &Job{ID: "b-0123456789", Tenant: "acme", Function: "hello", Runtime: "python3.11", Entrypoint: "main.handler",
+	j := &build.Job{ID: "b-0123456789", Tenant: "acme", Function: "hello", Runtime: "python3.11", Entrypoint: "main.handler",
 		SourceKey: "sources/acme/hello/" + sha + ".zip", SourceSHA256: sha, Log: &bytes.Buffer{}}
-	job := BuildJob(d.Config, j)
+	job := Job(d.Config, j)
 	// The real API server accepts it.
 	if err := c.Create(t.Context(), job, client.DryRunAll); err != nil {
 		t.Fatalf("API server refused the build job: %v", err)
@@ -90,7 +98,7 @@ func TestBuildJobSpec(t *testing.T) {
 		!strings.Contains(script, "--target /workspace/deps") {
 		t.Errorf("deps command %q", script)
 	}
-	node := BuildJob(d.Config, &Job{ID: "b-1", Tenant: "acme", Function: "n", Runtime: "nodejs20", SourceSHA256: sha, Log: &bytes.Buffer{}})
+	node := Job(d.Config, &build.Job{ID: "b-1", Tenant: "acme", Function: "n", Runtime: "nodejs20", SourceSHA256: sha, Log: &bytes.Buffer{}})
 	if nd := node.Spec.Template.Spec.InitContainers[1]; nd.Image != nodeBase || !strings.Contains(nd.Command[2], "npm ci --omit=dev --ignore-scripts") {
 		t.Errorf("node deps step %s %q", nd.Image, nd.Command)
 	}
@@ -125,7 +133,7 @@ func TestBuildPodIsRestrictedOnTheAPIServer(t *testing.T) {
 	sha := strings.Repeat("ab", 32)
 	for _, r := range slessv1.Runtimes() {
 		rt := string(r)
-		job := BuildJob(d.Config, &Job{ID: "b-" + rt[:4], Tenant: "acme", Function: "f", Runtime: rt, Entrypoint: "main.handler",
+		job := Job(d.Config, &build.Job{ID: "b-" + rt[:4], Tenant: "acme", Function: "f", Runtime: rt, Entrypoint: "main.handler",
 			SourceKey: "sources/acme/f/" + sha + ".zip", SourceSHA256: sha, Log: &bytes.Buffer{}})
 		pod := &corev1.Pod{ObjectMeta: metav1.ObjectMeta{Name: "build-" + rt[:4], Namespace: ns, Labels: job.Spec.Template.Labels}, Spec: job.Spec.Template.Spec}
 		if err := c.Create(t.Context(), pod, client.DryRunAll); err != nil {
@@ -147,7 +155,7 @@ func TestOnlyAssembleReadsThePushSecret(t *testing.T) {
 	sha := strings.Repeat("ab", 32)
 	for _, r := range slessv1.Runtimes() {
 		rt := string(r)
-		pod := BuildJob(d.Config, &Job{ID: "b-1", Tenant: "acme", Function: "f", Runtime: rt, SourceSHA256: sha, Log: &bytes.Buffer{}}).Spec.Template.Spec
+		pod := Job(d.Config, &build.Job{ID: "b-1", Tenant: "acme", Function: "f", Runtime: rt, SourceSHA256: sha, Log: &bytes.Buffer{}}).Spec.Template.Spec
 		got := map[string][]string{}
 		for _, ctr := range append(slices.Clone(pod.InitContainers), pod.Containers...) {
 			got[ctr.Name] = secretsOf(pod, ctr)
@@ -197,13 +205,10 @@ func secretsOf(pod corev1.PodSpec, ctr corev1.Container) []string {
 func finishJob(t *testing.T, c client.Client, ns, name string, typ batchv1.JobConditionType) {
 	t.Helper()
 	var job batchv1.Job
-	deadline := time.Now().Add(10 * time.Second)
-	for c.Get(t.Context(), client.ObjectKey{Namespace: ns, Name: name}, &job) != nil {
-		if time.Now().After(deadline) {
-			t.Fatal("build job never created")
-		}
-		time.Sleep(20 * time.Millisecond)
-	}
+	testenv.Eventually(t, 10*time.Second, "the build job to be created", func() (bool, string) {
+		err := c.Get(t.Context(), client.ObjectKey{Namespace: ns, Name: name}, &job)
+		return err == nil, fmt.Sprint(err)
+	})
 	now := metav1.Now()
 	job.Status.StartTime = &now
 	conds := []batchv1.JobCondition{{Type: typ, Status: corev1.ConditionTrue, Reason: "Test", Message: "set by the test", LastTransitionTime: now}}
@@ -228,32 +233,25 @@ func TestJobOutcomeBecomesTheBuildResult(t *testing.T) {
 	}{{"succeeded", batchv1.JobComplete}, {"failed", batchv1.JobFailed}} {
 		t.Run(tc.name, func(t *testing.T) {
 			d, c, ns := kubeDriver(t)
-			e := newEnv(t, d)
-			req := e.request(t, "img"+tc.name, "nodejs20", "index.handler", []byte("zip bytes the job fetches itself"))
-			finishJob(t, c, ns, JobName(req.BuildID), tc.outcome)
-			res := e.result(t, req.BuildID)
+			e := buildtest.NewEnv(t, d)
+			req := e.Request(t, "img"+tc.name, "nodejs20", "index.handler", []byte("zip bytes the job fetches itself"))
+			finishJob(t, c, ns, Name(req.BuildID), tc.outcome)
+			res := e.Result(t, req.BuildID)
 			if tc.outcome == batchv1.JobComplete {
 				// No pod reported a digest (none ran here): a tag must not
 				// stand in for it.
-				if res.Result != "failed" || res.Reason != ReasonBuildJobFailed || !strings.Contains(res.Message, "digest") {
+				if res.Result != "failed" || res.Reason != build.ReasonBuildJobFailed || !strings.Contains(res.Message, "digest") {
 					t.Fatalf("result %+v", res)
 				}
-			} else if res.Result != "failed" || res.Reason != ReasonBuildJobFailed || !strings.Contains(res.Message, "set by the test") {
+			} else if res.Result != "failed" || res.Reason != build.ReasonBuildJobFailed || !strings.Contains(res.Message, "set by the test") {
 				t.Fatalf("result %+v", res)
 			}
 			// Finished jobs are removed.
-			var job batchv1.Job
-			deadline := time.Now().Add(10 * time.Second)
-			for {
-				err := c.Get(t.Context(), client.ObjectKey{Namespace: ns, Name: JobName(req.BuildID)}, &job)
-				if err != nil || !job.DeletionTimestamp.IsZero() {
-					break
-				}
-				if time.Now().After(deadline) {
-					t.Fatal("the finished build job was not deleted")
-				}
-				time.Sleep(20 * time.Millisecond)
-			}
+			testenv.Eventually(t, 10*time.Second, "the finished build job to be deleted", func() (bool, string) {
+				var job batchv1.Job
+				err := c.Get(t.Context(), client.ObjectKey{Namespace: ns, Name: Name(req.BuildID)}, &job)
+				return err != nil || !job.DeletionTimestamp.IsZero(), fmt.Sprintf("the job exists, deletion timestamp %v", job.DeletionTimestamp)
+			})
 		})
 	}
 }
@@ -262,7 +260,7 @@ func TestJobOutcomeBecomesTheBuildResult(t *testing.T) {
 // whose containers ended as given (envtest runs neither).
 func buildPod(t *testing.T, c client.Client, ns, buildID string, initState, depsState, execState *corev1.ContainerStateTerminated) {
 	t.Helper()
-	pod := &corev1.Pod{ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: JobName(buildID) + "-pod", Labels: map[string]string{"sless.kube5s.ru/build": buildID}},
+	pod := &corev1.Pod{ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: Name(buildID) + "-pod", Labels: map[string]string{"sless.kube5s.ru/build": buildID}},
 		Spec: corev1.PodSpec{RestartPolicy: corev1.RestartPolicyNever,
 			InitContainers: []corev1.Container{{Name: "context", Image: helper}, {Name: "deps", Image: pythonBase}},
 			Containers:     []corev1.Container{{Name: "assemble", Image: helper}}}}
@@ -294,35 +292,35 @@ func TestPodStatusRefinesTheResult(t *testing.T) {
 	t.Run("digest", func(t *testing.T) {
 		d, c, ns := kubeDriver(t)
 		d.Clientset = clientset
-		e := newEnv(t, d)
-		req := e.request(t, "dig", "nodejs20", "index.handler", []byte("zip"))
+		e := buildtest.NewEnv(t, d)
+		req := e.Request(t, "dig", "nodejs20", "index.handler", []byte("zip"))
 		digest := "sha256:" + strings.Repeat("cd", 32)
 		ok := &corev1.ContainerStateTerminated{ExitCode: 0}
 		buildPod(t, c, ns, req.BuildID, ok, ok, &corev1.ContainerStateTerminated{ExitCode: 0, Message: digest})
-		finishJob(t, c, ns, JobName(req.BuildID), batchv1.JobComplete)
-		if res := e.result(t, req.BuildID); res.Result != "succeeded" || res.Image != "registry.example/fn/acme/dig@"+digest {
+		finishJob(t, c, ns, Name(req.BuildID), batchv1.JobComplete)
+		if res := e.Result(t, req.BuildID); res.Result != "succeeded" || res.Image != "registry.example/fn/acme/dig@"+digest {
 			t.Fatalf("result %+v", res)
 		}
 	})
 	t.Run("context refused", func(t *testing.T) {
 		d, c, ns := kubeDriver(t)
 		d.Clientset = clientset
-		e := newEnv(t, d)
-		req := e.request(t, "refused", "python3.11", "main.handler", []byte("zip"))
+		e := buildtest.NewEnv(t, d)
+		req := e.Request(t, "refused", "python3.11", "main.handler", []byte("zip"))
 		buildPod(t, c, ns, req.BuildID, &corev1.ContainerStateTerminated{ExitCode: 1, Message: "MissingEntrypoint: main.py is not in the archive"}, nil, nil)
-		finishJob(t, c, ns, JobName(req.BuildID), batchv1.JobFailed)
-		if res := e.result(t, req.BuildID); res.Result != "failed" || res.Reason != archive.ReasonMissingEntrypoint || res.Message != "main.py is not in the archive" {
+		finishJob(t, c, ns, Name(req.BuildID), batchv1.JobFailed)
+		if res := e.Result(t, req.BuildID); res.Result != "failed" || res.Reason != archive.ReasonMissingEntrypoint || res.Message != "main.py is not in the archive" {
 			t.Fatalf("result %+v", res)
 		}
 	})
 	t.Run("deps failed", func(t *testing.T) {
 		d, c, ns := kubeDriver(t)
 		d.Clientset = clientset
-		e := newEnv(t, d)
-		req := e.request(t, "depsfail", "python3.11", "main.handler", []byte("zip"))
+		e := buildtest.NewEnv(t, d)
+		req := e.Request(t, "depsfail", "python3.11", "main.handler", []byte("zip"))
 		buildPod(t, c, ns, req.BuildID, &corev1.ContainerStateTerminated{ExitCode: 0}, &corev1.ContainerStateTerminated{ExitCode: 1}, nil)
-		finishJob(t, c, ns, JobName(req.BuildID), batchv1.JobFailed)
-		if res := e.result(t, req.BuildID); res.Result != "failed" || res.Reason != ReasonDependencies {
+		finishJob(t, c, ns, Name(req.BuildID), batchv1.JobFailed)
+		if res := e.Result(t, req.BuildID); res.Result != "failed" || res.Reason != build.ReasonDependencies {
 			t.Fatalf("result %+v", res)
 		}
 	})

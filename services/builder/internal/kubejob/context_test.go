@@ -1,4 +1,4 @@
-package build
+package kubejob
 
 import (
 	"bytes"
@@ -13,6 +13,9 @@ import (
 	"github.com/kube5s/sless/pkg/archive"
 	"github.com/kube5s/sless/pkg/objstore"
 	"github.com/kube5s/sless/pkg/testenv"
+	"github.com/kube5s/sless/services/builder/internal/build"
+	"github.com/kube5s/sless/services/builder/internal/buildtest"
+	"github.com/kube5s/sless/services/builder/internal/unpack"
 )
 
 // TestPrepareContext runs the build Job's context step against real MinIO:
@@ -20,7 +23,7 @@ import (
 // its reason and leaves no code/ for the later steps to build from.
 func TestPrepareContext(t *testing.T) {
 	s3 := testenv.S3(t)
-	store, err := objstore.New(objstore.Config{Endpoint: s3.Endpoint, AccessKey: s3.AccessKey, SecretKey: s3.SecretKey, Bucket: s3.Bucket})
+	objects, err := objstore.New(objstore.Config{Endpoint: s3.Endpoint, AccessKey: s3.AccessKey, SecretKey: s3.SecretKey, Bucket: s3.Bucket})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -28,19 +31,19 @@ func TestPrepareContext(t *testing.T) {
 		h := sha256.Sum256(data)
 		sum = hex.EncodeToString(h[:])
 		key = objstore.SourceKey("acme", "fx", sum)
-		if err := store.Put(t.Context(), key, bytes.NewReader(data), int64(len(data)), "application/zip"); err != nil {
+		if err := objects.Put(t.Context(), key, bytes.NewReader(data), int64(len(data)), "application/zip"); err != nil {
 			t.Fatal(err)
 		}
 		return key, sum
 	}
 	prepare := func(req ContextRequest) error {
-		return PrepareContext(t.Context(), store, 1<<20, DefaultLimits, []Validator{EntrypointExists{}}, req, io.Discard)
+		return PrepareContext(t.Context(), objects, 1<<20, archive.DefaultLimits, []unpack.Validator{unpack.EntrypointExists{}}, req, io.Discard)
 	}
 
 	t.Run("node", func(t *testing.T) {
-		key, sum := put(zipOf(t, entry{name: "index.js", body: "exports.handler = async () => 'hi';\n"},
-			entry{name: "package.json", body: `{"name":"fx","version":"1.0.0","dependencies":{"is-number":"7.0.0"}}`},
-			entry{name: "lib/util.js", body: "module.exports = 1;\n"}))
+		key, sum := put(buildtest.Zip(t, buildtest.Entry{Name: "index.js", Body: "exports.handler = async () => 'hi';\n"},
+			buildtest.Entry{Name: "package.json", Body: `{"name":"fx","version":"1.0.0","dependencies":{"is-number":"7.0.0"}}`},
+			buildtest.Entry{Name: "lib/util.js", Body: "module.exports = 1;\n"}))
 		out := t.TempDir()
 		if err := prepare(ContextRequest{SourceKey: key, SHA256: sum, Runtime: "nodejs20", Entrypoint: "index.handler", Out: out}); err != nil {
 			t.Fatal(err)
@@ -61,7 +64,7 @@ func TestPrepareContext(t *testing.T) {
 	})
 
 	t.Run("python", func(t *testing.T) {
-		key, sum := put(zipOf(t, entry{name: "main.py", body: "def handler(event, context):\n    return 'hi'\n"}))
+		key, sum := put(buildtest.Zip(t, buildtest.Entry{Name: "main.py", Body: "def handler(event, context):\n    return 'hi'\n"}))
 		out := t.TempDir()
 		if err := prepare(ContextRequest{SourceKey: key, SHA256: sum, Runtime: "python3.11", Entrypoint: "main.handler", Out: out}); err != nil {
 			t.Fatal(err)
@@ -71,17 +74,17 @@ func TestPrepareContext(t *testing.T) {
 		}
 	})
 
-	goodKey, goodSum := put(zipOf(t, entry{name: "main.py", body: "def handler(e, c):\n    return 1\n"}))
-	slipKey, slipSum := put(zipOf(t, entry{name: "main.py", body: "x = 1\n"}, entry{name: "../escape.py", body: "x = 1\n"}))
-	noEntryKey, noEntrySum := put(zipOf(t, entry{name: "other.py", body: "x = 1\n"}))
+	goodKey, goodSum := put(buildtest.Zip(t, buildtest.Entry{Name: "main.py", Body: "def handler(e, c):\n    return 1\n"}))
+	slipKey, slipSum := put(buildtest.Zip(t, buildtest.Entry{Name: "main.py", Body: "x = 1\n"}, buildtest.Entry{Name: "../escape.py", Body: "x = 1\n"}))
+	noEntryKey, noEntrySum := put(buildtest.Zip(t, buildtest.Entry{Name: "other.py", Body: "x = 1\n"}))
 	bigKey, bigSum := put(bytes.Repeat([]byte("z"), 2<<20))
 	for _, tc := range []struct {
 		name   string
 		req    ContextRequest
 		reason string
 	}{
-		{"digest mismatch", ContextRequest{SourceKey: goodKey, SHA256: slipSum, Runtime: "python3.11", Entrypoint: "main.handler"}, ReasonSourceUnavailable},
-		{"missing archive", ContextRequest{SourceKey: "sources/acme/fx/nothing.zip", SHA256: goodSum, Runtime: "python3.11", Entrypoint: "main.handler"}, ReasonSourceUnavailable},
+		{"digest mismatch", ContextRequest{SourceKey: goodKey, SHA256: slipSum, Runtime: "python3.11", Entrypoint: "main.handler"}, build.ReasonSourceUnavailable},
+		{"missing archive", ContextRequest{SourceKey: "sources/acme/fx/nothing.zip", SHA256: goodSum, Runtime: "python3.11", Entrypoint: "main.handler"}, build.ReasonSourceUnavailable},
 		{"zip slip", ContextRequest{SourceKey: slipKey, SHA256: slipSum, Runtime: "python3.11", Entrypoint: "main.handler"}, archive.ReasonUnsafePath},
 		{"no entrypoint", ContextRequest{SourceKey: noEntryKey, SHA256: noEntrySum, Runtime: "python3.11", Entrypoint: "main.handler"}, archive.ReasonMissingEntrypoint},
 		{"unknown runtime", ContextRequest{SourceKey: goodKey, SHA256: goodSum, Runtime: "ruby3", Entrypoint: "main.handler"}, archive.ReasonUnsupportedRuntime},
@@ -91,7 +94,7 @@ func TestPrepareContext(t *testing.T) {
 			parent := t.TempDir()
 			tc.req.Out = filepath.Join(parent, "workspace")
 			err := prepare(tc.req)
-			var be *Error
+			var be *archive.Error
 			if !errors.As(err, &be) || be.Reason != tc.reason {
 				t.Fatalf("error %v, want reason %s", err, tc.reason)
 			}
@@ -117,7 +120,7 @@ func TestContextFailureReadsTheTerminationMessage(t *testing.T) {
 	if e := contextFailure("MissingEntrypoint: main.py not found\n"); e == nil || e.Reason != archive.ReasonMissingEntrypoint || e.Message != "main.py not found" {
 		t.Errorf("got %+v", e)
 	}
-	if e := contextFailure("dial tcp: connection refused"); e == nil || e.Reason != ReasonBuildJobFailed {
+	if e := contextFailure("dial tcp: connection refused"); e == nil || e.Reason != build.ReasonBuildJobFailed {
 		t.Errorf("an unknown message must be an internal job failure, got %+v", e)
 	}
 	if e := contextFailure("  "); e != nil {
