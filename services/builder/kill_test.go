@@ -83,13 +83,12 @@ func TestKilledMidBuildCompletesOnce(t *testing.T) {
 		t.Fatal(err)
 	}
 	// The builder creates the bucket at start; wait for it.
-	deadline := time.Now().Add(30 * time.Second)
-	for store.Check(t.Context()) != nil {
-		if time.Now().After(deadline) {
-			t.Fatal("bucket never created")
+	testenv.Eventually(t, 30*time.Second, "the builder to create the bucket", func() (bool, string) {
+		if err := store.Check(t.Context()); err != nil {
+			return false, err.Error()
 		}
-		time.Sleep(50 * time.Millisecond)
-	}
+		return true, ""
+	})
 	sum := sha256.Sum256(buf.Bytes())
 	sha := hex.EncodeToString(sum[:]) // the builder checks it
 	key := objstore.SourceKey("acme", "k", sha)
@@ -126,14 +125,10 @@ func TestKilledMidBuildCompletesOnce(t *testing.T) {
 		_ = db.QueryRow(t.Context(), `SELECT state, attempts FROM builds WHERE id = $1`, req.BuildID).Scan(&s, &n)
 		return s, n
 	}
-	deadline = time.Now().Add(60 * time.Second)
-	for s, _ := state(); s != "running"; s, _ = state() {
-		if time.Now().After(deadline) {
-			s, n := state()
-			t.Fatalf("the build never started (state %q, attempts %d, results %+v)", s, n, results.get())
-		}
-		time.Sleep(10 * time.Millisecond)
-	}
+	testenv.Eventually(t, 60*time.Second, "the build to start", func() (bool, string) {
+		s, n := state()
+		return s == "running", fmt.Sprintf("state %q, attempts %d, results %+v", s, n, results.get())
+	})
 	if err := syscall.Kill(-first.Process.Pid, syscall.SIGKILL); err != nil {
 		t.Fatal(err)
 	}
@@ -141,14 +136,10 @@ func TestKilledMidBuildCompletesOnce(t *testing.T) {
 
 	second := start()
 	defer func() { _ = syscall.Kill(-second.Process.Pid, syscall.SIGKILL); _ = second.Wait() }()
-	deadline = time.Now().Add(3 * time.Minute)
-	for len(results.get()) == 0 {
-		if time.Now().After(deadline) {
-			s, n := state()
-			t.Fatalf("no result after the restart (state %s, attempts %d)", s, n)
-		}
-		time.Sleep(50 * time.Millisecond)
-	}
+	testenv.Eventually(t, 3*time.Minute, "a result after the restart", func() (bool, string) {
+		s, n := state()
+		return len(results.get()) > 0, fmt.Sprintf("state %s, attempts %d", s, n)
+	})
 	time.Sleep(2 * time.Second) // a duplicate result would arrive by now
 	got := results.get()
 	s, attempts := state()
@@ -201,18 +192,12 @@ func observe(t *testing.T, ch *amqp.Channel, key string) *results {
 
 func waitReady(t *testing.T, url string) {
 	t.Helper()
-	deadline := time.Now().Add(60 * time.Second)
-	for {
+	testenv.Eventually(t, 60*time.Second, "the builder to be ready at "+url, func() (bool, string) {
 		resp, err := http.Get(url)
-		if err == nil {
-			resp.Body.Close()
-			if resp.StatusCode == http.StatusOK {
-				return
-			}
+		if err != nil {
+			return false, err.Error()
 		}
-		if time.Now().After(deadline) {
-			t.Fatalf("builder not ready: %v", err)
-		}
-		time.Sleep(50 * time.Millisecond)
-	}
+		resp.Body.Close()
+		return resp.StatusCode == http.StatusOK, resp.Status
+	})
 }
