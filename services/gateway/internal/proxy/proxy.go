@@ -38,7 +38,7 @@ type Recorder interface {
 
 // Observer counts invocations by outcome.
 type Observer interface {
-	Observe(tenant, function, status string, d time.Duration)
+	Observe(tenant, function string, version int32, status string, d time.Duration)
 }
 
 // Forwarder forwards synchronous invocations to functions.
@@ -213,7 +213,7 @@ func (f *Forwarder) Forward(w http.ResponseWriter, r *http.Request, fn *slessv1.
 		rec.FinishedAt = time.Now().UTC()
 		rec.DurationMs = rec.FinishedAt.Sub(start).Milliseconds()
 		f.Recorder.Record(rec)
-		f.Metrics.Observe(tenant, fn.Name, string(rec.Status), time.Since(start))
+		f.Metrics.Observe(tenant, fn.Name, version.Number, string(rec.Status), time.Since(start))
 	}()
 
 	resp, err := f.Transport.RoundTrip(out)

@@ -13,6 +13,8 @@ import (
 	"time"
 
 	"github.com/google/go-cmp/cmp"
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/prometheus/client_golang/prometheus/testutil"
 	"go.opentelemetry.io/otel/propagation"
 	"go.opentelemetry.io/otel/trace/noop"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
@@ -20,6 +22,7 @@ import (
 	slessv1 "github.com/kube5s/sless/pkg/apis/sless/v1alpha1"
 	"github.com/kube5s/sless/pkg/loadreport"
 	"github.com/kube5s/sless/pkg/msg"
+	"github.com/kube5s/sless/services/gateway/internal/record"
 )
 
 type records struct {
@@ -35,7 +38,7 @@ func (r *records) Record(m *msg.InvocationCompleted) {
 
 type nobody struct{}
 
-func (nobody) Observe(string, string, string, time.Duration) {}
+func (nobody) Observe(string, string, int32, string, time.Duration) {}
 
 func readyFunction(endpoint string) *slessv1.Function {
 	fn := &slessv1.Function{ObjectMeta: metav1.ObjectMeta{Name: "f", Namespace: "sless-fn-t"}, Spec: slessv1.FunctionSpec{TimeoutSec: 5}}
@@ -230,5 +233,30 @@ func TestForwardCountsTheCallForTheScaler(t *testing.T) {
 	after := load.Snapshot(time.Now())
 	if len(after) != 1 || after[0].Completions != 1 {
 		t.Errorf("after the call: %+v, want one completion", after)
+	}
+}
+
+// TestForwardLabelsTheMetricsWithTheVersion: the invocation metrics name
+// the version that answered.
+func TestForwardLabelsTheMetricsWithTheVersion(t *testing.T) {
+	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) { _, _ = io.WriteString(w, "ok") }))
+	defer srv.Close()
+	fn := readyFunction(srv.URL)
+	fn.Status.LatestVersion = 4
+	fn.Status.Serving = []slessv1.ServingVersion{{Number: 4, Percent: 100, Ready: true, Endpoint: srv.URL}}
+	reg := prometheus.NewRegistry()
+	f := &Forwarder{Transport: DefaultTransport(), Tracer: noop.NewTracerProvider().Tracer("test"), Prop: propagation.TraceContext{},
+		Recorder: &records{}, Metrics: record.NewMetrics(reg), Log: slog.New(slog.NewTextHandler(io.Discard, nil)), MaxResponseBytes: 1 << 20}
+	r := httptest.NewRequest(http.MethodPost, "/v1/tenants/t/functions/f/invoke", strings.NewReader("{}"))
+	if err := f.Forward(httptest.NewRecorder(), r, fn, Call{Tenant: "t", Path: "/", Kind: msg.TriggerHTTP}); err != nil {
+		t.Fatal(err)
+	}
+	want := `
+# HELP sless_gateway_invocations_total Synchronous invocations by tenant, function, version and outcome.
+# TYPE sless_gateway_invocations_total counter
+sless_gateway_invocations_total{function="f",function_version="4",status="succeeded",tenant="t"} 1
+`
+	if err := testutil.GatherAndCompare(reg, strings.NewReader(want), "sless_gateway_invocations_total"); err != nil {
+		t.Error(err)
 	}
 }

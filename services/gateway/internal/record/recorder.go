@@ -5,6 +5,7 @@ package record
 import (
 	"context"
 	"log/slog"
+	"strconv"
 	"sync"
 	"time"
 
@@ -131,10 +132,10 @@ type Metrics struct {
 func NewMetrics(reg prometheus.Registerer) *Metrics {
 	m := &Metrics{
 		invocations: prometheus.NewCounterVec(prometheus.CounterOpts{Name: "sless_gateway_invocations_total",
-			Help: "Synchronous invocations by tenant, function and outcome."}, []string{"tenant", "function", "status"}),
+			Help: "Synchronous invocations by tenant, function, version and outcome."}, []string{"tenant", "function", "function_version", "status"}),
 		duration: prometheus.NewHistogramVec(prometheus.HistogramOpts{Name: "sless_gateway_invocation_duration_seconds",
 			Help: "Synchronous invocation latency through the gateway.", Buckets: prometheus.ExponentialBuckets(0.0005, 2, 18)},
-			[]string{"tenant", "function"}),
+			[]string{"tenant", "function", "function_version"}),
 		asyncAccepted: prometheus.NewCounter(prometheus.CounterOpts{Name: "sless_gateway_async_accepted_total",
 			Help: "Asynchronous invocations accepted (202)."}),
 	}
@@ -142,10 +143,12 @@ func NewMetrics(reg prometheus.Registerer) *Metrics {
 	return m
 }
 
-// Observe counts one synchronous invocation and its latency.
-func (m *Metrics) Observe(tenant, function, status string, d time.Duration) {
-	m.invocations.WithLabelValues(tenant, function, status).Inc()
-	m.duration.WithLabelValues(tenant, function).Observe(d.Seconds())
+// Observe counts one synchronous invocation of a function version (0: a
+// function from before versions) and its latency.
+func (m *Metrics) Observe(tenant, function string, version int32, status string, d time.Duration) {
+	v := strconv.Itoa(int(version))
+	m.invocations.WithLabelValues(tenant, function, v, status).Inc()
+	m.duration.WithLabelValues(tenant, function, v).Observe(d.Seconds())
 }
 
 // AsyncAccepted counts one asynchronous invocation accepted (202).
