@@ -70,7 +70,8 @@ func (s *Scaler) gauge(k loadreport.Key) prometheus.Gauge {
 }
 
 // Events delivers a Function to reconcile whenever one of its versions'
-// counts changed (a source.Channel of the Function controller).
+// counts or their reasons changed (a source.Channel of the Function
+// controller).
 func (s *Scaler) Events() <-chan event.TypedGenericEvent[*slessv1.Function] { return s.events }
 
 // Settings are the scaling settings of fn (a version view: its
@@ -184,7 +185,7 @@ func (s *Scaler) Run(ctx context.Context) error {
 }
 
 // Tick decides for every version once and returns the functions whose
-// counts changed.
+// counts, or the reasons for them, changed (the status shows both).
 func (s *Scaler) Tick() []types.NamespacedName {
 	now := s.now()
 	s.mu.Lock()
@@ -196,11 +197,11 @@ func (s *Scaler) Tick() []types.NamespacedName {
 			s.forget(k)
 			continue
 		}
-		before := v.decision.Replicas
-		v.decision, v.state = autoscale.Decide(v.settings, autoscale.Input{Now: now, Replicas: before, Ready: v.ready, Load: v.window.Load(now)}, v.state)
+		before := v.decision
+		v.decision, v.state = autoscale.Decide(v.settings, autoscale.Input{Now: now, Replicas: before.Replicas, Ready: v.ready, Load: v.window.Load(now)}, v.state)
 		s.gauge(k).Set(float64(v.decision.Replicas))
 		fn := types.NamespacedName{Namespace: k.Namespace, Name: k.Function}
-		if v.decision.Replicas != before && !seen[fn] {
+		if (v.decision.Replicas != before.Replicas || v.decision.Reason != before.Reason) && !seen[fn] {
 			seen[fn] = true
 			changed = append(changed, fn)
 		}
