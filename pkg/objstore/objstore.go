@@ -168,6 +168,14 @@ func (s *Store) DeletePrefix(ctx context.Context, prefix string) (int, error) {
 	return n, nil
 }
 
+// Delete removes the object at key; a key with no object is not an error.
+func (s *Store) Delete(ctx context.Context, key string) error {
+	if err := s.mc.RemoveObject(ctx, s.bucket, key, minio.RemoveObjectOptions{}); err != nil {
+		return fmt.Errorf("remove %s: %w", key, err)
+	}
+	return nil
+}
+
 // SourceKey is where a function's source archive with that digest lives.
 func SourceKey(tenant, function, sha256 string) string {
 	return "sources/" + tenant + "/" + function + "/" + sha256 + ".zip"
