@@ -192,7 +192,12 @@ func SourcePrefix(tenant, function string) string {
 
 // BuildLogKey is where the log of one build lives.
 func BuildLogKey(tenant, function, buildID string) string {
-	return "builds/" + tenant + "/" + function + "/" + buildID + ".log"
+	return BuildPrefix(tenant, function) + buildID + ".log"
+}
+
+// BuildPrefix holds every build log of a function.
+func BuildPrefix(tenant, function string) string {
+	return "builds/" + tenant + "/" + function + "/"
 }
 
 // PayloadKey is where a large invocation result lives.
@@ -225,7 +230,7 @@ func TenantPrefixes(tenant string) []string {
 
 // FunctionPrefixes are every prefix under which a function's objects live.
 func FunctionPrefixes(tenant, function string) []string {
-	return []string{SourcePrefix(tenant, function), "builds/" + tenant + "/" + function + "/"}
+	return []string{SourcePrefix(tenant, function), BuildPrefix(tenant, function)}
 }
 
 // Count returns how many objects are under prefix.

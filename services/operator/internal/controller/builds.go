@@ -128,7 +128,7 @@ func (r *FunctionReconciler) releaseBuild(ctx context.Context, fn *slessv1.Funct
 // deleteBuildLog removes b's log, which the builder writes below the
 // function's builds prefix (a key elsewhere is left alone).
 func (r *FunctionReconciler) deleteBuildLog(ctx context.Context, tenant, function string, b tenantdata.Build) error {
-	if b.LogKey == "" || !strings.HasPrefix(b.LogKey, objstore.BuildLogKey(tenant, function, "")) {
+	if b.LogKey == "" || !strings.HasPrefix(b.LogKey, objstore.BuildPrefix(tenant, function)) {
 		return nil
 	}
 	if err := r.Store.Delete(ctx, b.LogKey); err != nil {
