@@ -232,3 +232,30 @@ func TestTheBuildSweepKeepsTheNewestBuilds(t *testing.T) {
 		}
 	}
 }
+
+// TestADeletedTenantDeletesItsFunctionsFirst: the Tenant's finalizer
+// deletes its Functions and waits for theirs, which remove what only the
+// tenant's rows name (the image of a build that never became a version),
+// before it deletes those rows.
+func TestADeletedTenantDeletesItsFunctionsFirst(t *testing.T) {
+	h := newHarness(t)
+	tn, ns := h.tenant(t)
+	img, orphan := pushImage(t, tn.Name+"/fn"), pushImage(t, tn.Name+"/fn")
+	fn := h.function(t, ns, "fn", withSource(sha1))
+	h.buildImage(t, fn, img)
+	h.publishedAs(t, fn, 1)
+	h.recordBuild(t, fn, "superseded", sha3, "succeeded", orphan, time.Now().Add(-time.Hour))
+
+	if err := h.c.Delete(t.Context(), tn); err != nil {
+		t.Fatal(err)
+	}
+	h.eventually(t, "tenant gone", func() bool { return apierrors.IsNotFound(h.c.Get(t.Context(), client.ObjectKeyFromObject(tn), tn)) })
+	if err := h.c.Get(t.Context(), client.ObjectKeyFromObject(fn), fn); !apierrors.IsNotFound(err) {
+		t.Errorf("the Function outlived its tenant: %v (finalizers %v)", err, fn.Finalizers)
+	}
+	for _, image := range []string{img, orphan} {
+		if inRegistry(t, image) {
+			t.Errorf("image %s outlived its tenant", image)
+		}
+	}
+}
