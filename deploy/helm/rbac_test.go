@@ -106,6 +106,9 @@ func TestRBACIsSufficientAndMinimal(t *testing.T) {
 		allowed(t, "get a function", c.Get(ctx, client.ObjectKeyFromObject(fn), &f))
 		f.Status.Phase = slessv1.FunctionPending
 		allowed(t, "update function status", c.Status().Update(ctx, &f, client.DryRunAll))
+		// A deleted Tenant's finalizer deletes its Functions first.
+		allowed(t, "delete a function", client.IgnoreNotFound(c.Delete(ctx, f.DeepCopy(), client.DryRunAll)))
+		refused(t, "delete a trigger", c.Delete(ctx, &slessv1.Trigger{ObjectMeta: metav1.ObjectMeta{Name: "t", Namespace: ns}}, client.DryRunAll))
 		allowed(t, "create an event", c.Create(ctx, &corev1.Event{ObjectMeta: metav1.ObjectMeta{GenerateName: "e", Namespace: ns},
 			InvolvedObject: corev1.ObjectReference{Kind: "Function", Name: "f", Namespace: ns}}, client.DryRunAll))
 		broker := &corev1.Secret{TypeMeta: metav1.TypeMeta{APIVersion: "v1", Kind: "Secret"}, ObjectMeta: metav1.ObjectMeta{Name: slessv1.BrokerSecretName, Namespace: ns}}

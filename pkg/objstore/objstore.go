@@ -168,6 +168,14 @@ func (s *Store) DeletePrefix(ctx context.Context, prefix string) (int, error) {
 	return n, nil
 }
 
+// Delete removes the object at key; a key with no object is not an error.
+func (s *Store) Delete(ctx context.Context, key string) error {
+	if err := s.mc.RemoveObject(ctx, s.bucket, key, minio.RemoveObjectOptions{}); err != nil {
+		return fmt.Errorf("remove %s: %w", key, err)
+	}
+	return nil
+}
+
 // SourceKey is where a function's source archive with that digest lives.
 func SourceKey(tenant, function, sha256 string) string {
 	return "sources/" + tenant + "/" + function + "/" + sha256 + ".zip"
@@ -184,7 +192,12 @@ func SourcePrefix(tenant, function string) string {
 
 // BuildLogKey is where the log of one build lives.
 func BuildLogKey(tenant, function, buildID string) string {
-	return "builds/" + tenant + "/" + function + "/" + buildID + ".log"
+	return BuildPrefix(tenant, function) + buildID + ".log"
+}
+
+// BuildPrefix holds every build log of a function.
+func BuildPrefix(tenant, function string) string {
+	return "builds/" + tenant + "/" + function + "/"
 }
 
 // PayloadKey is where a large invocation result lives.
@@ -217,7 +230,7 @@ func TenantPrefixes(tenant string) []string {
 
 // FunctionPrefixes are every prefix under which a function's objects live.
 func FunctionPrefixes(tenant, function string) []string {
-	return []string{SourcePrefix(tenant, function), "builds/" + tenant + "/" + function + "/"}
+	return []string{SourcePrefix(tenant, function), BuildPrefix(tenant, function)}
 }
 
 // Count returns how many objects are under prefix.

@@ -91,7 +91,7 @@ func run(ctx context.Context, getenv func(string) string, stdout io.Writer) erro
 		{Client: mq, Queue: rabbit.PlatformQueue(msg.QueueDeadLetters, rabbit.DefaultRetry), Prefetch: 16, Handler: deadLetters.Handle},
 	}
 	svc.Go(historyWriter.Run)
-	svc.Go(history.NewRetention(pool, svc.Log, svc.Registry, cfg.HistoryRetention, cfg.SweepInterval).Run)
+	svc.Go(history.NewRetention(pool, store, svc.Log, svc.Registry, cfg.HistoryRetention, cfg.SweepInterval).Run)
 	for _, c := range consumers {
 		svc.GoWhenSynced(synced, c.Run)
 	}

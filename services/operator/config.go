@@ -32,7 +32,13 @@ type config struct {
 	// DrainPeriod is how long a version that lost its traffic keeps
 	// running for in-flight work (SLESS_VERSION_DRAIN_PERIOD, default 120s).
 	DrainPeriod time.Duration
-	S3          objstore.Config
+	// RetainBuilds is how many of a function's newest builds the build
+	// sweep keeps, besides those a version uses (SLESS_BUILD_RETAIN,
+	// default 10); BuildSweepInterval is how often it looks at a function
+	// (SLESS_BUILD_SWEEP_INTERVAL, default 1h).
+	RetainBuilds       int
+	BuildSweepInterval time.Duration
+	S3                 objstore.Config
 	// The RabbitMQ management API, where the operator keeps each tenant's
 	// vhost and user; its user needs the administrator tag.
 	ManagementURL      string   // SLESS_RABBITMQ_MANAGEMENT_URL
@@ -83,6 +89,11 @@ func loadConfig(getenv func(string) string) (config, error) {
 	c.DrainPeriod = r.Duration("SLESS_VERSION_DRAIN_PERIOD", controller.DefaultDrainPeriod)
 	if c.DrainPeriod <= 0 {
 		r.Failf("SLESS_VERSION_DRAIN_PERIOD must be positive, got %s", c.DrainPeriod)
+	}
+	c.RetainBuilds = r.Int("SLESS_BUILD_RETAIN", controller.DefaultRetainBuilds, 1, 10_000)
+	c.BuildSweepInterval = r.Duration("SLESS_BUILD_SWEEP_INTERVAL", controller.DefaultBuildSweepInterval)
+	if c.BuildSweepInterval <= 0 {
+		r.Failf("SLESS_BUILD_SWEEP_INTERVAL must be positive, got %s", c.BuildSweepInterval)
 	}
 	d := brokeradmin.DefaultLimits
 	c.TenantBrokerLimits = brokeradmin.Limits{

@@ -115,21 +115,22 @@ func run(ctx context.Context, getenv func(string) string, stdout io.Writer) erro
 	scale := scaler.New(svc.Registry)
 	svc.Go(func(ctx context.Context) error { return mq.ListenSignals(ctx, scale.Report) })
 	err = controller.Setup(ctx, mgr, controller.Deps{
-		Scaler:      scale,
-		Broker:      broker,
-		BrokerURL:   cfg.TenantBrokerURL,
-		Publisher:   pub,
-		Store:       store,
-		Data:        &tenantdata.Store{DB: pool},
-		Driver:      drv,
-		Platform:    resources.Platform{SystemNamespace: cfg.Namespace, ClusterCIDRs: cfg.ClusterCIDRs, QuotaController: cfg.QuotaController},
-		PublicURL:   cfg.PublicURL,
-		Tracer:      svc.Tracer,
-		Metrics:     controller.NewMetrics(svc.Registry),
-		APIReader:   mgr.GetAPIReader(),
-		DrainPeriod: cfg.DrainPeriod,
-		Images:      images,
-		Artifacts:   artifacts,
+		Scaler:       scale,
+		Broker:       broker,
+		BrokerURL:    cfg.TenantBrokerURL,
+		Publisher:    pub,
+		Store:        store,
+		Data:         &tenantdata.Store{DB: pool},
+		Driver:       drv,
+		Platform:     resources.Platform{SystemNamespace: cfg.Namespace, ClusterCIDRs: cfg.ClusterCIDRs, QuotaController: cfg.QuotaController},
+		PublicURL:    cfg.PublicURL,
+		Tracer:       svc.Tracer,
+		Metrics:      controller.NewMetrics(svc.Registry),
+		APIReader:    mgr.GetAPIReader(),
+		DrainPeriod:  cfg.DrainPeriod,
+		RetainBuilds: cfg.RetainBuilds, BuildSweepInterval: cfg.BuildSweepInterval,
+		Images:    images,
+		Artifacts: artifacts,
 	})
 	if err != nil {
 		return err

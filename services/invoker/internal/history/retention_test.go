@@ -2,6 +2,8 @@ package history
 
 import (
 	"context"
+	"fmt"
+	"strings"
 	"io"
 	"log/slog"
 	"testing"
@@ -12,6 +14,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 
 	"github.com/kube5s/sless/migrations"
+	"github.com/kube5s/sless/pkg/objstore"
 	"github.com/kube5s/sless/pkg/testenv"
 )
 
@@ -31,7 +34,7 @@ func TestRetentionDeletesOldHistoryAndExpiredKeysInBatches(t *testing.T) {
 			t.Fatal(err)
 		}
 	}
-	r := NewRetention(db, slog.New(slog.NewTextHandler(io.Discard, nil)), prometheus.NewRegistry(), time.Hour, time.Hour)
+	r := NewRetention(db, newStore(t), slog.New(slog.NewTextHandler(io.Discard, nil)), prometheus.NewRegistry(), time.Hour, time.Hour)
 	r.Batch = 10
 	got, err := r.Sweep(t.Context())
 	if err != nil {
@@ -59,5 +62,69 @@ func insertInvocations(t *testing.T, db *pgxpool.Pool, prefix string, n int, sta
 		SELECT $1 || '-' || i, 't', 'f', 'async', 'succeeded', `+startedAt+`, `+startedAt+` FROM generate_series(0, $2 - 1) AS i`, prefix, n)
 	if err != nil {
 		t.Fatal(err)
+	}
+}
+
+func newStore(t *testing.T) *objstore.Store {
+	t.Helper()
+	s3 := testenv.S3(t)
+	store, err := objstore.New(objstore.Config{Endpoint: s3.Endpoint, AccessKey: s3.AccessKey, SecretKey: s3.SecretKey, Bucket: s3.Bucket})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return store
+}
+
+// TestRetentionDeletesTheLargeResultsOfWhatItDeletes: an expired row's
+// large result leaves the object store with it; a recent row's stays, and
+// so does an object under another tenant that a row names.
+func TestRetentionDeletesTheLargeResultsOfWhatItDeletes(t *testing.T) {
+	db, err := migrations.Open(t.Context(), testenv.Postgres(t), true)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer db.Close()
+	store := newStore(t)
+	tenant := testenv.Name("t")
+	put := func(key string) {
+		if err := store.Put(t.Context(), key, strings.NewReader("large"), 5, "text/plain"); err != nil {
+			t.Fatal(err)
+		}
+	}
+	keys := map[string]string{} // invocation id -> its result key
+	for i, age := range []string{"2 hours", "3 hours", "4 hours", "1 minute"} {
+		id := fmt.Sprintf("%s-%d", tenant, i)
+		keys[id] = objstore.PayloadKey(tenant, id)
+		put(keys[id])
+		if _, err := db.Exec(t.Context(), `INSERT INTO invocations (id, tenant, function, trigger_kind, status, started_at, finished_at, result_key)
+			VALUES ($1, $2, 'f', 'async', 'succeeded', now() - $3::interval, now() - $3::interval, $4)`, id, tenant, age, keys[id]); err != nil {
+			t.Fatal(err)
+		}
+	}
+	foreign := objstore.PayloadKey("other-"+tenant, "x")
+	put(foreign)
+	if _, err := db.Exec(t.Context(), `INSERT INTO invocations (id, tenant, function, trigger_kind, status, started_at, finished_at, result_key)
+		VALUES ($1 || '-foreign', $1, 'f', 'async', 'succeeded', now() - interval '2 hours', now(), $2)`, tenant, foreign); err != nil {
+		t.Fatal(err)
+	}
+	r := NewRetention(db, store, slog.New(slog.NewTextHandler(io.Discard, nil)), prometheus.NewRegistry(), time.Hour, time.Hour)
+	r.Batch = 2
+	if _, err := r.Sweep(t.Context()); err != nil {
+		t.Fatal(err)
+	}
+	got := map[string]bool{}
+	for id, key := range keys {
+		ok, err := store.Exists(t.Context(), key)
+		if err != nil {
+			t.Fatal(err)
+		}
+		got[id] = ok
+	}
+	want := map[string]bool{tenant + "-0": false, tenant + "-1": false, tenant + "-2": false, tenant + "-3": true}
+	if diff := cmp.Diff(want, got); diff != "" {
+		t.Errorf("large results in the store (-want +got):\n%s", diff)
+	}
+	if ok, err := store.Exists(t.Context(), foreign); err != nil || !ok {
+		t.Errorf("the object under another tenant was deleted (exists %v, %v)", ok, err)
 	}
 }

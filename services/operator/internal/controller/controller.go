@@ -34,6 +34,7 @@ import (
 	"github.com/kube5s/sless/services/operator/internal/driver"
 	"github.com/kube5s/sless/services/operator/internal/resources"
 	"github.com/kube5s/sless/services/operator/internal/scaler"
+	"github.com/kube5s/sless/services/operator/internal/tenantdata"
 )
 
 // Publisher sends a message to the platform exchange and returns once the
@@ -45,12 +46,18 @@ type Publisher interface {
 // ObjectStore removes what a tenant or function owns in the object store.
 type ObjectStore interface {
 	DeletePrefix(ctx context.Context, prefix string) (int, error)
+	Delete(ctx context.Context, key string) error
 }
 
-// TenantData removes what a tenant owns in PostgreSQL and returns the rows
-// it deleted, by table.
+// TenantData removes what a tenant or a function owns in PostgreSQL
+// (returning the rows it deleted, by table), and reads a function's builds
+// and large payloads, which the operator removes with it.
 type TenantData interface {
 	DeleteTenant(ctx context.Context, tenant string) (map[string]int64, error)
+	DeleteFunction(ctx context.Context, tenant, function string) (map[string]int64, error)
+	Builds(ctx context.Context, tenant, function string) ([]tenantdata.Build, error)
+	DeleteBuild(ctx context.Context, id string) error
+	Payloads(ctx context.Context, tenant, function string) ([]string, error)
 }
 
 // Deps are what the reconcilers need besides the manager.
@@ -76,6 +83,12 @@ type Deps struct {
 	// DrainPeriod is how long a version that lost its traffic keeps
 	// running (DefaultDrainPeriod when 0).
 	DrainPeriod time.Duration
+	// RetainBuilds is how many of a function's newest builds the build
+	// sweep keeps besides those a version or the Function uses
+	// (DefaultRetainBuilds when 0); BuildSweepInterval is how often it
+	// looks at one function (DefaultBuildSweepInterval when 0).
+	RetainBuilds       int
+	BuildSweepInterval time.Duration
 	// Images deletes a built image from the registry when retention or a
 	// deletion removes its last version; nil leaves images (an Event names
 	// them).

@@ -3,6 +3,7 @@ package controller
 import (
 	"context"
 	"fmt"
+	"sync"
 	"time"
 
 	"go.opentelemetry.io/otel/attribute"
@@ -11,6 +12,7 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/types"
 	ctrl "sigs.k8s.io/controller-runtime"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	"sigs.k8s.io/controller-runtime/pkg/controller/controllerutil"
@@ -34,6 +36,9 @@ type FunctionReconciler struct {
 	Client client.Client
 	Deps
 	Events recorder.EventRecorder
+
+	sweepMu sync.Mutex
+	sweptAt map[types.UID]time.Time // the build sweep's last run, by Function
 }
 
 // SetupWithManager watches Functions and what the driver creates for them.
@@ -124,7 +129,15 @@ func (r *FunctionReconciler) Reconcile(ctx context.Context, req ctrl.Request) (r
 	if err := r.collect(ctx, &fn, versions); err != nil {
 		return requeueIfStale(ctx, err)
 	}
-	return ctrl.Result{RequeueAfter: run.after}, nil
+	nextSweep, err := r.sweepBuilds(ctx, &fn, versions)
+	if err != nil {
+		return ctrl.Result{}, err
+	}
+	after := run.after
+	if after == 0 || nextSweep > 0 && nextSweep < after {
+		after = nextSweep
+	}
+	return ctrl.Result{RequeueAfter: after}, nil
 }
 
 // source sets SourceReady and Built, and requests a build of a source digest
@@ -226,7 +239,8 @@ func phase(fn *slessv1.Function, state driver.State) (slessv1.FunctionPhase, str
 	}
 }
 
-// finalize stops the function's replicas and removes its stored objects.
+// finalize stops the function's replicas and removes its versions, builds
+// (images and artifacts), large payloads, stored objects and rows.
 func (r *FunctionReconciler) finalize(ctx context.Context, fn *slessv1.Function) error {
 	if !controllerutil.ContainsFinalizer(fn, resources.FunctionFinalizer) {
 		return nil
@@ -235,6 +249,9 @@ func (r *FunctionReconciler) finalize(ctx context.Context, fn *slessv1.Function)
 		return fmt.Errorf("stop function %s/%s: %w", fn.Namespace, fn.Name, err)
 	}
 	if err := r.deleteVersions(ctx, fn); err != nil {
+		return err
+	}
+	if err := r.deleteFunctionData(ctx, fn); err != nil {
 		return err
 	}
 	r.Scaler.Forget(fn.Namespace, fn.Name)

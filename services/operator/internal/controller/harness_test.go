@@ -85,6 +85,8 @@ type harness struct {
 	scaler *scaler.Scaler // fed by the load reports on the broker
 	// beforeVersionDelete, when set, is Deps.BeforeVersionDelete.
 	beforeVersionDelete atomic.Pointer[func(*slessv1.FunctionVersion)]
+	// deps, when set, changes the Deps the reconcilers get.
+	deps func(*Deps)
 	// logs is what the managers logged (controller-runtime and the
 	// reconcilers), JSON lines at debug level.
 	logs testenv.SyncBuffer
@@ -103,6 +105,13 @@ func newHarness(t *testing.T) *harness {
 // newHarnessWith runs the operator with the driver made by mkDriver and
 // its cache options changed by opts.
 func newHarnessWith(t *testing.T, mkDriver func(ctrl.Manager) driver.Driver, opts ...func(*cache.Options)) *harness {
+	t.Helper()
+	return newHarnessDeps(t, mkDriver, nil, opts...)
+}
+
+// newHarnessDeps is newHarnessWith with the reconcilers' Deps changed by
+// deps (nil: as they are).
+func newHarnessDeps(t *testing.T, mkDriver func(ctrl.Manager) driver.Driver, deps func(*Deps), opts ...func(*cache.Options)) *harness {
 	t.Helper()
 	s3 := testenv.S3(t)
 	store, err := objstore.New(objstore.Config{Endpoint: s3.Endpoint, AccessKey: s3.AccessKey, SecretKey: s3.SecretKey, Bucket: s3.Bucket})
@@ -124,7 +133,7 @@ func newHarnessWith(t *testing.T, mkDriver func(ctrl.Manager) driver.Driver, opt
 	if err != nil {
 		t.Fatal(err)
 	}
-	h := &harness{c: c, mq: mq, pub: rabbit.NewPublisher(mq), store: store, broker: broker, db: db, scaler: scaler.New(nil)}
+	h := &harness{c: c, mq: mq, pub: rabbit.NewPublisher(mq), store: store, broker: broker, db: db, scaler: scaler.New(nil), deps: deps}
 	ctx, cancel := context.WithCancel(context.Background())
 	var wg sync.WaitGroup
 	wg.Go(func() { _ = mq.Run(ctx) })
@@ -185,6 +194,9 @@ func (h *harness) startManager(t *testing.T, ctx context.Context, wg *sync.WaitG
 				(*f)(v)
 			}
 		},
+	}
+	if h.deps != nil {
+		h.deps(&deps)
 	}
 	if err := Setup(ctx, mgr, deps); err != nil {
 		t.Fatal(err)

@@ -13,12 +13,18 @@ import (
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	ctrl "sigs.k8s.io/controller-runtime"
+	"sigs.k8s.io/controller-runtime/pkg/builder"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	"sigs.k8s.io/controller-runtime/pkg/controller/controllerutil"
+	"sigs.k8s.io/controller-runtime/pkg/event"
+	"sigs.k8s.io/controller-runtime/pkg/handler"
+	"sigs.k8s.io/controller-runtime/pkg/predicate"
+	"sigs.k8s.io/controller-runtime/pkg/reconcile"
 	"sigs.k8s.io/controller-runtime/pkg/recorder"
 
 	slessv1 "github.com/kube5s/sless/pkg/apis/sless/v1alpha1"
 	"github.com/kube5s/sless/pkg/objstore"
+	"github.com/kube5s/sless/pkg/tenantns"
 	"github.com/kube5s/sless/services/operator/internal/apply"
 	"github.com/kube5s/sless/services/operator/internal/resources"
 )
@@ -55,6 +61,17 @@ func (r *TenantReconciler) SetupWithManager(mgr ctrl.Manager) error {
 		Owns(&corev1.ResourceQuota{}).
 		Owns(&corev1.LimitRange{}).
 		Owns(&networkingv1.NetworkPolicy{}).
+		// A deleted Tenant waits for its Functions' finalizers: each one
+		// gone looks at the Tenant again.
+		Watches(&slessv1.Function{}, handler.EnqueueRequestsFromMapFunc(
+			func(_ context.Context, o client.Object) []reconcile.Request {
+				return []reconcile.Request{{NamespacedName: client.ObjectKey{Name: tenantns.Named(o.GetNamespace())}}}
+			}), builder.WithPredicates(predicate.Funcs{
+			CreateFunc:  func(event.CreateEvent) bool { return false },
+			UpdateFunc:  func(event.UpdateEvent) bool { return false },
+			DeleteFunc:  func(event.DeleteEvent) bool { return true },
+			GenericFunc: func(event.GenericEvent) bool { return false },
+		})).
 		Complete(r)
 }
 
@@ -149,8 +166,10 @@ func (r *TenantReconciler) quotaPending(ctx context.Context, namespace string) (
 	return "waiting for the quota controller to count " + strings.Join(missing, ", "), nil
 }
 
-// finalize deletes the namespace (and so every Function, whose own
-// finalizers clean up after them) and the tenant's objects in the store.
+// finalize deletes the tenant's Functions and waits until their
+// finalizers have removed what each owns (images, artifacts, builds), then
+// deletes the namespace, the tenant's objects in the store, its rows and
+// its broker account.
 func (r *TenantReconciler) finalize(ctx context.Context, t *slessv1.Tenant) error {
 	if !controllerutil.ContainsFinalizer(t, resources.TenantFinalizer) {
 		return nil
@@ -161,6 +180,9 @@ func (r *TenantReconciler) finalize(ctx context.Context, t *slessv1.Tenant) erro
 		if err := patchStatus(ctx, r.Client, t, before, before.Status, t.Status); err != nil {
 			return err
 		}
+	}
+	if left, err := r.deleteFunctions(ctx, t); err != nil || left > 0 {
+		return err // the Function watch brings the Tenant back as each goes
 	}
 	ns := &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: slessv1.NamespaceFor(t.Name)}}
 	if err := r.Client.Delete(ctx, ns); err != nil && !apierrors.IsNotFound(err) {
@@ -179,6 +201,28 @@ func (r *TenantReconciler) finalize(ctx context.Context, t *slessv1.Tenant) erro
 	}
 	controllerutil.RemoveFinalizer(t, resources.TenantFinalizer)
 	return client.IgnoreNotFound(r.Client.Update(ctx, t))
+}
+
+// deleteFunctions deletes every Function of t and returns how many are
+// left (their finalizers still run). The namespace goes only after them:
+// its deletion would remove them too, but the Function finalizers need the
+// tenant's rows (the builds whose images they delete), which the Tenant's
+// finalizer deletes right after the namespace.
+func (r *TenantReconciler) deleteFunctions(ctx context.Context, t *slessv1.Tenant) (int, error) {
+	var fns slessv1.FunctionList
+	if err := r.APIReader.List(ctx, &fns, client.InNamespace(slessv1.NamespaceFor(t.Name))); err != nil {
+		return 0, fmt.Errorf("list functions of tenant %s: %w", t.Name, err)
+	}
+	for i := range fns.Items {
+		fn := &fns.Items[i]
+		if !fn.DeletionTimestamp.IsZero() {
+			continue
+		}
+		if err := r.Client.Delete(ctx, fn); err != nil && !apierrors.IsNotFound(err) {
+			return 0, fmt.Errorf("delete function %s/%s: %w", fn.Namespace, fn.Name, err)
+		}
+	}
+	return len(fns.Items), nil
 }
 
 // ensureBroker stores the tenant's broker credentials in its namespace,

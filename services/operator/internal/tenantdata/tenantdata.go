@@ -1,7 +1,9 @@
 // Package tenantdata removes what a tenant owns in PostgreSQL when its
 // Tenant is deleted (invocation history, builds, cron fires, idempotency
 // keys, API tokens, and any table added later that has a tenant column),
-// so that a new tenant of the same name starts empty.
+// and what a function owns when its Function is deleted, so that a new
+// tenant or function of the same name starts empty. It also reads the
+// builds of a function, for the operator's build retention.
 package tenantdata
 
 import (
@@ -30,28 +32,19 @@ type Store struct {
 // later (dead letters) go with the tenant without a change here. Tokens go
 // first, so that the tenant's clients are refused at once.
 func (s *Store) DeleteTenant(ctx context.Context, tenant string) (map[string]int64, error) {
-	tables, err := s.tables(ctx)
+	tables, err := s.tablesWith(ctx, "tenant")
 	if err != nil {
 		return nil, err
-	}
-	batch := s.Batch
-	if batch <= 0 {
-		batch = 5000
 	}
 	out := map[string]int64{}
 	for _, table := range tables {
 		id := pgx.Identifier{table}.Sanitize()
-		for {
-			tag, err := s.DB.Exec(ctx, `DELETE FROM `+id+` WHERE ctid = ANY(ARRAY(SELECT ctid FROM `+id+` WHERE tenant = $1 LIMIT $2))`, tenant, batch)
-			if err != nil {
-				return out, fmt.Errorf("delete rows of tenant %s from %s: %w", tenant, table, err)
-			}
-			if tag.RowsAffected() > 0 {
-				out[table] += tag.RowsAffected()
-			}
-			if tag.RowsAffected() < int64(batch) {
-				break
-			}
+		n, err := s.deleteBatched(ctx, `DELETE FROM `+id+` WHERE ctid = ANY(ARRAY(SELECT ctid FROM `+id+` WHERE tenant = $1 LIMIT $2))`, tenant)
+		if n > 0 {
+			out[table] = n
+		}
+		if err != nil {
+			return out, fmt.Errorf("delete rows of tenant %s from %s: %w", tenant, table, err)
 		}
 		if table == "api_tokens" {
 			if _, err := s.DB.Exec(ctx, `SELECT pg_notify('`+tokenChannel+`', $1::text || '/')`, tenant); err != nil {
@@ -62,12 +55,35 @@ func (s *Store) DeleteTenant(ctx context.Context, tenant string) (map[string]int
 	return out, nil
 }
 
-// tables lists the tables with a tenant column, api_tokens first.
-func (s *Store) tables(ctx context.Context) ([]string, error) {
+// deleteBatched runs stmt, a DELETE of at most its last argument's rows,
+// with args and the batch size until a batch is not full, and returns the
+// rows deleted.
+func (s *Store) deleteBatched(ctx context.Context, stmt string, args ...any) (int64, error) {
+	batch := s.Batch
+	if batch <= 0 {
+		batch = 5000
+	}
+	var n int64
+	for {
+		tag, err := s.DB.Exec(ctx, stmt, append(args, batch)...)
+		if err != nil {
+			return n, err
+		}
+		n += tag.RowsAffected()
+		if tag.RowsAffected() < int64(batch) {
+			return n, nil
+		}
+	}
+}
+
+// tablesWith lists the tables with a tenant column and, when also is not
+// "tenant", a column named also; api_tokens first.
+func (s *Store) tablesWith(ctx context.Context, also string) ([]string, error) {
 	rows, err := s.DB.Query(ctx, `SELECT c.table_name FROM information_schema.columns c
 		JOIN information_schema.tables t ON t.table_schema = c.table_schema AND t.table_name = c.table_name AND t.table_type = 'BASE TABLE'
 		WHERE c.table_schema = current_schema() AND c.column_name = 'tenant'
-		ORDER BY c.table_name <> 'api_tokens', c.table_name`)
+		AND EXISTS (SELECT 1 FROM information_schema.columns f WHERE f.table_schema = c.table_schema AND f.table_name = c.table_name AND f.column_name = $1)
+		ORDER BY c.table_name <> 'api_tokens', c.table_name`, also)
 	if err != nil {
 		return nil, fmt.Errorf("list tenant tables: %w", err)
 	}
@@ -76,4 +92,79 @@ func (s *Store) tables(ctx context.Context) ([]string, error) {
 		return nil, fmt.Errorf("list tenant tables: %w", err)
 	}
 	return tables, nil
+}
+
+// DeleteFunction deletes every row of tenant's function and returns how
+// many, by table: the tables are every table of the schema with a tenant
+// and a function column (history, builds, dead letters, idempotency keys,
+// reviews), by the same convention as DeleteTenant.
+func (s *Store) DeleteFunction(ctx context.Context, tenant, function string) (map[string]int64, error) {
+	tables, err := s.tablesWith(ctx, "function")
+	if err != nil {
+		return nil, err
+	}
+	out := map[string]int64{}
+	for _, table := range tables {
+		id := pgx.Identifier{table}.Sanitize()
+		n, err := s.deleteBatched(ctx, `DELETE FROM `+id+` WHERE ctid = ANY(ARRAY(SELECT ctid FROM `+id+` WHERE tenant = $1 AND function = $2 LIMIT $3))`, tenant, function)
+		if n > 0 {
+			out[table] = n
+		}
+		if err != nil {
+			return out, fmt.Errorf("delete rows of function %s/%s from %s: %w", tenant, function, table, err)
+		}
+	}
+	return out, nil
+}
+
+// Payloads lists the object keys of the large invocation results and
+// dead-letter requests of tenant's function.
+func (s *Store) Payloads(ctx context.Context, tenant, function string) ([]string, error) {
+	rows, err := s.DB.Query(ctx, `SELECT result_key FROM invocations WHERE tenant = $1 AND function = $2 AND result_key IS NOT NULL
+		UNION ALL SELECT request_key FROM dead_letters WHERE tenant = $1 AND function = $2 AND request_key IS NOT NULL`, tenant, function)
+	if err != nil {
+		return nil, fmt.Errorf("list large payloads of %s/%s: %w", tenant, function, err)
+	}
+	keys, err := pgx.CollectRows(rows, pgx.RowTo[string])
+	if err != nil {
+		return nil, fmt.Errorf("list large payloads of %s/%s: %w", tenant, function, err)
+	}
+	return keys, nil
+}
+
+// Build is one build of a function as the builder recorded it.
+type Build struct {
+	ID           string
+	SourceSHA256 string
+	State        string // queued, running, succeeded, failed
+	Image        string // repository@sha256:..., kubernetes driver
+	Artifact     string // a directory, local driver
+	LogKey       string
+}
+
+// Builds lists the builds of tenant's function, the newest request first.
+func (s *Store) Builds(ctx context.Context, tenant, function string) ([]Build, error) {
+	rows, err := s.DB.Query(ctx, `SELECT id, source_sha256, state, coalesce(image, ''), coalesce(artifact, ''), coalesce(log_key, '')
+		FROM builds WHERE tenant = $1 AND function = $2 ORDER BY requested_at DESC, id DESC`, tenant, function)
+	if err != nil {
+		return nil, fmt.Errorf("list builds of %s/%s: %w", tenant, function, err)
+	}
+	out, err := pgx.CollectRows(rows, func(row pgx.CollectableRow) (Build, error) {
+		var b Build
+		err := row.Scan(&b.ID, &b.SourceSHA256, &b.State, &b.Image, &b.Artifact, &b.LogKey)
+		return b, err
+	})
+	if err != nil {
+		return nil, fmt.Errorf("list builds of %s/%s: %w", tenant, function, err)
+	}
+	return out, nil
+}
+
+// DeleteBuild deletes the row of one finished build (a build that runs
+// again meanwhile is kept).
+func (s *Store) DeleteBuild(ctx context.Context, id string) error {
+	if _, err := s.DB.Exec(ctx, `DELETE FROM builds WHERE id = $1 AND state IN ('succeeded', 'failed')`, id); err != nil {
+		return fmt.Errorf("delete build %s: %w", id, err)
+	}
+	return nil
 }
