@@ -52,7 +52,7 @@ func fixtures() map[string]Page {
 		"function": {Title: "Function " + evil(1), Session: sess, Nav: "functions", Data: functionView{Function: fn, APIURL: evil(2),
 			Builds: []api.Build{{ID: evil(0), State: "running", Message: evil(1), SourceSHA256: evil(2), RequestedAt: now,
 				Review: &review.SourceReview{Verdict: review.Warn, Reasons: []string{evil(2), evil(3)}, Reviewer: evil(1)}}},
-			Log:    evil(0) + "\n" + evil(1), Building: true, Triggers: []api.Trigger{trig}, Logs: logs,
+			Log: evil(0) + "\n" + evil(1), Building: true, Triggers: []api.Trigger{trig}, Logs: logs,
 			Jobs: []api.Job{{Name: evil(0), JobSpec: api.JobSpec{Function: evil(1)}, Status: api.JobStatus{Phase: evil(2), Message: evil(3), InvocationID: evil(1)}}}, LogsError: evil(3),
 			Form: invokeForm{Headers: evil(0), Body: evil(1), Async: true},
 			Result: &invokeResult{Status: 200, Headers: []headerLine{{evil(0), evil(1)}}, Body: evil(1), Truncated: true, InvocationID: evil(2),

@@ -3,9 +3,9 @@ package history
 import (
 	"context"
 	"fmt"
-	"strings"
 	"io"
 	"log/slog"
+	"strings"
 	"testing"
 	"time"
 
