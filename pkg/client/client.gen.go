@@ -1011,11 +1011,14 @@ type SecretRef struct {
 type ServingVersion struct {
 	DesiredReplicas int32 `json:"desired_replicas"`
 	Draining        *bool `json:"draining,omitempty"`
-	Percent         int32 `json:"percent"`
-	Ready           bool  `json:"ready"`
-	ReadyReplicas   int32 `json:"ready_replicas"`
 
-	// ScalingReason why the version has the replicas it has: Load, Panic, Backlog, ColdStartGuard, ScaleDownDelay, IdleWait, MinReplicas, MaxReplicas, QuotaPods, ...
+	// Idle at zero replicas or on the way there: a call waits while the version starts
+	Idle          *bool `json:"idle,omitempty"`
+	Percent       int32 `json:"percent"`
+	Ready         bool  `json:"ready"`
+	ReadyReplicas int32 `json:"ready_replicas"`
+
+	// ScalingReason why the version has the replicas it has: Load, Panic, Backlog, ColdStartGuard, ScaleDownDelay, IdleWait, DrainingToZero, ScaledToZero, WakeLimited, MinReplicas, MaxReplicas, QuotaPods, ...
 	ScalingReason *string   `json:"scaling_reason,omitempty"`
 	Tags          *[]string `json:"tags,omitempty"`
 	Version       int32     `json:"version"`

@@ -2,7 +2,10 @@
 // Tracker that counts the calls in flight on each function version (the
 // gateway's sync calls, the invoker's queued ones) and a Reporter that
 // sends what it counted each second to the operator's scaler as a
-// msg.LoadReported signal (ARCHITECTURE 4a).
+// msg.LoadReported signal (ARCHITECTURE 4a). It also counts the calls
+// that wait for a version at zero (Buffer): the first such call of a
+// version sends a report at once, which is the wake request; and it
+// carries the data plane's side of the drain handshake (SetIdle).
 package loadreport
 
 import (
@@ -20,6 +23,11 @@ import (
 // in seconds.
 const Interval = time.Second
 
+// Heartbeat is how often a Reporter with nothing to report still sends an
+// empty report, so that the scaler knows it lives (and waits for its word
+// before it takes a version to zero).
+const Heartbeat = 5 * time.Second
+
 // Key names one version of one function.
 type Key struct {
 	Namespace string
@@ -32,12 +40,21 @@ type Key struct {
 // use; Begin and its end take one short per-version lock.
 type Tracker struct {
 	versions sync.Map // Key -> *count
+	wake     chan Key // the first buffered call of a version
+	wakeOnce sync.Once
+
+	idleMu sync.Mutex
+	idle   map[fnKey][]int32 // per function, its versions marked idle that still have replicas
 }
+
+type fnKey struct{ Namespace, Function string }
 
 type count struct {
 	mu          sync.Mutex
 	inFlight    int
 	peak        int
+	buffered    int // calls waiting for the version to wake
+	peakBuf     int
 	completions int
 	area        float64   // calls x seconds in flight since since
 	since       time.Time // the last snapshot (or the first call)
@@ -56,21 +73,7 @@ func (c *count) advance(now time.Time) {
 // Begin counts a call to k as in flight until the returned function is
 // called (once; later calls do nothing).
 func (t *Tracker) Begin(k Key) (end func()) {
-	var c *count
-	for {
-		v, ok := t.versions.Load(k)
-		if !ok {
-			now := time.Now()
-			v, _ = t.versions.LoadOrStore(k, &count{since: now, changed: now})
-		}
-		c = v.(*count)
-		c.mu.Lock()
-		if !c.gone {
-			break
-		}
-		// Snapshot forgot this count after Load found it: take the new one.
-		c.mu.Unlock()
-	}
+	c := t.lock(k)
 	c.advance(time.Now())
 	c.inFlight++
 	c.peak = max(c.peak, c.inFlight)
@@ -87,6 +90,101 @@ func (t *Tracker) Begin(k Key) (end func()) {
 	}
 }
 
+// Buffer counts a call that waits for version k to wake until the
+// returned function is called (once). The first waiting call of a
+// version asks the Reporter for a report at once: the wake request (one
+// per version and reporter while calls wait; the reports each second
+// repeat it should it be lost).
+func (t *Tracker) Buffer(k Key) (end func()) {
+	c := t.lock(k)
+	c.buffered++
+	c.peakBuf = max(c.peakBuf, c.buffered)
+	first := c.buffered == 1
+	c.mu.Unlock()
+	if first {
+		select {
+		case t.wakes() <- k:
+		default: // a report is about to go out anyway
+		}
+	}
+	var once sync.Once
+	return func() {
+		once.Do(func() {
+			c.mu.Lock()
+			c.buffered--
+			c.mu.Unlock()
+		})
+	}
+}
+
+// wakes is the channel of wake requests (the zero Tracker is usable).
+func (t *Tracker) wakes() chan Key {
+	t.wakeOnce.Do(func() { t.wake = make(chan Key, 64) })
+	return t.wake
+}
+
+// waiting is the load entry of a wake report: the calls waiting for k.
+func (t *Tracker) waiting(k Key) msg.VersionLoad {
+	l := msg.VersionLoad{Namespace: k.Namespace, Function: k.Function, Version: k.Version}
+	if v, ok := t.versions.Load(k); ok {
+		c := v.(*count)
+		c.mu.Lock()
+		l.Buffered, l.PeakInFlight = c.buffered, c.inFlight
+		c.mu.Unlock()
+	}
+	return l
+}
+
+// lock returns k's count, locked, making it when needed.
+func (t *Tracker) lock(k Key) *count {
+	for {
+		v, ok := t.versions.Load(k)
+		if !ok {
+			now := time.Now()
+			v, _ = t.versions.LoadOrStore(k, &count{since: now, changed: now})
+		}
+		c := v.(*count)
+		c.mu.Lock()
+		if !c.gone {
+			return c
+		}
+		// Snapshot forgot this count after Load found it: take the new one.
+		c.mu.Unlock()
+	}
+}
+
+// SetIdle records which versions of a function this replica sees marked
+// idle while they still have replicas (status.serving[].idle with
+// desiredReplicas above 0); nil clears them. The component calls it from
+// its watch of Functions, and every report lists them (msg.LoadReported's
+// Idle): the data plane's acknowledgement of the drain mark.
+func (t *Tracker) SetIdle(namespace, function string, versions []int32) {
+	t.idleMu.Lock()
+	defer t.idleMu.Unlock()
+	k := fnKey{namespace, function}
+	if len(versions) == 0 {
+		delete(t.idle, k)
+		return
+	}
+	if t.idle == nil {
+		t.idle = map[fnKey][]int32{}
+	}
+	t.idle[k] = append([]int32(nil), versions...)
+}
+
+// Idle lists the versions SetIdle recorded.
+func (t *Tracker) Idle() []msg.VersionRef {
+	t.idleMu.Lock()
+	defer t.idleMu.Unlock()
+	var out []msg.VersionRef
+	for k, vs := range t.idle {
+		for _, v := range vs {
+			out = append(out, msg.VersionRef{Namespace: k.Namespace, Function: k.Function, Version: v})
+		}
+	}
+	return out
+}
+
 // Snapshot returns the load of every version with work since the last
 // snapshot, and starts a new interval. A version without calls in flight
 // or ended is left out, and forgotten.
@@ -98,12 +196,12 @@ func (t *Tracker) Snapshot(now time.Time) []msg.VersionLoad {
 		c.advance(now)
 		span := now.Sub(c.since).Seconds()
 		l := msg.VersionLoad{Namespace: k.Namespace, Function: k.Function, Version: k.Version,
-			PeakInFlight: c.peak, Completions: c.completions}
+			PeakInFlight: c.peak, Completions: c.completions, Buffered: c.peakBuf}
 		if span > 0 {
 			l.InFlight = c.area / span
 		}
-		idle := c.inFlight == 0 && c.completions == 0 && c.peak == 0
-		c.area, c.completions, c.peak, c.since = 0, 0, c.inFlight, now
+		idle := c.inFlight == 0 && c.completions == 0 && c.peak == 0 && c.peakBuf == 0
+		c.area, c.completions, c.peak, c.peakBuf, c.since = 0, 0, c.inFlight, c.buffered, now
 		if idle {
 			// Marked under the lock, so a Begin that found this count
 			// before the delete takes a new one instead.
@@ -135,8 +233,11 @@ type Reporter struct {
 	Log  *slog.Logger
 }
 
-// Run reports until ctx ends. A report that cannot be sent is dropped and
-// logged once per run of failures: the next one replaces it.
+// Run reports until ctx ends: each Interval while there is load or an
+// idle mark to acknowledge, each Heartbeat otherwise, and at once when
+// calls begin to wait for a version (Wake). A report that cannot be sent
+// is dropped and logged once per run of failures: the next one replaces
+// it.
 func (r *Reporter) Run(ctx context.Context) error {
 	name := r.Name
 	if name == "" {
@@ -146,22 +247,40 @@ func (r *Reporter) Run(ctx context.Context) error {
 	tick := time.NewTicker(Interval)
 	defer tick.Stop()
 	failing := false
+	var last time.Time
+	send := func(m *msg.LoadReported) {
+		sctx, cancel := context.WithTimeout(ctx, Interval)
+		err := r.Signals.Signal(sctx, m)
+		cancel()
+		if err != nil && !failing && ctx.Err() == nil {
+			r.Log.Warn("load report not sent", "err", err)
+		}
+		failing = err != nil
+		last = m.SentAt
+	}
 	for {
 		select {
 		case <-ctx.Done():
 			return nil
+		case k := <-r.Tracker.wakes():
+			// The counts of the interval stay for the next report; this
+			// one says only who waits.
+			m := &msg.LoadReported{Reporter: name, SentAt: time.Now().UTC(), Wake: true, Versions: []msg.VersionLoad{r.Tracker.waiting(k)}}
+			for more := true; more; {
+				select {
+				case k := <-r.Tracker.wakes():
+					m.Versions = append(m.Versions, r.Tracker.waiting(k))
+				default:
+					more = false
+				}
+			}
+			send(m)
 		case now := <-tick.C:
-			loads := r.Tracker.Snapshot(now)
-			if len(loads) == 0 {
+			loads, idle := r.Tracker.Snapshot(now), r.Tracker.Idle()
+			if len(loads) == 0 && len(idle) == 0 && now.Sub(last) < Heartbeat {
 				continue
 			}
-			sctx, cancel := context.WithTimeout(ctx, Interval)
-			err := r.Signals.Signal(sctx, &msg.LoadReported{Reporter: name, SentAt: now.UTC(), Versions: loads})
-			cancel()
-			if err != nil && !failing && ctx.Err() == nil {
-				r.Log.Warn("load report not sent", "err", err)
-			}
-			failing = err != nil
+			send(&msg.LoadReported{Reporter: name, SentAt: now.UTC(), Versions: loads, Idle: idle})
 		}
 	}
 }

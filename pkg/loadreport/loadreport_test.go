@@ -132,3 +132,52 @@ func TestReporterSendsEachSecondWithWork(t *testing.T) {
 		}
 	})
 }
+
+func TestABufferedCallWakesAtOnceAndHeartbeatsFollow(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		var tr Tracker
+		rec := &recorder{}
+		ctx, cancel := context.WithCancel(t.Context())
+		r := &Reporter{Tracker: &tr, Signals: rec, Name: "gw-1"}
+		go func() { _ = r.Run(ctx) }()
+		time.Sleep(100 * time.Millisecond)
+		endA := tr.Buffer(hello)
+		endB := tr.Buffer(hello) // the second waiting call sends nothing more
+		synctest.Wait()
+		rec.mu.Lock()
+		if len(rec.sent) != 1 || !rec.sent[0].Wake || len(rec.sent[0].Versions) != 1 || rec.sent[0].Versions[0].Buffered < 1 {
+			t.Fatalf("after the first buffered call, sent %+v; want one wake report", rec.sent)
+		}
+		rec.mu.Unlock()
+		time.Sleep(time.Second) // the regular report repeats the buffered calls
+		endA()
+		endB()
+		rec.mu.Lock()
+		if n := len(rec.sent); n != 2 || rec.sent[1].Wake || rec.sent[1].Versions[0].Buffered != 2 {
+			t.Fatalf("the second report: %+v", rec.sent)
+		}
+		rec.mu.Unlock()
+
+		tr.SetIdle("sless-fn-acme", "report", []int32{4})
+		time.Sleep(time.Second)
+		rec.mu.Lock()
+		want := []msg.VersionRef{{Namespace: "sless-fn-acme", Function: "report", Version: 4}}
+		if got := rec.sent[len(rec.sent)-1]; cmp.Diff(want, got.Idle) != "" {
+			t.Errorf("a report while a version is marked idle lists it: %+v", got)
+		}
+		rec.mu.Unlock()
+		tr.SetIdle("sless-fn-acme", "report", nil)
+		time.Sleep(2 * time.Second) // the buffered calls ended: one report with their end, then quiet
+		rec.mu.Lock()
+		before := len(rec.sent)
+		rec.mu.Unlock()
+		time.Sleep(Heartbeat)
+		cancel()
+		synctest.Wait()
+		rec.mu.Lock()
+		defer rec.mu.Unlock()
+		if got := rec.sent[before:]; len(got) != 1 || len(got[0].Versions) != 0 || len(got[0].Idle) != 0 {
+			t.Errorf("over a quiet heartbeat interval, sent %+v; want one empty report", got)
+		}
+	})
+}

@@ -66,7 +66,7 @@ func samples() []Message {
 		}}},
 		&LoadReported{Reporter: "sless-gateway-7c9f-x2k4/1", SentAt: t0, Versions: []VersionLoad{
 			{Namespace: "sless-fn-acme", Function: "hello", Version: 3, InFlight: 4.25, PeakInFlight: 7, Buffered: 2, Completions: 180},
-		}},
+		}, Idle: []VersionRef{{Namespace: "sless-fn-acme", Function: "report", Version: 1}}, Wake: true},
 	}
 }
 

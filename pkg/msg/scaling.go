@@ -15,7 +15,9 @@ const SignalExchange = "sless.signals"
 
 // LoadReported is one reporter's (a gateway or invoker replica's) load per
 // function version over the last interval. Only versions with work in the
-// interval, or with work that ended in it, are listed.
+// interval, or with work that ended in it, are listed. A reporter with
+// nothing to list still reports every few seconds (loadreport.Heartbeat),
+// so that the scaler knows which reporters live.
 type LoadReported struct {
 	// Reporter names the replica that sent it (its host name and process):
 	// the scaler keeps each reporter's latest report per second and adds
@@ -23,6 +25,22 @@ type LoadReported struct {
 	Reporter string        `json:"reporter"`
 	SentAt   time.Time     `json:"sent_at"`
 	Versions []VersionLoad `json:"versions"`
+	// Idle lists the versions this reporter sees marked idle while they
+	// still have replicas (status.serving[].idle, on their way to zero):
+	// from now on it buffers their calls instead of sending them. The
+	// scaler takes a version to zero only once every live reporter said
+	// so, with nothing of that version in flight (the drain handshake).
+	Idle []VersionRef `json:"idle,omitempty"`
+	// Wake is set on a report sent at once, outside the interval, because
+	// calls began to wait for a version at zero.
+	Wake bool `json:"wake,omitempty"`
+}
+
+// VersionRef names one version of one function.
+type VersionRef struct {
+	Namespace string `json:"namespace"`
+	Function  string `json:"function"`
+	Version   int32  `json:"version"`
 }
 
 // VersionLoad is the load on one version of one function.

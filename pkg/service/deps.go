@@ -11,6 +11,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 	dto "github.com/prometheus/client_model/go"
 	"k8s.io/client-go/rest"
+	toolscache "k8s.io/client-go/tools/cache"
 	"k8s.io/utils/ptr"
 	"sigs.k8s.io/controller-runtime/pkg/cache"
 	"sigs.k8s.io/controller-runtime/pkg/client"
@@ -19,12 +20,14 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/reconcile"
 
 	"github.com/kube5s/sless/migrations"
+	slessv1 "github.com/kube5s/sless/pkg/apis/sless/v1alpha1"
 	"github.com/kube5s/sless/pkg/envconf"
 	"github.com/kube5s/sless/pkg/health"
 	"github.com/kube5s/sless/pkg/kubeclient"
 	"github.com/kube5s/sless/pkg/loadreport"
 	"github.com/kube5s/sless/pkg/objstore"
 	"github.com/kube5s/sless/pkg/rabbit"
+	"github.com/kube5s/sless/pkg/wake"
 )
 
 // The dependencies most services share, each wired the same way: created,
@@ -72,16 +75,49 @@ func (s *Service) Rabbit(url string) *rabbit.Client {
 
 // LoadReports returns the tracker of calls in flight per function version
 // and reports it each second on mq's signal exchange to the operator's
-// scaler (package loadreport), until the service stops.
-func (s *Service) LoadReports(mq *rabbit.Client) *loadreport.Tracker {
+// scaler (package loadreport), until the service stops; and the waker
+// that holds calls for versions at zero (package wake), which the stop
+// ends with 503s. Functions come from watch, whose Function informer
+// also tells the tracker which versions are marked idle (the data
+// plane's side of the drain handshake).
+func (s *Service) LoadReports(ctx context.Context, mq *rabbit.Client, watch cache.Cache) (*loadreport.Tracker, *wake.Waker, error) {
 	load := &loadreport.Tracker{}
+	inf, err := watch.GetInformer(ctx, &slessv1.Function{})
+	if err != nil {
+		return nil, nil, fmt.Errorf("watch functions: %w", err)
+	}
+	idle := func(obj any) {
+		if fn, ok := obj.(*slessv1.Function); ok {
+			load.SetIdle(fn.Namespace, fn.Name, wake.Draining(fn))
+		}
+	}
+	if _, err := inf.AddEventHandler(toolscache.ResourceEventHandlerFuncs{
+		AddFunc:    idle,
+		UpdateFunc: func(_, obj any) { idle(obj) },
+		DeleteFunc: func(obj any) {
+			if d, ok := obj.(toolscache.DeletedFinalStateUnknown); ok {
+				obj = d.Obj
+			}
+			if fn, ok := obj.(*slessv1.Function); ok {
+				load.SetIdle(fn.Namespace, fn.Name, nil)
+			}
+		},
+	}); err != nil {
+		return nil, nil, fmt.Errorf("watch functions: %w", err)
+	}
 	signals := rabbit.NewSignaler(mq)
 	reporter := &loadreport.Reporter{Tracker: load, Signals: signals, Log: s.Log}
 	s.Go(func(ctx context.Context) error {
 		defer signals.Close()
 		return reporter.Run(ctx)
 	})
-	return load
+	waker := &wake.Waker{Functions: watch, Load: load}
+	s.Go(func(ctx context.Context) error {
+		<-ctx.Done()
+		waker.Close()
+		return nil
+	})
+	return load, waker, nil
 }
 
 // ObjectStore returns the S3 store with its bucket created, part of readiness.

@@ -13,6 +13,10 @@
 //     versions with traffic; random per call, or deterministic for a key
 //     (X-Sless-Affinity, else Idempotency-Key); none ready -> 503.
 //
+// A version the scaler took to zero (status.serving[].idle) is as good as
+// a ready one here: the choice says Wake, and the caller waits for it
+// with pkg/wake before it calls.
+//
 // Pinned work (async calls, queue messages, cron fires, job runs) runs on
 // the version stamped at acceptance while it is in status.serving
 // (draining included); otherwise on latest, with Fallback set.
@@ -44,6 +48,9 @@ type Choice struct {
 	// Fallback: the pinned version was no longer serving, so the call runs
 	// on latest (or on the split when latest does not serve).
 	Fallback bool
+	// Wake: the version is idle (at zero replicas, or on its way there);
+	// the call waits for it to wake (pkg/wake) before it is sent.
+	Wake bool
 }
 
 // Error is a call that no version can serve: its HTTP status (404 or
@@ -143,10 +150,10 @@ func Pick(fn *slessv1.Function, route Route, key string) (Choice, error) {
 			}
 			return Choice{}, notFound("function %s has no version %d serving", fn.Name, route.Number)
 		}
-		if !sv.Ready || sv.Endpoint == "" {
+		if !usable(sv) {
 			return Choice{}, unready("version %d of function %s is not ready yet; try again shortly", sv.Number, fn.Name)
 		}
-		return Choice{Number: sv.Number, Endpoint: sv.Endpoint}, nil
+		return choose(sv), nil
 	}
 	return split(fn, key)
 }
@@ -163,13 +170,15 @@ func Pinned(fn *slessv1.Function, n int32, key string) (Choice, error) {
 		return c, err
 	}
 	if sv := find(fn, Route{Number: n}); sv != nil {
-		if !sv.Ready || sv.Endpoint == "" {
+		if !usable(sv) {
 			return Choice{}, unready("version %d of function %s is not ready yet", n, fn.Name)
 		}
-		return Choice{Number: n, Endpoint: sv.Endpoint}, nil
+		return choose(sv), nil
 	}
-	if sv := find(fn, Route{Number: fn.Status.LatestVersion}); sv != nil && sv.Ready && sv.Endpoint != "" {
-		return Choice{Number: sv.Number, Endpoint: sv.Endpoint, Fallback: true}, nil
+	if sv := find(fn, Route{Number: fn.Status.LatestVersion}); sv != nil && usable(sv) {
+		c := choose(sv)
+		c.Fallback = true
+		return c, nil
 	}
 	// Latest does not serve (a rollback below it): the split decides.
 	c, err := split(fn, key)
@@ -186,6 +195,16 @@ func legacy(fn *slessv1.Function, route Route) (Choice, error) {
 		return Choice{}, unready("function %s is %s; try again shortly", fn.Name, strings.ToLower(string(fn.Phase())))
 	}
 	return Choice{Number: fn.Status.LatestVersion, Endpoint: fn.Status.Endpoint}, nil
+}
+
+// usable tells whether a serving version can take a call: ready with an
+// endpoint, or idle (woken by the call).
+func usable(sv *slessv1.ServingVersion) bool {
+	return sv.Endpoint != "" && (sv.Ready || sv.Idle)
+}
+
+func choose(sv *slessv1.ServingVersion) Choice {
+	return Choice{Number: sv.Number, Endpoint: sv.Endpoint, Wake: sv.Idle}
 }
 
 func find(fn *slessv1.Function, route Route) *slessv1.ServingVersion {
@@ -205,21 +224,21 @@ func find(fn *slessv1.Function, route Route) *slessv1.ServingVersion {
 	return nil
 }
 
-// split picks over the ready versions with traffic, weighted by percent.
+// split picks over the usable versions with traffic, weighted by percent.
 // With no version carrying traffic (every percent 0), latest serves.
 func split(fn *slessv1.Function, key string) (Choice, error) {
 	total, withTraffic := 0, 0
 	for _, sv := range fn.Status.Serving {
 		if sv.Percent > 0 {
 			withTraffic++
-			if sv.Ready && sv.Endpoint != "" {
+			if usable(&sv) {
 				total += int(sv.Percent)
 			}
 		}
 	}
 	if withTraffic == 0 {
-		if sv := find(fn, Route{Number: fn.Status.LatestVersion}); sv != nil && sv.Ready && sv.Endpoint != "" {
-			return Choice{Number: sv.Number, Endpoint: sv.Endpoint}, nil
+		if sv := find(fn, Route{Number: fn.Status.LatestVersion}); sv != nil && usable(sv) {
+			return choose(sv), nil
 		}
 		return Choice{}, unready("function %s has no version taking traffic yet; try again shortly", fn.Name)
 	}
@@ -234,12 +253,13 @@ func split(fn *slessv1.Function, key string) (Choice, error) {
 		h.Write([]byte(key))
 		at = int(h.Sum64() % uint64(total))
 	}
-	for _, sv := range fn.Status.Serving {
-		if sv.Percent <= 0 || !sv.Ready || sv.Endpoint == "" {
+	for i := range fn.Status.Serving {
+		sv := &fn.Status.Serving[i]
+		if sv.Percent <= 0 || !usable(sv) {
 			continue
 		}
 		if at < int(sv.Percent) {
-			return Choice{Number: sv.Number, Endpoint: sv.Endpoint}, nil
+			return choose(sv), nil
 		}
 		at -= int(sv.Percent)
 	}

@@ -194,3 +194,43 @@ func TestRoutes(t *testing.T) {
 		t.Error("the affinity header does not come first")
 	}
 }
+
+// An idle version (at zero, or on its way there) is chosen as a ready one
+// would be, with Wake set; one without an endpoint is not.
+func TestIdleVersionsAreChosenToWake(t *testing.T) {
+	idle := func(n, pct int32) slessv1.ServingVersion {
+		s := sv(n, pct, false)
+		s.Idle = true
+		return s
+	}
+	cases := []struct {
+		name   string
+		fn     *slessv1.Function
+		route  Route
+		want   int32
+		wake   bool
+		status int
+	}{
+		{"the only version, at zero", fnWith(1, idle(1, 100)), Route{}, 1, true, 0},
+		{"routed to an idle version", fnWith(2, sv(1, 100, true), idle(2, 0)), Route{Number: 2}, 2, true, 0},
+		{"draining to zero, still ready", fnWith(1, func() slessv1.ServingVersion { s := idle(1, 100); s.Ready = true; return s }()), Route{}, 1, true, 0},
+		{"ready, not idle", fnWith(1, sv(1, 100, true)), Route{}, 1, false, 0},
+		{"idle without an endpoint", fnWith(1, func() slessv1.ServingVersion { s := idle(1, 100); s.Endpoint = ""; return s }()), Route{}, 0, false, 503},
+		{"no traffic anywhere, latest at zero", fnWith(2, sv(1, 0, true), idle(2, 0)), Route{}, 2, true, 0},
+	}
+	for _, c := range cases {
+		t.Run(c.name, func(t *testing.T) {
+			got, err := Pick(c.fn, c.route, "k")
+			if s := status(err); s != c.status {
+				t.Fatalf("status = %d (%v), want %d", s, err, c.status)
+			}
+			if err == nil && (got.Number != c.want || got.Wake != c.wake) {
+				t.Errorf("got %+v, want version %d wake %v", got, c.want, c.wake)
+			}
+		})
+	}
+	got, err := Pinned(fnWith(3, idle(3, 100)), 2, "k")
+	if err != nil || got.Number != 3 || !got.Wake || !got.Fallback {
+		t.Errorf("pinned to a deleted version while latest is idle: %+v, %v", got, err)
+	}
+}

@@ -328,7 +328,12 @@ class Worker:
             except OSError:
                 break
             conn.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
-            threading.Thread(target=self.serve_conn, args=(conn,), daemon=True).start()
+            try:
+                threading.Thread(target=self.serve_conn, args=(conn,), daemon=True).start()
+            except RuntimeError:
+                # No thread to be had (the memory limit): this connection
+                # is refused with a 503, and the worker goes on serving.
+                refuse(conn)
         self.listener.close()
         self.finish()
 
@@ -654,9 +659,29 @@ def set_parent_death_signal(sig):
         pass
 
 
+# A connection's thread needs little stack: Python calls do not recurse on
+# the C stack in 3.11. The default of 8 MiB per thread would let an
+# address-space limit (the local driver's memory limit) refuse threads
+# long before the function's concurrency is reached.
+THREAD_STACK = 512 << 10
+
+
+def refuse(conn):
+    """Answers 503 on a connection no thread can serve, and closes it."""
+    try:
+        status, headers, body = problem(503, "Overloaded", "the runtime cannot take another connection now", None, [("Retry-After", "1")])
+        conn.settimeout(1)
+        conn.sendall(render(status, headers, None, body, True))
+    except OSError:
+        pass
+    finally:
+        conn.close()
+
+
 def worker_main(cfg, listener, sem, shm, slot, status_fd, supervisor_pid, first):
     # Its own process group, so that a recycle ends whatever its handlers started.
     os.setpgid(0, 0)
+    threading.stack_size(THREAD_STACK)
     signal.set_wakeup_fd(-1)
     w = Worker(cfg, listener, sem, shm, slot, status_fd)
 

@@ -37,7 +37,9 @@ class RuntimeProcess:
             env["SLESS_WORKERS"] = workers
         preexec = None
         if memory_mb:
-            # What the local driver does: an address-space limit the workers inherit.
+            # What the local driver does: an address-space limit the workers
+            # inherit, and few malloc arenas (each reserves 64 MiB of it).
+            env["MALLOC_ARENA_MAX"] = "2"
             limit = (memory_mb + 256) << 20
             preexec = lambda: resource.setrlimit(resource.RLIMIT_AS, (limit, limit))  # noqa: E731
         self.log = tempfile.TemporaryFile()  # closed by stop()
@@ -195,6 +197,30 @@ class BehaviourTest(unittest.TestCase):
                 wait_gone(self, pid)
                 status, _, _ = rt.request("GET", "/text")
                 self.assertEqual(status, 200)
+
+    def test_many_invocations_at_once_under_the_memory_limit(self):
+        # The local driver's address-space limit (128 MiB + 256) must not
+        # refuse the threads of a high concurrency: 150 slow calls at
+        # once all answer 200, and no worker dies.
+        rt = self.start(concurrency="200", workers="2", memory_mb=128, timeout="10")
+        results = []
+        lock = threading.Lock()
+
+        def one():
+            try:
+                status, _, _ = rt.request("POST", "/slow", body=b'{"seconds": 1}', headers={"Content-Type": "application/json"})
+            except OSError as e:
+                status = repr(e)
+            with lock:
+                results.append(status)
+
+        threads = [threading.Thread(target=one) for _ in range(150)]
+        for t in threads:
+            t.start()
+        for t in threads:
+            t.join()
+        self.assertEqual(results.count(200), 150, f"statuses: {sorted(set(map(str, results)))}; log:\n{rt.logs()[-2000:]}")
+        self.assertNotIn("worker exited", rt.logs())
 
     def test_other_invocations_finish_while_a_timed_out_worker_is_recycled(self):
         rt = self.start(timeout="1.5", concurrency="4", workers="1")

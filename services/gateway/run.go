@@ -73,7 +73,12 @@ func run(ctx context.Context, getenv func(string) string, stdout io.Writer) erro
 	}
 	mq := svc.Rabbit(cfg.RabbitURL)
 	pub := rabbit.NewPublisher(mq)
-	load := svc.LoadReports(mq) // calls in flight per version, for the scaler
+	// Calls in flight per version for the scaler, and the buffer of calls
+	// for versions at zero.
+	load, waker, err := svc.LoadReports(ctx, mq, watch)
+	if err != nil {
+		return err
+	}
 	// One publisher: fewer, fuller batches. With 8, each batch held ~30
 	// records and recording cost 8.6%-17.2% of sync invoke throughput;
 	// with 1, -8.6%-7.4% (BenchmarkHistoryCost, five runs each).
@@ -98,7 +103,7 @@ func run(ctx context.Context, getenv func(string) string, stdout io.Writer) erro
 		Kube: kube, Cache: watch, DB: pool, Store: store, Publisher: pub, Recorder: recorder,
 		Health: svc.Health, Registry: svc.Registry, Tracer: svc.Tracer, Log: svc.Log, Logs: fnLogs,
 		Review: cfg.Review.Gate(sqlstore.New(pool), cfg.ArchiveLimits, svc.Log, svc.Registry),
-		Load:   load,
+		Load:   load, Wake: waker,
 	})
 	svc.Go(srv.WatchRevocations)
 	var public http.Handler = srv

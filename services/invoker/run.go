@@ -59,9 +59,15 @@ func run(ctx context.Context, getenv func(string) string, stdout io.Writer) erro
 	mq := svc.Rabbit(cfg.RabbitURL)
 	pub := rabbit.NewPublisher(mq)
 
-	load := svc.LoadReports(mq) // calls in flight per version, for the scaler
+	// Calls in flight per version for the scaler, and the wait for
+	// versions at zero (deliveries stay unacked while they wake).
+	load, waker, err := svc.LoadReports(ctx, mq, watch)
+	if err != nil {
+		return err
+	}
 	exec := &invoke.Executor{
 		Load:      load,
+		Wake:      waker,
 		Functions: watch,
 		Client: &http.Client{Transport: &http.Transport{MaxIdleConnsPerHost: 256, IdleConnTimeout: 90 * time.Second, DisableCompression: true},
 			CheckRedirect: noRedirects},

@@ -7,21 +7,22 @@ import (
 	"time"
 
 	amqp "github.com/rabbitmq/amqp091-go"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+
+	slessv1 "github.com/kube5s/sless/pkg/apis/sless/v1alpha1"
 
 	"github.com/kube5s/sless/pkg/msg"
 	"github.com/kube5s/sless/pkg/testenv"
 )
 
-// TestAQueuedCallIsReportedToTheScaler: while the invoker runs a queued
-// call, its load reports on the signal exchange show the call in flight
-// on the function, and then its completion.
-func TestAQueuedCallIsReportedToTheScaler(t *testing.T) {
-	w := newWorld(t)
+// signals consumes the load reports on w's signal exchange.
+func signals(t *testing.T, w *world) <-chan amqp.Delivery {
+	t.Helper()
 	conn, err := amqp.Dial(w.vhost)
 	if err != nil {
 		t.Fatal(err)
 	}
-	defer conn.Close()
+	t.Cleanup(func() { conn.Close() })
 	ch, err := conn.Channel()
 	if err != nil {
 		t.Fatal(err)
@@ -40,6 +41,15 @@ func TestAQueuedCallIsReportedToTheScaler(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
+	return reports
+}
+
+// TestAQueuedCallIsReportedToTheScaler: while the invoker runs a queued
+// call, its load reports on the signal exchange show the call in flight
+// on the function, and then its completion.
+func TestAQueuedCallIsReportedToTheScaler(t *testing.T) {
+	w := newWorld(t)
+	reports := signals(t, w)
 
 	_, endpoint := callCounter(t, 2500*time.Millisecond)
 	w.readyFunction(t, "slow", endpoint, 10)
@@ -69,4 +79,81 @@ func TestAQueuedCallIsReportedToTheScaler(t *testing.T) {
 		}
 	})
 	_ = w.record(t, "inv-slow", 30*time.Second)
+}
+
+// TestAQueuedCallWaitsForItsVersionToWake: a queued call for a version at
+// zero (status.serving idle) sends a wake report at once and waits, its
+// delivery unacked and the function not called; once the version serves,
+// it runs once and is recorded as one succeeded attempt on that version.
+func TestAQueuedCallWaitsForItsVersionToWake(t *testing.T) {
+	w := newWorld(t)
+	reports := signals(t, w)
+	counter, endpoint := callCounter(t, 0)
+	w.readyFunction(t, "sleepy", endpoint, 10)
+	serve := func(sv slessv1.ServingVersion) {
+		t.Helper()
+		var f slessv1.Function
+		if err := w.kube.Get(t.Context(), client.ObjectKey{Namespace: w.ns, Name: "sleepy"}, &f); err != nil {
+			t.Fatal(err)
+		}
+		f.Status.LatestVersion, f.Status.Serving = 1, []slessv1.ServingVersion{sv}
+		if err := w.kube.Status().Update(t.Context(), &f); err != nil {
+			t.Fatal(err)
+		}
+	}
+	// Marked idle with its replica still there (on its way to zero): the
+	// invoker acknowledges the mark in its reports, which also shows its
+	// cache has the status before the call is sent.
+	serve(slessv1.ServingVersion{Number: 1, Percent: 100, Idle: true, DesiredReplicas: 1, Endpoint: endpoint})
+	testenv.Eventually(t, 60*time.Second, "a report acknowledging the idle mark", func() (bool, string) {
+		for {
+			select {
+			case d := <-reports:
+				var r msg.LoadReported
+				if json.Unmarshal(d.Body, &r) != nil {
+					continue
+				}
+				for _, i := range r.Idle {
+					if i.Namespace == w.ns && i.Function == "sleepy" && i.Version == 1 {
+						return true, ""
+					}
+				}
+			default:
+				return false, "no acknowledgement yet"
+			}
+		}
+	})
+	w.request(t, "inv-sleepy", "sleepy", "/", 0, `{}`)
+
+	testenv.Eventually(t, 60*time.Second, "a wake report for the version at zero", func() (bool, string) {
+		for {
+			select {
+			case d := <-reports:
+				var r msg.LoadReported
+				if json.Unmarshal(d.Body, &r) != nil {
+					continue
+				}
+				for _, l := range r.Versions {
+					if r.Wake && l.Namespace == w.ns && l.Function == "sleepy" && l.Version == 1 && l.Buffered >= 1 {
+						return true, ""
+					}
+				}
+			default:
+				return false, "no wake report yet"
+			}
+		}
+	})
+	if n := counter.of("inv-sleepy"); n != 0 {
+		t.Fatalf("the function ran %d times while its version was at zero", n)
+	}
+	var count int
+	if err := w.db.QueryRow(t.Context(), `SELECT count(*) FROM invocations WHERE id = $1`, "inv-sleepy").Scan(&count); err != nil || count != 0 {
+		t.Fatalf("a record before the call ran: %d, %v", count, err)
+	}
+
+	serve(slessv1.ServingVersion{Number: 1, Percent: 100, Ready: true, Endpoint: endpoint})
+	r := w.record(t, "inv-sleepy", 30*time.Second)
+	if r.status != "succeeded" || r.attempts != 1 || counter.of("inv-sleepy") != 1 {
+		t.Errorf("after the wake: record %+v, %d calls; want one succeeded attempt", r, counter.of("inv-sleepy"))
+	}
 }

@@ -113,6 +113,7 @@ func run(ctx context.Context, getenv func(string) string, stdout io.Writer) erro
 	// replica (a follower's is ready when it leads); it acts through the
 	// Function reconciler, which runs on the leader only.
 	scale := scaler.New(svc.Registry)
+	scale.Log = svc.Log
 	svc.Go(func(ctx context.Context) error { return mq.ListenSignals(ctx, scale.Report) })
 	err = controller.Setup(ctx, mgr, controller.Deps{
 		Scaler:       scale,

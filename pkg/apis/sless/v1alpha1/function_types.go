@@ -266,3 +266,15 @@ type FunctionList struct {
 	metav1.ListMeta `json:"metadata,omitempty"`
 	Items           []Function `json:"items"`
 }
+
+// DefaultMaxBufferedRequests is spec.scaling.maxBufferedRequests when
+// unset: the calls a data-plane replica holds for a version that wakes.
+const DefaultMaxBufferedRequests = 1000
+
+// MaxBufferedRequests is spec.scaling.maxBufferedRequests, or its default.
+func (f *Function) MaxBufferedRequests() int {
+	if f.Spec.Scaling != nil && f.Spec.Scaling.MaxBufferedRequests > 0 {
+		return int(f.Spec.Scaling.MaxBufferedRequests)
+	}
+	return DefaultMaxBufferedRequests
+}

@@ -144,6 +144,12 @@ type ServingVersion struct {
 	// until its in-flight and pinned work is done.
 	// +optional
 	Draining bool `json:"draining,omitempty"`
+	// Idle is true while the scaler takes the version to zero replicas or
+	// keeps it there: the data plane holds its calls in a bounded buffer,
+	// which wakes it, and sends them on once a replica is ready and
+	// answers (docs/scaling.md). Endpoint stays set while idle.
+	// +optional
+	Idle bool `json:"idle,omitempty"`
 	// DesiredReplicas is the replica count the scaler decided for this
 	// version, ReadyReplicas how many pass their health check, and
 	// ScalingReason why the count is what it is (Load, Panic, MinReplicas,

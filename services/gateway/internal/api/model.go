@@ -175,10 +175,11 @@ type ServingVersion struct {
 	Tags     []string `json:"tags,omitempty"`
 	Ready    bool     `json:"ready"`
 	Draining bool     `json:"draining,omitempty"`
+	Idle     bool     `json:"idle,omitempty" doc:"at zero replicas or on the way there: a call waits while the version starts"`
 	// The scaler's decision for the version and what it observed.
 	DesiredReplicas int32  `json:"desired_replicas"`
 	ReadyReplicas   int32  `json:"ready_replicas"`
-	ScalingReason   string `json:"scaling_reason,omitempty" doc:"why the version has the replicas it has: Load, Panic, Backlog, ColdStartGuard, ScaleDownDelay, IdleWait, MinReplicas, MaxReplicas, QuotaPods, ..."`
+	ScalingReason   string `json:"scaling_reason,omitempty" doc:"why the version has the replicas it has: Load, Panic, Backlog, ColdStartGuard, ScaleDownDelay, IdleWait, DrainingToZero, ScaledToZero, WakeLimited, MinReplicas, MaxReplicas, QuotaPods, ..."`
 }
 
 // FunctionInput creates a function.
@@ -350,7 +351,7 @@ func servingREST(in []slessv1.ServingVersion) []ServingVersion {
 	}
 	out := make([]ServingVersion, 0, len(in))
 	for _, sv := range in {
-		out = append(out, ServingVersion{Version: sv.Number, Percent: sv.Percent, Tags: sv.Tags, Ready: sv.Ready, Draining: sv.Draining,
+		out = append(out, ServingVersion{Version: sv.Number, Percent: sv.Percent, Tags: sv.Tags, Ready: sv.Ready, Draining: sv.Draining, Idle: sv.Idle,
 			DesiredReplicas: sv.DesiredReplicas, ReadyReplicas: sv.ReadyReplicas, ScalingReason: sv.ScalingReason})
 	}
 	return out

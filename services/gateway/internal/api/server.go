@@ -36,6 +36,7 @@ import (
 	"github.com/kube5s/sless/pkg/archive"
 	"github.com/kube5s/sless/pkg/egress"
 	"github.com/kube5s/sless/pkg/loadreport"
+	"github.com/kube5s/sless/pkg/wake"
 	"github.com/kube5s/sless/pkg/msg"
 	"github.com/kube5s/sless/pkg/telemetry"
 	"github.com/kube5s/sless/services/gateway/internal/auth"
@@ -99,6 +100,7 @@ type Deps struct {
 	Logs      logs.Source         // what functions printed; nil: the logs route answers 501
 	Review    *review.Gate        // the source review at upload; nil: none
 	Load      *loadreport.Tracker // calls in flight per version, for the scaler; nil: not counted
+	Wake      *wake.Waker         // holds calls for versions at zero; nil: they answer 503
 }
 
 // Server holds the handlers' state. Each collaborator is the small
@@ -141,7 +143,7 @@ func New(d Deps) *Server {
 		s.Transport = proxy.DefaultTransport()
 	}
 	s.forwarder = &proxy.Forwarder{Transport: s.Transport, Tracer: d.Tracer, Prop: s.prop, Recorder: d.Recorder, Metrics: metrics,
-		Log: d.Log, MaxResponseBytes: d.Config.MaxResponseBytes, MaxInlineResult: d.Config.MaxInlineResult, Load: d.Load}
+		Log: d.Log, MaxResponseBytes: d.Config.MaxResponseBytes, MaxInlineResult: d.Config.MaxInlineResult, Load: d.Load, Wake: d.Wake}
 	s.async = enqueue.NewAcceptor(sql, d.Publisher, metrics)
 	s.replays = enqueue.NewReplayer(sql, d.Store, d.Publisher)
 	s.history, s.letters = sql, sql

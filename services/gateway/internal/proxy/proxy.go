@@ -29,6 +29,7 @@ import (
 	"github.com/kube5s/sless/pkg/loadreport"
 	"github.com/kube5s/sless/pkg/msg"
 	"github.com/kube5s/sless/pkg/versionpick"
+	"github.com/kube5s/sless/pkg/wake"
 )
 
 // Recorder takes invocation records without blocking.
@@ -54,6 +55,9 @@ type Forwarder struct {
 	// Load counts the calls in flight per version for the scaler; nil
 	// counts nothing.
 	Load *loadreport.Tracker
+	// Wake holds calls for a version at zero until it serves; nil answers
+	// them 503.
+	Wake *wake.Waker
 }
 
 // Call is one invocation: whose, through which trigger, at which path
@@ -174,6 +178,11 @@ func (f *Forwarder) Forward(w http.ResponseWriter, r *http.Request, fn *slessv1.
 	version, err := versionpick.Pick(fn, c.Route, versionpick.Key(r.Header))
 	if err != nil {
 		return PickFailure(err)
+	}
+	if version.Wake {
+		if version, err = f.wake(r.Context(), fn, version); err != nil {
+			return err
+		}
 	}
 	if version.Number != 0 {
 		w.Header().Set(headers.Version, strconv.Itoa(int(version.Number)))
@@ -310,6 +319,30 @@ func (f *Forwarder) Forward(w http.ResponseWriter, r *http.Request, fn *slessv1.
 		f.Log.WarnContext(ctx, "function response interrupted", "requestID", c.RequestID, "tenant", tenant, "function", fn.Name, "err", err)
 	}
 	return nil
+}
+
+// wake holds a call for a version at zero until it serves (pkg/wake),
+// at most until the earlier of the request's end and the function's
+// timeout; a call that cannot wait, or waited in vain, is a clean 503
+// with Retry-After.
+func (f *Forwarder) wake(ctx context.Context, fn *slessv1.Function, c versionpick.Choice) (versionpick.Choice, error) {
+	if f.Wake == nil {
+		return c, &Failure{Status: 503, Slug: "not-ready", RetryAfter: versionpick.RetryAfter,
+			Detail: fmt.Sprintf("function %s is scaled to zero; try again shortly", fn.Name)}
+	}
+	wctx, cancel := context.WithTimeout(ctx, time.Duration(fn.Spec.TimeoutSec)*time.Second)
+	defer cancel()
+	out, err := f.Wake.Wait(wctx, fn, c, fn.MaxBufferedRequests())
+	switch {
+	case err == nil:
+		return out, nil
+	case ctx.Err() == nil && errors.Is(err, context.DeadlineExceeded):
+		return c, &Failure{Status: 503, Slug: "not-ready", RetryAfter: versionpick.RetryAfter,
+			Detail: fmt.Sprintf("function %s did not start within its timeout of %ds; try again", fn.Name, fn.Spec.TimeoutSec)}
+	case ctx.Err() != nil:
+		return c, &Failure{Status: 503, Slug: "not-ready", Detail: "the request ended while the function started", Cause: err}
+	}
+	return c, PickFailure(err)
 }
 
 // headWriter keeps the first max bytes of a stream.

@@ -34,6 +34,7 @@ import (
 	"github.com/kube5s/sless/pkg/rabbit"
 	"github.com/kube5s/sless/pkg/telemetry"
 	"github.com/kube5s/sless/pkg/versionpick"
+	"github.com/kube5s/sless/pkg/wake"
 )
 
 // Publisher sends a message and returns once the broker confirmed it.
@@ -77,7 +78,16 @@ type Executor struct {
 	// Load counts the calls in flight per version for the scaler; nil
 	// counts nothing.
 	Load *loadreport.Tracker
+	// Wake holds a call for a version at zero until it serves, with its
+	// delivery unacked; nil fails such calls as not ready (retried).
+	Wake *wake.Waker
 }
+
+// WakeTimeout is how long queued work waits for its version to wake
+// before the attempt fails as not ready (and is retried): longer than a
+// synchronous caller would, since nobody holds a connection open, and
+// long enough for a pod that pulls its image.
+const WakeTimeout = 2 * time.Minute
 
 // Metrics are the invoker's counters.
 type Metrics struct {
@@ -229,6 +239,12 @@ func (e *Executor) Execute(ctx context.Context, req *msg.InvocationRequested, at
 		rec.Status, rec.Error = msg.StatusFailed, err.Error()
 		return rec, true
 	}
+	if version.Wake {
+		if version, err = e.wake(ctx, &fn, version); err != nil {
+			rec.Status, rec.Error = msg.StatusFailed, err.Error()
+			return rec, true
+		}
+	}
 	if req.FunctionVersion == 0 {
 		// Pinned on its first attempt: retries keep it (Attempt stamps
 		// the delivery).
@@ -285,6 +301,21 @@ func (e *Executor) Execute(ctx context.Context, req *msg.InvocationRequested, at
 		e.storeResult(ctx, rec, body)
 	}
 	return rec, o.Retryable
+}
+
+// wake holds a call for a version at zero until it serves (pkg/wake), at
+// most WakeTimeout; the delivery stays unacked meanwhile.
+func (e *Executor) wake(ctx context.Context, fn *slessv1.Function, c versionpick.Choice) (versionpick.Choice, error) {
+	if e.Wake == nil {
+		return c, fmt.Errorf("version %d of function %s is scaled to zero", c.Number, fn.Name)
+	}
+	wctx, cancel := context.WithTimeout(ctx, WakeTimeout)
+	defer cancel()
+	out, err := e.Wake.Wait(wctx, fn, c, fn.MaxBufferedRequests())
+	if err != nil && errors.Is(err, context.DeadlineExceeded) && ctx.Err() == nil {
+		return c, fmt.Errorf("version %d of function %s did not start within %s", c.Number, fn.Name, WakeTimeout)
+	}
+	return out, err
 }
 
 // storeResult puts a large result in the object store and names it in the

@@ -1,6 +1,10 @@
 package autoscale
 
-import "time"
+import (
+	"time"
+
+	slessv1 "github.com/kube5s/sless/pkg/apis/sless/v1alpha1"
+)
 
 // Reason says why a version has the replica count it has; it goes into the
 // Function's status next to the count.
@@ -13,6 +17,8 @@ const (
 	ReasonColdStartGuard Reason = "ColdStartGuard" // buffered calls asked for more than 2x the ready replicas
 	ReasonScaleDownDelay Reason = "ScaleDownDelay" // a higher count of the last scaleDownDelay is held
 	ReasonIdleWait       Reason = "IdleWait"       // no load, but not idle for scaleDownDelay yet
+	ReasonDrainToZero    Reason = "DrainingToZero" // idle for scaleDownDelay: marked idle, waiting for the data plane to hold its calls
+	ReasonWakeLimited    Reason = "WakeLimited"    // calls wait, but the tenant's wake rate is used up this second
 	ReasonZero           Reason = "ScaledToZero"   // idle for scaleDownDelay with minReplicas 0 and no floor
 	ReasonMinReplicas    Reason = "MinReplicas"    // raised to minReplicas
 	ReasonMaxReplicas    Reason = "MaxReplicas"    // lowered to maxReplicas
@@ -37,7 +43,8 @@ const (
 	DefaultScaleDownDelay = 120 * time.Second
 	// DefaultMaxBufferedRequests bounds the calls a gateway holds per version
 	// while it wakes or is at its limit; beyond it, 503 with Retry-After.
-	DefaultMaxBufferedRequests = 1000
+	// The data plane reads it from the API (Function.MaxBufferedRequests).
+	DefaultMaxBufferedRequests = slessv1.DefaultMaxBufferedRequests
 )
 
 // Spec is the raw scaling configuration of a version, as plain numbers from

@@ -2,6 +2,8 @@ package controller
 
 import (
 	"fmt"
+	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -108,4 +110,93 @@ func servingEntry(fn *slessv1.Function, n int32) *slessv1.ServingVersion {
 		}
 	}
 	return nil
+}
+
+// TestAVersionGoesToZeroAndWakes: a version at minReplicas 0 idle for its
+// scale-down delay is marked idle first and keeps its replica while a
+// live reporter (a gateway, on the real broker) has not acknowledged the
+// mark; once it has, twice, the Deployment goes to zero, the Function
+// stays Ready and the version keeps its endpoint, marked idle. A wake
+// report (calls waiting) brings it back to one replica at once, and the
+// mark goes when a replica is ready.
+func TestAVersionGoesToZeroAndWakes(t *testing.T) {
+	h := newHarness(t)
+	_, ns := h.tenant(t)
+	fn := h.function(t, ns, "sleepy", func(f *slessv1.Function) {
+		f.Spec.Image = image
+		f.Spec.Scaling = &slessv1.Scaling{MinReplicas: 0, MaxReplicas: 2, ScaleDownDelaySeconds: 1}
+	})
+	h.markAvailable(t, ns, "sleepy")
+	h.waitReady(t, fn)
+	state := func() (int32, *slessv1.ServingVersion, string) {
+		var d appsv1.Deployment
+		if err := h.c.Get(t.Context(), client.ObjectKey{Namespace: ns, Name: resources.VersionWorkloadName("sleepy", 1)}, &d); err != nil {
+			return -1, nil, err.Error()
+		}
+		h.get(t, fn)
+		return *d.Spec.Replicas, servingEntry(fn, 1), fmt.Sprintf("deployment replicas %d, phase %s, status.serving %+v", *d.Spec.Replicas, fn.Status.Phase, fn.Status.Serving)
+	}
+	show := func() string { _, _, s := state(); return s }
+
+	signals := rabbit.NewSignaler(h.mq)
+	defer signals.Close()
+	reporter := "gw-" + ns // this test's own, so that no other test's reports count
+	// acks says whether the reporter acknowledges the idle mark, busy
+	// whether it has a call in flight.
+	var acks, busy atomic.Bool
+	done := make(chan struct{})
+	var wg sync.WaitGroup
+	wg.Go(func() {
+		for jitter.Wait(t.Context(), 300*time.Millisecond) {
+			select {
+			case <-done:
+				return
+			default:
+			}
+			m := &msg.LoadReported{Reporter: reporter, SentAt: time.Now()}
+			if acks.Load() {
+				m.Idle = []msg.VersionRef{{Namespace: ns, Function: "sleepy", Version: 1}}
+			}
+			if busy.Load() {
+				m.Versions = []msg.VersionLoad{{Namespace: ns, Function: "sleepy", Version: 1, InFlight: 1, PeakInFlight: 1, Completions: 1}}
+			}
+			_ = signals.Signal(t.Context(), m)
+		}
+	})
+	defer func() { close(done); wg.Wait() }()
+
+	h.eventuallyShow(t, "marked idle, replica kept while the gateway has not acknowledged", func() bool {
+		n, e, _ := state()
+		return n == 1 && e != nil && e.Idle && e.ScalingReason == string(autoscale.ReasonDrainToZero)
+	}, show)
+	for range 3 {
+		if n, e, saw := state(); n != 1 || e == nil || !e.Idle {
+			t.Fatalf("without the acknowledgement: %s", saw)
+		}
+		jitter.Wait(t.Context(), 500*time.Millisecond)
+	}
+	acks.Store(true)
+	h.eventuallyShow(t, "zero replicas once acknowledged", func() bool {
+		n, e, _ := state()
+		return n == 0 && e != nil && e.Idle && e.ScalingReason == string(autoscale.ReasonZero)
+	}, show)
+	// The Function stays Ready, the version keeps its endpoint, and no
+	// replica is ready once the Deployment says so.
+	h.eventuallyShow(t, "at zero: no replica ready, the endpoint kept, the function Ready", func() bool {
+		_, e, _ := state()
+		return fn.Status.Phase == slessv1.FunctionReady && e != nil && e.Idle && e.Endpoint != "" && !e.Ready && e.ReadyReplicas == 0
+	}, show)
+
+	// Calls wait at a gateway: one wake report; then they run (which
+	// keeps the version awake while the test looks).
+	acks.Store(false)
+	busy.Store(true)
+	if err := signals.Signal(t.Context(), &msg.LoadReported{Reporter: reporter, SentAt: time.Now(), Wake: true,
+		Versions: []msg.VersionLoad{{Namespace: ns, Function: "sleepy", Version: 1, Buffered: 3}}}); err != nil {
+		t.Fatal(err)
+	}
+	h.eventuallyShow(t, "woken: one replica, ready, no longer idle", func() bool {
+		n, e, _ := state()
+		return n == 1 && e != nil && e.Ready && !e.Idle
+	}, show)
 }

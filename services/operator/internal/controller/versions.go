@@ -253,10 +253,10 @@ func (r *FunctionReconciler) run(ctx context.Context, fn *slessv1.Function, vers
 	// Everything that may serve after this reconcile runs first: the
 	// desired targets and whatever serves now (readiness decides the flip).
 	states := map[int32]driver.State{}
-	decisions := map[int32]autoscale.Decision{}
-	recorded := map[int32]int32{}
+	decisions := map[int32]scaler.Decision{}
+	recorded := map[int32]slessv1.ServingVersion{}
 	for _, e := range st.Serving {
-		recorded[e.Number] = e.DesiredReplicas
+		recorded[e.Number] = e
 	}
 	// The tenant's pods quota bounds every version's maximum (0: the
 	// Tenant is not in the cache; its quota then bounds nothing here).
@@ -274,7 +274,9 @@ func (r *FunctionReconciler) run(ctx context.Context, fn *slessv1.Function, vers
 		// The count is the scaler's; what was ready at the last
 		// reconcile is what it knows of the replicas.
 		key := loadreport.Key{Namespace: fn.Namespace, Function: fn.Name, Version: n}
-		d := r.Scaler.Replicas(key, scaler.Settings(view, tenant.Spec.Quotas.MaxPods), readyOf(st.Serving, n), recorded[n])
+		rec := recorded[n]
+		d := r.Scaler.Replicas(key, scaler.Settings(view, tenant.Spec.Quotas.MaxPods), rec.ReadyReplicas, rec.DesiredReplicas,
+			rec.DesiredReplicas == 0 && rec.ScalingReason == string(autoscale.ReasonZero))
 		decisions[n] = d
 		s, err := r.Driver.Ensure(ctx, view, driver.Version{Number: n, Replicas: d.Replicas,
 			Artifact: driver.Artifact{Image: v.Spec.Image, Dir: v.Spec.Artifact, BuildID: v.Spec.BuildID}})
@@ -294,7 +296,9 @@ func (r *FunctionReconciler) run(ctx context.Context, fn *slessv1.Function, vers
 			ensure(e.Number)
 		}
 	}
-	ready := func(n int32) bool { return states[n].Serving }
+	// A version at zero serves as well as a ready one: its first call
+	// wakes it (the data plane buffers it meanwhile).
+	ready := func(n int32) bool { return states[n].Serving || idle(decisions[n], recorded[n], states[n]) }
 	// A function from before versions serves status.endpoint from its
 	// Deployment fn-<fn> (status.serving is empty): that stays what serves
 	// until its first version is ready.
@@ -330,6 +334,9 @@ func (r *FunctionReconciler) run(ctx context.Context, fn *slessv1.Function, vers
 		s := states[n]
 		e.Ready, e.Endpoint = s.Serving, s.Endpoint
 		e.DesiredReplicas, e.ReadyReplicas, e.ScalingReason = decisions[n].Replicas, s.ReadyReplicas, string(decisions[n].Reason)
+		if e.Idle = idle(decisions[n], recorded[n], s); e.Idle {
+			e.Endpoint = s.Address
+		}
 		serving = append(serving, *e)
 	}
 	slices.SortFunc(serving, func(a, b slessv1.ServingVersion) int { return int(a.Number - b.Number) })
@@ -354,7 +361,7 @@ func (r *FunctionReconciler) run(ctx context.Context, fn *slessv1.Function, vers
 			st.ReadyReplicas += states[e.Number].ReadyReplicas
 		}
 	}
-	if top != nil && top.Ready {
+	if top != nil && (top.Ready || top.Idle) {
 		st.Endpoint = top.Endpoint
 	}
 	if legacy && !flipped {
@@ -592,11 +599,9 @@ func (r *FunctionReconciler) deleteVersions(ctx context.Context, fn *slessv1.Fun
 }
 
 // readyOf is the ready replicas status.serving recorded for version n.
-func readyOf(serving []slessv1.ServingVersion, n int32) int32 {
-	for _, e := range serving {
-		if e.Number == n {
-			return e.ReadyReplicas
-		}
-	}
-	return 0
+// idle tells whether a version's status says idle: the scaler marked it
+// (at zero, or on the way there), or it was idle and wakes, with no
+// replica ready yet (its calls keep waiting until one is).
+func idle(d scaler.Decision, prev slessv1.ServingVersion, s driver.State) bool {
+	return s.Address != "" && (d.Idle || prev.Idle && !s.Serving)
 }

@@ -28,7 +28,12 @@ type State struct {
 	// RolledOut is true when every replica runs the current spec and artifact.
 	RolledOut     bool
 	ReadyReplicas int32
-	Endpoint      string
+	// Endpoint is where the version takes calls, set while it serves.
+	Endpoint string
+	// Address is where the version is reached whether or not a replica
+	// serves now (the Service; the local port kept for the version): the
+	// data plane waits there for a version that wakes from zero.
+	Address string
 	// Reason and Message explain a state that is not rolled out.
 	Reason  string
 	Message string
@@ -38,7 +43,8 @@ type State struct {
 type Version struct {
 	Number   int32
 	Artifact Artifact
-	// Replicas is how many replicas run (the operator's scaler decides it).
+	// Replicas is how many replicas run (the operator's scaler decides it);
+	// 0 stops them all and keeps the version's Address.
 	Replicas int32
 }
 

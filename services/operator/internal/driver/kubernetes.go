@@ -54,7 +54,7 @@ func (k *Kubernetes) Ensure(ctx context.Context, fn *slessv1.Function, v Version
 // deploymentState reads a Deployment's status as the controller-manager
 // reports it.
 func deploymentState(d *appsv1.Deployment, want int32, endpoint string) State {
-	st := State{ReadyReplicas: d.Status.AvailableReplicas}
+	st := State{ReadyReplicas: d.Status.AvailableReplicas, Address: endpoint}
 	st.Serving = d.Status.AvailableReplicas > 0
 	if st.Serving {
 		st.Endpoint = endpoint

@@ -46,7 +46,9 @@ import (
 // one), and stopped when the version stops or the function goes.
 //
 // A version's set is one process: its endpoint is a single URL and a
-// second process would need a load balancer in front.
+// second process would need a load balancer in front. At zero replicas
+// the process stops and the version keeps its port, which the next start
+// takes again (the data plane waits there while it wakes).
 type Local struct {
 	// Commands start a runtime: the interpreter and the wrapper script.
 	Commands map[slessv1.Runtime][]string
@@ -73,6 +75,14 @@ type versionRef struct {
 type localFn struct {
 	current *proc // serving
 	next    *proc // starting for a new environment
+	port    int   // the version's port, kept while it is at zero
+}
+
+func (lf *localFn) address() string {
+	if lf.port == 0 {
+		return ""
+	}
+	return fmt.Sprintf("http://127.0.0.1:%d", lf.port)
 }
 
 // NewLocal returns a local driver.
@@ -120,6 +130,16 @@ func (l *Local) Ensure(ctx context.Context, fn *slessv1.Function, v Version) (St
 		lf = &localFn{}
 		l.fns[ref] = lf
 	}
+	if v.Replicas == 0 {
+		// At zero: the scaler's drain handshake left no call in flight.
+		for _, p := range []*proc{lf.current, lf.next} {
+			if p != nil {
+				p.stop(0)
+			}
+		}
+		lf.current, lf.next = nil, nil
+		return State{RolledOut: true, Address: lf.address(), Reason: "ScaledToZero", Message: "no process runs; the first call starts one"}, nil
+	}
 	if lf.current != nil && lf.current.key == key {
 		if lf.next != nil {
 			lf.next.stop(0)
@@ -131,7 +151,11 @@ func (l *Local) Ensure(ctx context.Context, fn *slessv1.Function, v Version) (St
 		if lf.next != nil {
 			lf.next.stop(0)
 		}
-		p, err := l.start(name, key, cmd, a.Dir, env, fn.Spec.MemoryMB, fn.Spec.TimeoutSec)
+		port := 0
+		if lf.current == nil {
+			port = lf.port // waking from zero (or first start): the version's port
+		}
+		p, err := l.start(name, key, cmd, a.Dir, env, fn.Spec.MemoryMB, fn.Spec.TimeoutSec, port)
 		if err != nil {
 			return State{}, err
 		}
@@ -140,6 +164,7 @@ func (l *Local) Ensure(ctx context.Context, fn *slessv1.Function, v Version) (St
 	if lf.next.isHealthy() {
 		old := lf.current
 		lf.current, lf.next = lf.next, nil
+		lf.port = lf.current.port
 		if old != nil {
 			old.stop(l.DrainDelay)
 		}
@@ -150,6 +175,9 @@ func (l *Local) Ensure(ctx context.Context, fn *slessv1.Function, v Version) (St
 		st := lf.current.state(false)
 		st.Reason, st.Message = slessv1.ReasonProgressing, "starting the process with the new environment: "+starting.Message
 		return st, nil
+	}
+	if lf.port == 0 {
+		lf.port = lf.next.port
 	}
 	return starting, nil
 }
@@ -237,8 +265,12 @@ func (l *Local) Shutdown() {
 // env is the process environment: a minimal base, the runtime contract's
 // settings and the user's variables with Secret references resolved.
 func (l *Local) env(ctx context.Context, fn *slessv1.Function, a Artifact, version int32) ([]string, error) {
+	// MALLOC_ARENA_MAX: the memory limit is one of address space
+	// (limitMemory), and glibc reserves 64 MiB of it per malloc arena, up
+	// to one per thread: a runtime with a thread per call would run out
+	// of address space, not memory, long before its concurrency.
 	out := []string{"PATH=" + os.Getenv("PATH"), "HOME=" + a.Dir, "SLESS_HOST=127.0.0.1", "SLESS_CODE_DIR=" + a.Dir,
-		"PYTHONPATH=" + filepath.Join(a.Dir, "deps"), "PYTHONDONTWRITEBYTECODE=1", "PYTHONUNBUFFERED=1"}
+		"PYTHONPATH=" + filepath.Join(a.Dir, "deps"), "PYTHONDONTWRITEBYTECODE=1", "PYTHONUNBUFFERED=1", "MALLOC_ARENA_MAX=2"}
 	for _, e := range resources.RuntimeEnv(fn, version, 0) {
 		if e.Name == resources.EnvPort {
 			continue // chosen per process
@@ -293,10 +325,13 @@ type proc struct {
 	startedAt time.Time
 }
 
-func (l *Local) start(name types.NamespacedName, key string, cmd []string, dir string, env []string, memoryMB, timeoutSec int32) (*proc, error) {
-	port, err := freePort()
-	if err != nil {
-		return nil, err
+// start starts a process on port (0: a free one).
+func (l *Local) start(name types.NamespacedName, key string, cmd []string, dir string, env []string, memoryMB, timeoutSec int32, port int) (*proc, error) {
+	if port == 0 {
+		var err error
+		if port, err = freePort(); err != nil {
+			return nil, err
+		}
 	}
 	p := &proc{l: l, name: name, key: key, cmd: cmd, dir: dir, env: append(env, "PORT="+strconv.Itoa(port)),
 		memoryMB: memoryMB, grace: time.Duration(timeoutSec)*time.Second + 5*time.Second,
@@ -323,7 +358,7 @@ func (p *proc) isHealthy() bool {
 func (p *proc) state(switched bool) State {
 	p.mu.Lock()
 	defer p.mu.Unlock()
-	st := State{Endpoint: p.endpoint, Serving: p.healthy, RolledOut: p.healthy && switched}
+	st := State{Endpoint: p.endpoint, Address: p.endpoint, Serving: p.healthy, RolledOut: p.healthy && switched}
 	if p.healthy {
 		st.ReadyReplicas = 1
 	}

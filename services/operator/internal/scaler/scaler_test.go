@@ -32,7 +32,7 @@ func TestSettings(t *testing.T) {
 		want    got
 	}{
 		{"no scaling: one replica, 0.7 x concurrency", fn(10, nil), 0, got{1, 1, 7, 120 * time.Second, 1000, autoscale.ReasonMaxReplicas}},
-		{"min 0 keeps one until a version can wake", fn(10, &slessv1.Scaling{MinReplicas: 0, MaxReplicas: 4}), 0, got{1, 4, 7, 120 * time.Second, 1000, autoscale.ReasonMaxReplicas}},
+		{"min 0 allows zero", fn(10, &slessv1.Scaling{MinReplicas: 0, MaxReplicas: 4}), 0, got{0, 4, 7, 120 * time.Second, 1000, autoscale.ReasonMaxReplicas}},
 		{"the settings as given", fn(4, &slessv1.Scaling{MinReplicas: 2, MaxReplicas: 9, TargetConcurrency: 3, ScaleDownDelaySeconds: 30, MaxBufferedRequests: 50}), 0,
 			got{2, 9, 3, 30 * time.Second, 50, autoscale.ReasonMaxReplicas}},
 		{"a target above the concurrency is the concurrency", fn(4, &slessv1.Scaling{MinReplicas: 1, MaxReplicas: 2, TargetConcurrency: 40}), 0,
@@ -61,7 +61,7 @@ func TestReportsOfUnknownVersionsAreIgnored(t *testing.T) {
 	s := New(reg)
 	k := loadreport.Key{Namespace: "sless-fn-a", Function: "f", Version: 1}
 	set := Settings(&slessv1.Function{Spec: slessv1.FunctionSpec{Concurrency: 10, Scaling: &slessv1.Scaling{MinReplicas: 1, MaxReplicas: 5}}}, 0)
-	s.Replicas(k, set, 1, 0)
+	s.Replicas(k, set, 1, 0, false)
 	s.Report(&msg.LoadReported{Reporter: "gw", Versions: []msg.VersionLoad{{Namespace: "sless-fn-a", Function: "other", Version: 1, InFlight: 1000, PeakInFlight: 1000}}}, time.Now())
 	if changed := s.Tick(); len(changed) != 0 {
 		t.Errorf("a report of an unknown version changed %v", changed)
@@ -73,7 +73,7 @@ func TestReportsOfUnknownVersionsAreIgnored(t *testing.T) {
 	if changed := s.Tick(); len(changed) != 1 {
 		t.Errorf("a report of the running version changed nothing")
 	}
-	d := s.Replicas(k, set, 1, 0)
+	d := s.Replicas(k, set, 1, 0, false)
 	if d.Replicas < 2 {
 		t.Errorf("after 30 in flight: %+v", d)
 	}
@@ -86,5 +86,203 @@ func TestReportsOfUnknownVersionsAreIgnored(t *testing.T) {
 	}
 	if n := testutil.CollectAndCount(reg, "sless_operator_version_desired_replicas"); n != 0 {
 		t.Errorf("Forget left %d series of the gauge", n)
+	}
+}
+
+// clock is the scaler's time in these tests.
+type clock struct{ t time.Time }
+
+func (c *clock) now() time.Time          { return c.t }
+func (c *clock) advance(d time.Duration) { c.t = c.t.Add(d) }
+func report(r string, idle ...loadreport.Key) *msg.LoadReported {
+	m := &msg.LoadReported{Reporter: r}
+	for _, k := range idle {
+		m.Idle = append(m.Idle, msg.VersionRef{Namespace: k.Namespace, Function: k.Function, Version: k.Version})
+	}
+	return m
+}
+
+func atZeroSettings() autoscale.Settings {
+	return Settings(&slessv1.Function{Spec: slessv1.FunctionSpec{Concurrency: 4,
+		Scaling: &slessv1.Scaling{MinReplicas: 0, MaxReplicas: 3, ScaleDownDelaySeconds: 2}}}, 0)
+}
+
+// TestZeroTakesTheDrainHandshake: an idle version is marked idle first and
+// goes to zero only once every live reporter acknowledged the mark with
+// none of its calls in flight; work seen between the steps cancels the
+// drain; a reporter that stopped reporting is not waited for.
+func TestZeroTakesTheDrainHandshake(t *testing.T) {
+	c := &clock{t: time.Unix(1_800_000_000, 0)}
+	s := New(nil)
+	s.now = c.now
+	k := loadreport.Key{Namespace: "sless-fn-a", Function: "f", Version: 2}
+	set := atZeroSettings()
+	if d := s.Replicas(k, set, 0, 0, false); d.Replicas != 1 || d.Idle {
+		t.Fatalf("a new version starts at %+v; want one replica, not idle", d)
+	}
+	s.Replicas(k, set, 1, 1, false)
+	s.Report(report("gw-1"), c.t)
+	s.Report(report("inv-1"), c.t)
+
+	c.advance(3 * time.Second)
+	s.Tick()
+	d := s.versions[k].decision
+	if d.Replicas != 1 || !d.Idle || d.Reason != autoscale.ReasonDrainToZero {
+		t.Fatalf("idle past the delay: %+v; want marked idle with its replica (DrainingToZero)", d)
+	}
+	c.advance(time.Second)
+	s.Report(report("gw-1", k), c.t) // the gateway saw the mark; the invoker not yet
+	s.Tick()
+	if d := s.versions[k].decision; d.Replicas != 1 {
+		t.Fatalf("one reporter acknowledged: %+v; want still one replica", d)
+	}
+
+	// A call the invoker had in flight when it saw the mark: no zero, and
+	// the drain starts over.
+	busy := report("inv-1", k)
+	busy.Versions = []msg.VersionLoad{{Namespace: k.Namespace, Function: k.Function, Version: k.Version, PeakInFlight: 1, InFlight: 0.5}}
+	s.Report(busy, c.t)
+	s.Tick()
+	if d := s.versions[k].decision; d.Replicas != 1 || d.Idle {
+		t.Fatalf("work between the steps: %+v; want one replica, no longer idle", d)
+	}
+
+	c.advance(3 * time.Second)
+	s.Report(report("gw-1"), c.t)
+	s.Report(report("inv-1"), c.t)
+	s.Tick() // marked again
+	c.advance(time.Second)
+	s.Report(report("gw-1", k), c.t)
+	s.Report(report("inv-1", k), c.t)
+	s.Tick()
+	if d := s.versions[k].decision; d.Replicas != 1 {
+		t.Fatalf("one report each acknowledged: %+v; want the replica until a second one", d)
+	}
+	c.advance(time.Second)
+	s.Report(report("gw-1", k), c.t)
+	s.Report(report("inv-1", k), c.t)
+	s.Tick()
+	if d := s.versions[k].decision; d.Replicas != 0 || !d.Idle || d.Reason != autoscale.ReasonZero {
+		t.Fatalf("every reporter acknowledged: %+v; want zero", d)
+	}
+
+	// A second version, marked while a reporter has gone silent: the
+	// silent one is forgotten after reporterLife and not waited for.
+	k3 := loadreport.Key{Namespace: "sless-fn-a", Function: "f", Version: 3}
+	s.Replicas(k3, set, 1, 1, false)
+	c.advance(3 * time.Second)
+	s.Report(report("gw-1"), c.t)
+	s.Tick()
+	c.advance(time.Second)
+	s.Report(report("gw-1", k3), c.t)
+	c.advance(time.Second)
+	s.Report(report("gw-1", k3), c.t)
+	s.Tick()
+	if d := s.versions[k3].decision; d.Replicas != 1 {
+		t.Fatalf("the invoker has not acknowledged: %+v", d)
+	}
+	c.advance(reporterLife)
+	s.Report(report("gw-1", k3), c.t)
+	s.Tick()
+	if d := s.versions[k3].decision; d.Replicas != 0 {
+		t.Fatalf("the invoker is silent past reporterLife: %+v; want zero", d)
+	}
+}
+
+// TestACallWaitingWakesAtOnce: a report with calls buffered for a version
+// at zero decides at once (not at the next tick) and asks for a
+// reconcile; the wake rate per tenant holds the versions past it at zero
+// until a later tick.
+func TestACallWaitingWakesAtOnce(t *testing.T) {
+	c := &clock{t: time.Unix(1_800_000_000, 0)}
+	reg := prometheus.NewRegistry()
+	s := New(reg)
+	s.now = c.now
+	set := atZeroSettings()
+	keys := make([]loadreport.Key, WakeBurst+5)
+	for i := range keys {
+		keys[i] = loadreport.Key{Namespace: "sless-fn-a", Function: "f", Version: int32(i + 1)}
+		if d := s.Replicas(keys[i], set, 0, 0, true); d.Replicas != 0 || !d.Idle {
+			t.Fatalf("a version recorded at zero starts at %+v", d)
+		}
+	}
+	wake := &msg.LoadReported{Reporter: "gw-1", Wake: true}
+	for _, k := range keys {
+		wake.Versions = append(wake.Versions, msg.VersionLoad{Namespace: k.Namespace, Function: k.Function, Version: k.Version, Buffered: 1})
+	}
+	s.Report(wake, c.t)
+	woken, limited := 0, 0
+	for _, k := range keys {
+		switch d := s.versions[k].decision; {
+		case d.Replicas == 1 && !d.Idle:
+			woken++
+		case d.Replicas == 0 && d.Reason == autoscale.ReasonWakeLimited:
+			limited++
+		default:
+			t.Errorf("version %d: %+v", k.Version, d)
+		}
+	}
+	if woken != WakeBurst || limited != 5 {
+		t.Errorf("woke %d and held %d; want %d and 5", woken, limited, WakeBurst)
+	}
+	if got := s.takePending(); len(got) != 1 {
+		t.Errorf("pending reconciles %v; want the one function", got)
+	}
+	if got := testutil.ToFloat64(s.woken); got != WakeBurst {
+		t.Errorf("sless_operator_wakes_total = %v", got)
+	}
+	c.advance(time.Second)
+	s.Report(&msg.LoadReported{Reporter: "gw-1", Versions: wake.Versions}, c.t)
+	s.Tick()
+	s.takePending()
+	for _, k := range keys {
+		if d := s.versions[k].decision; d.Replicas != 1 {
+			t.Errorf("a second later, version %d: %+v", k.Version, d)
+		}
+	}
+
+	// A version the reconciler never asked about (the scaler restarted):
+	// the waiting calls are kept and a reconcile is asked for.
+	unknown := loadreport.Key{Namespace: "sless-fn-b", Function: "g", Version: 1}
+	s.Report(&msg.LoadReported{Reporter: "gw-1", Wake: true, Versions: []msg.VersionLoad{{Namespace: unknown.Namespace, Function: unknown.Function, Version: 1, Buffered: 3}}}, c.t)
+	if got := s.takePending(); len(got) != 1 || got[0].Name != "g" {
+		t.Fatalf("pending after a wake of an unknown version: %v", got)
+	}
+	if d := s.Replicas(unknown, set, 0, 0, true); d.Replicas != 1 {
+		t.Errorf("the reconcile of the version it woke: %+v; want one replica", d)
+	}
+}
+
+// TestAnAcknowledgementIsOfTheCurrentMark: a reporter that listed a
+// version while it woke (idle, replicas coming) and reports next only at
+// its heartbeat, after the version was marked again, acknowledges the new
+// mark only with two reports sent after it (a run of the old listing does
+// not count).
+func TestAnAcknowledgementIsOfTheCurrentMark(t *testing.T) {
+	c := &clock{t: time.Unix(1_800_000_000, 0)}
+	s := New(nil)
+	s.now = c.now
+	k := loadreport.Key{Namespace: "sless-fn-a", Function: "f", Version: 1}
+	set := atZeroSettings()
+	s.Replicas(k, set, 1, 1, false)
+	s.Report(report("inv-1", k), c.t) // listed while the version woke
+	c.advance(time.Second)
+	s.Report(report("inv-1", k), c.t)
+	c.advance(3 * time.Second)
+	s.Tick() // marked
+	if d := s.versions[k].decision; !d.Idle || d.Replicas != 1 {
+		t.Fatalf("idle past the delay: %+v", d)
+	}
+	c.advance(time.Second)
+	s.Report(report("inv-1", k), c.t) // the first report after the mark
+	s.Tick()
+	if d := s.versions[k].decision; d.Replicas != 1 {
+		t.Fatalf("one report after the mark went to zero: %+v", d)
+	}
+	c.advance(time.Second)
+	s.Report(report("inv-1", k), c.t)
+	s.Tick()
+	if d := s.versions[k].decision; d.Replicas != 0 {
+		t.Fatalf("two reports after the mark: %+v; want zero", d)
 	}
 }

@@ -1,0 +1,196 @@
+package wake
+
+import (
+	"context"
+	"errors"
+	"net/http"
+	"net/http/httptest"
+	"os"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+
+	slessv1 "github.com/kube5s/sless/pkg/apis/sless/v1alpha1"
+	"github.com/kube5s/sless/pkg/loadreport"
+	"github.com/kube5s/sless/pkg/testenv"
+	"github.com/kube5s/sless/pkg/versionpick"
+)
+
+var kube *testenv.Kube
+
+func TestMain(m *testing.M) { os.Exit(testenv.MainWithKube(m, &kube)) }
+
+// runtime is a function replica's health endpoint that answers 503 until
+// up, and counts the probes.
+type runtime struct {
+	up     atomic.Bool
+	probes atomic.Int32
+	srv    *httptest.Server
+}
+
+func newRuntime(t *testing.T) *runtime {
+	rt := &runtime{}
+	rt.srv = httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if r.URL.Path != HealthPath {
+			http.NotFound(w, r)
+			return
+		}
+		rt.probes.Add(1)
+		if !rt.up.Load() {
+			http.Error(w, `{"status":"loading"}`, http.StatusServiceUnavailable)
+			return
+		}
+		_, _ = w.Write([]byte(`{"status":"ok"}`))
+	}))
+	t.Cleanup(rt.srv.Close)
+	return rt
+}
+
+// setup makes a Function whose version 1 is idle at endpoint, read
+// through a real API server.
+func setup(t *testing.T, name, endpoint string) (client.Client, *slessv1.Function) {
+	c, err := client.New(kube.Config, client.Options{Scheme: testenv.Scheme()})
+	if err != nil {
+		t.Fatal(err)
+	}
+	ns := testenv.TenantNamespace(t.Context(), t, c, name)
+	fn := &slessv1.Function{ObjectMeta: metav1.ObjectMeta{Name: "sleepy", Namespace: ns},
+		Spec: slessv1.FunctionSpec{Runtime: slessv1.RuntimePython311, Entrypoint: "main.handler"}}
+	if err := c.Create(t.Context(), fn); err != nil {
+		t.Fatal(err)
+	}
+	setServing(t, c, fn, slessv1.ServingVersion{Number: 1, Percent: 100, Idle: true, Endpoint: endpoint})
+	return c, fn
+}
+
+func setServing(t *testing.T, c client.Client, fn *slessv1.Function, sv ...slessv1.ServingVersion) {
+	t.Helper()
+	fn.Status.LatestVersion, fn.Status.Serving = 1, sv
+	if err := c.Status().Update(t.Context(), fn); err != nil {
+		t.Fatal(err)
+	}
+}
+
+// TestACallWaitsForAReadyVersionThatAnswers: calls for an idle version
+// are counted as buffered and wait while the status says idle, and while
+// it says ready but the runtime's health endpoint does not answer yet;
+// they all go on once both hold.
+func TestACallWaitsForAReadyVersionThatAnswers(t *testing.T) {
+	rt := newRuntime(t)
+	c, fn := setup(t, "wake-ready", rt.srv.URL)
+	load := &loadreport.Tracker{}
+	w := &Waker{Functions: c, Load: load}
+	choice, err := versionpick.Pick(fn, versionpick.Route{}, "")
+	if err != nil || !choice.Wake {
+		t.Fatalf("the idle version is chosen to wake: %+v, %v", choice, err)
+	}
+
+	const calls = 5
+	type result struct {
+		c   versionpick.Choice
+		err error
+	}
+	results := make(chan result, calls)
+	for range calls {
+		go func() {
+			c, err := w.Wait(t.Context(), fn, choice, 100)
+			results <- result{c, err}
+		}()
+	}
+	testenv.Eventually(t, time.Minute, "every call waiting", func() (bool, string) { return w.Waiting() == calls, "" })
+	if got := load.Snapshot(time.Now()); len(got) != 1 || got[0].Buffered != calls {
+		t.Errorf("the tracker counts %+v; want %d buffered", got, calls)
+	}
+
+	// Ready in the status, but the runtime does not answer yet.
+	setServing(t, c, fn, slessv1.ServingVersion{Number: 1, Percent: 100, Ready: true, Endpoint: rt.srv.URL})
+	testenv.Eventually(t, time.Minute, "three failed probes", func() (bool, string) { return rt.probes.Load() >= 3, "" })
+	select {
+	case r := <-results:
+		t.Fatalf("a call went on before the runtime answered: %+v", r)
+	default:
+	}
+	rt.up.Store(true)
+	for range calls {
+		r := <-results
+		if r.err != nil || r.c.Number != 1 || r.c.Endpoint != rt.srv.URL || r.c.Wake {
+			t.Errorf("a call went on with %+v, %v", r.c, r.err)
+		}
+	}
+	if n := w.Waiting(); n != 0 {
+		t.Errorf("%d calls still counted as waiting", n)
+	}
+}
+
+// TestTheBufferIsBounded: past maxBuffered calls of a version, or the
+// tenant's share, a call is refused with a 503 at once; a call whose
+// deadline passes gets its context's error; a version that stops serving
+// ends its calls with a 503; Close ends every wait with a 503.
+func TestTheBufferIsBounded(t *testing.T) {
+	rt := newRuntime(t)
+	c, fn := setup(t, "wake-bounds", rt.srv.URL)
+	idle := func(n int32) slessv1.ServingVersion {
+		return slessv1.ServingVersion{Number: n, Percent: 50, Idle: true, Endpoint: rt.srv.URL}
+	}
+	setServing(t, c, fn, idle(1), idle(2))
+	w := &Waker{Functions: c, MaxPerTenant: 3}
+	choice := versionpick.Choice{Number: 1, Endpoint: rt.srv.URL, Wake: true}
+
+	var wg sync.WaitGroup
+	errs := make(chan error, 10)
+	wait := func() {
+		wg.Go(func() {
+			_, err := w.Wait(t.Context(), fn, choice, 2)
+			errs <- err
+		})
+	}
+	wait()
+	wait()
+	testenv.Eventually(t, time.Minute, "two calls waiting", func() (bool, string) { return w.Waiting() == 2, "" })
+	if _, err := w.Wait(t.Context(), fn, choice, 2); err != Full {
+		t.Errorf("the third call of a version with maxBuffered 2: %v, want Full", err)
+	}
+	// The same tenant's other version: one more fits the tenant's share of 3.
+	other := versionpick.Choice{Number: 2, Endpoint: rt.srv.URL, Wake: true}
+	wg.Go(func() {
+		_, err := w.Wait(t.Context(), fn, other, 100)
+		errs <- err
+	})
+	testenv.Eventually(t, time.Minute, "three calls waiting", func() (bool, string) { return w.Waiting() == 3, "" })
+	if _, err := w.Wait(t.Context(), fn, other, 100); err != Full {
+		t.Errorf("past the tenant's share: %v, want Full", err)
+	}
+
+	ctx, cancel := context.WithTimeout(t.Context(), 50*time.Millisecond)
+	defer cancel()
+	// Another tenant is not held by the first one's share.
+	_, fn2 := setup(t, "wake-other", rt.srv.URL)
+	if _, err := w.Wait(ctx, fn2, choice, 100); !errors.Is(err, context.DeadlineExceeded) {
+		t.Errorf("a call whose deadline passed: %v", err)
+	}
+
+	// Version 2 stops serving: its call ends with a 503.
+	setServing(t, c, fn, idle(1))
+	if err := <-errs; !is503(err) {
+		t.Errorf("the call for a version that does not serve: %v", err)
+	}
+	w.Close()
+	wg.Wait()
+	for range 2 {
+		if err := <-errs; !is503(err) {
+			t.Errorf("a call waiting at Close: %v", err)
+		}
+	}
+	if _, err := w.Wait(t.Context(), fn, choice, 100); !is503(err) {
+		t.Errorf("a call after Close: %v", err)
+	}
+}
+
+func is503(err error) bool {
+	var e *versionpick.Error
+	return errors.As(err, &e) && e.Status == http.StatusServiceUnavailable && e.RetryAfter > 0
+}
