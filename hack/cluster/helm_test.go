@@ -167,8 +167,10 @@ func TestHelmInstall(t *testing.T) {
 	}
 	a := newTenant(ctx, t, base, admin, testenv.Name("helm"), nil)
 	tenant, tok := a.name, a.tok
-	fnURL := a.deploy(ctx, t, cs, fnSpec{"hello-py", sless.FunctionInputRuntimePython311, "main.handler", map[string]string{"main.py": pyHandler}})
-	a.deploy(ctx, t, cs, fnSpec{"hello-node", sless.FunctionInputRuntimeNodejs20, "index.handler", map[string]string{"index.js": nodeHandler}})
+	fnURL := a.deploy(ctx, t, cs, fnSpec{"hello-py", sless.FunctionInputRuntimePython311, "main.handler", map[string]string{"main.py": pyHandler}, 0})
+	// A timeout long enough for a pod to start: a call waits for its
+	// version to wake at most that long (checkZero).
+	a.deploy(ctx, t, cs, fnSpec{"hello-node", sless.FunctionInputRuntimeNodejs20, "index.handler", map[string]string{"index.js": nodeHandler}, 30})
 
 	// 6. A timeout in a function pod answers 504, and the pod keeps serving.
 	if status, body := post(t, fnURL+"/invoke", tok, `{"spin":true}`); status != 504 {
@@ -224,13 +226,14 @@ func TestHelmInstall(t *testing.T) {
 	})
 
 	checkTriggers(ctx, t, a, "hello-node")
+	checkZero(ctx, t, cs, a, "hello-node")
 
 	// 4 and 5. A second tenant whose pod quota (one) its first function
 	// uses up: the second function says so. From a function pod of the
 	// first tenant, the second tenant's pod, the platform's servers, the API
 	// server and the metadata address are out of reach.
 	other := newTenant(ctx, t, base, admin, testenv.Name("helmb"), &sless.TenantQuotas{MaxPods: ptrTo(int32(1))})
-	other.deploy(ctx, t, cs, fnSpec{"target", sless.FunctionInputRuntimePython311, "main.handler", map[string]string{"main.py": pyHandler}})
+	other.deploy(ctx, t, cs, fnSpec{"target", sless.FunctionInputRuntimePython311, "main.handler", map[string]string{"main.py": pyHandler}, 0})
 	if _, err := sless.Do(other.api.CreateFunctionWithResponse(ctx, other.name, sless.FunctionInput{Name: "over", Runtime: sless.FunctionInputRuntimePython311,
 		Entrypoint: "main.handler"})); err != nil {
 		t.Fatalf("create over: %v", err)

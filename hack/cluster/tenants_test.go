@@ -1,6 +1,7 @@
 package cluster_test
 
 import (
+	"cmp"
 	"context"
 	"encoding/json"
 	"fmt"
@@ -64,6 +65,7 @@ type fnSpec struct {
 	runtime sless.FunctionInputRuntime
 	entry   string
 	files   map[string]string
+	timeout int32 // seconds; 0 is 3
 }
 
 // deploy creates a function, uploads its code and follows the in-cluster
@@ -72,7 +74,7 @@ type fnSpec struct {
 func (u *tenantUser) deploy(ctx context.Context, t *testing.T, cs kubernetes.Interface, f fnSpec) string {
 	t.Helper()
 	if _, err := sless.Do(u.api.CreateFunctionWithResponse(ctx, u.name, sless.FunctionInput{Name: f.name, Runtime: f.runtime,
-		Entrypoint: f.entry, TimeoutSec: ptrTo(int32(3))})); err != nil {
+		Entrypoint: f.entry, TimeoutSec: ptrTo(cmp.Or(f.timeout, 3))})); err != nil {
 		t.Fatalf("create %s: %v", f.name, err)
 	}
 	start := time.Now()
@@ -438,4 +440,51 @@ func acceptedID(t *testing.T, body string) string {
 		t.Fatalf("no invocation id in %s (%v)", body, err)
 	}
 	return accepted.InvocationID
+}
+
+// checkZero takes a deployed function to min_replicas 0 with a short
+// scale-down delay on the real cluster: its Deployment goes to zero and
+// its pods go; the first call is held by the gateway while a pod starts
+// and answers 200 (no 502); and it goes back to zero.
+func checkZero(ctx context.Context, t *testing.T, cs kubernetes.Interface, u *tenantUser, fn string) {
+	t.Helper()
+	fnURL := u.url("/functions/" + fn)
+	if status, body := send(t, http.MethodPatch, fnURL, u.tok, `{"min_replicas":0,"scale_down_delay_seconds":3}`,
+		http.Header{"Content-Type": {"application/merge-patch+json"}}); status != 200 {
+		t.Fatalf("patch %s to min_replicas 0: %d %s", fn, status, body)
+	}
+	replicas := func() (int32, int, string) {
+		deps, err := cs.AppsV1().Deployments("").List(ctx, metav1.ListOptions{})
+		if err != nil {
+			return -1, -1, err.Error()
+		}
+		for _, d := range deps.Items {
+			if strings.Contains(d.Namespace, u.name) && strings.Contains(d.Name, fn) {
+				pods, err := cs.CoreV1().Pods(d.Namespace).List(ctx, metav1.ListOptions{LabelSelector: metav1.FormatLabelSelector(d.Spec.Selector)})
+				if err != nil {
+					return -1, -1, err.Error()
+				}
+				return *d.Spec.Replicas, len(pods.Items), fmt.Sprintf("deployment %s: %d replicas, %d pods", d.Name, *d.Spec.Replicas, len(pods.Items))
+			}
+		}
+		return -1, -1, "no Deployment of " + fn
+	}
+	atZero := func() (bool, string) {
+		n, pods, saw := replicas()
+		return n == 0 && pods == 0, saw
+	}
+	start := time.Now()
+	waitFor(ctx, t, 3*time.Minute, fn+" at zero", atZero)
+	t.Logf("%s went to zero %s after the patch (scale-down delay 3 s)", fn, time.Since(start).Round(time.Second))
+
+	start = time.Now()
+	status, body := post(t, fnURL+"/invoke", u.tok, `{"n":5}`)
+	if status != 200 {
+		t.Fatalf("the first call at zero: %d %s", status, body)
+	}
+	t.Logf("%s: first call at zero answered 200 in %s (a pod started)", fn, time.Since(start).Round(time.Millisecond))
+	if n, _, saw := replicas(); n != 1 {
+		t.Errorf("after the wake: %s, want one replica", saw)
+	}
+	waitFor(ctx, t, 3*time.Minute, fn+" back at zero", atZero)
 }
