@@ -83,7 +83,7 @@ func runProcesses(run string) []string {
 
 // startPlatform runs hack/dev.sh with a state, database, bucket, vhost and
 // ports of its own, and stops it (Ctrl-C) when the test ends.
-func startPlatform(t *testing.T) *platform {
+func startPlatform(t testing.TB) *platform {
 	t.Helper()
 	vhost, cleanup, err := testenv.RabbitVhost()
 	if err != nil {
@@ -262,7 +262,7 @@ type res struct {
 // String is what a failed wait prints of the answer it last saw.
 func (r res) String() string { return fmt.Sprintf("%d %s", r.status, r.body) }
 
-func (r res) obj(t *testing.T) map[string]any {
+func (r res) obj(t testing.TB) map[string]any {
 	var m map[string]any
 	if err := json.Unmarshal(r.body, &m); err != nil {
 		t.Fatalf("not JSON: %s", r.body)
@@ -270,7 +270,7 @@ func (r res) obj(t *testing.T) map[string]any {
 	return m
 }
 
-func (p *platform) do(t *testing.T, method, path, token, ctype string, body []byte, hdr ...string) res {
+func (p *platform) do(t testing.TB, method, path, token, ctype string, body []byte, hdr ...string) res {
 	t.Helper()
 	req, _ := http.NewRequest(method, p.base+path, bytes.NewReader(body))
 	if token != "" {
@@ -291,7 +291,7 @@ func (p *platform) do(t *testing.T, method, path, token, ctype string, body []by
 	return res{resp.StatusCode, resp.Header, b}
 }
 
-func (p *platform) json(t *testing.T, method, path, token string, v any, want int) map[string]any {
+func (p *platform) json(t testing.TB, method, path, token string, v any, want int) map[string]any {
 	t.Helper()
 	var body []byte
 	if v != nil {
@@ -342,7 +342,7 @@ def handler(event, context):
 
 // deploy uploads app with version as its answer's "version" to function
 // fn of tenant and waits until the function is ready on that source.
-func (p *platform) deploy(t *testing.T, tok string, c *client.ClientWithResponses, tenant, fn, version string) {
+func (p *platform) deploy(t testing.TB, tok string, c *client.ClientWithResponses, tenant, fn, version string) {
 	t.Helper()
 	up, err := client.UploadZip(context.Background(), c, tenant, fn, zipOf(map[string]string{"main.py": fmt.Sprintf(app, version)}))
 	if err != nil {
@@ -357,7 +357,7 @@ func (p *platform) deploy(t *testing.T, tok string, c *client.ClientWithResponse
 
 // newTenant creates tenant name (a generous rate quota) and a token of
 // it through the typed client, and returns the token and a client with it.
-func (p *platform) newTenant(t *testing.T, name string) (string, *client.ClientWithResponses) {
+func (p *platform) newTenant(t testing.TB, name string) (string, *client.ClientWithResponses) {
 	t.Helper()
 	ctx := context.Background()
 	admin, err := client.New(p.base, p.admin, "sless-e2e")

@@ -18,7 +18,7 @@ import (
 
 // atZero reads whether version 1 of the function is at zero replicas,
 // idle, as the REST API shows it.
-func (p *platform) atZero(t *testing.T, tok, path string) (bool, string) {
+func (p *platform) atZero(t testing.TB, tok, path string) (bool, string) {
 	r := p.do(t, "GET", path, tok, "", nil)
 	if r.status != 200 {
 		return false, r.String()

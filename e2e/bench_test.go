@@ -1,0 +1,127 @@
+package e2e
+
+import (
+	"context"
+	"fmt"
+	"net"
+	"net/http"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strconv"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/kube5s/sless/pkg/client"
+	"github.com/kube5s/sless/pkg/loadgen"
+	"github.com/kube5s/sless/pkg/testenv"
+)
+
+// wakesPerSide is how many starts each side of a round measures (ABBA:
+// twice this many per side and round).
+const wakesPerSide = 3
+
+// BenchmarkWakeFromZero compares the first call of a version at zero,
+// through make dev's real gateway, operator and scaler (from the request
+// to its 200), with a bare spawn of the same runtime process polled until
+// its first 200 (ARCHITECTURE 10: p50 at most 1.25x, p99 at most 2x).
+func BenchmarkWakeFromZero(b *testing.B) {
+	testenv.SteadyServers(b)
+	p := startPlatform(b)
+	ctx := context.Background()
+	const tenant, fn = "wake", "cold"
+	path := "/v1/tenants/" + tenant + "/functions/" + fn
+	tok, c := p.newTenant(b, tenant)
+	if _, err := client.Do(c.CreateFunctionWithResponse(ctx, tenant, client.FunctionInput{Name: fn,
+		Runtime: client.FunctionInputRuntimePython311, Entrypoint: "main.handler", TimeoutSec: ptr(int32(30)),
+		MinReplicas: ptr(int32(0)), MaxReplicas: ptr(int32(1)), ScaleDownDelaySeconds: ptr(int32(1))})); err != nil {
+		b.Fatalf("create function: %v", err)
+	}
+	p.deploy(b, tok, c, tenant, fn, "v1")
+	runtimes, err := filepath.Abs(filepath.Join("..", "runtimes"))
+	if err != nil {
+		b.Fatal(err)
+	}
+
+	for range b.N {
+		bare := func() loadgen.Result {
+			var r loadgen.Result
+			for range wakesPerSide {
+				d := bareSpawn(b, runtimes)
+				r.Requests++
+				r.Duration += d
+				r.Latencies = append(r.Latencies, d)
+			}
+			return r
+		}
+		wake := func() loadgen.Result {
+			var r loadgen.Result
+			for range wakesPerSide {
+				testenv.Eventually(b, 2*time.Minute, "at zero", func() (bool, string) { return p.atZero(b, tok, path) })
+				a := call(p.base, tok, tenant, fn)
+				if a.status != 200 {
+					b.Fatalf("a call at zero: %d %s %s", a.status, a.body, a.transportFail)
+				}
+				d := a.at.Sub(a.sent)
+				r.Requests++
+				r.Duration += d
+				r.Latencies = append(r.Latencies, d)
+			}
+			return r
+		}
+		var p50s, p99s []float64
+		for i := range loadgen.Rounds(3) {
+			r := loadgen.ABBA(i, bare, wake)
+			// Merge sorts the latencies, which Percentile needs.
+			bs, ws := loadgen.Merge(r[0], loadgen.Result{}), loadgen.Merge(r[1], loadgen.Result{})
+			p50 := float64(ws.Percentile(50)) / float64(bs.Percentile(50))
+			p99 := float64(ws.Percentile(99)) / float64(bs.Percentile(99))
+			p50s, p99s = append(p50s, p50), append(p99s, p99)
+			fmt.Printf("wake from zero round %d  bare spawn p50 %4dms p99 %4dms  platform p50 %4dms p99 %4dms  ratios %.2f %.2f\n", i+1,
+				bs.Percentile(50).Milliseconds(), bs.Percentile(99).Milliseconds(), ws.Percentile(50).Milliseconds(), ws.Percentile(99).Milliseconds(), p50, p99)
+		}
+		for _, r := range []loadgen.Ratio{
+			{Name: "wake from zero p50: platform / bare spawn", Unit: "x", Rounds: p50s, Budget: 1.25, AtMost: true},
+			{Name: "wake from zero p99: platform / bare spawn", Unit: "x", Rounds: p99s, Budget: 2, AtMost: true},
+		} {
+			if _, err := loadgen.Record(r); err != nil {
+				b.Error(err)
+			}
+		}
+	}
+}
+
+// bareSpawn starts the Python runtime on the bench handler and polls it
+// until its first 200: the time a bare process takes to answer.
+func bareSpawn(b *testing.B, runtimes string) time.Duration {
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		b.Fatal(err)
+	}
+	port := ln.Addr().(*net.TCPAddr).Port
+	ln.Close()
+	t0 := time.Now()
+	cmd := exec.Command("python3", filepath.Join(runtimes, "python3.11", "runtime.py"))
+	cmd.Env = append(os.Environ(), "PORT="+strconv.Itoa(port), "SLESS_HOST=127.0.0.1", "SLESS_CODE_DIR="+filepath.Join(runtimes, "bench"),
+		"SLESS_ENTRYPOINT=hello.handler")
+	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true}
+	if err := cmd.Start(); err != nil {
+		b.Fatal(err)
+	}
+	defer func() { _ = syscall.Kill(-cmd.Process.Pid, syscall.SIGKILL); _ = cmd.Wait() }()
+	url := fmt.Sprintf("http://127.0.0.1:%d/", port)
+	deadline := t0.Add(20 * time.Second)
+	for {
+		if resp, err := http.Post(url, "application/json", nil); err == nil {
+			resp.Body.Close()
+			if resp.StatusCode == 200 {
+				return time.Since(t0)
+			}
+		}
+		if time.Now().After(deadline) {
+			b.Fatal("the bare runtime never answered 200")
+		}
+		time.Sleep(5 * time.Millisecond)
+	}
+}
