@@ -105,43 +105,23 @@ func TestAQueuedCallWaitsForItsVersionToWake(t *testing.T) {
 	// invoker acknowledges the mark in its reports, which also shows its
 	// cache has the status before the call is sent.
 	serve(slessv1.ServingVersion{Number: 1, Percent: 100, Idle: true, DesiredReplicas: 1, Endpoint: endpoint})
-	testenv.Eventually(t, 60*time.Second, "a report acknowledging the idle mark", func() (bool, string) {
-		for {
-			select {
-			case d := <-reports:
-				var r msg.LoadReported
-				if json.Unmarshal(d.Body, &r) != nil {
-					continue
-				}
-				for _, i := range r.Idle {
-					if i.Namespace == w.ns && i.Function == "sleepy" && i.Version == 1 {
-						return true, ""
-					}
-				}
-			default:
-				return false, "no acknowledgement yet"
+	awaitReport(t, reports, "a report acknowledging the idle mark", func(r *msg.LoadReported) bool {
+		for _, i := range r.Idle {
+			if i.Namespace == w.ns && i.Function == "sleepy" && i.Version == 1 {
+				return true
 			}
 		}
+		return false
 	})
 	w.request(t, "inv-sleepy", "sleepy", "/", 0, `{}`)
 
-	testenv.Eventually(t, 60*time.Second, "a wake report for the version at zero", func() (bool, string) {
-		for {
-			select {
-			case d := <-reports:
-				var r msg.LoadReported
-				if json.Unmarshal(d.Body, &r) != nil {
-					continue
-				}
-				for _, l := range r.Versions {
-					if r.Wake && l.Namespace == w.ns && l.Function == "sleepy" && l.Version == 1 && l.Buffered >= 1 {
-						return true, ""
-					}
-				}
-			default:
-				return false, "no wake report yet"
+	awaitReport(t, reports, "a wake report for the version at zero", func(r *msg.LoadReported) bool {
+		for _, l := range r.Versions {
+			if r.Wake && l.Namespace == w.ns && l.Function == "sleepy" && l.Version == 1 && l.Buffered >= 1 {
+				return true
 			}
 		}
+		return false
 	})
 	if n := counter.of("inv-sleepy"); n != 0 {
 		t.Fatalf("the function ran %d times while its version was at zero", n)
@@ -156,4 +136,22 @@ func TestAQueuedCallWaitsForItsVersionToWake(t *testing.T) {
 	if r.status != "succeeded" || r.attempts != 1 || counter.of("inv-sleepy") != 1 {
 		t.Errorf("after the wake: record %+v, %d calls; want one succeeded attempt", r, counter.of("inv-sleepy"))
 	}
+}
+
+// awaitReport waits for a load report that match accepts.
+func awaitReport(t *testing.T, reports <-chan amqp.Delivery, what string, match func(*msg.LoadReported) bool) {
+	t.Helper()
+	testenv.Eventually(t, 60*time.Second, what, func() (bool, string) {
+		for {
+			select {
+			case d := <-reports:
+				var r msg.LoadReported
+				if json.Unmarshal(d.Body, &r) == nil && match(&r) {
+					return true, ""
+				}
+			default:
+				return false, "none yet"
+			}
+		}
+	})
 }
