@@ -184,7 +184,8 @@ env_vars: {}
 # Left out of the upload besides sless.yaml, .git and caches (path patterns).
 exclude: ["*.md"]
 # The function's triggers: http (path, auth token|none), cron (schedule,
-# payload) or queue (queue, concurrency, max_retries). A trigger of this
+# payload, pre_warm_seconds: auto or seconds of a ready replica before each
+# fire) or queue (queue, concurrency, max_retries). A trigger of this
 # function that is not listed here is deleted by deploy.
 triggers:
   - name: %[1]s

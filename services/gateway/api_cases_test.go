@@ -540,10 +540,12 @@ func TestTriggersAndJobs(t *testing.T) {
 	}
 	expect(t, g.call(t, "POST", tb, tok, map[string]any{"name": "tick", "function": "hello", "type": "cron"}), 422, "cron without schedule")
 	expect(t, g.call(t, "POST", tb, tok, map[string]any{"name": "tick", "function": "hello", "type": "cron",
-		"cron": map[string]any{"schedule": "*/5 * * * *", "time_zone": "Europe/Berlin", "payload": map[string]any{"a": 1}}}), 201, "cron")
+		"cron": map[string]any{"schedule": "*/5 * * * *", "pre_warm_seconds": "soon"}}), 422, "bad pre_warm_seconds")
+	expect(t, g.call(t, "POST", tb, tok, map[string]any{"name": "tick", "function": "hello", "type": "cron",
+		"cron": map[string]any{"schedule": "*/5 * * * *", "time_zone": "Europe/Berlin", "payload": map[string]any{"a": 1}, "pre_warm_seconds": "auto"}}), 201, "cron")
 	expect(t, g.call(t, "PATCH", tb+"/tick", tok, `{"enabled": false}`, "Content-Type", "application/merge-patch+json"), 200, "disable")
 	r = g.call(t, "GET", tb+"/tick", tok, nil)
-	if tr := r.json(t); tr["enabled"] != false || tr["cron"].(map[string]any)["time_zone"] != "Europe/Berlin" {
+	if tr := r.json(t); tr["enabled"] != false || tr["cron"].(map[string]any)["time_zone"] != "Europe/Berlin" || tr["cron"].(map[string]any)["pre_warm_seconds"] != "auto" {
 		t.Errorf("trigger %v", tr)
 	}
 	expect(t, g.call(t, "PUT", tb+"/q", tok, map[string]any{"function": "hello", "type": "queue", "queue": map[string]any{"queue": "orders", "max_retries": 2}}), 201, "queue PUT")

@@ -108,6 +108,15 @@ type CronTrigger struct {
 	// +kubebuilder:pruning:PreserveUnknownFields
 	// +kubebuilder:validation:Schemaless
 	Payload *apiextensionsv1.JSON `json:"payload,omitempty"`
+	// PreWarmSeconds keeps one replica of the Function ready for each fire,
+	// also with scaling.minReplicas 0: the operator holds a floor of one
+	// replica from the fire time minus this lead until shortly after the
+	// fire. A whole number of seconds, or "auto": 1.5 x the observed p95
+	// cold start, 60 s before one is observed. At most 300 s either way;
+	// unset or 0 keeps no replica ready (the fire's call wakes the Function).
+	// +optional
+	// +kubebuilder:validation:Pattern=`^(auto|[0-9]{1,4})$`
+	PreWarmSeconds string `json:"preWarmSeconds,omitempty"`
 }
 
 // QueueTrigger consumes a RabbitMQ queue, one invocation per message.

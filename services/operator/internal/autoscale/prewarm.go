@@ -4,6 +4,8 @@ import (
 	"strconv"
 	"strings"
 	"time"
+
+	"github.com/kube5s/sless/pkg/cronsched"
 )
 
 const (
@@ -66,4 +68,33 @@ func FloorAt(now, fire time.Time, lead time.Duration, callRunning bool) (floor i
 		return 1, true
 	}
 	return 0, false
+}
+
+// ServedFire is the fire of s that a pre-warm serves at now: the first one
+// whose FireGrace has not ended (after now - FireGrace), so that a fire that
+// just passed keeps its floor for the grace. since is when the trigger last
+// fired (status.lastFireTime), or was created when it never fired: the
+// scheduler counts from there, which matters for @every (its fires are
+// since + n x the interval); a five-field schedule gives the same fire
+// either way. It is zero for a schedule that never fires.
+func ServedFire(s *cronsched.Schedule, since, now time.Time) time.Time {
+	from := now.Add(-FireGrace)
+	if f := s.Next(since); f.After(from) {
+		return f
+	}
+	return s.Next(from)
+}
+
+// FloorChange is how long after now the pre-warm floor for fire with lead
+// next starts or ends: until fire - lead before it holds, until fire +
+// FireGrace while it does. It is 0 when nothing changes any more (no lead,
+// no fire, or the grace is over: the next fire is served then).
+func FloorChange(now, fire time.Time, lead time.Duration) time.Duration {
+	if lead <= 0 || fire.IsZero() {
+		return 0
+	}
+	if start := fire.Add(-lead).Sub(now); start > 0 {
+		return start
+	}
+	return max(fire.Add(FireGrace).Sub(now), 0)
 }

@@ -14,9 +14,12 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
 	ctrl "sigs.k8s.io/controller-runtime"
+	"sigs.k8s.io/controller-runtime/pkg/builder"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	"sigs.k8s.io/controller-runtime/pkg/controller/controllerutil"
 	"sigs.k8s.io/controller-runtime/pkg/handler"
+	"sigs.k8s.io/controller-runtime/pkg/predicate"
+	"sigs.k8s.io/controller-runtime/pkg/reconcile"
 	"sigs.k8s.io/controller-runtime/pkg/recorder"
 	"sigs.k8s.io/controller-runtime/pkg/source"
 
@@ -41,11 +44,26 @@ type FunctionReconciler struct {
 	sweptAt map[types.UID]time.Time // the build sweep's last run, by Function
 }
 
-// SetupWithManager watches Functions and what the driver creates for them.
+// SetupWithManager watches Functions and what the driver creates for them,
+// and the spec of cron Triggers that pre-warm a Function (a status
+// change, such as each fire's lastFireTime, changes no floor by itself).
 func (r *FunctionReconciler) SetupWithManager(mgr ctrl.Manager) error {
 	b := ctrl.NewControllerManagedBy(mgr).For(&slessv1.Function{}).Owns(&slessv1.FunctionVersion{}).
-		WatchesRawSource(source.Channel(r.Scaler.Events(), &handler.TypedEnqueueRequestForObject[*slessv1.Function]{}))
+		WatchesRawSource(source.Channel(r.Scaler.Events(), &handler.TypedEnqueueRequestForObject[*slessv1.Function]{})).
+		Watches(&slessv1.Trigger{}, handler.EnqueueRequestsFromMapFunc(preWarmedFunction),
+			builder.WithPredicates(predicate.GenerationChangedPredicate{}))
 	return r.Driver.Watch(b).Complete(r)
+}
+
+// preWarmedFunction maps a cron Trigger with cron.preWarmSeconds to its
+// Function. An update maps the old and the new Trigger, so turning
+// pre-warm off is seen too.
+func preWarmedFunction(_ context.Context, o client.Object) []reconcile.Request {
+	t, ok := o.(*slessv1.Trigger)
+	if !ok || t.Spec.Cron == nil || t.Spec.Cron.PreWarmSeconds == "" {
+		return nil
+	}
+	return []reconcile.Request{{NamespacedName: types.NamespacedName{Namespace: t.Namespace, Name: t.Spec.FunctionRef.Name}}}
 }
 
 // Reconcile implements reconcile.Reconciler.

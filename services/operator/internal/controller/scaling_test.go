@@ -15,6 +15,7 @@ import (
 	"github.com/kube5s/sless/pkg/jitter"
 	"github.com/kube5s/sless/pkg/msg"
 	"github.com/kube5s/sless/pkg/rabbit"
+	"github.com/kube5s/sless/pkg/testenv"
 	"github.com/kube5s/sless/services/operator/internal/autoscale"
 	"github.com/kube5s/sless/services/operator/internal/resources"
 )
@@ -199,4 +200,65 @@ func TestAVersionGoesToZeroAndWakes(t *testing.T) {
 		n, e, _ := state()
 		return n == 1 && e != nil && e.Ready && !e.Idle
 	}, show)
+}
+
+// TestACronTriggerPreWarmsAVersionAtZero: a version at zero (minReplicas 0,
+// no reporter, so zero after the scale-down delay) gets one replica, with
+// the reason PreWarm, when a cron Trigger with preWarmSeconds starts its
+// floor, and goes back to zero when the Trigger is deleted. Every minute
+// with a lead of 59 s holds the floor all the time (each fire's floor lasts
+// FireGrace past it); a lead of 30 s leaves it down from 15 s to 30 s past
+// each minute, and the reconcile that lifts and raises it again can only
+// come from the requeue the floor asks for (resync is ten hours, and
+// nothing reports load).
+func TestACronTriggerPreWarmsAVersionAtZero(t *testing.T) {
+	h := newHarness(t)
+	_, ns := h.tenant(t)
+	fn := h.function(t, ns, "cronned", func(f *slessv1.Function) {
+		f.Spec.Image = image
+		f.Spec.Scaling = &slessv1.Scaling{MinReplicas: 0, MaxReplicas: 2, ScaleDownDelaySeconds: 1}
+	})
+	h.markAvailable(t, ns, "cronned")
+	h.waitReady(t, fn)
+	state := func() (int32, string, string) {
+		var d appsv1.Deployment
+		if err := h.c.Get(t.Context(), client.ObjectKey{Namespace: ns, Name: resources.VersionWorkloadName("cronned", 1)}, &d); err != nil {
+			return -1, "", err.Error()
+		}
+		h.get(t, fn)
+		var reason string
+		if e := servingEntry(fn, 1); e != nil {
+			reason = e.ScalingReason
+		}
+		return *d.Spec.Replicas, reason, fmt.Sprintf("deployment replicas %d, status.serving %+v", *d.Spec.Replicas, fn.Status.Serving)
+	}
+	show := func() string { _, _, s := state(); return s }
+	is := func(replicas int32, reason autoscale.Reason) func() bool {
+		return func() bool { n, r, _ := state(); return n == replicas && r == string(reason) }
+	}
+	h.eventuallyShow(t, "zero replicas after the scale-down delay", is(0, autoscale.ReasonZero), show)
+
+	tr := h.trigger(t, ns, "every-minute", slessv1.TriggerSpec{FunctionRef: slessv1.LocalRef{Name: "cronned"}, Type: slessv1.TriggerCron,
+		Cron: &slessv1.CronTrigger{Schedule: "* * * * *", PreWarmSeconds: "59"}})
+	h.eventuallyShow(t, "one replica pre-warmed", is(1, autoscale.ReasonPreWarm), show)
+
+	// The floor goes down and comes up again on the requeues alone. They
+	// wait for the clock (a minute at most), longer than eventuallyShow.
+	if err := h.c.Patch(t.Context(), tr, client.RawPatch(types.MergePatchType, []byte(`{"spec":{"cron":{"preWarmSeconds":"30"}}}`))); err != nil {
+		t.Fatal(err)
+	}
+	byClock := func(what string, replicas int32, reason autoscale.Reason) {
+		t.Helper()
+		testenv.Eventually(t, 100*time.Second, what, func() (bool, string) {
+			n, r, saw := state()
+			return n == replicas && r == string(reason), saw
+		})
+	}
+	byClock("zero between the floors of a 30 s lead", 0, autoscale.ReasonZero)
+	byClock("pre-warmed again for the next fire", 1, autoscale.ReasonPreWarm)
+
+	if err := h.c.Delete(t.Context(), tr); err != nil {
+		t.Fatal(err)
+	}
+	h.eventuallyShow(t, "zero again once the trigger is deleted", is(0, autoscale.ReasonZero), show)
 }

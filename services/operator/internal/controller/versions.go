@@ -14,6 +14,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/controller/controllerutil"
 
 	slessv1 "github.com/kube5s/sless/pkg/apis/sless/v1alpha1"
+	"github.com/kube5s/sless/pkg/cronsched"
 	"github.com/kube5s/sless/pkg/loadreport"
 	"github.com/kube5s/sless/pkg/tenantns"
 	"github.com/kube5s/sless/services/operator/internal/autoscale"
@@ -225,7 +226,8 @@ func retain(fn *slessv1.Function) int {
 }
 
 // running is what one reconcile of the versions found: the Function's
-// state for phase and conditions, and when to look again (a drain ends).
+// state for phase and conditions, and when to look again (a drain ends, a
+// pre-warm floor starts or ends).
 type running struct {
 	state   driver.State
 	problem string // why spec.traffic does not apply
@@ -264,6 +266,12 @@ func (r *FunctionReconciler) run(ctx context.Context, fn *slessv1.Function, vers
 	if err := r.Client.Get(ctx, client.ObjectKey{Name: tenantns.Named(fn.Namespace)}, &tenant); err != nil && !apierrors.IsNotFound(err) {
 		return out, fmt.Errorf("read the tenant of %s/%s: %w", fn.Namespace, fn.Name, err)
 	}
+	now := time.Now()
+	preWarm, preWarmAfter, err := r.preWarm(ctx, fn, now)
+	if err != nil {
+		return out, err
+	}
+	out.after = preWarmAfter
 	var firstErr error
 	ensure := func(n int32) {
 		if _, done := states[n]; done || versions[n] == nil {
@@ -275,7 +283,13 @@ func (r *FunctionReconciler) run(ctx context.Context, fn *slessv1.Function, vers
 		// reconcile is what it knows of the replicas.
 		key := loadreport.Key{Namespace: fn.Namespace, Function: fn.Name, Version: n}
 		rec := recorded[n]
-		d := r.Scaler.Replicas(key, scaler.Settings(view, tenant.Spec.Quotas.MaxPods), rec.ReadyReplicas, rec.DesiredReplicas,
+		set := scaler.Settings(view, tenant.Spec.Quotas.MaxPods)
+		if preWarm && desired[n] != nil && desired[n].Percent > 0 {
+			// A cron fire calls the function by name: the versions with a
+			// share of its untagged traffic serve it.
+			set = set.WithFloor(1, autoscale.ReasonPreWarm)
+		}
+		d := r.Scaler.Replicas(key, set, rec.ReadyReplicas, rec.DesiredReplicas,
 			rec.DesiredReplicas == 0 && rec.ScalingReason == string(autoscale.ReasonZero))
 		decisions[n] = d
 		s, err := r.Driver.Ensure(ctx, view, driver.Version{Number: n, Replicas: d.Replicas,
@@ -315,7 +329,6 @@ func (r *FunctionReconciler) run(ctx context.Context, fn *slessv1.Function, vers
 
 	// A version that served (a share, a tag or a drain) and is out of the
 	// new split drains for the drain period, then stops.
-	now := time.Now()
 	draining := map[int32]bool{}
 	for _, e := range st.Serving {
 		if eff[e.Number] != nil || versions[e.Number] == nil {
@@ -443,6 +456,47 @@ func (r *FunctionReconciler) run(ctx context.Context, fn *slessv1.Function, vers
 		}
 	}
 	return out, firstErr
+}
+
+// preWarm reports whether one of fn's cron triggers asks for its pre-warm
+// floor at now (cron.preWarmSeconds; see autoscale.FloorAt), and how long
+// until one of those floors starts or ends (0: none will), for the
+// reconcile to come back then: nothing else changes the settings at those
+// times. The operator computes the floor, not the scheduler: it reads the
+// Triggers already and owns the replica counts, and pkg/cronsched gives
+// both the same fires.
+func (r *FunctionReconciler) preWarm(ctx context.Context, fn *slessv1.Function, now time.Time) (active bool, after time.Duration, err error) {
+	var triggers slessv1.TriggerList
+	if err := r.Client.List(ctx, &triggers, client.InNamespace(fn.Namespace), client.MatchingFields{indexTriggerFunction: fn.Name}); err != nil {
+		return false, 0, fmt.Errorf("list the triggers of %s/%s: %w", fn.Namespace, fn.Name, err)
+	}
+	for i := range triggers.Items {
+		t := &triggers.Items[i]
+		// The scheduler's rule for a trigger that fires.
+		c := t.Spec.Cron
+		if t.Spec.Type != slessv1.TriggerCron || c == nil || c.PreWarmSeconds == "" || !t.IsEnabled() || !t.DeletionTimestamp.IsZero() {
+			continue
+		}
+		// No cold start is observed per version yet: "auto" leads by its
+		// default.
+		lead := autoscale.PreWarmLead(c.PreWarmSeconds, 0)
+		sched, err := cronsched.Parse(c.Schedule, c.TimeZone)
+		if lead <= 0 || err != nil { // a bad schedule never fires; the Trigger reconciler reports it
+			continue
+		}
+		since := t.CreationTimestamp.Time
+		if t.Status.LastFireTime != nil && t.Status.LastFireTime.After(since) {
+			since = t.Status.LastFireTime.Time
+		}
+		fire := autoscale.ServedFire(sched, since, now)
+		if _, on := autoscale.FloorAt(now, fire, lead, false); on {
+			active = true
+		}
+		if d := autoscale.FloorChange(now, fire, lead); d > 0 && (after == 0 || d < after) {
+			after = d
+		}
+	}
+	return active, after, nil
 }
 
 func sortedKeys(s split) []int32 {
