@@ -332,8 +332,9 @@ resource "sless_trigger" "tick" {
   function = sless_function.f.name
   type     = "cron"
   cron = {
-    schedule = "@every 1h"
-    payload  = jsonencode({ from = "cron" })
+    schedule         = "@every 1h"
+    payload          = jsonencode({ from = "cron" })
+    pre_warm_seconds = "auto"
   }
 }
 
@@ -357,6 +358,7 @@ data "sless_function" "read" {
 				Config: config,
 				Check: resource.ComposeAggregateTestCheckFunc(
 					resource.TestCheckResourceAttr("sless_trigger.web", "enabled", "true"),
+					resource.TestCheckResourceAttr("sless_trigger.tick", "cron.pre_warm_seconds", "auto"),
 					resource.TestCheckResourceAttr("sless_job.once", "run_id", "1"),
 					resource.TestCheckResourceAttr("data.sless_function.read", "phase", "Ready"),
 					resource.TestCheckResourceAttrPair("data.sless_function.read", "source_sha256", "sless_function.f", "source_sha256"),

@@ -40,6 +40,7 @@ type cronModel struct {
 	ConcurrencyPolicy       types.String `tfsdk:"concurrency_policy"`
 	StartingDeadlineSeconds types.Int64  `tfsdk:"starting_deadline_seconds"`
 	Payload                 types.String `tfsdk:"payload"`
+	PreWarmSeconds          types.String `tfsdk:"pre_warm_seconds"`
 }
 
 type secretRefModel struct {
@@ -119,6 +120,8 @@ func (r *triggerResource) Schema(_ context.Context, _ resource.SchemaRequest, re
 						Description:   "How late a missed fire may still run.",
 						PlanModifiers: []planmodifier.Int64{int64planmodifier.UseStateForUnknown()}},
 					"payload": schema.StringAttribute{Optional: true, Description: "The JSON body each fire sends (use jsonencode)."},
+					"pre_warm_seconds": schema.StringAttribute{Optional: true,
+						Description: "How long before each fire one replica is kept ready, also at min_replicas 0: whole seconds, or `auto`; at most 300 s."},
 				},
 			},
 			"queue": schema.SingleNestedAttribute{
@@ -178,7 +181,7 @@ func (m *triggerModel) input(ctx context.Context, diags *diag.Diagnostics) sless
 	if c := m.Cron; c != nil {
 		in.Cron = &slessclient.CronTrigger{Schedule: c.Schedule.ValueString(), TimeZone: optional[string](c.TimeZone),
 			ConcurrencyPolicy: optional[slessclient.CronTriggerConcurrencyPolicy](c.ConcurrencyPolicy),
-			Payload:           jsonAttr(c.Payload, "cron.payload", diags)}
+			Payload:           jsonAttr(c.Payload, "cron.payload", diags), PreWarmSeconds: optional[string](c.PreWarmSeconds)}
 		if !c.StartingDeadlineSeconds.IsNull() && !c.StartingDeadlineSeconds.IsUnknown() {
 			in.Cron.StartingDeadlineSeconds = new(c.StartingDeadlineSeconds.ValueInt64())
 		}
@@ -232,11 +235,15 @@ func (m *triggerModel) fill(ctx context.Context, t *slessclient.Trigger, diags *
 	if c := t.Cron; c != nil {
 		prior := m.Cron
 		if prior == nil {
-			prior = &cronModel{TimeZone: types.StringNull(), ConcurrencyPolicy: types.StringNull(), Payload: types.StringNull(), StartingDeadlineSeconds: types.Int64Null()}
+			prior = &cronModel{TimeZone: types.StringNull(), ConcurrencyPolicy: types.StringNull(), Payload: types.StringNull(), StartingDeadlineSeconds: types.Int64Null(),
+				PreWarmSeconds: types.StringNull()}
 		}
 		n := &cronModel{Schedule: types.StringValue(c.Schedule), TimeZone: keepStr(prior.TimeZone, deref(c.TimeZone)),
 			ConcurrencyPolicy: keepStr(prior.ConcurrencyPolicy, string(deref(c.ConcurrencyPolicy))), Payload: jsonValue(prior.Payload, c.Payload, diags),
-			StartingDeadlineSeconds: types.Int64Null()}
+			StartingDeadlineSeconds: types.Int64Null(), PreWarmSeconds: types.StringNull()}
+		if c.PreWarmSeconds != nil && *c.PreWarmSeconds != "" {
+			n.PreWarmSeconds = types.StringValue(*c.PreWarmSeconds)
+		}
 		if c.StartingDeadlineSeconds != nil {
 			n.StartingDeadlineSeconds = types.Int64Value(*c.StartingDeadlineSeconds)
 		}
