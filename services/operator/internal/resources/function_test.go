@@ -12,6 +12,7 @@ import (
 	"k8s.io/utils/ptr"
 
 	slessv1 "github.com/kube5s/sless/pkg/apis/sless/v1alpha1"
+	"github.com/kube5s/sless/pkg/loadreport"
 	"github.com/kube5s/sless/services/operator/internal/scaler"
 )
 
@@ -126,7 +127,7 @@ func TestVersionDeploymentIsTheHardenedPodOfTheFunction(t *testing.T) {
 		fn:   function(func(f *slessv1.Function) { f.Spec.Scaling = &slessv1.Scaling{MinReplicas: 3} }),
 		want: deployment(func(d *appsv1.Deployment) { d.Spec.Replicas = ptr.To(int32(3)) }),
 	}, {
-		name: "scale to zero is not implemented: still one replica",
+		name: "min replicas 0: a new version starts with one (the scaler takes it to zero when idle)",
 		fn:   function(func(f *slessv1.Function) { f.Spec.Scaling = &slessv1.Scaling{MinReplicas: 0} }),
 		want: deployment(),
 	}, {
@@ -149,8 +150,9 @@ func TestVersionDeploymentIsTheHardenedPodOfTheFunction(t *testing.T) {
 		}),
 	}} {
 		t.Run(tc.name, func(t *testing.T) {
-			// The count the scaler starts a version at: its minimum.
-			got := VersionDeployment(tc.fn, 1, "registry.local/acme/hello:abc", scaler.Settings(tc.fn, 0).MinReplicas)
+			// The count the scaler starts a new version at.
+			start := scaler.New(nil).Replicas(loadreport.Key{Namespace: "sless-fn-acme", Function: "hello", Version: 1}, scaler.Settings(tc.fn, 0), 0, 0, false)
+			got := VersionDeployment(tc.fn, 1, "registry.local/acme/hello:abc", start.Replicas)
 			if diff := cmp.Diff(tc.want, got); diff != "" {
 				t.Errorf("Deployment (-want +got):\n%s", diff)
 			}
