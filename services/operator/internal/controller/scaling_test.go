@@ -75,10 +75,12 @@ func TestLoadReportsScaleTheDeployment(t *testing.T) {
 	stop := report(13)
 	h.eventuallyShow(t, "two replicas for 13 in flight", func() bool { n, _ := replicas(); return n == 2 }, func() string { _, s := replicas(); return s })
 	stop()
-	h.get(t, fn)
-	if e := servingEntry(fn, 1); e == nil || e.DesiredReplicas != 2 || e.ScalingReason == "" {
-		t.Errorf("status.serving does not show the decision: %+v", fn.Status.Serving)
-	}
+	// The status is written after the Deployment, in the same reconcile.
+	h.eventuallyShow(t, "status.serving showing the decision", func() bool {
+		h.get(t, fn)
+		e := servingEntry(fn, 1)
+		return e != nil && e.DesiredReplicas == 2 && e.ScalingReason != ""
+	}, func() string { return fmt.Sprintf("%+v", fn.Status.Serving) })
 
 	// 40 in flight asks for six: clamped to maxReplicas, and said so.
 	stop = report(40)
