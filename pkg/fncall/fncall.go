@@ -219,3 +219,37 @@ func errorOf(body []byte, def string) string {
 	}
 	return def
 }
+
+// HealthPath is the runtime's health endpoint (runtimes/README.md): 200
+// once the handler is loaded, 503 with {"status", "error"} before or when
+// it cannot load.
+const HealthPath = "/_/health"
+
+// Health asks the runtime behind endpoint whether it serves (the local
+// driver's supervision, the data plane's probe of a version that wakes).
+// ok is true for a 200; otherwise reason is the runtime's own error when
+// it gave one, or "" when nothing answered.
+func Health(ctx context.Context, c *http.Client, endpoint string) (ok bool, reason string) {
+	req, err := http.NewRequestWithContext(ctx, http.MethodGet, endpoint+HealthPath, nil)
+	if err != nil {
+		return false, err.Error()
+	}
+	resp, err := c.Do(req)
+	if err != nil {
+		return false, ""
+	}
+	defer resp.Body.Close()
+	if resp.StatusCode == http.StatusOK {
+		_, _ = io.Copy(io.Discard, io.LimitReader(resp.Body, 64<<10))
+		return true, ""
+	}
+	var body struct {
+		Status string `json:"status"`
+		Error  string `json:"error"`
+	}
+	_ = json.NewDecoder(io.LimitReader(resp.Body, 64<<10)).Decode(&body)
+	if body.Error != "" {
+		return false, body.Error
+	}
+	return false, "health check answered " + resp.Status
+}

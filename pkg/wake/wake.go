@@ -15,9 +15,7 @@ package wake
 
 import (
 	"context"
-	"errors"
 	"fmt"
-	"io"
 	"net/http"
 	"sync"
 	"time"
@@ -25,6 +23,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	slessv1 "github.com/kube5s/sless/pkg/apis/sless/v1alpha1"
+	"github.com/kube5s/sless/pkg/fncall"
 	"github.com/kube5s/sless/pkg/loadreport"
 	"github.com/kube5s/sless/pkg/versionpick"
 )
@@ -37,9 +36,6 @@ const DefaultMaxPerTenant = 4000
 // Poll is how often a watcher looks at the version's status and probes it.
 const Poll = 20 * time.Millisecond
 
-// HealthPath is the runtime's health endpoint (runtimes/README.md).
-const HealthPath = "/_/health"
-
 // Waker holds calls for versions that wake. Its zero value is not usable:
 // set Functions.
 type Waker struct {
@@ -48,8 +44,8 @@ type Waker struct {
 	// Load counts the waiting calls for the scaler; nil counts nothing
 	// (and then nothing wakes a version: only tests leave it nil).
 	Load *loadreport.Tracker
-	// Probe checks a replica behind endpoint; nil: GET endpoint+HealthPath
-	// answers 200 within a second.
+	// Probe checks a replica behind endpoint; nil: fncall.Health answers
+	// within a second.
 	Probe func(ctx context.Context, endpoint string) error
 	// MaxPerTenant bounds one tenant's waiting calls in this process; 0:
 	// DefaultMaxPerTenant.
@@ -235,18 +231,8 @@ func (w *Waker) probe(ctx context.Context, endpoint string) error {
 	if w.Probe != nil {
 		return w.Probe(ctx, endpoint)
 	}
-	req, err := http.NewRequestWithContext(ctx, http.MethodGet, endpoint+HealthPath, nil)
-	if err != nil {
-		return err
-	}
-	resp, err := probeClient.Do(req)
-	if err != nil {
-		return err
-	}
-	defer resp.Body.Close()
-	_, _ = io.Copy(io.Discard, io.LimitReader(resp.Body, 64<<10))
-	if resp.StatusCode != http.StatusOK {
-		return errors.New("health check answered " + resp.Status)
+	if ok, reason := fncall.Health(ctx, probeClient, endpoint); !ok {
+		return fmt.Errorf("not healthy: %q", reason)
 	}
 	return nil
 }

@@ -3,6 +3,7 @@ package wake
 import (
 	"context"
 	"errors"
+	"fmt"
 	"net/http"
 	"net/http/httptest"
 	"os"
@@ -15,6 +16,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	slessv1 "github.com/kube5s/sless/pkg/apis/sless/v1alpha1"
+	"github.com/kube5s/sless/pkg/fncall"
 	"github.com/kube5s/sless/pkg/loadreport"
 	"github.com/kube5s/sless/pkg/testenv"
 	"github.com/kube5s/sless/pkg/versionpick"
@@ -35,7 +37,7 @@ type runtime struct {
 func newRuntime(t *testing.T) *runtime {
 	rt := &runtime{}
 	rt.srv = httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		if r.URL.Path != HealthPath {
+		if r.URL.Path != fncall.HealthPath {
 			http.NotFound(w, r)
 			return
 		}
@@ -101,14 +103,14 @@ func TestACallWaitsForAReadyVersionThatAnswers(t *testing.T) {
 			results <- result{c, err}
 		}()
 	}
-	testenv.Eventually(t, time.Minute, "every call waiting", func() (bool, string) { return w.Waiting() == calls, "" })
+	testenv.Eventually(t, time.Minute, "every call waiting", func() (bool, string) { return w.Waiting() == calls, fmt.Sprintf("%d calls waiting", w.Waiting()) })
 	if got := load.Snapshot(time.Now()); len(got) != 1 || got[0].Buffered != calls {
 		t.Errorf("the tracker counts %+v; want %d buffered", got, calls)
 	}
 
 	// Ready in the status, but the runtime does not answer yet.
 	setServing(t, c, fn, slessv1.ServingVersion{Number: 1, Percent: 100, Ready: true, Endpoint: rt.srv.URL})
-	testenv.Eventually(t, time.Minute, "three failed probes", func() (bool, string) { return rt.probes.Load() >= 3, "" })
+	testenv.Eventually(t, time.Minute, "three failed probes", func() (bool, string) { return rt.probes.Load() >= 3, fmt.Sprintf("%d probes", rt.probes.Load()) })
 	select {
 	case r := <-results:
 		t.Fatalf("a call went on before the runtime answered: %+v", r)
@@ -150,7 +152,7 @@ func TestTheBufferIsBounded(t *testing.T) {
 	}
 	wait()
 	wait()
-	testenv.Eventually(t, time.Minute, "two calls waiting", func() (bool, string) { return w.Waiting() == 2, "" })
+	testenv.Eventually(t, time.Minute, "two calls waiting", func() (bool, string) { return w.Waiting() == 2, fmt.Sprintf("%d calls waiting", w.Waiting()) })
 	if _, err := w.Wait(t.Context(), fn, choice, 2); err != Full {
 		t.Errorf("the third call of a version with maxBuffered 2: %v, want Full", err)
 	}
@@ -160,7 +162,7 @@ func TestTheBufferIsBounded(t *testing.T) {
 		_, err := w.Wait(t.Context(), fn, other, 100)
 		errs <- err
 	})
-	testenv.Eventually(t, time.Minute, "three calls waiting", func() (bool, string) { return w.Waiting() == 3, "" })
+	testenv.Eventually(t, time.Minute, "three calls waiting", func() (bool, string) { return w.Waiting() == 3, fmt.Sprintf("%d calls waiting", w.Waiting()) })
 	if _, err := w.Wait(t.Context(), fn, other, 100); err != Full {
 		t.Errorf("past the tenant's share: %v, want Full", err)
 	}

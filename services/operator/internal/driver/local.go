@@ -7,7 +7,6 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
-	"io"
 	"io/fs"
 	"log/slog"
 	"net"
@@ -21,6 +20,7 @@ import (
 	"syscall"
 	"time"
 
+	"github.com/kube5s/sless/pkg/fncall"
 	"github.com/kube5s/sless/pkg/funclog"
 	"github.com/kube5s/sless/pkg/tenantns"
 
@@ -446,7 +446,7 @@ func (p *proc) run() (<-chan struct{}, error) {
 	return exited, nil
 }
 
-// watchHealth polls /_/health until the process exits.
+// watchHealth polls the runtime's health endpoint until the process exits.
 func (p *proc) watchHealth(exited <-chan struct{}) {
 	hc := &http.Client{Timeout: 2 * time.Second}
 	// Poll fast until the first success (a loopback GET costs little and the
@@ -459,7 +459,7 @@ func (p *proc) watchHealth(exited <-chan struct{}) {
 			return
 		case <-time.After(interval):
 		}
-		ok, reason := probe(hc, p.endpoint+"/_/health")
+		ok, reason := fncall.Health(context.Background(), hc, p.endpoint)
 		if ok {
 			failures = 0
 		} else {
@@ -492,27 +492,6 @@ func (p *proc) watchHealth(exited <-chan struct{}) {
 			interval = 500 * time.Millisecond
 		}
 	}
-}
-
-func probe(hc *http.Client, url string) (bool, string) {
-	resp, err := hc.Get(url)
-	if err != nil {
-		return false, ""
-	}
-	defer resp.Body.Close()
-	if resp.StatusCode == http.StatusOK {
-		_, _ = io.Copy(io.Discard, resp.Body)
-		return true, ""
-	}
-	var body struct {
-		Status string `json:"status"`
-		Error  string `json:"error"`
-	}
-	_ = json.NewDecoder(io.LimitReader(resp.Body, 64<<10)).Decode(&body)
-	if body.Error != "" {
-		return false, body.Error
-	}
-	return false, "health check answered " + resp.Status
 }
 
 func (p *proc) setErr(s string) {

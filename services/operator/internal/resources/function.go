@@ -10,6 +10,7 @@ import (
 	"k8s.io/utils/ptr"
 
 	slessv1 "github.com/kube5s/sless/pkg/apis/sless/v1alpha1"
+	"github.com/kube5s/sless/pkg/fncall"
 	"github.com/kube5s/sless/pkg/tenantns"
 )
 
@@ -69,7 +70,7 @@ func PodSpec(fn *slessv1.Function, version int32, image string) corev1.PodSpec {
 	cpu := *resource.NewMilliQuantity(int64(fn.Spec.CPUMillis), resource.DecimalSI)
 	probe := func(period, failures int32) *corev1.Probe {
 		return &corev1.Probe{
-			ProbeHandler:     corev1.ProbeHandler{HTTPGet: &corev1.HTTPGetAction{Path: "/_/health", Port: intstr.FromInt32(FunctionContainerPort)}},
+			ProbeHandler:     corev1.ProbeHandler{HTTPGet: &corev1.HTTPGetAction{Path: fncall.HealthPath, Port: intstr.FromInt32(FunctionContainerPort)}},
 			PeriodSeconds:    period,
 			FailureThreshold: failures,
 			TimeoutSeconds:   2,
