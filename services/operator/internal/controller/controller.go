@@ -219,12 +219,16 @@ var errStaleCache = errors.New("informer cache is behind the API server")
 // was read; the retry reads the new one). Neither is an error to log or to
 // back off from. Any other error is returned as it is.
 func requeueIfStale(ctx context.Context, err error) (ctrl.Result, error) {
-	if errors.Is(err, errStaleCache) || apierrors.IsConflict(err) {
+	if stale(err) {
 		log.FromContext(ctx).V(1).Info("requeued: the object changed since it was read", "err", err.Error())
 		return ctrl.Result{RequeueAfter: 50 * time.Millisecond}, nil
 	}
 	return ctrl.Result{}, err
 }
+
+// stale says err is an optimistic-lock conflict or a read from a cache
+// behind a write: the next reconcile, on fresh objects, decides.
+func stale(err error) bool { return errors.Is(err, errStaleCache) || apierrors.IsConflict(err) }
 
 // dependents maps a Function to reconcile requests for the objects of
 // newList's kind in its namespace that reference it through index.

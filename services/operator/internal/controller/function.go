@@ -109,6 +109,11 @@ func (r *FunctionReconciler) Reconcile(ctx context.Context, req ctrl.Request) (r
 		slessv1.SetCondition(&st.Conditions, gen, slessv1.ConditionDeployed, metav1.ConditionFalse, slessv1.ReasonWaitingBuild, "nothing to run until a build succeeds")
 	} else {
 		run, driverErr = r.run(ctx, &fn, versions)
+		if stale(driverErr) {
+			// A version's status changed under this reconcile: not a
+			// driver's failure to show, a requeue.
+			return requeueIfStale(ctx, driverErr)
+		}
 		state := run.state
 		switch {
 		case run.problem != "":
