@@ -4,6 +4,8 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
+	"io"
+	"net/http"
 	"os"
 	"path/filepath"
 	"strings"
@@ -35,6 +37,14 @@ func screenshots(t *testing.T, b *browser.Browser, name string) {
 	b.Do(t, "viewport", chromedp.EmulateViewport(1280, 900))
 }
 
+// consoleApp echoes its call, and fails when the body asks it to.
+const consoleApp = `def handler(event, context):
+    body = event.get("json") or {}
+    if body.get("fail"):
+        raise RuntimeError("asked to fail: %s" % body.get("fail"))
+    return {"trigger": context.trigger, "body": body}
+`
+
 // TestConsoleInChromium: against a whole platform (make dev: gateway,
 // operator, builder, invoker, PostgreSQL, RabbitMQ, Jaeger), a user logs
 // in with a token (the cookie is invisible to scripts), sees the deployed
@@ -61,7 +71,7 @@ func TestConsoleInChromium(t *testing.T) {
 		Runtime: client.FunctionInputRuntimePython311, Entrypoint: "main.handler", TimeoutSec: ptr(int32(5))})); err != nil {
 		t.Fatalf("create function: %v", err)
 	}
-	if _, err := client.UploadZip(ctx, acme, "webui", "app", zipOf(map[string]string{"main.py": fmt.Sprintf(app, "v1")})); err != nil {
+	if _, err := client.UploadZip(ctx, acme, "webui", "app", zipOf(map[string]string{"main.py": consoleApp})); err != nil {
 		t.Fatalf("upload: %v", err)
 	}
 	testenv.Eventually(t, 120*time.Second, "function Ready", func() (bool, string) { return p.status(t, "/v1/tenants/webui/functions/app", tok, "Ready") })
@@ -130,6 +140,115 @@ func TestConsoleInChromium(t *testing.T) {
 	b.Do(t, "dead letters page", chromedp.Navigate(p.base+"/ui/dead-letters"), chromedp.WaitVisible(chromedp.ID("d-function")))
 	b.Accessible(t, "dead letters")
 	screenshots(t, b, "dead-letters")
+
+	// A trigger is disabled and a job run from the function's page.
+	p.json(t, "POST", "/v1/tenants/webui/triggers", tok, map[string]any{"name": "yearly", "function": "app", "type": "cron",
+		"cron": map[string]any{"schedule": "0 0 1 1 *"}}, 201)
+	p.json(t, "POST", "/v1/tenants/webui/jobs", tok, map[string]any{"name": "report", "function": "app", "payload": map[string]any{"r": 1}}, 201)
+	runsBefore := func() float64 {
+		st, _ := p.json(t, "GET", "/v1/tenants/webui/jobs/report", tok, nil, 200)["status"].(map[string]any)
+		n, _ := st["last_run_id"].(float64)
+		return n
+	}
+	before := runsBefore()
+	b.Do(t, "function page", chromedp.Navigate(p.base+"/ui/functions/app"), chromedp.WaitVisible(chromedp.CSS(`button[aria-label="Disable trigger yearly"]`)))
+	b.Do(t, "disable the trigger", chromedp.Click(chromedp.CSS(`button[aria-label="Disable trigger yearly"]`)),
+		chromedp.WaitVisible(chromedp.CSS(`button[aria-label="Enable trigger yearly"]`)))
+	if tr := p.json(t, "GET", "/v1/tenants/webui/triggers/yearly", tok, nil, 200); tr["enabled"] != false {
+		t.Errorf("after Disable the trigger reads %v", tr)
+	}
+	b.Do(t, "run the job", chromedp.Click(chromedp.CSS(`button[aria-label="Run job report"]`)), chromedp.WaitVisible(chromedp.ID("jobs-h")))
+	testenv.Eventually(t, 60*time.Second, "a new run of the job", func() (bool, string) {
+		return runsBefore() > before, p.do(t, "GET", "/v1/tenants/webui/jobs/report", tok, "", nil).String()
+	})
+
+	// An async call that fails every attempt is dead-lettered; it is
+	// replayed from the dead letters page, and replayed with an edited
+	// body from its own page, which then succeeds and says what it replays.
+	r := p.do(t, "POST", "/v1/tenants/webui/functions/app/invoke", tok, "application/json", []byte(`{"fail":"<img src=x onerror=alert(1)>"}`), "Prefer", "respond-async")
+	if r.status != 202 {
+		t.Fatalf("async failing call: %d %s", r.status, r.body)
+	}
+	failedID, _ := r.obj(t)["invocation_id"].(string)
+	testenv.Eventually(t, 120*time.Second, "the dead letter of "+failedID, func() (bool, string) {
+		r := p.do(t, "GET", "/v1/tenants/webui/dead-letters/"+failedID, tok, "", nil)
+		return r.status == 200, r.String()
+	})
+	testenv.Eventually(t, 60*time.Second, "the record of "+failedID, func() (bool, string) {
+		r := p.do(t, "GET", "/v1/tenants/webui/invocations/"+failedID, tok, "", nil)
+		return r.status == 200, r.String()
+	})
+	b.Do(t, "dead letters page", chromedp.Navigate(p.base+"/ui/dead-letters"),
+		chromedp.WaitVisible(chromedp.CSS(`form[action="/ui/dead-letters/`+failedID+`/replay"] button`)))
+	b.Do(t, "replay the dead letter", chromedp.Click(chromedp.CSS(`form[action="/ui/dead-letters/`+failedID+`/replay"] button`)),
+		chromedp.WaitVisible(chromedp.ID("d-function")))
+	testenv.Eventually(t, 30*time.Second, "the dead letter replayed", func() (bool, string) {
+		d := p.json(t, "GET", "/v1/tenants/webui/dead-letters/"+failedID, tok, nil, 200)
+		return d["replay_invocation_id"] != nil, fmt.Sprint(d)
+	})
+	b.Do(t, "failed invocation page", chromedp.Navigate(p.base+"/ui/invocations/"+failedID), chromedp.WaitVisible(chromedp.ID("replay")))
+	b.Accessible(t, "failed invocation")
+	screenshots(t, b, "invocation-failed")
+	b.Do(t, "replay with edits", chromedp.Click(chromedp.CSS(`details.replay-edit summary`)), chromedp.WaitVisible(chromedp.ID("r-body")),
+		chromedp.SetValue(chromedp.ID("r-body"), `{"edited":true}`), chromedp.Submit(chromedp.ID("r-body")),
+		chromedp.WaitVisible(chromedp.CSS(".replayed-id")))
+	replayID := browser.Get(t, b, "replay id", chromedp.Text(chromedp.CSS(".replayed-id")))
+	var replay map[string]any
+	testenv.Eventually(t, 60*time.Second, "the record of the replay "+replayID, func() (bool, string) {
+		r := p.do(t, "GET", "/v1/tenants/webui/invocations/"+replayID, tok, "", nil)
+		if r.status != 200 {
+			return false, r.String()
+		}
+		replay = r.obj(t)
+		return true, ""
+	})
+	if replay["replay_of"] != failedID || replay["status"] != "succeeded" || !strings.Contains(fmt.Sprint(replay["result"]), "edited") {
+		t.Errorf("the replay with edits: %v", replay)
+	}
+	b.Do(t, "the replay's page", chromedp.Navigate(p.base+"/ui/invocations/"+replayID),
+		chromedp.WaitVisible(chromedp.CSS(`a[href="/ui/invocations/`+failedID+`"]`)))
+
+	// A build whose dependency install waits on this test (a local
+	// package's build backend fetches the gate): its log shows in the
+	// browser while it runs, and the lines written after the gate opens
+	// arrive on the same page, without a reload.
+	release := make(chan struct{})
+	gate := testenv.Serve(t, http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		select {
+		case <-release:
+		case <-r.Context().Done():
+		}
+		_, _ = io.WriteString(w, "go")
+	}))
+	p.json(t, "POST", "/v1/tenants/webui/functions", tok, map[string]any{"name": "slow", "runtime": "python3.11", "entrypoint": "main.handler"}, 201)
+	if _, err := client.UploadZip(ctx, acme, "webui", "slow", zipOf(map[string]string{
+		"main.py":          consoleApp,
+		"requirements.txt": "./gatepkg\n",
+		"gatepkg/pyproject.toml": "[build-system]\nrequires = []\nbuild-backend = \"backend\"\nbackend-path = [\".\"]\n" +
+			"[project]\nname = \"gatepkg\"\nversion = \"1\"\n",
+		"gatepkg/backend.py": "import sys, urllib.request\n" +
+			"def _gate():\n    print('waiting for the gate', file=sys.stderr, flush=True)\n" +
+			"    urllib.request.urlopen('" + gate + "/', timeout=600).read()\n    raise SystemExit('the gate opened: this package builds nothing')\n" +
+			"def get_requires_for_build_wheel(config_settings=None):\n    _gate()\n" +
+			"def build_wheel(wheel_directory, config_settings=None, metadata_directory=None):\n    _gate()\n",
+	})); err != nil {
+		t.Fatalf("upload the slow build: %v", err)
+	}
+	testenv.Eventually(t, 120*time.Second, "the slow build running", func() (bool, string) {
+		r := p.do(t, "GET", "/v1/tenants/webui/functions/slow/builds", tok, "", nil)
+		return r.status == 200 && strings.Contains(r.String(), `"state":"running"`), r.String()
+	})
+	b.Do(t, "the building function's page", chromedp.Navigate(p.base+"/ui/functions/slow"), chromedp.WaitVisible(chromedp.ID("build-log")))
+	logText := func() string { return browser.Get(t, b, "build log", chromedp.TextContent(chromedp.ID("build-log"))) }
+	testenv.Eventually(t, 120*time.Second, "the first line of the running build's log", func() (bool, string) {
+		l := logText()
+		return strings.HasPrefix(l, "build ") && !strings.Contains(l, "build failed"), l
+	})
+	close(release)
+	testenv.Eventually(t, 120*time.Second, "the end of the build's log, on the same page", func() (bool, string) {
+		l := logText()
+		return strings.Contains(l, "build failed"), l
+	})
 
 	if _, err := client.Do(admin.RevokeTokenWithResponse(ctx, "webui", tokID)); err != nil {
 		t.Fatalf("revoke: %v", err)

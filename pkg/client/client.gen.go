@@ -788,8 +788,14 @@ type Invocation struct {
 	HttpStatus      *int64 `json:"http_status,omitempty"`
 	Id              string `json:"id"`
 	QueueWaitMs     int64  `json:"queue_wait_ms"`
-	RequestBytes    int64  `json:"request_bytes"`
-	ResponseBytes   int64  `json:"response_bytes"`
+
+	// ReplayOf the invocation this one ran again
+	ReplayOf     *string `json:"replay_of,omitempty"`
+	RequestBytes int64   `json:"request_bytes"`
+
+	// RequestKept the request the function received is kept (invocations that did not succeed): POST .../replay runs it again
+	RequestKept   *bool `json:"request_kept,omitempty"`
+	ResponseBytes int64 `json:"response_bytes"`
 
 	// Result text, or base64 when result_base64 is true; absent when large
 	Result            *string `json:"result,omitempty"`
@@ -866,6 +872,21 @@ type JobStatus struct {
 	Phase          *string      `json:"phase,omitempty"`
 	Result         *string      `json:"result,omitempty"`
 	StartTime      *time.Time   `json:"start_time,omitempty"`
+}
+
+// KeptRequest defines model for KeptRequest.
+type KeptRequest struct {
+	// Body text, or base64 when body_base64 is true
+	Body       *string `json:"body,omitempty"`
+	BodyBase64 *bool   `json:"body_base64,omitempty"`
+
+	// BodyOmitted the body was over 256 KiB and is not kept; a replay must give one
+	BodyOmitted *bool                `json:"body_omitted,omitempty"`
+	BodySize    int64                `json:"body_size"`
+	Headers     map[string]*[]string `json:"headers"`
+	Method      string               `json:"method"`
+	Path        string               `json:"path"`
+	Query       *string              `json:"query,omitempty"`
 }
 
 // ListOutBuildBody defines model for ListOutBuildBody.
@@ -982,6 +1003,31 @@ type ReplayDeadLettersRequestReplayed string
 
 // ReplayDeadLettersRequestTrigger trigger kind
 type ReplayDeadLettersRequestTrigger string
+
+// ReplayAccepted defines model for ReplayAccepted.
+type ReplayAccepted struct {
+	// InvocationId the new invocation; its record says replay_of
+	InvocationId string `json:"invocation_id"`
+	ReplayOf     string `json:"replay_of"`
+	Status       string `json:"status"`
+}
+
+// ReplayEdits defines model for ReplayEdits.
+type ReplayEdits struct {
+	// Body replaces the kept body
+	Body *string `json:"body,omitempty"`
+
+	// BodyBase64 body is base64
+	BodyBase64 *bool `json:"body_base64,omitempty"`
+
+	// Headers replace the kept headers; credentials and the platform's own are refused
+	Headers *map[string]*[]string `json:"headers,omitempty"`
+	Method  *string               `json:"method,omitempty"`
+
+	// Path below the function's root, starting with /
+	Path  *string `json:"path,omitempty"`
+	Query *string `json:"query,omitempty"`
+}
 
 // Replayed defines model for Replayed.
 type Replayed struct {
@@ -1471,6 +1517,9 @@ type RollbackJSONRequestBody = RollbackInput
 // SetTrafficJSONRequestBody defines body for SetTraffic for application/json ContentType.
 type SetTrafficJSONRequestBody = TrafficInput
 
+// ReplayInvocationJSONRequestBody defines body for ReplayInvocation for application/json ContentType.
+type ReplayInvocationJSONRequestBody = ReplayEdits
+
 // CreateJobJSONRequestBody defines body for CreateJob for application/json ContentType.
 type CreateJobJSONRequestBody = JobInput
 
@@ -1840,6 +1889,25 @@ type ClientInterface interface {
 	//
 	// Corresponds with GET /v1/tenants/{t}/invocations/{id} (the `GetInvocation` operationId).
 	GetInvocation(ctx context.Context, t string, id string, reqEditors ...RequestEditorFn) (*http.Response, error)
+
+	// ReplayInvocationWithBody Run an invocation's kept request again, with optional edits, as a new async invocation (its record says replay_of)
+	//
+	// Takes any type of body and a specified content type.
+	//
+	// Corresponds with POST /v1/tenants/{t}/invocations/{id}/replay (the `ReplayInvocation` operationId).
+	ReplayInvocationWithBody(ctx context.Context, t string, id string, contentType string, body io.Reader, reqEditors ...RequestEditorFn) (*http.Response, error)
+
+	// ReplayInvocation Run an invocation's kept request again, with optional edits, as a new async invocation (its record says replay_of)
+	//
+	// Takes a body of the `application/json` content type.
+	//
+	// Corresponds with POST /v1/tenants/{t}/invocations/{id}/replay (the `ReplayInvocation` operationId).
+	ReplayInvocation(ctx context.Context, t string, id string, body ReplayInvocationJSONRequestBody, reqEditors ...RequestEditorFn) (*http.Response, error)
+
+	// GetInvocationRequest The request an invocation that did not succeed kept, as its function received it (without credentials)
+	//
+	// Corresponds with GET /v1/tenants/{t}/invocations/{id}/request (the `GetInvocationRequest` operationId).
+	GetInvocationRequest(ctx context.Context, t string, id string, reqEditors ...RequestEditorFn) (*http.Response, error)
 
 	// GetInvocationResult The stored result of an invocation, as the function answered it (large ones come from the object store)
 	//
@@ -2672,6 +2740,55 @@ func (c *Client) ListInvocations(ctx context.Context, t string, params *ListInvo
 // Corresponds with GET /v1/tenants/{t}/invocations/{id} (the `GetInvocation` operationId).
 func (c *Client) GetInvocation(ctx context.Context, t string, id string, reqEditors ...RequestEditorFn) (*http.Response, error) {
 	req, err := NewGetInvocationRequest(c.Server, t, id)
+	if err != nil {
+		return nil, err
+	}
+	req = req.WithContext(ctx)
+	if err := c.applyEditors(ctx, req, reqEditors); err != nil {
+		return nil, err
+	}
+	return c.Client.Do(req)
+}
+
+// ReplayInvocationWithBody Run an invocation's kept request again, with optional edits, as a new async invocation (its record says replay_of)
+//
+// Takes any type of body and a specified content type.
+//
+// Corresponds with POST /v1/tenants/{t}/invocations/{id}/replay (the `ReplayInvocation` operationId).
+func (c *Client) ReplayInvocationWithBody(ctx context.Context, t string, id string, contentType string, body io.Reader, reqEditors ...RequestEditorFn) (*http.Response, error) {
+	req, err := NewReplayInvocationRequestWithBody(c.Server, t, id, contentType, body)
+	if err != nil {
+		return nil, err
+	}
+	req = req.WithContext(ctx)
+	if err := c.applyEditors(ctx, req, reqEditors); err != nil {
+		return nil, err
+	}
+	return c.Client.Do(req)
+}
+
+// ReplayInvocation Run an invocation's kept request again, with optional edits, as a new async invocation (its record says replay_of)
+//
+// Takes a body of the `application/json` content type.
+//
+// Corresponds with POST /v1/tenants/{t}/invocations/{id}/replay (the `ReplayInvocation` operationId).
+func (c *Client) ReplayInvocation(ctx context.Context, t string, id string, body ReplayInvocationJSONRequestBody, reqEditors ...RequestEditorFn) (*http.Response, error) {
+	req, err := NewReplayInvocationRequest(c.Server, t, id, body)
+	if err != nil {
+		return nil, err
+	}
+	req = req.WithContext(ctx)
+	if err := c.applyEditors(ctx, req, reqEditors); err != nil {
+		return nil, err
+	}
+	return c.Client.Do(req)
+}
+
+// GetInvocationRequest The request an invocation that did not succeed kept, as its function received it (without credentials)
+//
+// Corresponds with GET /v1/tenants/{t}/invocations/{id}/request (the `GetInvocationRequest` operationId).
+func (c *Client) GetInvocationRequest(ctx context.Context, t string, id string, reqEditors ...RequestEditorFn) (*http.Response, error) {
+	req, err := NewGetInvocationRequestRequest(c.Server, t, id)
 	if err != nil {
 		return nil, err
 	}
@@ -5292,6 +5409,101 @@ func NewGetInvocationRequest(server string, t string, id string) (*http.Request,
 	return req, nil
 }
 
+// NewReplayInvocationRequest calls the generic ReplayInvocation builder with application/json body
+func NewReplayInvocationRequest(server string, t string, id string, body ReplayInvocationJSONRequestBody) (*http.Request, error) {
+	var bodyReader io.Reader
+	buf, err := json.Marshal(body)
+	if err != nil {
+		return nil, err
+	}
+	bodyReader = bytes.NewReader(buf)
+	return NewReplayInvocationRequestWithBody(server, t, id, "application/json", bodyReader)
+}
+
+// NewReplayInvocationRequestWithBody constructs an http.Request for the ReplayInvocation method, with any body, and a specified content type
+func NewReplayInvocationRequestWithBody(server string, t string, id string, contentType string, body io.Reader) (*http.Request, error) {
+	var err error
+
+	var pathParam0 string
+
+	pathParam0, err = runtime.StyleParamWithOptions("simple", false, "t", t, runtime.StyleParamOptions{ParamLocation: runtime.ParamLocationPath, Type: "string", Format: ""})
+	if err != nil {
+		return nil, err
+	}
+
+	var pathParam1 string
+
+	pathParam1, err = runtime.StyleParamWithOptions("simple", false, "id", id, runtime.StyleParamOptions{ParamLocation: runtime.ParamLocationPath, Type: "string", Format: ""})
+	if err != nil {
+		return nil, err
+	}
+
+	serverURL, err := url.Parse(server)
+	if err != nil {
+		return nil, err
+	}
+
+	operationPath := fmt.Sprintf("/v1/tenants/%s/invocations/%s/replay", pathParam0, pathParam1)
+	if operationPath[0] == '/' {
+		operationPath = "." + operationPath
+	}
+
+	queryURL, err := serverURL.Parse(operationPath)
+	if err != nil {
+		return nil, err
+	}
+
+	req, err := http.NewRequest(http.MethodPost, queryURL.String(), body)
+	if err != nil {
+		return nil, err
+	}
+
+	req.Header.Add("Content-Type", contentType)
+
+	return req, nil
+}
+
+// NewGetInvocationRequestRequest constructs an http.Request for the GetInvocationRequest method
+func NewGetInvocationRequestRequest(server string, t string, id string) (*http.Request, error) {
+	var err error
+
+	var pathParam0 string
+
+	pathParam0, err = runtime.StyleParamWithOptions("simple", false, "t", t, runtime.StyleParamOptions{ParamLocation: runtime.ParamLocationPath, Type: "string", Format: ""})
+	if err != nil {
+		return nil, err
+	}
+
+	var pathParam1 string
+
+	pathParam1, err = runtime.StyleParamWithOptions("simple", false, "id", id, runtime.StyleParamOptions{ParamLocation: runtime.ParamLocationPath, Type: "string", Format: ""})
+	if err != nil {
+		return nil, err
+	}
+
+	serverURL, err := url.Parse(server)
+	if err != nil {
+		return nil, err
+	}
+
+	operationPath := fmt.Sprintf("/v1/tenants/%s/invocations/%s/request", pathParam0, pathParam1)
+	if operationPath[0] == '/' {
+		operationPath = "." + operationPath
+	}
+
+	queryURL, err := serverURL.Parse(operationPath)
+	if err != nil {
+		return nil, err
+	}
+
+	req, err := http.NewRequest(http.MethodGet, queryURL.String(), nil)
+	if err != nil {
+		return nil, err
+	}
+
+	return req, nil
+}
+
 // NewGetInvocationResultRequest constructs an http.Request for the GetInvocationResult method
 func NewGetInvocationResultRequest(server string, t string, id string) (*http.Request, error) {
 	var err error
@@ -6456,6 +6668,27 @@ type ClientWithResponsesInterface interface {
 	//
 	// Corresponds with GET /v1/tenants/{t}/invocations/{id} (the `GetInvocation` operationId).
 	GetInvocationWithResponse(ctx context.Context, t string, id string, reqEditors ...RequestEditorFn) (*GetInvocationResponse, error)
+
+	// ReplayInvocationWithBodyWithResponse Run an invocation's kept request again, with optional edits, as a new async invocation (its record says replay_of)
+	//
+	// Takes any type of body and a specified content type, and returns a wrapper object for the known response body format(s).
+	//
+	// Corresponds with POST /v1/tenants/{t}/invocations/{id}/replay (the `ReplayInvocation` operationId).
+	ReplayInvocationWithBodyWithResponse(ctx context.Context, t string, id string, contentType string, body io.Reader, reqEditors ...RequestEditorFn) (*ReplayInvocationResponse, error)
+
+	// ReplayInvocationWithResponse Run an invocation's kept request again, with optional edits, as a new async invocation (its record says replay_of)
+	//
+	// Takes a body of the `application/json` content type, and returns a wrapper object for the known response body format(s).
+	//
+	// Corresponds with POST /v1/tenants/{t}/invocations/{id}/replay (the `ReplayInvocation` operationId).
+	ReplayInvocationWithResponse(ctx context.Context, t string, id string, body ReplayInvocationJSONRequestBody, reqEditors ...RequestEditorFn) (*ReplayInvocationResponse, error)
+
+	// GetInvocationRequestWithResponse The request an invocation that did not succeed kept, as its function received it (without credentials)
+	//
+	// Returns a wrapper object for the known response body format(s).
+	//
+	// Corresponds with GET /v1/tenants/{t}/invocations/{id}/request (the `GetInvocationRequest` operationId).
+	GetInvocationRequestWithResponse(ctx context.Context, t string, id string, reqEditors ...RequestEditorFn) (*GetInvocationRequestResponse, error)
 
 	// GetInvocationResultWithResponse The stored result of an invocation, as the function answered it (large ones come from the object store)
 	//
@@ -8395,6 +8628,116 @@ func (r GetInvocationResponse) ContentType() string {
 	return ""
 }
 
+// ReplayInvocationResponse202Headers the declared response headers of an HTTP 202 response for ReplayInvocation
+type ReplayInvocationResponse202Headers struct {
+	Location *string
+}
+
+type ReplayInvocationResponse struct {
+	Body         []byte
+	HTTPResponse *http.Response
+	// JSON202 the response for an HTTP 202 `application/json` response
+	JSON202 *ReplayAccepted
+	// ApplicationproblemJSONDefault the response for an HTTP default `application/problem+json` response
+	ApplicationproblemJSONDefault *ErrorModel
+	// Headers202 the parsed response headers for an HTTP 202 response
+	Headers202 *ReplayInvocationResponse202Headers
+}
+
+// GetJSON202 returns the response for an HTTP 202 `application/json` response
+func (r ReplayInvocationResponse) GetJSON202() *ReplayAccepted {
+	return r.JSON202
+}
+
+// GetApplicationproblemJSONDefault returns the response for an HTTP default `application/problem+json` response
+func (r ReplayInvocationResponse) GetApplicationproblemJSONDefault() *ErrorModel {
+	return r.ApplicationproblemJSONDefault
+}
+
+// GetBody returns the raw response body bytes
+func (r ReplayInvocationResponse) GetBody() []byte {
+	return r.Body
+}
+
+// Status returns HTTPResponse.Status
+func (r ReplayInvocationResponse) Status() string {
+	if r.HTTPResponse != nil {
+		return r.HTTPResponse.Status
+	}
+	return http.StatusText(0)
+}
+
+// StatusCode returns HTTPResponse.StatusCode
+func (r ReplayInvocationResponse) StatusCode() int {
+	if r.HTTPResponse != nil {
+		return r.HTTPResponse.StatusCode
+	}
+	return 0
+}
+
+// ContentType is a convenience method to retrieve the Content-Type value from the HTTP response headers
+func (r ReplayInvocationResponse) ContentType() string {
+	if r.HTTPResponse != nil {
+		return r.HTTPResponse.Header.Get("Content-Type")
+	}
+	return ""
+}
+
+// GetInvocationRequestResponse200Headers the declared response headers of an HTTP 200 response for GetInvocationRequest
+type GetInvocationRequestResponse200Headers struct {
+	Location *string
+}
+
+type GetInvocationRequestResponse struct {
+	Body         []byte
+	HTTPResponse *http.Response
+	// JSON200 the response for an HTTP 200 `application/json` response
+	JSON200 *KeptRequest
+	// ApplicationproblemJSONDefault the response for an HTTP default `application/problem+json` response
+	ApplicationproblemJSONDefault *ErrorModel
+	// Headers200 the parsed response headers for an HTTP 200 response
+	Headers200 *GetInvocationRequestResponse200Headers
+}
+
+// GetJSON200 returns the response for an HTTP 200 `application/json` response
+func (r GetInvocationRequestResponse) GetJSON200() *KeptRequest {
+	return r.JSON200
+}
+
+// GetApplicationproblemJSONDefault returns the response for an HTTP default `application/problem+json` response
+func (r GetInvocationRequestResponse) GetApplicationproblemJSONDefault() *ErrorModel {
+	return r.ApplicationproblemJSONDefault
+}
+
+// GetBody returns the raw response body bytes
+func (r GetInvocationRequestResponse) GetBody() []byte {
+	return r.Body
+}
+
+// Status returns HTTPResponse.Status
+func (r GetInvocationRequestResponse) Status() string {
+	if r.HTTPResponse != nil {
+		return r.HTTPResponse.Status
+	}
+	return http.StatusText(0)
+}
+
+// StatusCode returns HTTPResponse.StatusCode
+func (r GetInvocationRequestResponse) StatusCode() int {
+	if r.HTTPResponse != nil {
+		return r.HTTPResponse.StatusCode
+	}
+	return 0
+}
+
+// ContentType is a convenience method to retrieve the Content-Type value from the HTTP response headers
+func (r GetInvocationRequestResponse) ContentType() string {
+	if r.HTTPResponse != nil {
+		return r.HTTPResponse.Header.Get("Content-Type")
+	}
+	return ""
+}
+
 type GetInvocationResultResponse struct {
 	Body         []byte
 	HTTPResponse *http.Response
@@ -9812,6 +10155,45 @@ func (c *ClientWithResponses) GetInvocationWithResponse(ctx context.Context, t s
 		return nil, err
 	}
 	return ParseGetInvocationResponse(rsp)
+}
+
+// ReplayInvocationWithBodyWithResponse Run an invocation's kept request again, with optional edits, as a new async invocation (its record says replay_of)
+//
+// Takes any type of body and a specified content type, and returns a wrapper object for the known response body format(s).
+//
+// Corresponds with POST /v1/tenants/{t}/invocations/{id}/replay (the `ReplayInvocation` operationId).
+func (c *ClientWithResponses) ReplayInvocationWithBodyWithResponse(ctx context.Context, t string, id string, contentType string, body io.Reader, reqEditors ...RequestEditorFn) (*ReplayInvocationResponse, error) {
+	rsp, err := c.ReplayInvocationWithBody(ctx, t, id, contentType, body, reqEditors...)
+	if err != nil {
+		return nil, err
+	}
+	return ParseReplayInvocationResponse(rsp)
+}
+
+// ReplayInvocationWithResponse Run an invocation's kept request again, with optional edits, as a new async invocation (its record says replay_of)
+//
+// Takes a body of the `application/json` content type, and returns a wrapper object for the known response body format(s).
+//
+// Corresponds with POST /v1/tenants/{t}/invocations/{id}/replay (the `ReplayInvocation` operationId).
+func (c *ClientWithResponses) ReplayInvocationWithResponse(ctx context.Context, t string, id string, body ReplayInvocationJSONRequestBody, reqEditors ...RequestEditorFn) (*ReplayInvocationResponse, error) {
+	rsp, err := c.ReplayInvocation(ctx, t, id, body, reqEditors...)
+	if err != nil {
+		return nil, err
+	}
+	return ParseReplayInvocationResponse(rsp)
+}
+
+// GetInvocationRequestWithResponse The request an invocation that did not succeed kept, as its function received it (without credentials)
+//
+// Returns a wrapper object for the known response body format(s).
+//
+// Corresponds with GET /v1/tenants/{t}/invocations/{id}/request (the `GetInvocationRequest` operationId).
+func (c *ClientWithResponses) GetInvocationRequestWithResponse(ctx context.Context, t string, id string, reqEditors ...RequestEditorFn) (*GetInvocationRequestResponse, error) {
+	rsp, err := c.GetInvocationRequest(ctx, t, id, reqEditors...)
+	if err != nil {
+		return nil, err
+	}
+	return ParseGetInvocationRequestResponse(rsp)
 }
 
 // GetInvocationResultWithResponse The stored result of an invocation, as the function answered it (large ones come from the object store)
@@ -11378,6 +11760,98 @@ func ParseGetInvocationResponse(rsp *http.Response) (*GetInvocationResponse, err
 	switch {
 	case rsp.StatusCode == 200:
 		var headers GetInvocationResponse200Headers
+		if values := rsp.Header.Values("Location"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "Location", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: false, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.Location = &value
+		}
+		response.Headers200 = &headers
+	}
+
+	return response, nil
+}
+
+// ParseReplayInvocationResponse parses an HTTP response from a ReplayInvocationWithResponse call
+func ParseReplayInvocationResponse(rsp *http.Response) (*ReplayInvocationResponse, error) {
+	bodyBytes, err := io.ReadAll(rsp.Body)
+	defer func() { _ = rsp.Body.Close() }()
+	if err != nil {
+		return nil, err
+	}
+
+	response := &ReplayInvocationResponse{
+		Body:         bodyBytes,
+		HTTPResponse: rsp,
+	}
+
+	switch {
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 202:
+		var dest ReplayAccepted
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.JSON202 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && true:
+		var dest ErrorModel
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.ApplicationproblemJSONDefault = &dest
+
+	}
+
+	switch {
+	case rsp.StatusCode == 202:
+		var headers ReplayInvocationResponse202Headers
+		if values := rsp.Header.Values("Location"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "Location", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: false, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.Location = &value
+		}
+		response.Headers202 = &headers
+	}
+
+	return response, nil
+}
+
+// ParseGetInvocationRequestResponse parses an HTTP response from a GetInvocationRequestWithResponse call
+func ParseGetInvocationRequestResponse(rsp *http.Response) (*GetInvocationRequestResponse, error) {
+	bodyBytes, err := io.ReadAll(rsp.Body)
+	defer func() { _ = rsp.Body.Close() }()
+	if err != nil {
+		return nil, err
+	}
+
+	response := &GetInvocationRequestResponse{
+		Body:         bodyBytes,
+		HTTPResponse: rsp,
+	}
+
+	switch {
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 200:
+		var dest KeptRequest
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.JSON200 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && true:
+		var dest ErrorModel
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.ApplicationproblemJSONDefault = &dest
+
+	}
+
+	switch {
+	case rsp.StatusCode == 200:
+		var headers GetInvocationRequestResponse200Headers
 		if values := rsp.Header.Values("Location"); len(values) > 0 {
 			var value string
 			if err := runtime.BindStyledParameterWithOptions("simple", "Location", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: false, Type: "string", Format: ""}); err != nil {

@@ -1,6 +1,9 @@
 package msg
 
-import "time"
+import (
+	"strings"
+	"time"
+)
 
 // Message type names for invocations.
 const (
@@ -27,6 +30,49 @@ type Request struct {
 	Query   string              `json:"query,omitempty"`
 	Headers map[string][]string `json:"headers,omitempty"`
 	Body    []byte              `json:"body,omitempty"`
+}
+
+// MaxKeptBody is the largest request body kept for a replay; a larger
+// one is kept without its body (Kept).
+const MaxKeptBody = 256 << 10
+
+// credentials are the request headers never kept for a replay: what
+// authenticates a caller is the caller's, not the record's.
+var credentials = []string{"Authorization", "Proxy-Authorization", "Cookie", "X-Api-Key", "X-Auth-Token", "X-Amz-Security-Token"}
+
+// KeptRequest is a request as kept for a replay: without credentials,
+// and without its body when that is over MaxKeptBody (BodyOmitted says
+// so, and BodySize how large it was).
+type KeptRequest struct {
+	Request
+	BodyOmitted bool  `json:"body_omitted,omitempty"`
+	BodySize    int64 `json:"body_size"`
+}
+
+// Kept is r as kept for a replay (KeptRequest). r is not changed.
+func (r Request) Kept() KeptRequest {
+	k := KeptRequest{Request: r, BodySize: int64(len(r.Body))}
+	k.Headers = make(map[string][]string, len(r.Headers))
+	for name, v := range r.Headers {
+		if !IsCredential(name) {
+			k.Headers[name] = v
+		}
+	}
+	if len(r.Body) > MaxKeptBody {
+		k.Body, k.BodyOmitted = nil, true
+	}
+	return k
+}
+
+// IsCredential tells whether a header authenticates its caller (never
+// kept, never replayed).
+func IsCredential(name string) bool {
+	for _, c := range credentials {
+		if strings.EqualFold(c, name) {
+			return true
+		}
+	}
+	return false
 }
 
 // JobRef names the FunctionJob run an invocation belongs to.
@@ -58,6 +104,9 @@ type InvocationRequested struct {
 	FunctionVersion int32     `json:"function_version,omitempty"`
 	ScheduledAt     time.Time `json:"scheduled_at,omitzero"`
 	EnqueuedAt      time.Time `json:"enqueued_at"`
+	// ReplayOf is the invocation this one runs again (a replay of a kept
+	// request or of a dead letter); its record says so.
+	ReplayOf string `json:"replay_of,omitempty"`
 }
 
 // HeaderFunctionVersion is the AMQP header that carries the version a
@@ -113,6 +162,12 @@ type InvocationCompleted struct {
 	// VersionFallback: the work was pinned to a version that no longer
 	// served, and ran on latest.
 	VersionFallback bool `json:"version_fallback,omitempty"`
+	// RequestKey names the request as the function received it (Kept),
+	// stored for an invocation that did not succeed, so that it can be
+	// replayed; empty: not kept.
+	RequestKey string `json:"request_key,omitempty"`
+	// ReplayOf is the invocation this one ran again.
+	ReplayOf string `json:"replay_of,omitempty"`
 }
 
 // Type implements Message.

@@ -38,7 +38,7 @@ func samples() []Message {
 			Request: Request{Method: "POST", Path: "/", Query: "a=1", Headers: map[string][]string{"Content-Type": {"application/json"}},
 				Body: []byte(`{"x":1}`)},
 			CallbackURL: "https://example.com/cb", TimeoutSec: 60, MaxRetries: 3, Job: &JobRef{Name: "nightly", RunID: 4},
-			ScheduledAt: t0, EnqueuedAt: t0, FunctionVersion: 7,
+			ScheduledAt: t0, EnqueuedAt: t0, FunctionVersion: 7, ReplayOf: "inv-00",
 		},
 		&InvocationCompleted{
 			InvocationID: "inv-01", Tenant: "acme", Function: "hello", Trigger: TriggerJob, TriggerName: "nightly",
@@ -46,6 +46,7 @@ func samples() []Message {
 			FinishedAt: t0.Add(25 * time.Millisecond), QueueWaitMs: 5, DurationMs: 20, ColdStart: true, RequestSize: 7, ResponseSize: 2,
 			Error: "", TraceID: "4bf92f3577b34da6a3ce929d0e0e4736", Result: []byte("ok"), ResultContentType: "text/plain",
 			Job: &JobRef{Name: "nightly", RunID: 4}, FunctionVersion: 8, VersionFallback: true,
+			RequestKey: "payloads/acme/inv-01.kept.json", ReplayOf: "inv-00",
 		},
 		&CallbackRequested{URL: "https://example.com/hook", Record: InvocationCompleted{
 			InvocationID: "inv-03", Tenant: "acme", Function: "hello", Trigger: TriggerAsync, Status: StatusSucceeded, HTTPStatus: 200,
@@ -160,5 +161,32 @@ func TestDecodeRejectsUnknownTypeAndBadJSON(t *testing.T) {
 	}
 	if _, err := Decode(TypeBuildRequested, []byte("{not json")); err == nil {
 		t.Error("malformed JSON decoded without error")
+	}
+}
+
+// TestKeptRequestDropsCredentialsAndLargeBodies: what is kept for a
+// replay never holds the caller's credentials, whatever their case, and
+// a body over MaxKeptBody is left out and said to be; the request itself
+// is not changed.
+func TestKeptRequestDropsCredentialsAndLargeBodies(t *testing.T) {
+	r := Request{Method: "PUT", Path: "/x", Headers: map[string][]string{
+		"authorization": {"Bearer a"}, "Cookie": {"s=1"}, "X-Api-Key": {"k"}, "Proxy-Authorization": {"p"},
+		"Content-Type": {"text/plain"}, "X-Trace": {"t"}}, Body: []byte("hello")}
+	k := r.Kept()
+	if len(k.Headers) != 2 || k.Headers["Content-Type"] == nil || k.Headers["X-Trace"] == nil {
+		t.Errorf("kept headers %v, want Content-Type and X-Trace only", k.Headers)
+	}
+	if string(k.Body) != "hello" || k.BodyOmitted || k.BodySize != 5 {
+		t.Errorf("kept body %q omitted %v size %d", k.Body, k.BodyOmitted, k.BodySize)
+	}
+	if len(r.Headers) != 6 {
+		t.Errorf("Kept changed the request's headers: %v", r.Headers)
+	}
+	big := Request{Method: "POST", Body: make([]byte, MaxKeptBody+1)}
+	if k := big.Kept(); k.Body != nil || !k.BodyOmitted || k.BodySize != MaxKeptBody+1 {
+		t.Errorf("a body over the limit: kept %d bytes, omitted %v, size %d", len(k.Body), k.BodyOmitted, k.BodySize)
+	}
+	if k := (Request{Body: make([]byte, MaxKeptBody)}).Kept(); k.BodyOmitted || len(k.Body) != MaxKeptBody {
+		t.Errorf("a body of exactly the limit is kept: omitted %v, %d bytes", k.BodyOmitted, len(k.Body))
 	}
 }

@@ -210,6 +210,12 @@ func RequestKey(tenant, invocationID string) string {
 	return "payloads/" + tenant + "/" + invocationID + ".request.json"
 }
 
+// KeptRequestKey is where the request of an invocation that did not
+// succeed is kept for a replay (msg.KeptRequest as JSON).
+func KeptRequestKey(tenant, invocationID string) string {
+	return "payloads/" + tenant + "/" + invocationID + ".kept.json"
+}
+
 // ReadConfig reads SLESS_S3_ENDPOINT, SLESS_S3_ACCESS_KEY,
 // SLESS_S3_SECRET_KEY, SLESS_S3_BUCKET, SLESS_S3_REGION and SLESS_S3_SECURE.
 func ReadConfig(r *envconf.Reader) Config {

@@ -193,3 +193,45 @@ func TestDeadLettersAreRecordedWithTheirRequest(t *testing.T) {
 		t.Errorf("queue dead letter %+v, request %+v", d, req)
 	}
 }
+
+// TestAFailedInvocationKeepsItsRequest: an async invocation that failed
+// (its retries included) keeps the request its function received in the
+// object store, and its record names it; one that succeeded keeps none.
+func TestAFailedInvocationKeepsItsRequest(t *testing.T) {
+	w := newWorld(t)
+	w.function(t, "fx", 5)
+	w.request(t, "inv-keep-fail", "fx", "/fail", 0, `{"n":"<kept>"}`)
+	w.request(t, "inv-keep-ok", "fx", "/text", 0, `{}`)
+	w.record(t, "inv-keep-fail", 20*time.Second)
+	w.record(t, "inv-keep-ok", 20*time.Second)
+	var failedKey, okKey string
+	if err := w.db.QueryRow(t.Context(), `SELECT coalesce((SELECT request_key FROM invocations WHERE id = 'inv-keep-fail'), ''),
+		coalesce((SELECT request_key FROM invocations WHERE id = 'inv-keep-ok'), '')`).Scan(&failedKey, &okKey); err != nil {
+		t.Fatal(err)
+	}
+	if failedKey != objstore.KeptRequestKey(w.tenant, "inv-keep-fail") || okKey != "" {
+		t.Fatalf("request_key: failed %q (want %q), succeeded %q (want none)", failedKey, objstore.KeptRequestKey(w.tenant, "inv-keep-fail"), okKey)
+	}
+	store, err := objstore.New(objstore.Config{Endpoint: w.env["SLESS_S3_ENDPOINT"], AccessKey: w.env["SLESS_S3_ACCESS_KEY"],
+		SecretKey: w.env["SLESS_S3_SECRET_KEY"], Bucket: w.env["SLESS_S3_BUCKET"]})
+	if err != nil {
+		t.Fatal(err)
+	}
+	rc, _, err := store.Get(t.Context(), failedKey)
+	if err != nil {
+		t.Fatalf("the named request is not in the store: %v", err)
+	}
+	defer rc.Close()
+	var kept msg.KeptRequest
+	if err := json.NewDecoder(rc).Decode(&kept); err != nil {
+		t.Fatal(err)
+	}
+	if kept.Method != "POST" || kept.Path != "/fail" || string(kept.Body) != `{"n":"<kept>"}` || kept.BodyOmitted {
+		t.Errorf("kept request %+v", kept)
+	}
+	for name := range kept.Headers {
+		if strings.HasPrefix(strings.ToLower(name), "x-sless-") {
+			t.Errorf("the kept request holds the platform's header %s", name)
+		}
+	}
+}

@@ -276,7 +276,7 @@ func (s *Server) invokeAsync(w http.ResponseWriter, r *http.Request, fn *slessv1
 	}
 	m := &msg.InvocationRequested{InvocationID: msg.NewInvocationID(), Tenant: tenant, Namespace: fn.Namespace, Function: fn.Name, Trigger: msg.TriggerAsync,
 		Request:     msg.Request{Method: http.MethodPost, Path: "/", Query: r.URL.RawQuery, Headers: sent, Body: body},
-		CallbackURL: callback, MaxRetries: 3, EnqueuedAt: time.Now().UTC(), FunctionVersion: version.Number}
+		CallbackURL: callback, MaxRetries: enqueue.AsyncRetries, EnqueuedAt: time.Now().UTC(), FunctionVersion: version.Number}
 	acc, err := s.async.Accept(ctx, m, key)
 	switch {
 	case errors.Is(err, store.ErrKeyReused):

@@ -77,6 +77,9 @@ func (s *Server) routeTable() []huma.Operation {
 		{OperationID: "get-build-log", Method: http.MethodGet, Path: "/v1/tenants/{t}/functions/{name}/builds/{id}/log", Tags: []string{"builds"}, Summary: "The build log as text; follow=true streams it until the build ends"},
 		// results.go
 		{OperationID: "get-invocation-result", Method: http.MethodGet, Path: "/v1/tenants/{t}/invocations/{id}/result", Tags: []string{"invocations"}, Summary: "The stored result of an invocation, as the function answered it (large ones come from the object store)", Responses: map[string]*huma.Response{"200": {Description: "the result, with the function's content type"}}},
+		// replay.go
+		{OperationID: "get-invocation-request", Method: http.MethodGet, Path: "/v1/tenants/{t}/invocations/{id}/request", Tags: []string{"invocations"}, Summary: "The request an invocation that did not succeed kept, as its function received it (without credentials)"},
+		{OperationID: "replay-invocation", Method: http.MethodPost, Path: "/v1/tenants/{t}/invocations/{id}/replay", Tags: []string{"invocations"}, Summary: "Run an invocation's kept request again, with optional edits, as a new async invocation (its record says replay_of)", DefaultStatus: http.StatusAccepted, MaxBodyBytes: 2 << 20},
 		// deadletters.go
 		{OperationID: "list-dead-letters", Method: http.MethodGet, Path: "/v1/tenants/{t}/dead-letters", Tags: []string{"dead-letters"}, Summary: "List invocations given up on, newest first, with the reason each died"},
 		{OperationID: "get-dead-letter", Method: http.MethodGet, Path: "/v1/tenants/{t}/dead-letters/{id}", Tags: []string{"dead-letters"}, Summary: "Read one dead letter"},

@@ -116,6 +116,7 @@ type Server struct {
 	forwarder Forwarder                   // proxy.Forwarder: sync invoke and public triggers
 	async     asyncQueue                  // enqueue.Acceptor: async invoke with its Idempotency-Key
 	replays   replayer                    // enqueue.Replayer: dead-letter replay
+	kept      keptReplayer                // enqueue.Replayer: kept requests
 	history   historyStore                // store.Store
 	letters   deadLetterStore             // store.Store
 	fnWatch   watcher                     // Functions, for ?wait=ready and a create's wait for the cache
@@ -143,9 +144,10 @@ func New(d Deps) *Server {
 		s.Transport = proxy.DefaultTransport()
 	}
 	s.forwarder = &proxy.Forwarder{Transport: s.Transport, Tracer: d.Tracer, Prop: s.prop, Recorder: d.Recorder, Metrics: metrics,
-		Log: d.Log, MaxResponseBytes: d.Config.MaxResponseBytes, MaxInlineResult: d.Config.MaxInlineResult, Load: d.Load, Wake: d.Wake}
+		Log: d.Log, MaxResponseBytes: d.Config.MaxResponseBytes, MaxInlineResult: d.Config.MaxInlineResult, Load: d.Load, Wake: d.Wake, Keep: d.Store}
 	s.async = enqueue.NewAcceptor(sql, d.Publisher, metrics)
-	s.replays = enqueue.NewReplayer(sql, d.Store, d.Publisher)
+	replays := enqueue.NewReplayer(sql, d.Store, d.Publisher)
+	s.replays, s.kept = replays, replays
 	s.history, s.letters = sql, sql
 
 	var err error
@@ -207,6 +209,7 @@ func New(d Deps) *Server {
 	s.registerHistory()
 	s.registerResults()
 	s.registerDeadLetters()
+	s.registerReplay()
 	s.documentInvoke()
 	s.registerCallbackSecret()
 	s.checkRoutes()

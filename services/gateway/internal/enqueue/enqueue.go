@@ -18,6 +18,10 @@ type Publisher interface {
 	PublishMessage(ctx context.Context, m msg.Message) error
 }
 
+// AsyncRetries is how often an async invocation (a call, a replay) is
+// retried after a failed attempt.
+const AsyncRetries = 3
+
 // ErrNotQueued wraps the broker's error when an invocation request was
 // not queued (rabbit.ErrRejected: the queue is at its length limit).
 var ErrNotQueued = errors.New("the invocation request was not queued")

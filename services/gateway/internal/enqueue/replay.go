@@ -121,7 +121,7 @@ func (p *Replayer) Replay(ctx context.Context, tenant, id string) (Replay, error
 	if !marked {
 		return Replay{}, &AlreadyReplayed{Letter: id}
 	}
-	req.InvocationID, req.EnqueuedAt = newID, time.Now().UTC()
+	req.InvocationID, req.EnqueuedAt, req.ReplayOf = newID, time.Now().UTC(), id
 	if err := p.pub.PublishMessage(ctx, &req); err != nil {
 		p.letters.UnmarkReplayed(context.WithoutCancel(ctx), tenant, id, newID)
 		return Replay{}, fmt.Errorf("%w: replay of dead letter %s/%s: %w", ErrNotQueued, tenant, id, err)

@@ -5,6 +5,7 @@ package proxy
 import (
 	"bytes"
 	"context"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"io"
@@ -28,6 +29,7 @@ import (
 	"github.com/kube5s/sless/pkg/jitter"
 	"github.com/kube5s/sless/pkg/loadreport"
 	"github.com/kube5s/sless/pkg/msg"
+	"github.com/kube5s/sless/pkg/objstore"
 	"github.com/kube5s/sless/pkg/versionpick"
 	"github.com/kube5s/sless/pkg/wake"
 )
@@ -58,7 +60,22 @@ type Forwarder struct {
 	// Wake holds calls for a version at zero until it serves; nil answers
 	// them 503.
 	Wake *wake.Waker
+	// Keep stores the request of a call that did not succeed, for a
+	// replay (objstore.KeptRequestKey); nil keeps none.
+	Keep Keeper
+
+	keepingOnce sync.Once
+	keeping     chan struct{} // the uploads of kept requests under way
 }
+
+// Keeper stores objects (objstore.Store).
+type Keeper interface {
+	Put(ctx context.Context, key string, r io.Reader, size int64, contentType string) error
+}
+
+// maxKeeping bounds the uploads of kept requests under way; past it a
+// failed call's record says no request was kept rather than queue more.
+const maxKeeping = 32
 
 // Call is one invocation: whose, through which trigger, at which path
 // below the function's root.
@@ -200,6 +217,11 @@ func (f *Forwarder) Forward(w http.ResponseWriter, r *http.Request, fn *slessv1.
 	defer cancel()
 
 	body := &unsent{r: http.MaxBytesReader(w, r.Body, MaxBody)}
+	var sent *headWriter // what the function read of the body, kept if the call fails
+	if f.Keep != nil && r.ContentLength != 0 {
+		sent = &headWriter{max: msg.MaxKeptBody}
+		body.r = io.TeeReader(body.r, sent)
+	}
 	header := r.Header.Clone()
 	for _, h := range dropRequest {
 		header.Del(h)
@@ -221,8 +243,12 @@ func (f *Forwarder) Forward(w http.ResponseWriter, r *http.Request, fn *slessv1.
 	defer func() {
 		rec.FinishedAt = time.Now().UTC()
 		rec.DurationMs = rec.FinishedAt.Sub(start).Milliseconds()
-		f.Recorder.Record(rec)
 		f.Metrics.Observe(tenant, fn.Name, version.Number, string(rec.Status), time.Since(start))
+		if rec.Status != msg.StatusSucceeded && f.Keep != nil {
+			f.keep(rec, keptRequest(r, path, header, body.n, sent))
+			return
+		}
+		f.Recorder.Record(rec)
 	}()
 
 	resp, err := f.Transport.RoundTrip(out)
@@ -350,6 +376,59 @@ func (f *Forwarder) wake(ctx context.Context, fn *slessv1.Function, c versionpic
 // allocate 32 KiB per response, since neither side of this copy has a
 // ReadFrom/WriteTo shortcut.
 var copyBufs = sync.Pool{New: func() any { b := make([]byte, 32<<10); return &b }}
+
+// keptRequest is the request of a call as its function received it, for
+// a replay: without the platform's headers and credentials, and without
+// a body the function did not read whole or that is over
+// msg.MaxKeptBody.
+func keptRequest(r *http.Request, path string, sentHeader http.Header, read int64, sent *headWriter) msg.KeptRequest {
+	hdr := make(map[string][]string, len(sentHeader))
+	for k, v := range sentHeader {
+		if !Hidden(k) {
+			hdr[k] = v
+		}
+	}
+	req := msg.Request{Method: r.Method, Path: path, Query: r.URL.RawQuery, Headers: hdr}
+	if sent != nil {
+		req.Body = sent.buf.Bytes()
+	}
+	kr := req.Kept()
+	size := max(read, r.ContentLength, 0)
+	if sent != nil && (sent.over || read < r.ContentLength) {
+		kr.Body, kr.BodyOmitted = nil, true
+	}
+	kr.BodySize = size
+	return kr
+}
+
+// keep stores kr for the failed call rec, then records rec naming it;
+// the caller has had its answer. When the store fails, or too many
+// uploads are under way, rec is recorded without it.
+func (f *Forwarder) keep(rec *msg.InvocationCompleted, kr msg.KeptRequest) {
+	f.keepingOnce.Do(func() { f.keeping = make(chan struct{}, maxKeeping) })
+	select {
+	case f.keeping <- struct{}{}:
+	default:
+		f.Recorder.Record(rec)
+		return
+	}
+	go func() {
+		defer func() { <-f.keeping }()
+		raw, err := json.Marshal(kr)
+		if err == nil {
+			ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+			key := objstore.KeptRequestKey(rec.Tenant, rec.InvocationID)
+			if err = f.Keep.Put(ctx, key, bytes.NewReader(raw), int64(len(raw)), "application/json"); err == nil {
+				rec.RequestKey = key
+			}
+			cancel()
+		}
+		if err != nil {
+			f.Log.Warn("the request of a failed invocation was not kept", "invocationID", rec.InvocationID, "tenant", rec.Tenant, "err", err)
+		}
+		f.Recorder.Record(rec)
+	}()
+}
 
 type headWriter struct {
 	buf  bytes.Buffer

@@ -61,8 +61,11 @@ type Invocation struct {
 	ResultURL         string     `json:"result_url,omitempty" doc:"where the stored result is read, large ones included"`
 	FunctionVersion   *int32     `json:"function_version,omitempty" doc:"the version of the function that answered; absent for a function from before versions"`
 	VersionFallback   bool       `json:"version_fallback,omitempty" doc:"the work was pinned to a version that no longer served and ran on latest"`
+	RequestKept       bool       `json:"request_kept,omitempty" doc:"the request the function received is kept (invocations that did not succeed): POST .../replay runs it again"`
+	ReplayOf          string     `json:"replay_of,omitempty" doc:"the invocation this one ran again"`
 
-	HasResult bool `json:"-"` // a result is stored: the API sets ResultURL
+	HasResult  bool   `json:"-"` // a result is stored: the API sets ResultURL
+	RequestKey string `json:"-"` // where the kept request is
 }
 
 // Build is one build of a function.
@@ -89,21 +92,27 @@ type Build struct {
 
 const invocationColumns = `id, function, trigger_kind, trigger_name, status, http_status, attempts, enqueued_at, started_at, finished_at,
 	queue_wait_ms, duration_ms, cold_start, request_bytes, response_bytes, coalesce(error, ''), coalesce(trace_id, ''), result,
-	coalesce(result_content_type, ''), coalesce(result_key, ''), function_version, version_fallback`
+	coalesce(result_content_type, ''), coalesce(result_key, ''), function_version, version_fallback, coalesce(request_key, ''),
+	coalesce(replay_of, '')`
 
 func scanInvocation(row pgx.Row) (Invocation, error) {
 	var v Invocation
 	var result []byte
 	err := row.Scan(&v.ID, &v.Function, &v.Trigger, &v.TriggerName, &v.Status, &v.HTTPStatus, &v.Attempts, &v.EnqueuedAt, &v.StartedAt, &v.FinishedAt,
 		&v.QueueWaitMs, &v.DurationMs, &v.ColdStart, &v.RequestBytes, &v.ResponseBytes, &v.Error, &v.TraceID, &result, &v.ResultContentType, &v.ResultKey,
-		&v.FunctionVersion, &v.VersionFallback)
-	if utf8.Valid(result) {
-		v.Result = string(result)
-	} else {
-		v.Result, v.ResultBase64 = base64.StdEncoding.EncodeToString(result), true
-	}
+		&v.FunctionVersion, &v.VersionFallback, &v.RequestKey, &v.ReplayOf)
+	v.RequestKept = v.RequestKey != ""
+	v.Result, v.ResultBase64 = TextOrBase64(result)
 	v.HasResult = v.ResultKey != "" || result != nil
 	return v, err
+}
+
+// TextOrBase64 is b as text when it is UTF-8, else as base64 (true).
+func TextOrBase64(b []byte) (string, bool) {
+	if utf8.Valid(b) {
+		return string(b), false
+	}
+	return base64.StdEncoding.EncodeToString(b), true
 }
 
 // InvocationFilter selects invocations; empty fields select all.

@@ -384,6 +384,11 @@ type invocationView struct {
 	Findings   []Finding
 	Timeout    time.Duration
 	DeadLetter *api.DeadLetter
+	// Kept is the request kept for a replay (nil: KeptError says why);
+	// Replayed the invocation this page's replay started.
+	Kept      *api.KeptRequest
+	KeptError string
+	Replayed  string
 }
 
 func (h *Handler) invocation(w http.ResponseWriter, r *http.Request, s Session) {
@@ -428,6 +433,10 @@ func (h *Handler) invocation(w http.ResponseWriter, r *http.Request, s Session) 
 	var dl api.DeadLetter
 	if err := h.get(r, s, tenantPath(s, "dead-letters", inv.ID), nil, &dl); err == nil {
 		v.DeadLetter = &dl
+	}
+	v.Kept, v.KeptError = h.keptRequest(r, s, inv)
+	if x := r.URL.Query().Get("replayed"); plainID(x) {
+		v.Replayed = x
 	}
 	v.Findings = Diagnose(Evidence{Invocation: inv, Timeout: v.Timeout, Logs: v.Logs, LogsKnown: v.LogsError == "", SpanErrors: spanErrors, DeadLetter: v.DeadLetter})
 	h.render(w, r, http.StatusOK, "invocation", Page{Title: "Invocation " + inv.ID, Session: &s, Nav: "invocations", Data: v})

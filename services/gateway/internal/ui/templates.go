@@ -52,7 +52,8 @@ var funcs = template.FuncMap{
 		}
 		return "wait"
 	},
-	"indent": func(depth int) string { return fmt.Sprintf("d%d", min(depth, 8)) },
+	"indent":      func(depth int) string { return fmt.Sprintf("d%d", min(depth, 8)) },
+	"headerLines": headerLines,
 	"short": func(s string, n int) string {
 		if len(s) <= n {
 			return s

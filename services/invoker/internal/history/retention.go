@@ -99,15 +99,15 @@ func (r *Retention) Sweep(ctx context.Context) (map[string]int64, error) {
 // full is the last.
 func (r *Retention) sweepInvocations(ctx context.Context, out map[string]int64) error {
 	for {
-		rows, err := r.DB.Query(ctx, `SELECT id, tenant, coalesce(result_key, '') FROM invocations
+		rows, err := r.DB.Query(ctx, `SELECT id, tenant, coalesce(result_key, ''), coalesce(request_key, '') FROM invocations
 			WHERE started_at < now() - make_interval(secs => $2) ORDER BY started_at LIMIT $1`, r.Batch, r.Keep.Seconds())
 		if err != nil {
 			return fmt.Errorf("list expired invocations: %w", err)
 		}
-		type expired struct{ id, tenant, key string }
+		type expired struct{ id, tenant, key, request string }
 		batch, err := pgx.CollectRows(rows, func(row pgx.CollectableRow) (expired, error) {
 			var e expired
-			err := row.Scan(&e.id, &e.tenant, &e.key)
+			err := row.Scan(&e.id, &e.tenant, &e.key, &e.request)
 			return e, err
 		})
 		if err != nil {
@@ -121,6 +121,12 @@ func (r *Retention) sweepInvocations(ctx context.Context, out map[string]int64) 
 					return fmt.Errorf("delete the large result of expired invocation %s: %w", e.id, err)
 				}
 				r.deleted.WithLabelValues("results").Inc()
+			}
+			if e.request != "" && strings.HasPrefix(e.request, objstore.PayloadKey(e.tenant, "")) {
+				if err := r.Results.Delete(ctx, e.request); err != nil {
+					return fmt.Errorf("delete the kept request of expired invocation %s: %w", e.id, err)
+				}
+				r.deleted.WithLabelValues("requests").Inc()
 			}
 			ids = append(ids, e.id)
 		}

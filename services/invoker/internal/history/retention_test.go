@@ -96,8 +96,11 @@ func TestRetentionDeletesTheLargeResultsOfWhatItDeletes(t *testing.T) {
 		id := fmt.Sprintf("%s-%d", tenant, i)
 		keys[id] = objstore.PayloadKey(tenant, id)
 		put(keys[id])
-		if _, err := db.Exec(t.Context(), `INSERT INTO invocations (id, tenant, function, trigger_kind, status, started_at, finished_at, result_key)
-			VALUES ($1, $2, 'f', 'async', 'succeeded', now() - $3::interval, now() - $3::interval, $4)`, id, tenant, age, keys[id]); err != nil {
+		// and the request it kept, as a failed invocation does
+		put(objstore.KeptRequestKey(tenant, id))
+		if _, err := db.Exec(t.Context(), `INSERT INTO invocations (id, tenant, function, trigger_kind, status, started_at, finished_at, result_key, request_key)
+			VALUES ($1, $2, 'f', 'async', 'failed', now() - $3::interval, now() - $3::interval, $4, $5)`, id, tenant, age, keys[id],
+			objstore.KeptRequestKey(tenant, id)); err != nil {
 			t.Fatal(err)
 		}
 	}
@@ -117,6 +120,13 @@ func TestRetentionDeletesTheLargeResultsOfWhatItDeletes(t *testing.T) {
 		ok, err := store.Exists(t.Context(), key)
 		if err != nil {
 			t.Fatal(err)
+		}
+		kept, err := store.Exists(t.Context(), objstore.KeptRequestKey(tenant, id))
+		if err != nil {
+			t.Fatal(err)
+		}
+		if kept != ok {
+			t.Errorf("invocation %s: its result exists %v, its kept request %v: they go with the row", id, ok, kept)
 		}
 		got[id] = ok
 	}

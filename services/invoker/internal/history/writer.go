@@ -233,11 +233,11 @@ func (h *Writer) deadLetter(ctx context.Context, r *msg.InvocationCompleted, cau
 // for every batch size.
 const insertRecords = `INSERT INTO invocations (id, tenant, function, trigger_kind, trigger_name, status, http_status, attempts,
 	enqueued_at, started_at, finished_at, queue_wait_ms, duration_ms, cold_start, request_bytes, response_bytes, error, trace_id,
-	result, result_key, result_content_type, job_name, job_run_id, function_version, version_fallback)
+	result, result_key, result_content_type, job_name, job_run_id, function_version, version_fallback, request_key, replay_of)
 	SELECT * FROM unnest($1::text[], $2::text[], $3::text[], $4::text[], $5::text[], $6::text[], $7::integer[], $8::integer[],
 	$9::timestamptz[], $10::timestamptz[], $11::timestamptz[], $12::bigint[], $13::bigint[], $14::boolean[], $15::bigint[],
 	$16::bigint[], $17::text[], $18::text[], $19::bytea[], $20::text[], $21::text[], $22::text[], $23::bigint[],
-	$24::integer[], $25::boolean[])
+	$24::integer[], $25::boolean[], $26::text[], $27::text[])
 	ON CONFLICT (id) DO NOTHING`
 
 // write inserts records in one statement. Every string a tenant's function
@@ -254,6 +254,7 @@ func (h *Writer) write(ctx context.Context, recs ...*msg.InvocationCompleted) er
 		waits, durations, reqBytes, respBytes                     = make([]int64, n), make([]int64, n), make([]int64, n), make([]int64, n)
 		cold                                                      = make([]bool, n)
 		errs, traces, resultKeys, contentTypes, jobNames          = make([]*string, n), make([]*string, n), make([]*string, n), make([]*string, n), make([]*string, n)
+		requestKeys, replayOf                                     = make([]*string, n), make([]*string, n)
 		results                                                   = make([][]byte, n)
 		jobRuns                                                   = make([]*int64, n)
 		versions                                                  = make([]*int32, n)
@@ -283,10 +284,11 @@ func (h *Writer) write(ctx context.Context, recs ...*msg.InvocationCompleted) er
 			versions[i] = &v
 		}
 		fallbacks[i] = r.VersionFallback
+		requestKeys[i], replayOf[i] = text(r.RequestKey), text(r.ReplayOf)
 	}
 	_, err := h.DB.Exec(ctx, insertRecords, ids, tenants, functions, triggers, triggerNames, statuses, httpStatuses, attempts,
 		enqueued, started, finished, waits, durations, cold, reqBytes, respBytes, errs, traces, results, resultKeys, contentTypes, jobNames, jobRuns,
-		versions, fallbacks)
+		versions, fallbacks, requestKeys, replayOf)
 	return err
 }
 

@@ -203,7 +203,7 @@ func (e *Executor) Execute(ctx context.Context, req *msg.InvocationRequested, at
 	start := time.Now()
 	rec := &msg.InvocationCompleted{InvocationID: req.InvocationID, Tenant: req.Tenant, Function: req.Function, Trigger: req.Trigger,
 		TriggerName: req.TriggerName, Attempts: int32(attempt), EnqueuedAt: req.EnqueuedAt, StartedAt: start.UTC(),
-		RequestSize: int64(len(req.Request.Body)), Job: req.Job}
+		RequestSize: int64(len(req.Request.Body)), Job: req.Job, ReplayOf: req.ReplayOf}
 	if !req.EnqueuedAt.IsZero() {
 		rec.QueueWaitMs = max(start.Sub(req.EnqueuedAt).Milliseconds(), 0)
 		e.Metrics.queueLag.Observe(start.Sub(req.EnqueuedAt).Seconds())
@@ -220,6 +220,7 @@ func (e *Executor) Execute(ctx context.Context, req *msg.InvocationRequested, at
 		e.Metrics.duration.WithLabelValues(string(req.Trigger)).Observe(time.Since(start).Seconds())
 		if rec.Status != msg.StatusSucceeded {
 			span.SetStatus(codes.Error, rec.Error)
+			e.keepRequest(ctx, req, rec)
 		}
 	}()
 
@@ -335,6 +336,28 @@ func (e *Executor) storeResult(ctx context.Context, rec *msg.InvocationCompleted
 		return
 	}
 	rec.ResultKey = key
+}
+
+// keepRequest stores the request of an invocation that did not succeed
+// (msg.KeptRequest) and names it in the record, so that it can be
+// replayed. A store failure keeps nothing and changes nothing else: the
+// record then says no request was kept.
+func (e *Executor) keepRequest(ctx context.Context, req *msg.InvocationRequested, rec *msg.InvocationCompleted) {
+	if e.Results == nil {
+		return
+	}
+	raw, err := json.Marshal(req.Request.Kept())
+	if err != nil {
+		return
+	}
+	key := objstore.KeptRequestKey(rec.Tenant, rec.InvocationID)
+	sctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 10*time.Second)
+	defer cancel()
+	if err := e.Results.Put(sctx, key, bytes.NewReader(raw), int64(len(raw)), "application/json"); err != nil {
+		e.Log.Warn("the request of a failed invocation was not kept", "invocationID", rec.InvocationID, "tenant", rec.Tenant, "err", err)
+		return
+	}
+	rec.RequestKey = key
 }
 
 func faasTrigger(k msg.TriggerKind) string {
