@@ -40,6 +40,7 @@ func screenshots(t *testing.T, b *browser.Browser, name string) {
 // consoleApp echoes its call, and fails when the body asks it to.
 const consoleApp = `def handler(event, context):
     body = event.get("json") or {}
+    print("handling %s" % body)
     if body.get("fail"):
         raise RuntimeError("asked to fail: %s" % body.get("fail"))
     return {"trigger": context.trigger, "body": body}
@@ -105,6 +106,12 @@ func TestConsoleInChromium(t *testing.T) {
 		t.Errorf("the answer's body is not shown as text: %q", body)
 	}
 	screenshots(t, b, "function")
+	// The page's live tail shows what the function prints from now on.
+	testenv.Eventually(t, 60*time.Second, "a new log line in the page's live tail", func() (bool, string) {
+		_ = p.do(t, "POST", "/v1/tenants/webui/functions/app/invoke", tok, "application/json", []byte(`{"tail":"<b>live</b>"}`))
+		tail := browser.Get(t, b, "live tail", chromedp.TextContent(chromedp.ID("log-tail")))
+		return strings.Contains(tail, "<b>live</b>"), "the live tail: " + tail
+	})
 	b.Do(t, "async invoke", chromedp.Click(chromedp.ID("inv-async")), chromedp.Click(chromedp.CSS(`#invoke-form button[type="submit"]`)))
 	if _, err := chromedp.Run(b.Context(), chromedp.Poll[bool](`document.querySelector(".inv-status") && document.querySelector(".inv-status").textContent === "202"`,
 		chromedp.WithPollingTimeout(20*time.Second))); err != nil {
@@ -190,8 +197,11 @@ func TestConsoleInChromium(t *testing.T) {
 	b.Accessible(t, "failed invocation")
 	screenshots(t, b, "invocation-failed")
 	b.Do(t, "replay with edits", chromedp.Click(chromedp.CSS(`details.replay-edit summary`)), chromedp.WaitVisible(chromedp.ID("r-body")),
-		chromedp.SetValue(chromedp.ID("r-body"), `{"edited":true}`), chromedp.Submit(chromedp.ID("r-body")),
-		chromedp.WaitVisible(chromedp.CSS(".replayed-id")))
+		chromedp.SetValue(chromedp.ID("r-body"), `{"edited":true}`), chromedp.Submit(chromedp.ID("r-body")))
+	testenv.Eventually(t, 60*time.Second, "the link to the replay", func() (bool, string) {
+		found := browser.Get(t, b, "replay link", chromedp.Evaluate[bool](`document.querySelector(".replayed-id") !== null`))
+		return found, browser.Get(t, b, "location", chromedp.Location()) + ": " + tail(browser.Get(t, b, "main", chromedp.Text(chromedp.CSS("main"))), 12)
+	})
 	replayID := browser.Get(t, b, "replay id", chromedp.Text(chromedp.CSS(".replayed-id")))
 	var replay map[string]any
 	testenv.Eventually(t, 60*time.Second, "the record of the replay "+replayID, func() (bool, string) {

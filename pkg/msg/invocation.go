@@ -40,7 +40,8 @@ const MaxKeptBody = 256 << 10
 // authenticates a caller is the caller's, not the record's.
 var credentials = []string{"Authorization", "Proxy-Authorization", "Cookie", "X-Api-Key", "X-Auth-Token", "X-Amz-Security-Token"}
 
-// KeptRequest is a request as kept for a replay: without credentials,
+// KeptRequest is a request as kept for a replay: without credentials or
+// the headers that framed its body,
 // and without its body when that is over MaxKeptBody (BodyOmitted says
 // so, and BodySize how large it was).
 type KeptRequest struct {
@@ -54,7 +55,7 @@ func (r Request) Kept() KeptRequest {
 	k := KeptRequest{Request: r, BodySize: int64(len(r.Body))}
 	k.Headers = make(map[string][]string, len(r.Headers))
 	for name, v := range r.Headers {
-		if !IsCredential(name) {
+		if !IsCredential(name) && !isFraming(name) {
 			k.Headers[name] = v
 		}
 	}
@@ -62,6 +63,12 @@ func (r Request) Kept() KeptRequest {
 		k.Body, k.BodyOmitted = nil, true
 	}
 	return k
+}
+
+// isFraming tells whether a header frames the body on its way (the body
+// a replay sends has its own).
+func isFraming(name string) bool {
+	return strings.EqualFold(name, "Content-Length") || strings.EqualFold(name, "Transfer-Encoding") || strings.EqualFold(name, "Host")
 }
 
 // IsCredential tells whether a header authenticates its caller (never

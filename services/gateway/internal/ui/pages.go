@@ -310,6 +310,16 @@ func (h *Handler) buildLog(w http.ResponseWriter, r *http.Request, s Session) {
 	h.api.ServeAs(w, req, s.Caller())
 }
 
+// functionLogTail streams the function's new log records (ndjson) from
+// the API, for the function page's script: follow=true, tail=0.
+func (h *Handler) functionLogTail(w http.ResponseWriter, r *http.Request, s Session) {
+	req := r.Clone(r.Context())
+	req.Method, req.Body, req.ContentLength = http.MethodGet, http.NoBody, 0
+	req.URL = &url.URL{Path: tenantPath(s, "functions", r.PathValue("name"), "logs"), RawQuery: url.Values{"follow": {"true"}, "tail": {"0"}}.Encode()}
+	req.RequestURI = ""
+	h.api.ServeAs(w, req, s.Caller())
+}
+
 type invocationsView struct {
 	Filter    url.Values
 	Items     []api.Invocation

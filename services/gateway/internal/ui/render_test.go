@@ -31,7 +31,9 @@ func fixtures() map[string]Page {
 	sess := &Session{Tenant: evil(0), TokenID: "tok-1"}
 	fn := api.Function{Name: evil(1), FunctionSpec: api.FunctionSpec{Runtime: api.Runtime(evil(0)), Entrypoint: evil(1), TimeoutSec: ptr(int32(5)),
 		EnvVars: map[string]string{evil(0): evil(1)}},
-		Status: api.FunctionStatus{Phase: evil(0), Message: evil(1), URL: evil(2), LastBuildID: evil(3)}}
+		Status: api.FunctionStatus{Phase: evil(0), Message: evil(1), URL: evil(2), LastBuildID: evil(3), LatestVersion: 3,
+			Serving: []api.ServingVersion{{Version: 3, Percent: 90, Tags: []string{evil(0)}, Ready: true, DesiredReplicas: 2, ReadyReplicas: 1, ScalingReason: evil(1)},
+				{Version: 2, Percent: 10, Idle: true, ScalingReason: evil(2)}, {Version: 1, Draining: true}}}}
 	inv := api.Invocation{ID: evil(1), Function: evil(0), Trigger: evil(3), TriggerName: evil(2), Status: "failed", HTTPStatus: ptr(500),
 		Attempts: 2, StartedAt: now, FinishedAt: now.Add(time.Second), DurationMs: 1000, Error: evil(0), TraceID: "0123456789abcdef0123456789abcdef",
 		Result: evil(1), ResultContentType: evil(3)}

@@ -104,6 +104,7 @@ func New(cfg Config, a API, db *pgxpool.Pool, log *slog.Logger) *Handler {
 	m.HandleFunc("GET /ui/functions/{name}", h.withSession(h.function))
 	m.HandleFunc("POST /ui/functions/{name}/invoke", h.withSession(h.invoke))
 	m.HandleFunc("GET /ui/functions/{name}/builds/{id}/log", h.withSession(h.buildLog))
+	m.HandleFunc("GET /ui/functions/{name}/logs", h.withSession(h.functionLogTail))
 	m.HandleFunc("POST /ui/functions/{name}/triggers/{trigger}/enabled", h.withSession(h.setTriggerEnabled))
 	m.HandleFunc("POST /ui/functions/{name}/jobs/{job}/run", h.withSession(h.runJob))
 	m.HandleFunc("GET /ui/invocations", h.withSession(h.invocations))

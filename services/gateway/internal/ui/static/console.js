@@ -22,6 +22,50 @@
     pre.removeAttribute("aria-busy");
   }
 
+  const maxTail = 500;
+
+  // followLines appends the function's new log records (ndjson) to the
+  // list as they are written, the oldest dropped past maxTail.
+  async function followLines(list) {
+    const res = await fetch(list.dataset.follow, { credentials: "same-origin" });
+    if (!res.ok || !res.body) return;
+    const reader = res.body.getReader();
+    const dec = new TextDecoder();
+    let rest = "";
+    for (;;) {
+      const { done, value } = await reader.read();
+      if (done) break;
+      rest += dec.decode(value, { stream: true });
+      const lines = rest.split("\n");
+      rest = lines.pop();
+      for (const line of lines) {
+        if (!line.trim()) continue;
+        let rec;
+        try {
+          rec = JSON.parse(line);
+        } catch (e) {
+          continue;
+        }
+        list.append(logItem(rec));
+        while (list.children.length > maxTail) list.firstElementChild.remove();
+      }
+    }
+  }
+
+  function logItem(rec) {
+    const li = el("li");
+    if (rec.level) li.className = "lvl-" + String(rec.level).replace(/[^a-z]/g, "");
+    li.append(el("span", "ts", rec.time ? new Date(rec.time).toISOString().replace("T", " ").slice(0, 19) : ""), " ",
+      el("span", "stream", String(rec.stream || "")), " ");
+    if (rec.invocation_id) {
+      const a = el("a", "", String(rec.invocation_id).slice(0, 12));
+      a.href = "/ui/invocations/" + encodeURIComponent(rec.invocation_id);
+      li.append(a, " ");
+    }
+    li.append(el("span", "msg", String(rec.message || "")));
+    return li;
+  }
+
   function el(tag, cls, text) {
     const e = document.createElement(tag);
     if (cls) e.className = cls;
@@ -103,6 +147,8 @@
   document.addEventListener("DOMContentLoaded", () => {
     const pre = document.getElementById("build-log");
     if (pre && pre.dataset.follow) followLog(pre).catch(() => {});
+    const tail = document.getElementById("log-tail");
+    if (tail && tail.dataset.follow) followLines(tail).catch(() => {});
     const form = document.getElementById("invoke-form");
     if (form) invokePanel(form);
   });
