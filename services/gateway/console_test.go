@@ -371,4 +371,37 @@ func TestConsoleReplaysADeadLetterOfItsTenantOnly(t *testing.T) {
 	if r := ub.do(t, "POST", "/ui/dead-letters/"+id+"/replay", url.Values{}); r.status != http.StatusConflict {
 		t.Errorf("a second replay: %d, want 409", r.status)
 	}
+
+	// A selection: each selected letter of the tenant is replayed once;
+	// another tenant's id in it is a 404 that replays nothing of that
+	// tenant.
+	letter := func(tenant, id string) {
+		req, _ := json.Marshal(&msg.InvocationRequested{InvocationID: id, Tenant: tenant, Namespace: "sless-fn-" + tenant, Function: "fn", Trigger: msg.TriggerAsync})
+		if _, err := g.db.Exec(context.Background(), `INSERT INTO dead_letters (id, tenant, function, trigger_kind, reason, attempts, request, dead_lettered_at)
+			VALUES ($1, $2, 'fn', 'async', 'retries-exhausted', 3, $3, now())`, id, tenant, req); err != nil {
+			t.Fatal(err)
+		}
+	}
+	s1, s2, foreign := "dl-sel1-"+b, "dl-sel2-"+b, "dl-sel-"+a
+	letter(b, s1)
+	letter(b, s2)
+	letter(a, foreign)
+	if r := ub.do(t, "GET", "/ui/dead-letters", nil); !strings.Contains(string(r.body), `form="replay-selected"`) {
+		t.Errorf("the dead letters page offers no selection:\n%s", r.body)
+	}
+	if r := ub.do(t, "POST", "/ui/dead-letters/replay", url.Values{"id": {s1, s2}}); r.status != http.StatusSeeOther {
+		t.Fatalf("replay the selected: %d %s", r.status, r.body)
+	}
+	if r := ub.do(t, "POST", "/ui/dead-letters/replay", url.Values{"id": {foreign}}); r.status != http.StatusNotFound {
+		t.Errorf("a selection naming another tenant's letter: %d, want 404", r.status)
+	}
+	for _, c := range []struct {
+		id   string
+		want bool
+	}{{s1, true}, {s2, true}, {foreign, false}} {
+		var done bool
+		if err := g.db.QueryRow(t.Context(), `SELECT replayed_at IS NOT NULL FROM dead_letters WHERE id = $1`, c.id).Scan(&done); err != nil || done != c.want {
+			t.Errorf("dead letter %s replayed %v (%v), want %v", c.id, done, err, c.want)
+		}
+	}
 }

@@ -2,6 +2,7 @@ package ui
 
 import (
 	"errors"
+	"fmt"
 	"net/http"
 	"net/url"
 
@@ -60,6 +61,36 @@ func (h *Handler) replayDeadLetter(w http.ResponseWriter, r *http.Request, s Ses
 	if res.Status/100 != 2 {
 		h.fail(w, r, s, problemOf(res))
 		return
+	}
+	http.Redirect(w, r, "/ui/dead-letters?replayed=true", http.StatusSeeOther)
+}
+
+// maxSelected bounds the dead letters one "Replay the selected" replays.
+const maxSelected = 100
+
+// replaySelected replays each selected dead letter once
+// (POST .../dead-letters/replay, ids in "id"), then shows the list; the
+// first refusal is shown instead, after the ones before it ran.
+func (h *Handler) replaySelected(w http.ResponseWriter, r *http.Request, s Session) {
+	if err := r.ParseForm(); err != nil {
+		h.fail(w, r, s, &apiError{Status: http.StatusBadRequest, Detail: "the form cannot be read"})
+		return
+	}
+	ids := r.PostForm["id"]
+	switch {
+	case len(ids) == 0:
+		h.fail(w, r, s, &apiError{Status: http.StatusUnprocessableEntity, Detail: "select the dead letters to replay"})
+		return
+	case len(ids) > maxSelected:
+		h.fail(w, r, s, &apiError{Status: http.StatusUnprocessableEntity, Detail: fmt.Sprintf("at most %d dead letters are replayed at once", maxSelected)})
+		return
+	}
+	for _, id := range ids {
+		res := h.call(r, s, http.MethodPost, tenantPath(s, "dead-letters", id, "replay"), nil, nil, nil, 1<<20)
+		if res.Status/100 != 2 {
+			h.fail(w, r, s, problemOf(res))
+			return
+		}
 	}
 	http.Redirect(w, r, "/ui/dead-letters?replayed=true", http.StatusSeeOther)
 }

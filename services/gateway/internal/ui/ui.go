@@ -110,6 +110,7 @@ func New(cfg Config, a API, db *pgxpool.Pool, log *slog.Logger) *Handler {
 	m.HandleFunc("GET /ui/invocations", h.withSession(h.invocations))
 	m.HandleFunc("GET /ui/dead-letters", h.withSession(h.deadLetters))
 	m.HandleFunc("POST /ui/dead-letters/{id}/replay", h.withSession(h.replayDeadLetter))
+	m.HandleFunc("POST /ui/dead-letters/replay", h.withSession(h.replaySelected))
 	m.HandleFunc("GET /ui/invocations/{id}", h.withSession(h.invocation))
 	m.HandleFunc("POST /ui/invocations/{id}/replay", h.withSession(h.replayInvocation))
 	m.HandleFunc("/ui/", func(w http.ResponseWriter, r *http.Request) {
