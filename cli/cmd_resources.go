@@ -379,8 +379,49 @@ func (a *app) tenantsCommand() *cobra.Command {
 	return c
 }
 
+// tokenRows shows a tenant's tokens: never the tokens themselves, which
+// the API does not keep.
+func tokenRows(ts []client.Token, now time.Time) output.Rows {
+	r := output.Rows{Header: []string{"ID", "NAME", "CREATED", "LAST USED", "REVOKED"}}
+	when := func(t *time.Time, none string) string {
+		if t == nil {
+			return none
+		}
+		return ago(*t, now) + " ago"
+	}
+	for _, t := range ts {
+		r.Rows = append(r.Rows, []string{t.Id, t.Name, ago(t.CreatedAt, now) + " ago", when(t.LastUsedAt, "never"), when(t.RevokedAt, "-")})
+	}
+	return r
+}
+
 func (a *app) tokensCommand() *cobra.Command {
-	c := group(&cobra.Command{Use: "tokens", Aliases: []string{"token"}, Short: "Issue and revoke tenant tokens (admin token)"})
+	c := group(&cobra.Command{Use: "tokens", Aliases: []string{"token"}, Short: "List, issue and revoke tenant tokens (admin token)"})
+	var limit int64
+	list := &cobra.Command{
+		Use: "list TENANT", Short: "List a tenant's tokens, newest first, revoked ones included (last use is up to a minute late)", Args: cobra.ExactArgs(1),
+		RunE: func(cmd *cobra.Command, args []string) error {
+			p, err := a.printer()
+			if err != nil {
+				return err
+			}
+			t, err := a.connect(false)
+			if err != nil {
+				return err
+			}
+			r, err := client.Do(t.api.ListTokensWithResponse(cmd.Context(), args[0], &client.ListTokensParams{Limit: &limit}))
+			if err != nil {
+				return err
+			}
+			raw, err := items(r.Body)
+			if err != nil {
+				return err
+			}
+			return p.Print(raw, tokenRows(deref(r.JSON200.Items), time.Now()))
+		},
+	}
+	list.Flags().Int64Var(&limit, "limit", 100, "at most this many")
+	a.addOutputFlag(list)
 	var name string
 	create := &cobra.Command{
 		Use:   "create TENANT",
@@ -427,7 +468,7 @@ func (a *app) tokensCommand() *cobra.Command {
 			return nil
 		},
 	}
-	c.AddCommand(create, revoke)
+	c.AddCommand(list, create, revoke)
 	return c
 }
 

@@ -267,4 +267,32 @@ func TestConsoleInChromium(t *testing.T) {
 	if loc := browser.Get(t, b, "location", chromedp.Location()); !strings.Contains(loc, "/ui/login") {
 		t.Errorf("after the revocation the console shows %s, want the login", loc)
 	}
+
+	// The admin: the tenants, a token issued (shown once) and revoked.
+	b.Do(t, "admin login", chromedp.SendKeys(chromedp.ID("token"), p.admin), chromedp.Submit(chromedp.ID("token")),
+		chromedp.WaitVisible(chromedp.CSS(`a[href="/ui/admin/tenants/webui"]`)))
+	b.Accessible(t, "admin tenants")
+	screenshots(t, b, "admin-tenants")
+	b.Do(t, "tenant page", chromedp.Click(chromedp.CSS(`a[href="/ui/admin/tenants/webui"]`)), chromedp.WaitVisible(chromedp.ID("tok-name")))
+	b.Do(t, "issue a token", chromedp.SendKeys(chromedp.ID("tok-name"), "browser"),
+		chromedp.Click(chromedp.CSS(`form[action="/ui/admin/tenants/webui/tokens"] button[type="submit"]`)), chromedp.WaitVisible(chromedp.ID("new-token")))
+	issuedTok := browser.Get(t, b, "issued token", chromedp.Value(chromedp.ID("new-token")))
+	issuedID := browser.Get(t, b, "issued id", chromedp.Text(chromedp.CSS("#issued-h code")))
+	if !strings.HasPrefix(issuedTok, "slt_") || !strings.HasPrefix(issuedID, "tok-") {
+		t.Fatalf("the issue shows token %q id %q", issuedTok, issuedID)
+	}
+	b.Accessible(t, "admin tenant")
+	screenshots(t, b, "admin-tenant")
+	if r := p.do(t, "GET", "/v1/tenants/webui", issuedTok, "", nil); r.status != 200 {
+		t.Errorf("the issued token: %s", r.String())
+	}
+	revoke := chromedp.CSS(`form[action="/ui/admin/tenants/webui/tokens/` + issuedID + `/revoke"] button`)
+	b.Do(t, "the tenant page again", chromedp.Navigate(p.base+"/ui/admin/tenants/webui"), chromedp.WaitVisible(revoke))
+	if html := browser.Get(t, b, "page", chromedp.OuterHTML(chromedp.CSS("html"))); strings.Contains(html, issuedTok) {
+		t.Error("the tenant's page shows the issued token again")
+	}
+	b.Do(t, "revoke", chromedp.Click(revoke), chromedp.WaitNotPresent(revoke))
+	if r := p.do(t, "GET", "/v1/tenants/webui", issuedTok, "", nil); r.status != 401 {
+		t.Errorf("the revoked token: %s, want 401", r.String())
+	}
 }

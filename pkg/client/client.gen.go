@@ -115,16 +115,16 @@ func (e FunctionReplacementRuntime) Valid() bool {
 
 // Defines values for HTTPTriggerAuth.
 const (
-	None  HTTPTriggerAuth = "none"
-	Token HTTPTriggerAuth = "token"
+	HTTPTriggerAuthNone  HTTPTriggerAuth = "none"
+	HTTPTriggerAuthToken HTTPTriggerAuth = "token"
 )
 
 // Valid indicates whether the value is a known member of the HTTPTriggerAuth enum.
 func (e HTTPTriggerAuth) Valid() bool {
 	switch e {
-	case None:
+	case HTTPTriggerAuthNone:
 		return true
-	case Token:
+	case HTTPTriggerAuthToken:
 		return true
 	default:
 		return false
@@ -931,6 +931,12 @@ type ListOutTenantBody struct {
 	NextCursor *string   `json:"next_cursor,omitempty"`
 }
 
+// ListOutTokenBody defines model for ListOutTokenBody.
+type ListOutTokenBody struct {
+	Items      *[]Token `json:"items"`
+	NextCursor *string  `json:"next_cursor,omitempty"`
+}
+
 // ListOutTriggerBody defines model for ListOutTriggerBody.
 type ListOutTriggerBody struct {
 	Items      *[]Trigger `json:"items"`
@@ -1152,6 +1158,20 @@ type TenantStatus struct {
 	Message    *string      `json:"message,omitempty"`
 	Namespace  *string      `json:"namespace,omitempty"`
 	Phase      *string      `json:"phase,omitempty"`
+}
+
+// Token defines model for Token.
+type Token struct {
+	CreatedAt time.Time `json:"created_at"`
+	Id        string    `json:"id"`
+
+	// LastUsedAt when a request last presented it, up to a minute late; absent: not used since it was issued
+	LastUsedAt *time.Time `json:"last_used_at,omitempty"`
+	Name       string     `json:"name"`
+
+	// RevokedAt absent: the token is valid
+	RevokedAt *time.Time `json:"revoked_at,omitempty"`
+	Tenant    string     `json:"tenant"`
 }
 
 // TokenInBody defines model for TokenInBody.
@@ -1484,6 +1504,14 @@ type ListJobsParams struct {
 // PatchJobParams defines parameters for PatchJob.
 type PatchJobParams struct {
 	ContentType *string `json:"Content-Type,omitempty"`
+}
+
+// ListTokensParams defines parameters for ListTokens.
+type ListTokensParams struct {
+	Limit *int64 `form:"limit,omitempty" json:"limit,omitempty"`
+
+	// Cursor next_cursor of the previous page
+	Cursor *string `form:"cursor,omitempty" json:"cursor,omitempty"`
 }
 
 // ListTriggersParams defines parameters for ListTriggers.
@@ -1968,6 +1996,13 @@ type ClientInterface interface {
 	//
 	// Corresponds with POST /v1/tenants/{t}/jobs/{name}/run (the `RunJob` operationId).
 	RunJob(ctx context.Context, t string, name string, reqEditors ...RequestEditorFn) (*http.Response, error)
+
+	// ListTokens List a tenant's tokens (admin), newest first, revoked ones included; never the tokens themselves
+	//
+	// Each with its id, name, creation, last use (up to a minute late; absent when never used) and revocation (absent while valid).
+	//
+	// Corresponds with GET /v1/tenants/{t}/tokens (the `ListTokens` operationId).
+	ListTokens(ctx context.Context, t string, params *ListTokensParams, reqEditors ...RequestEditorFn) (*http.Response, error)
 
 	// CreateTokenWithBody Issue a tenant token (admin); the token is shown once
 	//
@@ -2949,6 +2984,23 @@ func (c *Client) ReplaceJob(ctx context.Context, t string, name string, body Rep
 // Corresponds with POST /v1/tenants/{t}/jobs/{name}/run (the `RunJob` operationId).
 func (c *Client) RunJob(ctx context.Context, t string, name string, reqEditors ...RequestEditorFn) (*http.Response, error) {
 	req, err := NewRunJobRequest(c.Server, t, name)
+	if err != nil {
+		return nil, err
+	}
+	req = req.WithContext(ctx)
+	if err := c.applyEditors(ctx, req, reqEditors); err != nil {
+		return nil, err
+	}
+	return c.Client.Do(req)
+}
+
+// ListTokens List a tenant's tokens (admin), newest first, revoked ones included; never the tokens themselves
+//
+// Each with its id, name, creation, last use (up to a minute late; absent when never used) and revocation (absent while valid).
+//
+// Corresponds with GET /v1/tenants/{t}/tokens (the `ListTokens` operationId).
+func (c *Client) ListTokens(ctx context.Context, t string, params *ListTokensParams, reqEditors ...RequestEditorFn) (*http.Response, error) {
+	req, err := NewListTokensRequest(c.Server, t, params)
 	if err != nil {
 		return nil, err
 	}
@@ -5900,6 +5952,79 @@ func NewRunJobRequest(server string, t string, name string) (*http.Request, erro
 	return req, nil
 }
 
+// NewListTokensRequest constructs an http.Request for the ListTokens method
+func NewListTokensRequest(server string, t string, params *ListTokensParams) (*http.Request, error) {
+	var err error
+
+	var pathParam0 string
+
+	pathParam0, err = runtime.StyleParamWithOptions("simple", false, "t", t, runtime.StyleParamOptions{ParamLocation: runtime.ParamLocationPath, Type: "string", Format: ""})
+	if err != nil {
+		return nil, err
+	}
+
+	serverURL, err := url.Parse(server)
+	if err != nil {
+		return nil, err
+	}
+
+	operationPath := fmt.Sprintf("/v1/tenants/%s/tokens", pathParam0)
+	if operationPath[0] == '/' {
+		operationPath = "." + operationPath
+	}
+
+	queryURL, err := serverURL.Parse(operationPath)
+	if err != nil {
+		return nil, err
+	}
+
+	if params != nil {
+		// queryValues collects non-styled parameters (passthrough, JSON)
+		// that are safe to round-trip through url.Values.Encode().
+		queryValues := queryURL.Query()
+		// rawQueryFragments collects pre-encoded query fragments from
+		// styled parameters, preserving literal commas as delimiters
+		// per the OpenAPI spec (e.g. "color=blue,black,brown").
+		var rawQueryFragments []string
+
+		if params.Limit != nil {
+
+			if queryFrag, err := runtime.StyleParamWithOptions("form", false, "limit", *params.Limit, runtime.StyleParamOptions{ParamLocation: runtime.ParamLocationQuery, Type: "integer", Format: "int64"}); err != nil {
+				return nil, err
+			} else {
+				for _, qp := range strings.Split(queryFrag, "&") {
+					rawQueryFragments = append(rawQueryFragments, qp)
+				}
+			}
+
+		}
+
+		if params.Cursor != nil {
+
+			if queryFrag, err := runtime.StyleParamWithOptions("form", false, "cursor", *params.Cursor, runtime.StyleParamOptions{ParamLocation: runtime.ParamLocationQuery, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			} else {
+				for _, qp := range strings.Split(queryFrag, "&") {
+					rawQueryFragments = append(rawQueryFragments, qp)
+				}
+			}
+
+		}
+
+		if encoded := queryValues.Encode(); encoded != "" {
+			rawQueryFragments = append(rawQueryFragments, encoded)
+		}
+		queryURL.RawQuery = strings.Join(rawQueryFragments, "&")
+	}
+
+	req, err := http.NewRequest(http.MethodGet, queryURL.String(), nil)
+	if err != nil {
+		return nil, err
+	}
+
+	return req, nil
+}
+
 // NewCreateTokenRequest calls the generic CreateToken builder with application/json body
 func NewCreateTokenRequest(server string, t string, body CreateTokenJSONRequestBody) (*http.Request, error) {
 	var bodyReader io.Reader
@@ -6759,6 +6884,15 @@ type ClientWithResponsesInterface interface {
 	//
 	// Corresponds with POST /v1/tenants/{t}/jobs/{name}/run (the `RunJob` operationId).
 	RunJobWithResponse(ctx context.Context, t string, name string, reqEditors ...RequestEditorFn) (*RunJobResponse, error)
+
+	// ListTokensWithResponse List a tenant's tokens (admin), newest first, revoked ones included; never the tokens themselves
+	//
+	// Each with its id, name, creation, last use (up to a minute late; absent when never used) and revocation (absent while valid).
+	//
+	// Returns a wrapper object for the known response body format(s).
+	//
+	// Corresponds with GET /v1/tenants/{t}/tokens (the `ListTokens` operationId).
+	ListTokensWithResponse(ctx context.Context, t string, params *ListTokensParams, reqEditors ...RequestEditorFn) (*ListTokensResponse, error)
 
 	// CreateTokenWithBodyWithResponse Issue a tenant token (admin); the token is shown once
 	//
@@ -9157,6 +9291,54 @@ func (r RunJobResponse) ContentType() string {
 	return ""
 }
 
+type ListTokensResponse struct {
+	Body         []byte
+	HTTPResponse *http.Response
+	// JSON200 the response for an HTTP 200 `application/json` response
+	JSON200 *ListOutTokenBody
+	// ApplicationproblemJSONDefault the response for an HTTP default `application/problem+json` response
+	ApplicationproblemJSONDefault *ErrorModel
+}
+
+// GetJSON200 returns the response for an HTTP 200 `application/json` response
+func (r ListTokensResponse) GetJSON200() *ListOutTokenBody {
+	return r.JSON200
+}
+
+// GetApplicationproblemJSONDefault returns the response for an HTTP default `application/problem+json` response
+func (r ListTokensResponse) GetApplicationproblemJSONDefault() *ErrorModel {
+	return r.ApplicationproblemJSONDefault
+}
+
+// GetBody returns the raw response body bytes
+func (r ListTokensResponse) GetBody() []byte {
+	return r.Body
+}
+
+// Status returns HTTPResponse.Status
+func (r ListTokensResponse) Status() string {
+	if r.HTTPResponse != nil {
+		return r.HTTPResponse.Status
+	}
+	return http.StatusText(0)
+}
+
+// StatusCode returns HTTPResponse.StatusCode
+func (r ListTokensResponse) StatusCode() int {
+	if r.HTTPResponse != nil {
+		return r.HTTPResponse.StatusCode
+	}
+	return 0
+}
+
+// ContentType is a convenience method to retrieve the Content-Type value from the HTTP response headers
+func (r ListTokensResponse) ContentType() string {
+	if r.HTTPResponse != nil {
+		return r.HTTPResponse.Header.Get("Content-Type")
+	}
+	return ""
+}
+
 type CreateTokenResponse struct {
 	Body         []byte
 	HTTPResponse *http.Response
@@ -10324,6 +10506,21 @@ func (c *ClientWithResponses) RunJobWithResponse(ctx context.Context, t string, 
 		return nil, err
 	}
 	return ParseRunJobResponse(rsp)
+}
+
+// ListTokensWithResponse List a tenant's tokens (admin), newest first, revoked ones included; never the tokens themselves
+//
+// Each with its id, name, creation, last use (up to a minute late; absent when never used) and revocation (absent while valid).
+//
+// Returns a wrapper object for the known response body format(s).
+//
+// Corresponds with GET /v1/tenants/{t}/tokens (the `ListTokens` operationId).
+func (c *ClientWithResponses) ListTokensWithResponse(ctx context.Context, t string, params *ListTokensParams, reqEditors ...RequestEditorFn) (*ListTokensResponse, error) {
+	rsp, err := c.ListTokens(ctx, t, params, reqEditors...)
+	if err != nil {
+		return nil, err
+	}
+	return ParseListTokensResponse(rsp)
 }
 
 // CreateTokenWithBodyWithResponse Issue a tenant token (admin); the token is shown once
@@ -12181,6 +12378,39 @@ func ParseRunJobResponse(rsp *http.Response) (*RunJobResponse, error) {
 			return nil, err
 		}
 		response.JSON202 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && true:
+		var dest ErrorModel
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.ApplicationproblemJSONDefault = &dest
+
+	}
+
+	return response, nil
+}
+
+// ParseListTokensResponse parses an HTTP response from a ListTokensWithResponse call
+func ParseListTokensResponse(rsp *http.Response) (*ListTokensResponse, error) {
+	bodyBytes, err := io.ReadAll(rsp.Body)
+	defer func() { _ = rsp.Body.Close() }()
+	if err != nil {
+		return nil, err
+	}
+
+	response := &ListTokensResponse{
+		Body:         bodyBytes,
+		HTTPResponse: rsp,
+	}
+
+	switch {
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 200:
+		var dest ListOutTokenBody
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.JSON200 = &dest
 
 	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && true:
 		var dest ErrorModel

@@ -106,6 +106,7 @@ func run(ctx context.Context, getenv func(string) string, stdout io.Writer) erro
 		Load:   load, Wake: waker,
 	})
 	svc.Go(srv.WatchRevocations)
+	svc.Go(srv.RecordTokenUses)
 	var public http.Handler = srv
 	if cfg.Console {
 		public = withConsole(srv, ui.New(ui.Config{Secure: strings.HasPrefix(cfg.PublicURL, "https://"), APIURL: cfg.PublicURL,

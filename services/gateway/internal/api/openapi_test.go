@@ -123,4 +123,21 @@ func TestOpenAPIDescribesTheClientAdditions(t *testing.T) {
 	if ps := strings.Join(params, ","); ps != "t,name,follow,since,tail" {
 		t.Errorf("logs parameters %s", ps)
 	}
+
+	// The tokens list: what the console's admin pages and 'sless tokens
+	// list' show, and never a secret.
+	if doc.Paths["/v1/tenants/{t}/tokens"]["get"].Responses["200"].Content["application/json"].Schema.Ref == "" {
+		t.Error("list-tokens has no documented 200")
+	}
+	tok := doc.Components.Schemas["Token"]
+	for _, f := range []string{"id", "name", "created_at", "last_used_at", "revoked_at"} {
+		if _, ok := tok.Properties[f]; !ok {
+			t.Errorf("Token has no %s", f)
+		}
+	}
+	for f := range tok.Properties {
+		if strings.Contains(f, "hash") || f == "token" {
+			t.Errorf("Token shows %s", f)
+		}
+	}
 }

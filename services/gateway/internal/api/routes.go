@@ -22,6 +22,8 @@ func (s *Server) routeTable() []huma.Operation {
 		{OperationID: "list-tenants", Method: http.MethodGet, Path: "/v1/tenants", Tags: []string{"tenants"}, Summary: "List tenants (admin)"},
 		{OperationID: "get-tenant", Method: http.MethodGet, Path: "/v1/tenants/{t}", Tags: []string{"tenants"}, Summary: "Read a tenant"},
 		{OperationID: "delete-tenant", Method: http.MethodDelete, Path: "/v1/tenants/{t}", Tags: []string{"tenants"}, Summary: "Delete a tenant and everything it owns (admin)", DefaultStatus: http.StatusAccepted},
+		{OperationID: "list-tokens", Method: http.MethodGet, Path: "/v1/tenants/{t}/tokens", Tags: []string{"tokens"}, Summary: "List a tenant's tokens (admin), newest first, revoked ones included; never the tokens themselves",
+			Description: "Each with its id, name, creation, last use (up to a minute late; absent when never used) and revocation (absent while valid)."},
 		{OperationID: "create-token", Method: http.MethodPost, Path: "/v1/tenants/{t}/tokens", Tags: []string{"tokens"}, Summary: "Issue a tenant token (admin); the token is shown once", DefaultStatus: http.StatusCreated, MaxBodyBytes: 4 << 10},
 		{OperationID: "revoke-token", Method: http.MethodDelete, Path: "/v1/tenants/{t}/tokens/{id}", Tags: []string{"tokens"}, Summary: "Revoke a tenant token (admin)", DefaultStatus: http.StatusNoContent},
 		// broker.go

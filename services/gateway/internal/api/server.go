@@ -111,6 +111,7 @@ type Server struct {
 	tokens    tokenChecker                // auth.Tokens
 	issuer    tokenIssuer                 // auth.Tokens
 	listen    func(context.Context) error // auth.Tokens.Listen, for WatchRevocations
+	uses      func(context.Context) error // auth.Tokens.RecordUses, for RecordTokenUses
 	limits    rateLimiter                 // auth.Limiter
 	guesses   guessCounter                // auth.Failures
 	forwarder Forwarder                   // proxy.Forwarder: sync invoke and public triggers
@@ -138,6 +139,7 @@ func New(d Deps) *Server {
 	sql := store.New(d.DB)
 	tokens := auth.NewTokens(d.DB, 30*time.Second, d.Log)
 	s.tokens, s.issuer, s.listen = tokens, tokens, tokens.Listen
+	s.uses = func(ctx context.Context) error { return tokens.RecordUses(ctx, auth.UseFlush) }
 	s.limits = auth.NewLimiter(d.Cache)
 	s.guesses = auth.NewFailures(auth.FailedLookupsPerSecond, auth.FailedLookupsBurst)
 	if s.Transport == nil {
@@ -310,3 +312,7 @@ func newID(n int) string {
 // WatchRevocations applies token revocations made through other gateway
 // replicas at once (PostgreSQL LISTEN); run it beside the server.
 func (s *Server) WatchRevocations(ctx context.Context) error { return s.listen(ctx) }
+
+// RecordTokenUses writes the tokens' last use (GET .../tokens shows it)
+// every auth.UseFlush until ctx ends, and once more then.
+func (s *Server) RecordTokenUses(ctx context.Context) error { return s.uses(ctx) }

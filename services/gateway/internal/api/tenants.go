@@ -38,9 +38,13 @@ type TokenOut struct {
 	}
 }
 
-// tokenIssuer issues and revokes a tenant's tokens (auth.Tokens).
+// Token is what the API shows of a tenant's token: never the token nor its hash.
+type Token = auth.Token
+
+// tokenIssuer issues, lists and revokes a tenant's tokens (auth.Tokens).
 type tokenIssuer interface {
 	Issue(ctx context.Context, tenant, name string) (token, id string, created time.Time, err error)
+	List(ctx context.Context, tenant string, afterCreated time.Time, afterID string, limit int64) ([]Token, error)
 	Revoke(ctx context.Context, tenant, id string) error
 	RevokeAll(ctx context.Context, tenant string) error
 }
@@ -121,6 +125,38 @@ func (s *Server) registerTenants() {
 				return nil, s.internal(ctx, 500, err, "the token could not be stored")
 			}
 			out.Body.ID, out.Body.Tenant, out.Body.Name, out.Body.Token = id, in.Tenant, in.Body.Name, tok
+			return out, nil
+		})
+	register(s, s.route("list-tokens"),
+		func(ctx context.Context, in *struct {
+			TenantPath
+			Page
+		}) (*ListOut[Token], error) {
+			// The admin's, like issuing and revoking: a tenant token does
+			// not learn of the tenant's other tokens.
+			if err := s.requireAdmin(ctx); err != nil {
+				return nil, err
+			}
+			after, err := afterCursor(ctx, in.Cursor)
+			if err != nil {
+				return nil, err
+			}
+			var afterCreated time.Time
+			var afterID string
+			if after != nil {
+				afterCreated, afterID = after.Time, after.ID
+			}
+			items, err := s.issuer.List(ctx, in.Tenant, afterCreated, afterID, in.Limit+1)
+			if err != nil {
+				return nil, s.internal(ctx, 500, err, "the tokens could not be read")
+			}
+			out := &ListOut[Token]{}
+			out.Body.Items = items
+			if int64(len(items)) > in.Limit {
+				out.Body.Items = items[:in.Limit]
+				last := out.Body.Items[len(out.Body.Items)-1]
+				out.Body.NextCursor = encodeCursor(last.CreatedAt, last.ID)
+			}
 			return out, nil
 		})
 	type tokenPath struct {

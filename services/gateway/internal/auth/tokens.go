@@ -13,6 +13,7 @@ import (
 	"fmt"
 	"log/slog"
 	"strings"
+	"sync"
 	"time"
 
 	"github.com/hashicorp/golang-lru/v2/expirable"
@@ -48,11 +49,18 @@ func NewToken() (token, id string) {
 // one, hashes the database does not know in a smaller one of their own, so
 // that a flood of distinct bad tokens evicts only bad tokens, never a
 // tenant's.
+//
+// Every accepted token's use is noted in memory; RecordUses writes the
+// notes to api_tokens.last_used_at in one statement per interval, so
+// that no request waits on PostgreSQL for it.
 type Tokens struct {
 	db      *pgxpool.Pool
 	log     *slog.Logger
 	valid   *expirable.LRU[string, tokenEntry]
 	unknown *expirable.LRU[string, struct{}]
+
+	usedMu sync.Mutex
+	used   map[string]time.Time // token id -> its last use since the last flush
 }
 
 // The sizes of the caches: every live token of an installation fits in
@@ -76,7 +84,8 @@ type tokenEntry struct {
 func NewTokens(db *pgxpool.Pool, ttl time.Duration, log *slog.Logger) *Tokens {
 	return &Tokens{db: db, log: log,
 		valid:   expirable.NewLRU[string, tokenEntry](validTokens, nil, ttl),
-		unknown: expirable.NewLRU[string, struct{}](unknownTokens, nil, ttl)}
+		unknown: expirable.NewLRU[string, struct{}](unknownTokens, nil, ttl),
+		used:    map[string]time.Time{}}
 }
 
 // Listen applies revocations made by any gateway until ctx ends. It
@@ -130,6 +139,9 @@ func (c *Tokens) Known(tok string) (string, bool) {
 		return "", false
 	}
 	e, ok := c.valid.Get(string(HashToken(tok)))
+	if ok {
+		c.noteUse(e.id)
+	}
 	return e.tenant, ok
 }
 
@@ -145,6 +157,7 @@ func (c *Tokens) Lookup(ctx context.Context, tok string) (string, error) {
 func (c *Tokens) Identify(ctx context.Context, tok string) (tenant, id string, err error) {
 	key := string(HashToken(tok))
 	if e, ok := c.valid.Get(key); ok {
+		c.noteUse(e.id)
 		return e.tenant, e.id, nil
 	}
 	if c.unknown.Contains(key) {
@@ -160,6 +173,7 @@ func (c *Tokens) Identify(ctx context.Context, tok string) (tenant, id string, e
 		return "", "", errors.New("tokens cannot be checked right now")
 	}
 	c.valid.Add(key, e)
+	c.noteUse(e.id)
 	return e.tenant, e.id, nil
 }
 
@@ -210,4 +224,114 @@ func (c *Tokens) forget(tenant, id string) {
 			c.valid.Remove(k)
 		}
 	}
+}
+
+// UseFlush is how often a gateway writes the tokens' last use: a token's
+// last_used_at is at most this late, and written at most once per
+// interval by each gateway.
+const UseFlush = time.Minute
+
+// noteUse remembers that token id was accepted now. The notes are bounded
+// like the cache of valid tokens: past that, a use waits for the next
+// interval's notes.
+func (c *Tokens) noteUse(id string) {
+	now := time.Now()
+	c.usedMu.Lock()
+	if _, ok := c.used[id]; ok || len(c.used) < validTokens {
+		c.used[id] = now
+	}
+	c.usedMu.Unlock()
+}
+
+// RecordUses writes the uses noted since the last write to
+// api_tokens.last_used_at every interval until ctx ends, and once more
+// then. A failed write keeps its notes for the next one.
+func (c *Tokens) RecordUses(ctx context.Context, every time.Duration) error {
+	tick := time.NewTicker(every)
+	defer tick.Stop()
+	for {
+		select {
+		case <-ctx.Done():
+			last, cancel := context.WithTimeout(context.WithoutCancel(ctx), 5*time.Second)
+			defer cancel()
+			if err := c.flushUses(last); err != nil {
+				c.log.Warn("token uses not recorded at shutdown", "err", err)
+			}
+			return nil
+		case <-tick.C:
+			if err := c.flushUses(ctx); err != nil && ctx.Err() == nil {
+				c.log.Warn("token uses not recorded; retrying at the next interval", "err", err)
+			}
+		}
+	}
+}
+
+// flushUses writes the noted uses in one statement; a later use already
+// written (by another gateway) is kept.
+func (c *Tokens) flushUses(ctx context.Context) error {
+	c.usedMu.Lock()
+	batch := c.used
+	c.used = make(map[string]time.Time, len(batch))
+	c.usedMu.Unlock()
+	if len(batch) == 0 {
+		return nil
+	}
+	ids, times := make([]string, 0, len(batch)), make([]time.Time, 0, len(batch))
+	for id, t := range batch {
+		ids, times = append(ids, id), append(times, t)
+	}
+	_, err := c.db.Exec(ctx, `UPDATE api_tokens t SET last_used_at = GREATEST(t.last_used_at, u.at)
+		FROM unnest($1::text[], $2::timestamptz[]) AS u(id, at) WHERE t.id = u.id`, ids, times)
+	if err == nil {
+		return nil
+	}
+	c.usedMu.Lock()
+	for id, t := range batch {
+		if later, ok := c.used[id]; !ok || later.Before(t) {
+			if ok || len(c.used) < validTokens {
+				c.used[id] = t
+			}
+		}
+	}
+	c.usedMu.Unlock()
+	return fmt.Errorf("record the use of %d tokens: %w", len(batch), err)
+}
+
+// Token is what the tokens table says of one token: never the token
+// itself nor its hash.
+type Token struct {
+	ID         string     `json:"id"`
+	Tenant     string     `json:"tenant"`
+	Name       string     `json:"name"`
+	CreatedAt  time.Time  `json:"created_at"`
+	LastUsedAt *time.Time `json:"last_used_at,omitempty" doc:"when a request last presented it, up to a minute late; absent: not used since it was issued"`
+	RevokedAt  *time.Time `json:"revoked_at,omitempty" doc:"absent: the token is valid"`
+}
+
+// List returns up to limit tokens of tenant, revoked ones included,
+// newest first, after the token (afterCreated, afterID) of the previous
+// page (a zero afterCreated: from the newest).
+func (c *Tokens) List(ctx context.Context, tenant string, afterCreated time.Time, afterID string, limit int64) ([]Token, error) {
+	rows, err := c.db.Query(ctx, `SELECT id, tenant, name, created_at, last_used_at, revoked_at FROM api_tokens
+		WHERE tenant = $1 AND ($2::timestamptz IS NULL OR (created_at, id) < ($2, $3))
+		ORDER BY created_at DESC, id DESC LIMIT $4`, tenant, nullTime(afterCreated), afterID, limit)
+	if err != nil {
+		return nil, fmt.Errorf("list tokens of %s: %w", tenant, err)
+	}
+	out, err := pgx.CollectRows(rows, func(r pgx.CollectableRow) (Token, error) {
+		var t Token
+		err := r.Scan(&t.ID, &t.Tenant, &t.Name, &t.CreatedAt, &t.LastUsedAt, &t.RevokedAt)
+		return t, err
+	})
+	if err != nil {
+		return nil, fmt.Errorf("list tokens of %s: %w", tenant, err)
+	}
+	return out, nil
+}
+
+func nullTime(t time.Time) *time.Time {
+	if t.IsZero() {
+		return nil
+	}
+	return &t
 }

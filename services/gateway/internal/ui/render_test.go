@@ -29,6 +29,7 @@ func ptr[T any](v T) *T { return &v }
 func fixtures() map[string]Page {
 	now := time.Date(2026, 12, 3, 7, 0, 0, 0, time.UTC)
 	sess := &Session{Tenant: evil(0), TokenID: "tok-1"}
+	adminSess := &Session{Admin: true, TokenID: "admin-1"} // the admin pages only: no tenant
 	fn := api.Function{Name: evil(1), FunctionSpec: api.FunctionSpec{Runtime: api.Runtime(evil(0)), Entrypoint: evil(1), TimeoutSec: ptr(int32(5)),
 		EnvVars: map[string]string{evil(0): evil(1)}},
 		Status: api.FunctionStatus{Phase: evil(0), Message: evil(1), URL: evil(2), LastBuildID: evil(3), LatestVersion: 3,
@@ -66,6 +67,14 @@ func fixtures() map[string]Page {
 			Kept: &api.KeptRequest{Method: evil(0), Path: evil(1), Query: evil(2), Headers: map[string][]string{evil(3): {evil(0)}}, Body: evil(1),
 				BodyOmitted: true, BodySize: 300000}, Replayed: evil(2)}},
 		"invocation~unkept": {Title: "Invocation", Session: sess, Nav: "invocations", Data: invocationView{Invocation: inv, KeptError: evil(3)}},
+		"admintenants": {Title: "Tenants", Session: adminSess, Nav: "tenants", Data: adminTenantsView{Tenants: []api.Tenant{
+			{Name: evil(0), DisplayName: evil(1), CreatedAt: now, Status: api.TenantStatus{Phase: evil(2), Message: evil(3), Namespace: evil(1)}},
+			{Name: evil(1), CreatedAt: now}}, Next: evil(2), Error: evil(3), Name: evil(1), DisplayName: evil(2)}},
+		"admintenant": {Title: "Tenant " + evil(0), Session: adminSess, Nav: "tenants", Data: adminTenantView{
+			Tenant: api.Tenant{Name: evil(0), DisplayName: evil(1), CreatedAt: now, Status: api.TenantStatus{Phase: evil(2), Message: evil(3), Namespace: evil(1)}},
+			Tokens: []api.Token{{ID: evil(1), Tenant: evil(0), Name: evil(2), CreatedAt: now, LastUsedAt: &now},
+				{ID: evil(3), Tenant: evil(0), Name: evil(0), CreatedAt: now, RevokedAt: &now}},
+			Next: evil(1), Issued: &issuedToken{ID: evil(2), Name: evil(0), Token: evil(1)}, Error: evil(3), FormName: evil(0)}},
 		"deadletters": {Title: "Dead letters", Session: sess, Nav: "dead-letters", Data: deadLettersView{Items: []api.DeadLetter{
 			{ID: evil(1), Function: evil(0), Trigger: evil(2), TriggerName: evil(3), Reason: evil(0), Error: evil(1), Attempts: 3, DeadLetteredAt: now},
 			{ID: evil(2), Function: evil(0), Reason: evil(1), ReplayedAt: &now, ReplayInvocationID: evil(1)}}, Next: evil(3), Error: evil(0),
@@ -75,7 +84,7 @@ func fixtures() map[string]Page {
 
 func TestEveryPageHasAFixture(t *testing.T) {
 	f := fixtures()
-	for _, n := range pageNames {
+	for _, n := range append(pageNames[:len(pageNames):len(pageNames)], adminPageNames...) {
 		if _, ok := f[n]; !ok {
 			t.Errorf("page %s has no fixture", n)
 		}
@@ -239,5 +248,40 @@ func TestTheFunctionPageShowsTheReview(t *testing.T) {
 		if !strings.Contains(text, want) {
 			t.Errorf("the function page does not show %q", want)
 		}
+	}
+}
+
+// TestTheAdminPagesShowTokensOnceAndOnlyToAdmins: the page answering an
+// issue shows the new token (as a value, not markup); the same page
+// without it shows no token; only an admin session's pages link the
+// admin pages.
+func TestTheAdminPagesShowTokensOnceAndOnlyToAdmins(t *testing.T) {
+	pages := mustParsePages()
+	render := func(name string, p Page) string {
+		t.Helper()
+		var buf bytes.Buffer
+		if err := renderPage(&buf, pages, name, p); err != nil {
+			t.Fatal(err)
+		}
+		return buf.String()
+	}
+	f := fixtures()
+	issued := f["admintenant"]
+	v := issued.Data.(adminTenantView)
+	v.Issued = &issuedToken{ID: "tok-1", Name: "ci", Token: "slt_secret-value"}
+	issued.Data = v
+	if page := render("admintenant", issued); !strings.Contains(page, `value="slt_secret-value"`) || !strings.Contains(page, "shown only on this page, once") {
+		t.Errorf("the page answering the issue does not show the token:\n%s", page)
+	}
+	v.Issued = nil
+	issued.Data = v
+	if page := render("admintenant", issued); strings.Contains(page, "slt_secret-value") || strings.Contains(page, `id="new-token"`) {
+		t.Errorf("the tenant's page shows a token:\n%s", page)
+	}
+	if page := render("admintenants", f["admintenants"]); !strings.Contains(page, `href="/ui/admin/tenants"`) {
+		t.Error("an admin session's page does not link the tenants")
+	}
+	if page := render("functions", f["functions"]); strings.Contains(page, "/ui/admin/") {
+		t.Error("a tenant session's page links the admin pages")
 	}
 }

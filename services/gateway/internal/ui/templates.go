@@ -68,7 +68,7 @@ var funcs = template.FuncMap{
 func mustParsePages() map[string]*template.Template {
 	base := template.Must(template.New("layout.html").Funcs(funcs).ParseFS(templateFiles, "templates/layout.html"))
 	out := map[string]*template.Template{}
-	for _, n := range pageNames {
+	for _, n := range append(pageNames[:len(pageNames):len(pageNames)], adminPageNames...) {
 		t := template.Must(template.Must(base.Clone()).ParseFS(templateFiles, "templates/"+n+".html"))
 		out[n] = t
 	}

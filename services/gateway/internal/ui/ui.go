@@ -113,14 +113,18 @@ func New(cfg Config, a API, db *pgxpool.Pool, log *slog.Logger) *Handler {
 	m.HandleFunc("POST /ui/dead-letters/replay", h.withSession(h.replaySelected))
 	m.HandleFunc("GET /ui/invocations/{id}", h.withSession(h.invocation))
 	m.HandleFunc("POST /ui/invocations/{id}/replay", h.withSession(h.replayInvocation))
-	m.HandleFunc("/ui/", func(w http.ResponseWriter, r *http.Request) {
-		h.render(w, r, http.StatusNotFound, "error", Page{Title: "Not found", Data: errorView{Status: 404, Message: "There is no such page."}})
-	})
+	h.registerAdmin(m) // admin.go
+	m.HandleFunc("/ui/", h.notFound)
 	h.mux = m
 	// Cross-origin POSTs are refused (Sec-Fetch-Site / Origin), so a form
 	// on another site cannot act with the user's cookie; GET changes nothing.
 	h.handler = secureHeaders(http.NewCrossOriginProtection().Handler(m))
 	return h
+}
+
+// notFound is the console's answer for a page that does not exist.
+func (h *Handler) notFound(w http.ResponseWriter, r *http.Request) {
+	h.render(w, r, http.StatusNotFound, "error", Page{Title: "Not found", Data: errorView{Status: 404, Message: "There is no such page."}})
 }
 
 // ServeHTTP implements http.Handler.
@@ -198,6 +202,11 @@ func (h *Handler) withSession(next sessionHandler) http.HandlerFunc {
 			writeJSON(w, http.StatusUnauthorized, map[string]string{"error": "not logged in, or the session ended"})
 			return
 		}
+		if s.Tenant == "" && !strings.HasPrefix(r.URL.Path, "/ui/admin/") {
+			// An admin session without a tenant has the admin pages only.
+			http.Redirect(w, r, "/ui/admin/tenants", http.StatusSeeOther)
+			return
+		}
 		next(w, r, s)
 	}
 }
@@ -233,8 +242,8 @@ func (h *Handler) loginPage(w http.ResponseWriter, r *http.Request) {
 }
 
 // login opens a session for a tenant token, or for the admin token
-// looking at the tenant it names. Every attempt counts against the
-// client address.
+// looking at the tenant it names (none: the admin pages only). Every
+// attempt counts against the client address.
 func (h *Handler) login(w http.ResponseWriter, r *http.Request) {
 	r.Body = http.MaxBytesReader(w, r.Body, 8<<10)
 	if err := r.ParseForm(); err != nil {
@@ -257,8 +266,6 @@ func (h *Handler) login(w http.ResponseWriter, r *http.Request) {
 		view.Error = "That token is unknown or revoked."
 	case err != nil:
 		view.Error = "Tokens cannot be checked right now; try again shortly."
-	case caller.Admin && tenant == "":
-		view.Error = "With the admin token, name the tenant to look at."
 	case !caller.Admin && tenant != "" && tenant != caller.Tenant:
 		view.Error = "This token belongs to another tenant."
 	}
@@ -268,6 +275,9 @@ func (h *Handler) login(w http.ResponseWriter, r *http.Request) {
 	}
 	if !caller.Admin {
 		tenant = caller.Tenant
+	}
+	if caller.Admin && tenant == "" && !strings.HasPrefix(view.Next, "/ui/admin/") {
+		view.Next = "/ui/admin/tenants"
 	}
 	if old := h.sessionID(r); old != "" {
 		_ = h.sessions.Delete(r.Context(), old)
@@ -393,8 +403,11 @@ func (h *Handler) get(r *http.Request, s Session, path string, q url.Values, out
 	return nil
 }
 
-func tenantPath(s Session, rest ...string) string {
-	p := "/v1/tenants/" + url.PathEscape(s.Tenant)
+func tenantPath(s Session, rest ...string) string { return v1TenantPath(s.Tenant, rest...) }
+
+// v1TenantPath is the API path of tenant's rest, every segment escaped.
+func v1TenantPath(tenant string, rest ...string) string {
+	p := "/v1/tenants/" + url.PathEscape(tenant)
 	for _, r := range rest {
 		p += "/" + url.PathEscape(r)
 	}
@@ -418,7 +431,7 @@ func (h *Handler) fail(w http.ResponseWriter, r *http.Request, s Session, err er
 type Page struct {
 	Title   string
 	Session *Session
-	Nav     string // the current section: functions, invocations
+	Nav     string // the current section: functions, invocations, tenants
 	Data    any
 }
 
