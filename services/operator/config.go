@@ -4,16 +4,17 @@ import (
 	"net/netip"
 	"net/url"
 	"os"
-	"path/filepath"
 	"strings"
 	"time"
 
+	slessv1 "github.com/kube5s/sless/pkg/apis/sless/v1alpha1"
 	"github.com/kube5s/sless/pkg/envconf"
 	"github.com/kube5s/sless/pkg/objstore"
 	"github.com/kube5s/sless/pkg/rabbit"
 	"github.com/kube5s/sless/pkg/service"
 	"github.com/kube5s/sless/services/operator/internal/brokeradmin"
 	"github.com/kube5s/sless/services/operator/internal/controller"
+	"github.com/kube5s/sless/services/operator/internal/driver"
 )
 
 type config struct {
@@ -122,8 +123,17 @@ func loadConfig(getenv func(string) string) (config, error) {
 	}
 	c.TenantBrokerURL, _ = url.Parse(r.URL("SLESS_TENANT_BROKER_URL", tenantDefault, "amqp", "amqps"))
 	if c.ExecutionDriver == "local" {
-		for _, f := range []string{"python3.11/runtime.py", "nodejs20/runtime.js"} {
-			if _, err := os.Stat(filepath.Join(c.RuntimesDir, f)); err != nil {
+		// The wrappers the local driver will start (driver.LocalCommands,
+		// the one list of them), in the runtimes' order.
+		commands := driver.LocalCommands(c.Python, c.Node, c.RuntimesDir)
+		for _, rt := range slessv1.Runtimes() {
+			cmd := commands[rt]
+			if len(cmd) == 0 {
+				r.Failf("the local driver has no command for runtime %s", rt)
+				continue
+			}
+			f := cmd[len(cmd)-1]
+			if _, err := os.Stat(f); err != nil {
 				r.Failf("SLESS_RUNTIMES_DIR=%s: %s not found (the local driver runs the wrappers from there)", c.RuntimesDir, f)
 			}
 		}

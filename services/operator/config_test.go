@@ -57,3 +57,20 @@ func TestConfigVersionDrainPeriod(t *testing.T) {
 		}
 	}
 }
+
+// TestConfigNamesEveryMissingWrapper: with the local driver, a runtimes
+// directory without the wrappers is refused, naming each wrapper the
+// driver would start (driver.LocalCommands), one per runtime.
+func TestConfigNamesEveryMissingWrapper(t *testing.T) {
+	env := map[string]string{"SLESS_RUNTIMES_DIR": t.TempDir(), "SLESS_RABBITMQ_URL": "amqp://u:p@127.0.0.1:5672/",
+		"SLESS_S3_ENDPOINT": "127.0.0.1:9", "SLESS_S3_ACCESS_KEY": "a", "SLESS_S3_SECRET_KEY": "b"}
+	_, err := loadConfig(func(k string) string { return env[k] })
+	if err == nil {
+		t.Fatal("loadConfig accepted a runtimes directory without the wrappers")
+	}
+	for _, want := range []string{"python3.11/runtime.py not found", "nodejs20/runtime.js not found"} {
+		if !strings.Contains(err.Error(), want) {
+			t.Errorf("error does not say %q: %v", want, err)
+		}
+	}
+}
