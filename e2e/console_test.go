@@ -50,8 +50,8 @@ const consoleApp = `def handler(event, context):
 // operator, builder, invoker, PostgreSQL, RabbitMQ, Jaeger), a user logs
 // in with a token (the cookie is invisible to scripts), sees the deployed
 // function, invokes it sync and async from the panel, opens the async
-// invocation and sees its waterfall with the gateway's and the invoker's
-// spans, and is logged out once the token is revoked. Any console error
+// invocation and sees its waterfall with the gateway's, the broker
+// delivery's and the invoker's spans, and is logged out once the token is revoked. Any console error
 // or CSP violation fails it.
 func TestConsoleInChromium(t *testing.T) {
 	testenv.SteadyServers(t)
@@ -132,12 +132,15 @@ func TestConsoleInChromium(t *testing.T) {
 	})
 	testenv.Eventually(t, 60*time.Second, "the invocation page with its waterfall", func() (bool, string) {
 		b.Do(t, "invocation page", chromedp.Navigate(p.base+"/ui/invocations/"+invID), chromedp.WaitVisible(chromedp.CSS("h1")))
-		raw := browser.Get(t, b, "spans", chromedp.Evaluate[string](`JSON.stringify([...document.querySelectorAll("table.waterfall .svc")].map(e => e.textContent))`))
-		var services []string
-		_ = json.Unmarshal([]byte(raw), &services)
-		joined := strings.Join(services, " ")
+		raw := browser.Get(t, b, "spans", chromedp.Evaluate[string](`JSON.stringify([...document.querySelectorAll("table.waterfall .svc")].map(e => e.parentElement.textContent))`))
+		var spans []string
+		_ = json.Unmarshal([]byte(raw), &spans)
+		joined := strings.Join(spans, " | ")
 		main := browser.Get(t, b, "main", chromedp.Text(chromedp.CSS("main")))
-		return strings.Contains(joined, "gateway") && strings.Contains(joined, "invoker"), "services [" + joined + "]; page: " + tail(main, 12)
+		// The broker's hop is the invoker's consumer span of the delivery
+		// ("<queue> process", messaging.system rabbitmq).
+		return strings.Contains(joined, "gateway") && strings.Contains(joined, "invoker") && strings.Contains(joined, " process"),
+			"spans [" + joined + "]; page: " + tail(main, 12)
 	})
 	b.Accessible(t, "invocation")
 	screenshots(t, b, "invocation")

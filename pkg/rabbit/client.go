@@ -79,18 +79,22 @@ func (c *Client) Run(ctx context.Context) error {
 		}
 		c.mu.Unlock()
 	}()
-	redial := jitter.Backoff(100*time.Millisecond, 5*time.Second)
+	// The wait grows over failed dials and over connections the broker
+	// ends at once, and starts over after one that lasted (jitter.Redial).
+	redial := jitter.NewRedial(100*time.Millisecond, 5*time.Second)
+	began := time.Now()
 	for {
 		conn, err := c.dial()
 		if err != nil {
-			wait := redial.NextBackOff()
+			wait := redial.After(began)
 			c.log.Warn("rabbitmq connect failed", "err", err, "retryIn", wait.String())
 			if !jitter.Wait(ctx, wait) {
 				return nil
 			}
+			began = time.Now()
 			continue
 		}
-		redial.Reset()
+		began = time.Now()
 		closed := conn.NotifyClose(make(chan *amqp.Error, 1))
 		go c.logBlocked(conn.NotifyBlocked(make(chan amqp.Blocking, 1)))
 		c.mu.Lock()
@@ -108,7 +112,12 @@ func (c *Client) Run(ctx context.Context) error {
 			c.conn = nil
 			c.up = make(chan struct{})
 			c.mu.Unlock()
-			c.log.Warn("rabbitmq connection lost", "err", err)
+			wait := redial.After(began)
+			c.log.Warn("rabbitmq connection lost", "err", err, "retryIn", wait.String())
+			if !jitter.Wait(ctx, wait) {
+				return nil
+			}
+			began = time.Now()
 		}
 	}
 }
