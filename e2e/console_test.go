@@ -197,6 +197,9 @@ func TestConsoleInChromium(t *testing.T) {
 		return d["replay_invocation_id"] != nil, fmt.Sprint(d)
 	})
 	b.Do(t, "failed invocation page", chromedp.Navigate(p.base+"/ui/invocations/"+failedID), chromedp.WaitVisible(chromedp.ID("replay")))
+	if main := browser.Get(t, b, "failed invocation", chromedp.Text(chromedp.CSS("main"))); !strings.Contains(main, ", build ") {
+		t.Errorf("the invocation page does not name the build that served it: %s", tail(main, 30))
+	}
 	b.Accessible(t, "failed invocation")
 	screenshots(t, b, "invocation-failed")
 	b.Do(t, "replay with edits", chromedp.Click(chromedp.CSS(`details.replay-edit summary`)), chromedp.WaitVisible(chromedp.ID("r-body")),

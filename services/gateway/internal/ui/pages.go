@@ -9,6 +9,7 @@ import (
 	"net/http"
 	"net/url"
 	"sort"
+	"strconv"
 	"strings"
 	"time"
 	"unicode/utf8"
@@ -399,6 +400,9 @@ type invocationView struct {
 	Kept      *api.KeptRequest
 	KeptError string
 	Replayed  string
+	// Served is the version that answered, with the build it runs (nil:
+	// a function from before versions, or the version is gone).
+	Served *api.Version
 }
 
 func (h *Handler) invocation(w http.ResponseWriter, r *http.Request, s Session) {
@@ -443,6 +447,12 @@ func (h *Handler) invocation(w http.ResponseWriter, r *http.Request, s Session) 
 	var dl api.DeadLetter
 	if err := h.get(r, s, tenantPath(s, "dead-letters", inv.ID), nil, &dl); err == nil {
 		v.DeadLetter = &dl
+	}
+	if inv.FunctionVersion != nil {
+		var ver api.Version
+		if err := h.get(r, s, tenantPath(s, "functions", inv.Function, "versions", strconv.Itoa(int(*inv.FunctionVersion))), nil, &ver); err == nil {
+			v.Served = &ver
+		}
 	}
 	v.Kept, v.KeptError = h.keptRequest(r, s, inv)
 	if x := r.URL.Query().Get("replayed"); plainID(x) {

@@ -65,7 +65,7 @@ func fixtures() map[string]Page {
 		"invocation": {Title: "Invocation " + evil(1), Session: sess, Nav: "invocations", Data: invocationView{Invocation: inv, Rows: rows, Total: total,
 			Logs: logs, Findings: Diagnose(ev), Timeout: time.Second, DeadLetter: &api.DeadLetter{ID: evil(1), Reason: evil(0), Attempts: 3},
 			Kept: &api.KeptRequest{Method: evil(0), Path: evil(1), Query: evil(2), Headers: map[string][]string{evil(3): {evil(0)}}, Body: evil(1),
-				BodyOmitted: true, BodySize: 300000}, Replayed: evil(2)}},
+				BodyOmitted: true, BodySize: 300000}, Replayed: evil(2), Served: &api.Version{Version: 4, BuildID: evil(0), SourceSHA256: evil(1)}}},
 		"invocation~unkept": {Title: "Invocation", Session: sess, Nav: "invocations", Data: invocationView{Invocation: inv, KeptError: evil(3)}},
 		"admintenants": {Title: "Tenants", Session: adminSess, Nav: "tenants", Data: adminTenantsView{Tenants: []api.Tenant{
 			{Name: evil(0), DisplayName: evil(1), CreatedAt: now, Status: api.TenantStatus{Phase: evil(2), Message: evil(3), Namespace: evil(1)}},
