@@ -304,9 +304,15 @@ func (h *Handler) buildLog(w http.ResponseWriter, r *http.Request, s Session) {
 	if r.URL.Query().Get("follow") == "true" {
 		q.Set("follow", "true")
 	}
+	h.stream(w, r, s, tenantPath(s, "functions", r.PathValue("name"), "builds", r.PathValue("id"), "log"), q)
+}
+
+// stream passes a GET of the API's path straight to w as the session's
+// caller, for answers that stream (logs followed as they are written).
+func (h *Handler) stream(w http.ResponseWriter, r *http.Request, s Session, path string, q url.Values) {
 	req := r.Clone(r.Context())
 	req.Method, req.Body, req.ContentLength = http.MethodGet, http.NoBody, 0
-	req.URL = &url.URL{Path: tenantPath(s, "functions", r.PathValue("name"), "builds", r.PathValue("id"), "log"), RawQuery: q.Encode()}
+	req.URL = &url.URL{Path: path, RawQuery: q.Encode()}
 	req.RequestURI = ""
 	h.api.ServeAs(w, req, s.Caller())
 }
@@ -314,11 +320,7 @@ func (h *Handler) buildLog(w http.ResponseWriter, r *http.Request, s Session) {
 // functionLogTail streams the function's new log records (ndjson) from
 // the API, for the function page's script: follow=true, tail=0.
 func (h *Handler) functionLogTail(w http.ResponseWriter, r *http.Request, s Session) {
-	req := r.Clone(r.Context())
-	req.Method, req.Body, req.ContentLength = http.MethodGet, http.NoBody, 0
-	req.URL = &url.URL{Path: tenantPath(s, "functions", r.PathValue("name"), "logs"), RawQuery: url.Values{"follow": {"true"}, "tail": {"0"}}.Encode()}
-	req.RequestURI = ""
-	h.api.ServeAs(w, req, s.Caller())
+	h.stream(w, r, s, tenantPath(s, "functions", r.PathValue("name"), "logs"), url.Values{"follow": {"true"}, "tail": {"0"}})
 }
 
 type invocationsView struct {
