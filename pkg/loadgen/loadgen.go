@@ -19,6 +19,9 @@ type Result struct {
 	Errors    int
 	Duration  time.Duration
 	Latencies []time.Duration // sorted
+	// CPU is what the broker, PostgreSQL and this process spent during
+	// the run, when it was measured (WithCPU).
+	CPU CPU
 }
 
 // Throughput is successful requests per second.
@@ -34,8 +37,12 @@ func (r Result) Percentile(p float64) time.Duration {
 }
 
 func (r Result) String() string {
-	return fmt.Sprintf("%8.0f req/s  p50 %6.0fµs  p99 %6.0fµs  errors %d",
+	s := fmt.Sprintf("%8.0f req/s  p50 %6.0fµs  p99 %6.0fµs  errors %d",
 		r.Throughput(), float64(r.Percentile(50).Microseconds()), float64(r.Percentile(99).Microseconds()), r.Errors)
+	if r.CPU != nil {
+		s += "  " + r.CPU.PerRequest(r.Requests)
+	}
+	return s
 }
 
 // Target makes one request; it returns an error for a failed request.

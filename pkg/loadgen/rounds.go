@@ -42,7 +42,11 @@ func ABBA(round int, sides ...func() Result) []Result {
 func Merge(x, y Result) Result {
 	lat := append(append([]time.Duration(nil), x.Latencies...), y.Latencies...)
 	slices.Sort(lat)
-	return Result{Requests: x.Requests + y.Requests, Errors: x.Errors + y.Errors, Duration: x.Duration + y.Duration, Latencies: lat}
+	var cpu CPU
+	if x.CPU != nil || y.CPU != nil {
+		cpu = x.CPU.Add(y.CPU)
+	}
+	return Result{Requests: x.Requests + y.Requests, Errors: x.Errors + y.Errors, Duration: x.Duration + y.Duration, Latencies: lat, CPU: cpu}
 }
 
 // Median is the median of v (0 for none).

@@ -2,7 +2,9 @@ package main
 
 import (
 	"context"
+	"encoding/json"
 	"fmt"
+	"io"
 	"net"
 	"net/http"
 	"net/http/httputil"
@@ -18,7 +20,6 @@ import (
 	slessv1 "github.com/kube5s/sless/pkg/apis/sless/v1alpha1"
 	"github.com/kube5s/sless/pkg/loadgen"
 	"github.com/kube5s/sless/pkg/msg"
-	"github.com/kube5s/sless/pkg/rabbit"
 	"github.com/kube5s/sless/services/gateway/internal/proxy"
 )
 
@@ -115,11 +116,16 @@ func BenchmarkSyncInvoke(b *testing.B) {
 	go srv.Serve(ln)
 	defer srv.Close()
 
-	direct := measure(post(fn+"/", ""))
-	proxied := measure(post("http://"+ln.Addr().String()+"/", ""))
-	gw := measure(post(g.base+"/v1/tenants/"+ten+"/functions/hello/invoke", tok))
+	direct := loadgen.WithCPU(measure(post(fn+"/", "")))
+	proxied := loadgen.WithCPU(measure(post("http://"+ln.Addr().String()+"/", "")))
+	gw := loadgen.WithCPU(measure(post(g.base+"/v1/tenants/"+ten+"/functions/hello/invoke", tok)))
+	// At one connection: the latency each adds over the direct call.
+	one := func(target loadgen.Target) func() loadgen.Result {
+		return func() loadgen.Result { return loadgen.Run(context.Background(), target, 1, benchRun) }
+	}
+	direct1, proxied1, gw1 := one(post(fn+"/", "")), one(post("http://"+ln.Addr().String()+"/", "")), one(post(g.base+"/v1/tenants/"+ten+"/functions/hello/invoke", tok))
 	for range b.N {
-		var thr, lat, thrDirect, latDirect, proxyDirect []float64
+		var thr, lat, cpu, thrDirect, latDirect, proxyDirect, added, proxyAdded []float64
 		errs := 0
 		for i := range loadgen.Rounds(3) {
 			r := loadgen.ABBA(i, direct, proxied, gw)
@@ -128,12 +134,27 @@ func BenchmarkSyncInvoke(b *testing.B) {
 			errs += d.Errors + p.Errors + x.Errors
 			thr = append(thr, x.Throughput()/p.Throughput())
 			lat = append(lat, float64(x.Percentile(50))/float64(p.Percentile(50)))
+			// This process runs the load generator and the function on
+			// every side: what a side spends over the direct call is its
+			// proxy's (the gateway's or the bare proxy's) CPU per call.
+			own := func(s loadgen.Result) float64 {
+				return float64(s.CPU[loadgen.CPUSelf])/float64(s.Requests) - float64(d.CPU[loadgen.CPUSelf])/float64(d.Requests)
+			}
+			cpu = append(cpu, own(x)/own(p))
+			fmt.Printf("sync invoke round %d  CPU per call over the direct call: bare proxy %.0f µs, gateway %.0f µs\n", i+1, own(p)/1e3, own(x)/1e3)
 			thrDirect = append(thrDirect, x.Throughput()/d.Throughput())
 			latDirect = append(latDirect, float64(x.Percentile(50))/float64(d.Percentile(50)))
 			proxyDirect = append(proxyDirect, p.Throughput()/d.Throughput())
+			r1 := loadgen.ABBA(i, direct1, proxied1, gw1)
+			errs += r1[0].Errors + r1[1].Errors + r1[2].Errors
+			added = append(added, float64(r1[2].Percentile(50)-r1[0].Percentile(50))/1e6)
+			proxyAdded = append(proxyAdded, float64(r1[1].Percentile(50)-r1[0].Percentile(50))/1e6)
 		}
 		keep(b, loadgen.Ratio{Name: "sync invoke: gateway / bare proxy, throughput", Unit: "x", Rounds: thr, Budget: 0.9, Errors: errs})
 		keep(b, loadgen.Ratio{Name: "sync invoke: gateway / bare proxy, p50 latency", Unit: "x", Rounds: lat, Budget: 1.25, AtMost: true, Errors: errs})
+		keep(b, loadgen.Ratio{Name: "sync invoke: gateway / bare proxy, CPU per call", Unit: "x", Rounds: cpu, Budget: 1.3, AtMost: true, Errors: errs})
+		keep(b, loadgen.Ratio{Name: "sync invoke, one connection: p50 added by the gateway (goal 0.3 ms)", Unit: "ms", Rounds: added, Errors: errs})
+		keep(b, loadgen.Ratio{Name: "sync invoke, one connection: p50 added by the bare proxy", Unit: "ms", Rounds: proxyAdded, Errors: errs})
 		keep(b, loadgen.Ratio{Name: "sync invoke: gateway / direct call, throughput", Unit: "x", Rounds: thrDirect, Errors: errs})
 		keep(b, loadgen.Ratio{Name: "sync invoke: gateway / direct call, p50 latency", Unit: "x", Rounds: latDirect, Errors: errs})
 		keep(b, loadgen.Ratio{Name: "sync invoke: bare proxy / direct call, throughput", Unit: "x", Rounds: proxyDirect, Errors: errs})
@@ -166,6 +187,9 @@ func newBarePublisher(b *testing.B, url string) *barePublisher {
 	return &barePublisher{conn: conn, ch: ch}
 }
 
+// failed keeps the first failure of the bare side.
+func (p *barePublisher) failed(err error) { p.first.Do(func() { p.err = err }) }
+
 func (p *barePublisher) publish(ctx context.Context, key string, m amqp.Publishing) error {
 	m.MessageId = uuid.NewString()
 	dc, err := p.ch.PublishWithDeferredConfirmWithContext(ctx, msg.Exchange, key, false, false, m)
@@ -177,15 +201,57 @@ func (p *barePublisher) publish(ctx context.Context, key string, m amqp.Publishi
 		err = fmt.Errorf("nacked")
 	}
 	if err != nil && ctx.Err() == nil {
-		p.first.Do(func() { p.err = err })
+		p.failed(err)
 	}
 	return err
 }
 
+// bareAccept is a bare net/http handler that does the async accept's
+// durable work: it reads the request, makes the invocation message of it,
+// publishes it with a confirm (barePublisher) and answers 202 with the id.
+func bareAccept(b *testing.B, pub *barePublisher, tenant string) string {
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		b.Fatal(err)
+	}
+	srv := &http.Server{Handler: http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		body, err := io.ReadAll(r.Body)
+		if err != nil {
+			pub.failed(fmt.Errorf("read the request: %w", err))
+			http.Error(w, err.Error(), http.StatusBadRequest)
+			return
+		}
+		m := &msg.InvocationRequested{InvocationID: uuid.NewString(), Tenant: tenant, Namespace: slessv1.NamespaceFor(tenant), Function: "hello",
+			Trigger: msg.TriggerAsync, Request: msg.Request{Method: r.Method, Path: "/", Headers: r.Header, Body: body}, MaxRetries: 3,
+			EnqueuedAt: time.Now().UTC()}
+		raw, err := json.Marshal(m)
+		if err != nil {
+			http.Error(w, err.Error(), http.StatusInternalServerError)
+			return
+		}
+		if err := pub.publish(r.Context(), msg.RoutingKey(m), amqp.Publishing{ContentType: "application/json", Type: m.Type(),
+			DeliveryMode: amqp.Persistent, Body: raw}); err != nil {
+			if r.Context().Err() == nil {
+				pub.failed(err)
+			}
+			http.Error(w, err.Error(), http.StatusServiceUnavailable)
+			return
+		}
+		w.Header().Set("Content-Type", "application/json")
+		w.WriteHeader(http.StatusAccepted)
+		_, _ = fmt.Fprintf(w, `{"invocation_id":%q}`, m.InvocationID)
+	})}
+	go srv.Serve(ln)
+	b.Cleanup(func() { srv.Close() })
+	return "http://" + ln.Addr().String() + "/"
+}
+
 // BenchmarkAsyncAccept compares 202s from the gateway (auth, lookup,
-// publish with confirm) with a bare amqp091-go publisher with confirms
-// sending the same message to the same queue with as many callers.
-// Budget: at least 0.85x the bare rate.
+// publish with confirm) with a bare net/http handler that publishes the
+// same message with a confirm and answers 202 (bareAccept), with the same
+// client and connections. Budget: at least 0.85x the bare rate. The CPU
+// per request of the broker and of this process (gateway or bare handler,
+// and the load generator) is printed beside each run.
 func BenchmarkAsyncAccept(b *testing.B) {
 	g := gateway(b)
 	ten, tok := g.tenant(b, map[string]any{"invocations_per_second": 1000000})
@@ -197,23 +263,15 @@ func BenchmarkAsyncAccept(b *testing.B) {
 	if r := g.call(b, "POST", "/v1/tenants/"+ten+"/functions/hello/invoke", tok, map[string]any{"n": 1}, "Prefer", "respond-async"); r.status != 202 {
 		b.Fatalf("first async invoke: %d %s", r.status, r.body)
 	}
-	// The bare side publishes what the gateway publishes for this request.
-	m := &msg.InvocationRequested{InvocationID: uuid.NewString(), Tenant: ten, Namespace: slessv1.NamespaceFor(ten), Function: "hello", Trigger: msg.TriggerAsync,
-		Request: msg.Request{Method: "POST", Path: "/", Headers: map[string][]string{"Content-Type": {"application/json"},
-			"Content-Length": {"7"}, "User-Agent": {"Go-http-client/1.1"}}, Body: []byte(`{"n":1}`)}, MaxRetries: 3, EnqueuedAt: time.Now().UTC()}
-	pm, err := rabbit.Encode(context.Background(), m)
-	if err != nil {
-		b.Fatal(err)
-	}
 	pub := newBarePublisher(b, g.vhost)
-	bare := measure(func(ctx context.Context, _ *http.Client) error { return pub.publish(ctx, msg.RoutingKey(m), pm) })
-	plat := measure(post(invoke, tok, "Prefer", "respond-async"))
+	bare := loadgen.WithCPU(measure(post(bareAccept(b, pub, ten), tok, "Prefer", "respond-async")))
+	plat := loadgen.WithCPU(measure(post(invoke, tok, "Prefer", "respond-async")))
 	for range b.N {
 		var ratios []float64
 		errs := 0
 		for i := range loadgen.Rounds(3) {
 			r := loadgen.ABBA(i, bare, plat)
-			fmt.Printf("async accept round %d  bare publisher %s\nasync accept round %d  gateway 202    %s\n", i+1, r[0], i+1, r[1])
+			fmt.Printf("async accept round %d  bare handler %s\nasync accept round %d  gateway 202  %s\n", i+1, r[0], i+1, r[1])
 			errs += r[0].Errors + r[1].Errors
 			if r[0].Errors > 0 {
 				fmt.Printf("async accept round %d  the bare publisher's first failure: %v\n", i+1, pub.err)
@@ -223,7 +281,7 @@ func BenchmarkAsyncAccept(b *testing.B) {
 			// between rounds so that no round works against a longer queue.
 			purge(b, g.vhost, msg.QueueInvocationRequest)
 		}
-		keep(b, loadgen.Ratio{Name: "async accept: gateway 202 / bare publisher", Unit: "x", Rounds: ratios, Budget: 0.85, Errors: errs})
+		keep(b, loadgen.Ratio{Name: "async accept: gateway 202 / bare HTTP publisher", Unit: "x", Rounds: ratios, Budget: 0.85, Errors: errs})
 	}
 }
 
@@ -248,7 +306,7 @@ func BenchmarkHistoryCost(b *testing.B) {
 			b.Fatalf("first invoke on %s: %v", base, err)
 		}
 	}
-	without, with := measure(post(plain.base+path, tok)), measure(post(g.base+path, tok))
+	without, with := loadgen.WithCPU(measure(post(plain.base+path, tok))), loadgen.WithCPU(measure(post(g.base+path, tok)))
 	for range b.N {
 		var costs []float64
 		errs := 0

@@ -216,8 +216,12 @@ func TestStopFinishesTheQueueCallInFlight(t *testing.T) {
 	}
 }
 
-// TestDatabaseOutageDelaysHistory stops PostgreSQL for 30 seconds while
-// invocations run; their records arrive after it returns.
+// TestDatabaseOutageDelaysHistory stops PostgreSQL for 30 seconds while a
+// queue trigger drains 300 messages and 50 async invocations run: the work
+// goes on (the invoker cannot write the records straight to PostgreSQL,
+// so it sends them to the history spool queue, then acks), and once the
+// database is back every record arrives, each invocation run and recorded
+// exactly once.
 func TestDatabaseOutageDelaysHistory(t *testing.T) {
 	testenv.Outage(t)
 	script := os.Getenv("SLESS_DEPS_SCRIPT")
@@ -225,32 +229,73 @@ func TestDatabaseOutageDelaysHistory(t *testing.T) {
 		t.Fatal("SLESS_DEPS_SCRIPT is not set; run through make test")
 	}
 	w := newWorld(t)
-	w.function(t, "fx", 5)
-	w.request(t, "before", "fx", "/text", 3, "")
+	calls, ep := callCounter(t, 0)
+	w.readyFunction(t, "fx", ep, 5)
+	w.waitSeen(t, w.tenant, "fx")
+	conn, ch := w.queueTrigger(t, w.tenant, w.ns, "drain", "fx", slessv1.QueueTrigger{Queue: "drain", Concurrency: 8})
+	waitConsumers(t, conn, "drain", 1)
+	w.request(t, "before", "fx", "/", 3, "")
 	w.record(t, "before", 20*time.Second)
+	spooled := func() float64 { return metric(t, w.env["SLESS_OPS_ADDR"], "sless_invoker_records_spooled_total") }
+	if n := spooled(); n != 0 {
+		t.Fatalf("%v records spooled before the outage: PostgreSQL was up", n)
+	}
+
 	if out, err := exec.Command(script, "postgres", "stop").CombinedOutput(); err != nil {
 		t.Fatalf("stop PostgreSQL: %v %s", err, out)
 	}
+	stopped := time.Now()
 	restarted := false
 	defer func() {
 		if !restarted {
 			_ = exec.Command(script, "postgres", "start").Run()
 		}
 	}()
-	for i := range 50 {
-		w.request(t, fmt.Sprintf("during-%02d", i), "fx", "/text", 3, "")
+	const messages, async = 300, 50
+	var ids []string
+	for i := range messages {
+		m := fmt.Sprintf("q-%03d", i)
+		if err := ch.PublishWithContext(t.Context(), "", "drain", false, false,
+			amqp.Publishing{MessageId: m, Body: []byte(`{}`), DeliveryMode: amqp.Persistent}); err != nil {
+			t.Fatal(err)
+		}
+		ids = append(ids, msg.QueueInvocationID(w.ns, "drain", m))
 	}
-	time.Sleep(30 * time.Second)
+	for i := range async {
+		id := fmt.Sprintf("during-%02d", i)
+		w.request(t, id, "fx", "/", 3, "")
+		ids = append(ids, id)
+	}
+	// The work is done and acked while the database is down: its records
+	// are in the spool.
+	testenv.Eventually(t, 25*time.Second, "the queue drained and every record spooled during the outage", func() (bool, string) {
+		q := inspectQueue(t, conn, "drain")
+		n := spooled()
+		return q.Messages == 0 && n >= messages+async, fmt.Sprintf("%d messages in the queue, %v records spooled, %d calls", q.Messages, n, calls.total())
+	})
+	if d := time.Since(stopped); d > 30*time.Second {
+		t.Fatalf("the drain took %s, longer than the outage", d)
+	} else {
+		time.Sleep(30*time.Second - d) // the rest of the outage
+	}
 	if out, err := exec.Command(script, "postgres", "start").CombinedOutput(); err != nil {
 		t.Fatalf("start PostgreSQL: %v %s", err, out)
 	}
 	restarted = true
 	w.db.Reset()
-	testenv.Eventually(t, 90*time.Second, "the 50 records of the outage", func() (bool, string) {
+	testenv.Eventually(t, 90*time.Second, "the records of the outage", func() (bool, string) {
 		var n int
-		err := w.db.QueryRow(t.Context(), `SELECT count(*) FROM invocations WHERE id LIKE 'during-%'`).Scan(&n)
-		return err == nil && n == 50, fmt.Sprintf("after the outage %d of 50 records arrived (%v)", n, err)
+		err := w.db.QueryRow(t.Context(), `SELECT count(*) FROM invocations WHERE id = ANY($1)`, ids).Scan(&n)
+		return err == nil && n == len(ids), fmt.Sprintf("after the outage %d of %d records arrived (%v)", n, len(ids), err)
 	})
+	for _, id := range ids {
+		if n := calls.of(id); n != 1 {
+			t.Errorf("invocation %s ran %d times", id, n)
+		}
+	}
+	if n := w.count(t, "id = ANY($1) AND status <> 'succeeded'", ids); n != 0 {
+		t.Errorf("%d records of the outage did not succeed", n)
+	}
 }
 
 // TestHostileTenantCannotStopOthers sends 2,000 async invocations across

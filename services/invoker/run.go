@@ -65,6 +65,9 @@ func run(ctx context.Context, getenv func(string) string, stdout io.Writer) erro
 	if err != nil {
 		return err
 	}
+	// The history writer drains the spool queue and writes the records of
+	// queued work straight after it ran (ARCHITECTURE.md 8).
+	historyWriter := history.NewWriter(pool, pub, svc.Log, svc.Registry)
 	exec := &invoke.Executor{
 		Load:      load,
 		Wake:      waker,
@@ -72,12 +75,11 @@ func run(ctx context.Context, getenv func(string) string, stdout io.Writer) erro
 		Client: &http.Client{Transport: &http.Transport{MaxIdleConnsPerHost: 256, IdleConnTimeout: 90 * time.Second, DisableCompression: true},
 			CheckRedirect: noRedirects},
 		Publisher: pub, Recorded: history.RecordedIn(pool), Tracer: svc.Tracer, Log: svc.Log,
-		Records: &history.Records{Publisher: pub, MaxBatch: 256},
+		Records: history.NewRecords(pub, historyWriter, 256, svc.Log, svc.Registry),
 		Metrics: invoke.NewMetrics(svc.Registry), MaxInline: 4096, Results: store,
 		MaxResponseBytes: int64(cfg.MaxResponseBytes),
 		Slots:            &invoke.TenantSlots{Tenants: watch, Slots: cfg.Concurrency},
 	}
-	historyWriter := history.NewWriter(pool, pub, svc.Log, svc.Registry)
 	deadLetters := &invoke.DeadLetters{DB: pool, Store: store}
 	policy := egress.New(cfg.EgressAllow...)
 	callbacks := &invoke.Callbacks{Secrets: pool, Client: &http.Client{Transport: callbackTransport(policy), CheckRedirect: noRedirects}}

@@ -21,13 +21,18 @@ import (
 var expected = []string{
 	"sync invoke: gateway / bare proxy, throughput",
 	"sync invoke: gateway / bare proxy, p50 latency",
-	"async accept: gateway 202 / bare publisher",
+	"sync invoke: gateway / bare proxy, CPU per call",
+	"async accept: gateway 202 / bare HTTP publisher",
 	"history: recording cost",
-	"queue trigger: trigger / bare loop",
+	"queue trigger: trigger / bare loop with the record",
 	"runtime python: wrapper / bare server",
 	"runtime node: wrapper / bare server",
 	"cold start python: driver / bare spawn",
 	"cold start node: driver / bare spawn",
+	"wake from zero p50: platform / bare spawn",
+	"wake from zero p99: platform / bare spawn",
+	"rollback, target warm: rollback to first 200 of it, p50",
+	"rollback, target warm: rollback to first 200 of it, max",
 }
 
 func main() {

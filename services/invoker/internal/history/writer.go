@@ -1,7 +1,8 @@
-// Package history owns the record of every invocation: Records publishes
-// invocation.completed.v1 with group commit, Writer writes the records to
-// the invocations table in batches (dead-lettering what the database
-// refuses), RecordedIn tells whether an invocation has a record, and
+// Package history owns the record of every invocation: Records makes the
+// records of queued work durable with group commit (straight to
+// PostgreSQL, or to the spool queue when it cannot take them), Writer
+// writes records to the invocations table in batches (the spool's, and
+// Records' through Commit; dead-lettering what the database refuses), RecordedIn tells whether an invocation has a record, and
 // Retention deletes history past its age.
 package history
 
@@ -140,11 +141,13 @@ func (h *Writer) flush(ctx context.Context, final bool) {
 		if n == 0 {
 			return
 		}
+		recs := make([]*msg.InvocationCompleted, n)
+		for i := range batch {
+			recs[i] = &batch[i].rec
+		}
 		again := jitter.Backoff(200*time.Millisecond, 5*time.Second)
-		var refused int
 		for {
-			var err error
-			refused, err = h.commit(ctx, batch)
+			_, err := h.Commit(ctx, recs)
 			if err == nil {
 				break
 			}
@@ -163,12 +166,9 @@ func (h *Writer) flush(ctx context.Context, final bool) {
 			}
 		}
 		h.drop(n)
-		now := time.Now()
 		for _, p := range batch {
 			p.done <- nil
-			h.lag.Observe(now.Sub(p.rec.FinishedAt).Seconds())
 		}
-		h.written.Add(float64(n - refused))
 	}
 }
 
@@ -178,16 +178,24 @@ func (h *Writer) drop(n int) {
 	h.mu.Unlock()
 }
 
-// commit writes the batch in one statement. When the database refuses it
-// for its data, it writes the records one by one and dead-letters those it
-// refuses; they are counted in refused. An error means nothing may be
-// acked yet (the database is unreachable, or a dead letter was not
-// confirmed); writing the batch again is harmless (ON CONFLICT DO NOTHING).
-func (h *Writer) commit(ctx context.Context, batch []pendingRecord) (refused int, err error) {
-	recs := make([]*msg.InvocationCompleted, len(batch))
-	for i := range batch {
-		recs[i] = &batch[i].rec
-	}
+// Commit writes recs in one statement: the one path by which a record
+// reaches the history table, for the spool this writer drains and for the
+// records an invoker writes straight after running queued work
+// (Records). When the database refuses the batch for its data, it writes
+// the records one by one and dead-letters those it refuses; they are
+// counted in refused. An error means nothing may be acked yet (the
+// database is unreachable, or a dead letter was not confirmed); writing
+// the batch again is harmless (ON CONFLICT DO NOTHING).
+func (h *Writer) Commit(ctx context.Context, recs []*msg.InvocationCompleted) (refused int, err error) {
+	defer func() {
+		if err == nil {
+			h.written.Add(float64(len(recs) - refused))
+			now := time.Now()
+			for _, r := range recs {
+				h.lag.Observe(now.Sub(r.FinishedAt).Seconds())
+			}
+		}
+	}()
 	err = h.write(ctx, recs...)
 	if !refusedForData(err) {
 		return 0, err

@@ -38,6 +38,7 @@ type historyWorld struct {
 	db    *pgxpool.Pool
 	stmts *statements
 	mq    *rabbit.Client
+	pub   *rabbit.Publisher
 }
 
 // newWriter runs a Writer on a fresh database and a broker vhost of its
@@ -71,6 +72,7 @@ func newWriter(t *testing.T) *historyWorld {
 	mqDone := make(chan struct{})
 	go func() { _ = w.mq.Run(ctx); close(mqDone) }()
 	pub := rabbit.NewPublisher(w.mq)
+	w.pub = pub
 	w.h = NewWriter(w.db, pub, log, prometheus.NewRegistry())
 	hDone := make(chan struct{})
 	go func() { _ = w.h.Run(ctx); close(hDone) }()

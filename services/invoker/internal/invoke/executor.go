@@ -51,7 +51,7 @@ type ResultStore interface {
 type Recorded func(ctx context.Context, id string) (bool, error)
 
 // Recorder records an outcome and returns once the record is durable
-// (history.Records, which publishes it with group commit).
+// (history.Records: group commit to PostgreSQL, or to the spool queue).
 type Recorder interface {
 	Publish(ctx context.Context, rec *msg.InvocationCompleted) error
 }
