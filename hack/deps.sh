@@ -423,6 +423,28 @@ minio_up() {
 	die "MinIO is not ready; see $STATE/minio/server.log"
 }
 
+# jaeger_up starts Jaeger all-in-one (OTLP on 127.0.0.1:4318, the query API
+# on 16686) as a shared server, like MinIO: make dev and every test that
+# reads traces use the one running, and none of them stops it (down does).
+# A Jaeger owned by one test process died with it, under the make dev of
+# another test that had found it running.
+jaeger_up() {
+	listening 4318 && listening 16686 && return 0
+	[ -x "$JAEGER_DIR/jaeger" ] || build_late
+	exec 7>"$STATE/jaeger.lock"
+	flock 7
+	if ! listening 4318; then
+		mkdir -p "$STATE/jaeger"
+		say "starting Jaeger (OTLP on 127.0.0.1:4318, query API on 127.0.0.1:16686)"
+		setsid nohup "$JAEGER_DIR/jaeger" >"$STATE/jaeger/server.log" 2>&1 </dev/null 7>&- &
+		echo $! >"$STATE/jaeger/pid"
+	fi
+	flock -u 7
+	exec 7>&-
+	wait_port 4318 60 Jaeger
+	wait_port 16686 60 Jaeger
+}
+
 # registry_up starts the Distribution registry on loopback (plain HTTP,
 # which clients allow for 127.0.0.1 without configuration), its blobs under
 # the state directory, deletes enabled so that tests can clean up.
@@ -498,6 +520,7 @@ postgres_ctl() {
 down() {
 	if [ -f "$STATE/minio/pid" ]; then kill "$(cat "$STATE/minio/pid")" 2>/dev/null || true; rm -f "$STATE/minio/pid"; fi
 	if [ -f "$STATE/registry/pid" ]; then kill "$(cat "$STATE/registry/pid")" 2>/dev/null || true; rm -f "$STATE/registry/pid"; fi
+	if [ -f "$STATE/jaeger/pid" ]; then kill "$(cat "$STATE/jaeger/pid")" 2>/dev/null || true; rm -f "$STATE/jaeger/pid"; fi
 	if [ -f "$STATE/postgres.ours" ]; then
 		as_postgres "$(ls -d /usr/lib/postgresql/*/bin | sort -V | tail -1)/pg_ctl" -D "$(pg_datadir)" stop -m fast >/dev/null || true
 		rm -f "$STATE/postgres.ours"
@@ -565,11 +588,15 @@ rabbitmq)
 	[ "${2:-}" = up ] || die "usage: hack/deps.sh rabbitmq up"
 	rabbitmq_up
 	;;
+jaeger)
+	[ "${2:-}" = up ] || die "usage: hack/deps.sh jaeger up"
+	jaeger_up
+	;;
 registry)
 	[ "${2:-}" = up ] || die "usage: hack/deps.sh registry up"
 	build_core
 	registry_up
 	;;
 down) down ;;
-*) die "usage: hack/deps.sh [up|up-core|env|build|build-late|tofu|chromium|down|postgres ...|rabbitmq up|registry up]" ;;
+*) die "usage: hack/deps.sh [up|up-core|env|build|build-late|tofu|chromium|down|postgres ...|rabbitmq up|registry up|jaeger up]" ;;
 esac

@@ -166,12 +166,9 @@ export SLESS_ADMIN_TOKEN="$ADMIN" SLESS_HTTP_ADDR="127.0.0.1:$GATEWAY_PORT" SLES
 # The local profile: callback receivers and external brokers on this machine.
 export SLESS_EGRESS_ALLOW_CIDRS=127.0.0.0/8,::1/128
 
-# Traces: a Jaeger all-in-one receives OTLP from every service. One that is
-# already running (another make dev) is shared.
-if ! (exec 3<>/dev/tcp/127.0.0.1/4318) 2>/dev/null; then
-	start jaeger "$SLESS_JAEGER_BIN"
-	for ((i = 0; i < 300; i++)); do (exec 3<>/dev/tcp/127.0.0.1/16686) 2>/dev/null && break; sleep 0.1; done
-fi
+# Traces: a Jaeger all-in-one receives OTLP from every service: the shared
+# one hack/deps.sh runs (started if none is), which outlives this make dev.
+"$ROOT/hack/deps.sh" jaeger up
 export OTEL_EXPORTER_OTLP_ENDPOINT=http://127.0.0.1:4318 OTEL_BSP_SCHEDULE_DELAY=500
 # The web console draws an invocation's trace from Jaeger's query API.
 export SLESS_TRACE_QUERY_URL=http://127.0.0.1:16686

@@ -14,40 +14,29 @@ import (
 // run answers its query API; it receives OTLP on 127.0.0.1:4318.
 const JaegerQuery = "http://127.0.0.1:16686"
 
-// Jaeger makes sure a Jaeger all-in-one receives OTLP on 127.0.0.1:4318:
-// one already running (make dev) is used as it is, otherwise
-// $SLESS_JAEGER_BIN (hack/deps.sh builds it) is started for the test.
+// Jaeger makes sure a Jaeger all-in-one receives OTLP on 127.0.0.1:4318
+// and answers its query API: the shared one of hack/deps.sh (jaeger up),
+// started if none runs. No test owns it, so none stops it under another.
 func Jaeger(t testing.TB) {
 	t.Helper()
-	if c, err := net.Dial("tcp", "127.0.0.1:4318"); err == nil {
-		c.Close()
+	if listening("127.0.0.1:4318") && listening("127.0.0.1:16686") {
 		return
 	}
-	bin := os.Getenv("SLESS_JAEGER_BIN")
-	if bin == "" {
-		t.Fatal("SLESS_JAEGER_BIN is not set: run the tests through make test (hack/deps.sh env)")
+	script := os.Getenv("SLESS_DEPS_SCRIPT")
+	if script == "" {
+		t.Fatal("SLESS_DEPS_SCRIPT is not set: run the tests through make test (hack/deps.sh env)")
 	}
-	cmd := exec.Command(bin)
-	out := &SyncBuffer{}
-	cmd.Stdout, cmd.Stderr = out, out
-	if err := cmd.Start(); err != nil {
-		t.Fatal(err)
+	if out, err := exec.Command(script, "jaeger", "up").CombinedOutput(); err != nil {
+		t.Fatalf("%s jaeger up: %v\n%s", script, err, out)
 	}
-	t.Cleanup(func() { _ = cmd.Process.Kill(); _ = cmd.Wait() })
-	for deadline := time.Now().Add(30 * time.Second); ; {
-		resp, err := http.Get(JaegerQuery + "/api/services")
-		if err == nil {
-			resp.Body.Close()
-			if c, err := net.Dial("tcp", "127.0.0.1:4318"); err == nil {
-				c.Close()
-				return
-			}
-		}
-		if time.Now().After(deadline) {
-			t.Fatalf("Jaeger did not start within 30 s:\n%s", out.String())
-		}
-		time.Sleep(200 * time.Millisecond)
+}
+
+func listening(addr string) bool {
+	c, err := net.Dial("tcp", addr)
+	if err == nil {
+		c.Close()
 	}
+	return err == nil
 }
 
 // TraceHas waits until Jaeger holds trace id with, for each service, spans
