@@ -9,6 +9,7 @@ import (
 	"io"
 	"net/http"
 	"os"
+	"strconv"
 	"strings"
 	"time"
 
@@ -146,6 +147,7 @@ type logRecord struct {
 	Level        string    `json:"level,omitempty"`
 	Message      string    `json:"message"`
 	InvocationID string    `json:"invocation_id,omitempty"`
+	Version      int32     `json:"function_version,omitempty"`
 	Pod          string    `json:"pod,omitempty"`
 }
 
@@ -155,7 +157,7 @@ func (a *app) logsCommand() *cobra.Command {
 	var tail int64
 	c := &cobra.Command{
 		Use:   "logs NAME [-f] [--since 10m] [--tail 100]",
-		Short: "Print what a function printed, with the invocation each line belongs to; -f follows",
+		Short: "Print what a function printed, with the version and the invocation each line belongs to; -f follows",
 		Args:  cobra.ExactArgs(1),
 		RunE: func(cmd *cobra.Command, args []string) error {
 			t, p, err := a.reader()
@@ -202,11 +204,12 @@ func (a *app) logsCommand() *cobra.Command {
 					}
 					continue
 				}
-				inv := rec.InvocationID
-				if inv == "" {
-					inv = "-"
+				version := "-"
+				if rec.Version != 0 {
+					version = "v" + strconv.Itoa(int(rec.Version))
 				}
-				fmt.Fprintf(a.stdout, "%s %s %s %s\n", rec.Time.Local().Format("15:04:05.000"), output.Safe(inv), output.Safe(rec.Stream), output.Safe(rec.Message))
+				fmt.Fprintf(a.stdout, "%s %s %s %s %s\n", rec.Time.Local().Format("15:04:05.000"), version, output.Safe(orDash(rec.InvocationID)),
+					output.Safe(rec.Stream), output.Safe(rec.Message))
 			}
 			if err := sc.Err(); err != nil && cmd.Context().Err() == nil {
 				return err
@@ -217,6 +220,6 @@ func (a *app) logsCommand() *cobra.Command {
 	c.Flags().BoolVarP(&follow, "follow", "f", false, "keep printing new lines until interrupted")
 	c.Flags().StringVar(&since, "since", "", "only lines of this last while (10m) or since an RFC 3339 time")
 	c.Flags().Int64Var(&tail, "tail", 1000, "at most this many earlier lines (per replica)")
-	c.Flags().StringVarP(&a.outputFlag, "output", "o", "", "table (lines: time, invocation, stream, message), json (the API's records, one per line) or yaml (one document per record)")
+	c.Flags().StringVarP(&a.outputFlag, "output", "o", "", "table (lines: time, version, invocation, stream, message), json (the API's records, one per line) or yaml (one document per record)")
 	return c
 }

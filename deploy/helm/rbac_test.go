@@ -199,7 +199,9 @@ func TestRBACIsSufficientAndMinimal(t *testing.T) {
 		allowed(t, "patch trigger status", c.Status().Patch(ctx, tr.DeepCopy(), client.RawPatch("application/merge-patch+json",
 			[]byte(`{"status":{"phase":"Active"}}`)), client.DryRunAll))
 		refused(t, "update a trigger's spec", c.Update(ctx, tr.DeepCopy(), client.DryRunAll))
-		refused(t, "list functions", c.List(ctx, &slessv1.FunctionList{}))
+		// A cron fire is pinned to the version its Function serves.
+		allowed(t, "list functions", c.List(ctx, &slessv1.FunctionList{}))
+		refused(t, "update a function", c.Update(ctx, fn.DeepCopy(), client.DryRunAll))
 		allowed(t, "watch tenant namespaces", c.List(ctx, &corev1.NamespaceList{}, client.HasLabels{slessv1.LabelTenant}))
 	})
 }

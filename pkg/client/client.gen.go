@@ -951,6 +951,9 @@ type ListOutVersionBody struct {
 
 // LogRecord defines model for LogRecord.
 type LogRecord struct {
+	// FunctionVersion the version of the function whose process wrote the line; absent when unknown (a raw line in the local profile, a function from before versions)
+	FunctionVersion *int32 `json:"function_version,omitempty"`
+
 	// InvocationId the invocation the line belongs to, when the runtime knows it
 	InvocationId *string `json:"invocation_id,omitempty"`
 

@@ -38,11 +38,21 @@ const IDLE = 0; const RUNNING = 1; const DONE = 2; // slot states; only a RUNNIN
 const TICK_MS = 50;
 const STUCK_MS = 250; // the event loop blocked this long past a deadline: a busy loop
 
-function log(level, msg, fields) {
+// The function version this process runs (SLESS_FUNCTION_VERSION), on every log line; undefined when unset.
+const VERSION = /^[0-9]+$/.test(process.env.SLESS_FUNCTION_VERSION || '') && Number(process.env.SLESS_FUNCTION_VERSION) > 0
+  ? Number(process.env.SLESS_FUNCTION_VERSION) : undefined;
+
+// logLine is one JSON log line; msg last: a reader that cuts a long line keeps the other fields.
+function logLine(level, msg, fields) {
   const rec = { time: new Date().toISOString(), level };
   if (fields) for (const k in fields) if (fields[k] !== undefined && fields[k] !== null) rec[k] = fields[k];
-  rec.msg = msg; // last: a reader that cuts a long line keeps the other fields
-  process.stdout.write(JSON.stringify(rec) + '\n');
+  if (VERSION !== undefined) rec.version = VERSION;
+  rec.msg = msg;
+  return JSON.stringify(rec) + '\n';
+}
+
+function log(level, msg, fields) {
+  process.stdout.write(logLine(level, msg, fields));
 }
 
 function config(env) {
@@ -562,9 +572,8 @@ function watch() {
       const head = `HTTP/1.1 ${status} ${http.STATUS_CODES[status]}\r\nContent-Type: application/json\r\nX-Sless-Invocation-Id: ${id}\r\n`
         + `${status === 503 ? 'Retry-After: 1\r\n' : ''}Content-Length: ${body.length}\r\nConnection: close\r\n\r\n`;
       // A worker thread's stdout goes through the blocked main thread: write the log line directly.
-      fs.writeSync(1, JSON.stringify({ time: new Date().toISOString(), level: 'warn',
-        msg: status === 504 ? 'invocation timed out in a blocked event loop; process recycled' : 'invocation cut short by a recycle',
-        invocationId: id, function: workerData.function }) + '\n');
+      fs.writeSync(1, logLine('warn', status === 504 ? 'invocation timed out in a blocked event loop; process recycled' : 'invocation cut short by a recycle',
+        { invocationId: id, function: workerData.function }));
       try { fs.writeSync(v.fd[i], Buffer.concat([Buffer.from(head, 'latin1'), body])); } catch { /* the client is gone */ }
     }
     killTree(process.pid);

@@ -39,6 +39,7 @@ async function startRuntime(opts = {}) {
     ...process.env, PORT: String(port), SLESS_HOST: '127.0.0.1', SLESS_FUNCTION: 'fixtures', SLESS_TENANT: 'test',
     SLESS_CODE_DIR: opts.codeDir || path.join(FIXTURES, 'handlers'), SLESS_ENTRYPOINT: 'index.handler',
     SLESS_TIMEOUT_SEC: opts.timeout || '1', SLESS_CONCURRENCY: opts.concurrency || '2', SLESS_MEMORY_MB: opts.memoryMB || '',
+    SLESS_FUNCTION_VERSION: '7',
   };
   const proc = spawn(process.execPath, [path.join(__dirname, 'runtime.js')], { env, stdio: ['ignore', 'pipe', 'pipe'], detached: true });
   let logs = '';
@@ -96,8 +97,15 @@ test('contract fixtures', async (t) => {
   await t.test('handler output is logged as JSON with the invocation id', async () => {
     await rt.req('GET', '/logs', null, { 'X-Sless-Invocation-Id': 'inv-logs' });
     await new Promise((r) => setTimeout(r, 200));
-    const mine = rt.logs().split('\n').filter((l) => l.startsWith('{')).map(JSON.parse).filter((l) => l.invocationId === 'inv-logs');
+    const lines = rt.logs().split('\n').filter((l) => l.startsWith('{')).map(JSON.parse);
+    const mine = lines.filter((l) => l.invocationId === 'inv-logs');
     assert.deepStrictEqual(mine.map((l) => l.msg), ['line one', 'line two']);
+    // Every line, the runtime's own and the handler's, names the version the process runs; msg stays last.
+    assert.ok(lines.length > mine.length);
+    for (const l of lines) {
+      assert.strictEqual(l.version, 7, JSON.stringify(l));
+      assert.strictEqual(Object.keys(l).at(-1), 'msg', JSON.stringify(l));
+    }
   });
   await t.test('a line logged after an await carries its own invocation id while others run', async () => {
     await Promise.all(['inv-a', 'inv-b'].map((id) => rt.req('GET', '/logsAfterAwait', null, { 'X-Sless-Invocation-Id': id })));

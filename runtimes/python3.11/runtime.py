@@ -69,10 +69,21 @@ class Config:
         self.workers = max(1, int(workers)) if workers else min(self.concurrency, cpu_count())
 
 
+def _version(env):
+    """The function version this process runs (SLESS_FUNCTION_VERSION), or None."""
+    v = env.get("SLESS_FUNCTION_VERSION", "")
+    return int(v) if v.isdigit() and int(v) > 0 else None
+
+
+VERSION = _version(os.environ)  # on every log line
+
+
 def log(level, msg, **fields):
     now = time.time()
     rec = {"time": time.strftime("%Y-%m-%dT%H:%M:%S", time.gmtime(now)) + ".%03dZ" % (int(now * 1000) % 1000), "level": level}
     rec.update({k: v for k, v in fields.items() if v is not None})
+    if VERSION is not None:
+        rec["version"] = VERSION
     # msg last: a reader that cuts a long line keeps the other fields.
     rec["msg"] = msg
     # One write per line, so that lines of several threads and processes never interleave.

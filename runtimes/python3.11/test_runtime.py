@@ -32,7 +32,8 @@ class RuntimeProcess:
     def __init__(self, code_dir, entrypoint="main.handler", timeout="1", concurrency="2", workers=None, memory_mb=None):
         self.port = free_port()
         env = dict(os.environ, PORT=str(self.port), SLESS_HOST="127.0.0.1", SLESS_FUNCTION="fixtures", SLESS_TENANT="test",
-                   SLESS_CODE_DIR=code_dir, SLESS_ENTRYPOINT=entrypoint, SLESS_TIMEOUT_SEC=timeout, SLESS_CONCURRENCY=concurrency)
+                   SLESS_CODE_DIR=code_dir, SLESS_ENTRYPOINT=entrypoint, SLESS_TIMEOUT_SEC=timeout, SLESS_CONCURRENCY=concurrency,
+                   SLESS_FUNCTION_VERSION="7")
         if workers:
             env["SLESS_WORKERS"] = workers
         preexec = None
@@ -115,6 +116,12 @@ class ContractTest(unittest.TestCase):
         lines = [json.loads(l) for l in self.rt.logs().splitlines() if l.startswith("{")]
         mine = [l for l in lines if l.get("invocationId") == "inv-logs"]
         self.assertEqual([l["msg"] for l in mine], ["line one", "line two"])
+        # Every line, the runtime's own ("listening", "handler loaded") and
+        # the handler's, names the version the process runs; msg stays last.
+        self.assertGreater(len(lines), len(mine))
+        for l in lines:
+            self.assertEqual(l.get("version"), 7, l)
+            self.assertEqual(list(l)[-1], "msg", l)
 
 
 def check_case(tc, rt, case):

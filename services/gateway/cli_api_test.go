@@ -252,7 +252,7 @@ func runPrinter(t *testing.T, logFile string) string {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { out.Close() })
-	return testenv.PythonRuntime(t, runtimesDir, code, out, "SLESS_FUNCTION=printer", "PYTHONUNBUFFERED=1")
+	return testenv.PythonRuntime(t, runtimesDir, code, out, "SLESS_FUNCTION=printer", "SLESS_FUNCTION_VERSION=3", "PYTHONUNBUFFERED=1")
 }
 
 func invokeDirect(t *testing.T, ep, path, id string) {
@@ -275,6 +275,7 @@ type logRecord struct {
 	Level        string    `json:"level"`
 	Message      string    `json:"message"`
 	InvocationID string    `json:"invocation_id"`
+	Version      int32     `json:"function_version"`
 	Truncated    bool      `json:"truncated"`
 }
 
@@ -313,13 +314,15 @@ func TestFunctionLogs(t *testing.T) {
 	if hello == nil {
 		t.Fatalf("no record of the handler's print in %s", r.body)
 	}
-	if hello.Stream != "stdout" || hello.InvocationID != "inv-one" || hello.Time.IsZero() || time.Since(hello.Time) > time.Minute {
+	// The process runs version 3 (SLESS_FUNCTION_VERSION, as the local
+	// driver gives it): every record of it says so.
+	if hello.Stream != "stdout" || hello.InvocationID != "inv-one" || hello.Version != 3 || hello.Time.IsZero() || time.Since(hello.Time) > time.Minute {
 		t.Errorf("print record %+v", hello)
 	}
-	if e := find(recs, "to stderr"); e == nil || e.Stream != "stderr" || e.InvocationID != "inv-one" {
+	if e := find(recs, "to stderr"); e == nil || e.Stream != "stderr" || e.InvocationID != "inv-one" || e.Version != 3 {
 		t.Errorf("stderr record %+v", e)
 	}
-	if l := find(recs, "handler loaded"); l == nil || l.Stream != "runtime" || l.InvocationID != "" {
+	if l := find(recs, "handler loaded"); l == nil || l.Stream != "runtime" || l.InvocationID != "" || l.Version != 3 {
 		t.Errorf("runtime record %+v", l)
 	}
 	r = g.call(t, "GET", path+"?tail=1", tok, nil)
@@ -475,7 +478,7 @@ func TestPodLogsFollowNewReplicas(t *testing.T) {
 	}
 	pod := func(name, function string, running bool) {
 		t.Helper()
-		p := &corev1.Pod{ObjectMeta: metav1.ObjectMeta{Name: name, Namespace: ns, Labels: map[string]string{slessv1.LabelFunction: function}},
+		p := &corev1.Pod{ObjectMeta: metav1.ObjectMeta{Name: name, Namespace: ns, Labels: map[string]string{slessv1.LabelFunction: function, slessv1.LabelVersion: "2"}},
 			Spec: corev1.PodSpec{NodeName: "no-such-node", AutomountServiceAccountToken: new(bool),
 				Containers: []corev1.Container{{Name: logs.Container, Image: "fn@sha256:" + strings.Repeat("0", 64)}}}}
 		if err := c.Create(ctx, p); err != nil {
@@ -507,7 +510,7 @@ func TestPodLogsFollowNewReplicas(t *testing.T) {
 			return logs.Record{}
 		}
 	}
-	if r := next(); r.Pod != "f-1" || r.Stream != "runtime" || r.Level != "warn" {
+	if r := next(); r.Pod != "f-1" || r.Stream != "runtime" || r.Level != "warn" || r.FunctionVersion != 2 {
 		t.Fatalf("first replica's record %+v", r)
 	}
 	pod("f-2", "f", false) // pending: nothing to read yet

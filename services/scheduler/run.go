@@ -37,7 +37,7 @@ func run(ctx context.Context, getenv func(string) string, stdout io.Writer) erro
 		return err
 	}
 	kube, watch, synced, err := svc.KubeWatching(ctx, kcfg, map[client.Object]cache.ByObject{
-		&slessv1.Trigger{}: {}, &corev1.Namespace{}: tenantns.Watch(),
+		&slessv1.Trigger{}: {}, &slessv1.Function{}: {}, &corev1.Namespace{}: tenantns.Watch(),
 	})
 	if err != nil {
 		return err
@@ -51,7 +51,7 @@ func run(ctx context.Context, getenv func(string) string, stdout io.Writer) erro
 
 	mq := svc.Rabbit(cfg.RabbitURL)
 
-	sched := &schedule.Scheduler{Triggers: watch, Tenants: tenantns.Resolver{Namespaces: watch}, Status: kube, DB: pool,
+	sched := &schedule.Scheduler{Triggers: watch, Functions: watch, Tenants: tenantns.Resolver{Namespaces: watch}, Status: kube, DB: pool,
 		Publisher: rabbit.NewPublisher(mq), Log: svc.Log, Metrics: schedule.NewMetrics(svc.Registry)}
 	ctrl, err := svc.Controller("cron", sched, 4)
 	if err != nil {

@@ -7,6 +7,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"slices"
 	"sort"
 	"sync"
 	"syscall"
@@ -35,6 +36,8 @@ type schedWorld struct {
 	ns     string
 	mu     sync.Mutex
 	ids    map[string]int
+	// versions is the function_version of each publish of an id.
+	versions map[string][]int32
 }
 
 func newSchedWorld(t *testing.T) *schedWorld {
@@ -51,7 +54,7 @@ func newSchedWorld(t *testing.T) *schedWorld {
 	if err != nil {
 		t.Fatal(err)
 	}
-	w := &schedWorld{env: testenv.ServiceEnv(t, kc), ids: map[string]int{}}
+	w := &schedWorld{env: testenv.ServiceEnv(t, kc), ids: map[string]int{}, versions: map[string][]int32{}}
 	w.env["SLESS_RABBITMQ_URL"] = vhost
 	w.env["LOG_LEVEL"] = "warn"
 	if w.kube, err = client.New(kube.Config, client.Options{Scheme: testenv.Scheme()}); err != nil {
@@ -82,6 +85,7 @@ func newSchedWorld(t *testing.T) *schedWorld {
 			if json.Unmarshal(d.Body, &m) == nil {
 				w.mu.Lock()
 				w.ids[m.InvocationID]++
+				w.versions[m.InvocationID] = append(w.versions[m.InvocationID], m.FunctionVersion)
 				w.mu.Unlock()
 			}
 		}
@@ -94,6 +98,14 @@ func (w *schedWorld) published(id string) int {
 	w.mu.Lock()
 	defer w.mu.Unlock()
 	return w.ids[id]
+}
+
+// publishedVersions returns the function_version of every publish of
+// invocation id, in order.
+func (w *schedWorld) publishedVersions(id string) []int32 {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	return slices.Clone(w.versions[id])
 }
 
 // count returns the number of the tenant's cron_fires rows in outcome.

@@ -62,6 +62,12 @@ type FunctionJobStatus struct {
 	// InvocationID of the run, derived from the job UID and run id.
 	// +optional
 	InvocationID string `json:"invocationID,omitempty"`
+	// FunctionVersion is the version of the Function the run is pinned
+	// to, resolved when the run was recorded (pkg/versionpick); a
+	// re-dispatch of the run keeps it. 0: unpinned (the Function had no
+	// version serving; the invoker pins the run on its first attempt).
+	// +optional
+	FunctionVersion int32 `json:"functionVersion,omitempty"`
 	// +optional
 	StartTime *metav1.Time `json:"startTime,omitempty"`
 	// +optional

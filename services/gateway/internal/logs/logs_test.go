@@ -41,6 +41,14 @@ func TestParse(t *testing.T) {
 		{"a Python line cut inside msg", `{"time": "2026-11-30T22:10:19.123Z", "level": "info", "invocationId": "inv-6", "function": "f", "stream": "stdout", "msg": "xxxx`, true,
 			Record{Time: ts, Stream: StreamStdout, Level: "info", Message: "xxxx", InvocationID: "inv-6", Truncated: true}},
 		{"not JSON after all", `{not json`, false, Record{Stream: StreamRaw, Message: "{not json"}},
+		{"the version the process runs", `{"time": "2026-11-30T22:10:19.123Z", "level": "info", "invocationId": "inv-7", "function": "f", "stream": "stdout", "version": 7, "msg": "hi"}`, false,
+			Record{Time: ts, Stream: StreamStdout, Level: "info", Message: "hi", InvocationID: "inv-7", FunctionVersion: 7}},
+		{"the version of a line cut inside msg", `{"time":"2026-11-30T22:10:19.123Z","level":"info","stream":"stdout","version":12,"msg":"ab`, true,
+			Record{Time: ts, Stream: StreamStdout, Level: "info", Message: "ab", FunctionVersion: 12, Truncated: true}},
+		{"a version that is not a version", `{"time":"2026-11-30T22:10:19.123Z","level":"info","version":"7; drop","msg":"x"}`, false,
+			Record{Time: ts, Stream: StreamRuntime, Level: "info", Message: "x"}},
+		{"a version out of range", `{"time":"2026-11-30T22:10:19.123Z","level":"info","version":4294967296,"msg":"x"}`, false,
+			Record{Time: ts, Stream: StreamRuntime, Level: "info", Message: "x"}},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			if diff := cmp.Diff(tc.want, Parse([]byte(tc.line), tc.cut)); diff != "" {
@@ -197,13 +205,14 @@ func TestPodLogRequest(t *testing.T) {
 }
 
 func TestPodRecord(t *testing.T) {
-	r := podRecord([]byte(`2026-11-30T22:10:19.5Z {"time":"2026-11-30T22:10:19.123Z","level":"info","stream":"stdout","invocationId":"i","msg":"m"}`), false, "p1")
-	want := Record{Time: time.Date(2026, 11, 30, 22, 10, 19, 123000000, time.UTC), Stream: StreamStdout, Level: "info", Message: "m", InvocationID: "i", Pod: "p1"}
+	r := podRecord([]byte(`2026-11-30T22:10:19.5Z {"time":"2026-11-30T22:10:19.123Z","level":"info","stream":"stdout","invocationId":"i","version":3,"msg":"m"}`), false, "p1", 3)
+	want := Record{Time: time.Date(2026, 11, 30, 22, 10, 19, 123000000, time.UTC), Stream: StreamStdout, Level: "info", Message: "m", InvocationID: "i", Pod: "p1", FunctionVersion: 3}
 	if diff := cmp.Diff(want, r); diff != "" {
 		t.Errorf("(-want +got)\n%s", diff)
 	}
-	r = podRecord([]byte("2026-11-30T22:10:19.5Z raw \xff"), false, "p1")
-	want = Record{Time: time.Date(2026, 11, 30, 22, 10, 19, 500000000, time.UTC), Stream: StreamRaw, Message: "raw \uFFFD", Pod: "p1"}
+	// A raw line takes the version of its pod (its label).
+	r = podRecord([]byte("2026-11-30T22:10:19.5Z raw \xff"), false, "p1", 3)
+	want = Record{Time: time.Date(2026, 11, 30, 22, 10, 19, 500000000, time.UTC), Stream: StreamRaw, Message: "raw \uFFFD", Pod: "p1", FunctionVersion: 3}
 	if diff := cmp.Diff(want, r); diff != "" {
 		t.Errorf("(-want +got)\n%s", diff)
 	}

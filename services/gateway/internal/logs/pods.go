@@ -9,6 +9,7 @@ import (
 	"io"
 	"math"
 	"sort"
+	"strconv"
 	"sync"
 	"time"
 
@@ -88,25 +89,26 @@ func (p Pods) Stream(ctx context.Context, namespace, function string, opt Option
 	}
 	ctx, cancel := context.WithCancel(ctx)
 	defer cancel()
-	read := func(pod string, o *corev1.PodLogOptions) {
-		rc, err := pods.GetLogs(pod, o).Stream(ctx)
+	read := func(pod *corev1.Pod, o *corev1.PodLogOptions) {
+		name, version := pod.Name, podVersion(pod)
+		rc, err := pods.GetLogs(name, o).Stream(ctx)
 		if err != nil {
 			if ctx.Err() == nil {
-				_ = locked(Record{Time: now().UTC(), Stream: StreamRuntime, Level: "warn", Pod: pod,
+				_ = locked(Record{Time: now().UTC(), Stream: StreamRuntime, Level: "warn", Pod: name, FunctionVersion: version,
 					Message: "the logs of this replica cannot be read now"})
 			}
 			return
 		}
 		defer rc.Close()
-		if err := readPodLog(rc, pod, locked); err != nil {
+		if err := readPodLog(rc, name, version, locked); err != nil {
 			cancel() // the client is gone
 		}
 	}
 	first := PodLogOptions(opt, now())
 	if !opt.Follow {
-		for _, pod := range items {
-			if readable(&pod) {
-				read(pod.Name, first)
+		for i := range items {
+			if readable(&items[i]) {
+				read(&items[i], first)
 			}
 		}
 		return emitErr
@@ -121,7 +123,7 @@ func (p Pods) Stream(ctx context.Context, namespace, function string, opt Option
 		}
 		started[pod.Name] = true
 		wg.Add(1)
-		go func() { defer wg.Done(); read(pod.Name, o) }()
+		go func() { defer wg.Done(); read(pod, o) }()
 	}
 	for i := range items {
 		start(&items[i], first)
@@ -160,8 +162,20 @@ func readable(pod *corev1.Pod) bool {
 	return false
 }
 
-// readPodLog turns a pods/log body with timestamps into records.
-func readPodLog(r io.Reader, pod string, emit func(Record) error) error {
+// podVersion is the version a pod runs, from its label
+// (slessv1.LabelVersion); 0 when it has none (a function from before
+// versions).
+func podVersion(pod *corev1.Pod) int32 {
+	n, err := strconv.ParseInt(pod.Labels[slessv1.LabelVersion], 10, 32)
+	if err != nil || n < 1 {
+		return 0
+	}
+	return int32(n)
+}
+
+// readPodLog turns a pods/log body with timestamps into records of the
+// pod, which runs version (0: unknown).
+func readPodLog(r io.Reader, pod string, version int32, emit func(Record) error) error {
 	br := bufio.NewReaderSize(r, 32<<10)
 	var line []byte
 	skip, cut := false, false
@@ -179,7 +193,7 @@ func readPodLog(r io.Reader, pod string, emit func(Record) error) error {
 			line = append(line, chunk...)
 		}
 		if complete || (errors.Is(err, io.EOF) && len(line) > 0) {
-			if e := emit(podRecord(line, cut, pod)); e != nil {
+			if e := emit(podRecord(line, cut, pod, version)); e != nil {
 				return e
 			}
 			line, skip, cut = line[:0], false, false
@@ -195,8 +209,8 @@ func readPodLog(r io.Reader, pod string, emit func(Record) error) error {
 }
 
 // podRecord parses "<RFC 3339 time> <line>", as pods/log writes with
-// timestamps.
-func podRecord(line []byte, cut bool, pod string) Record {
+// timestamps. A line without a version (a raw one) takes the pod's.
+func podRecord(line []byte, cut bool, pod string, version int32) Record {
 	var ts time.Time
 	if sp := bytes.IndexByte(line, ' '); sp > 0 && sp < 40 {
 		if t, err := time.Parse(time.RFC3339Nano, string(line[:sp])); err == nil {
@@ -208,6 +222,9 @@ func podRecord(line []byte, cut bool, pod string) Record {
 		rec.Time = ts
 	}
 	rec.Pod = pod
+	if rec.FunctionVersion == 0 {
+		rec.FunctionVersion = version
+	}
 	return rec
 }
 

@@ -10,6 +10,7 @@ import (
 	"bytes"
 	"context"
 	"encoding/json"
+	"math"
 	"strings"
 	"time"
 	"unicode/utf8"
@@ -42,8 +43,12 @@ type Record struct {
 	Level        string    `json:"level,omitempty" doc:"the runtime's level: debug, info, warn, error"`
 	Message      string    `json:"message" doc:"the text, without its newline; NUL and invalid UTF-8 become U+FFFD; at most 16 KiB"`
 	InvocationID string    `json:"invocation_id,omitempty" doc:"the invocation the line belongs to, when the runtime knows it"`
-	Pod          string    `json:"pod,omitempty" doc:"kubernetes profile: the replica that wrote it"`
-	Truncated    bool      `json:"truncated,omitempty" doc:"the line was longer than the limits and was cut"`
+	// FunctionVersion comes from the wrapper's line (its "version" field,
+	// SLESS_FUNCTION_VERSION of the process); for a raw line in the
+	// kubernetes profile, from the pod's version label.
+	FunctionVersion int32  `json:"function_version,omitempty" doc:"the version of the function whose process wrote the line; absent when unknown (a raw line in the local profile, a function from before versions)"`
+	Pod             string `json:"pod,omitempty" doc:"kubernetes profile: the replica that wrote it"`
+	Truncated       bool   `json:"truncated,omitempty" doc:"the line was longer than the limits and was cut"`
 }
 
 // Options select the records.
@@ -67,9 +72,12 @@ type wrapperLine struct {
 	Msg          string `json:"msg"`
 	InvocationID string `json:"invocationId"`
 	Stream       string `json:"stream"`
-	Error        string `json:"error"`
-	Traceback    string `json:"traceback"`
-	Stack        string `json:"stack"`
+	// Version is any: a line that only looks like a wrapper's, with a
+	// version that is not a number, is still read.
+	Version   any    `json:"version"`
+	Error     string `json:"error"`
+	Traceback string `json:"traceback"`
+	Stack     string `json:"stack"`
 }
 
 // Parse turns one line (without its newline) into a record; cut says the
@@ -90,7 +98,7 @@ func Parse(line []byte, cut bool) Record {
 		msg, short := clean(string(line), 1<<30)
 		return Record{Stream: StreamRaw, Message: msg, Truncated: cut || short}
 	}
-	r := Record{Level: w.Level, Stream: StreamRuntime}
+	r := Record{Level: w.Level, Stream: StreamRuntime, FunctionVersion: versionOf(w.Version)}
 	r.InvocationID, _ = clean(w.InvocationID, 128)
 	r.Level, _ = clean(w.Level, 16)
 	if t, err := time.Parse(time.RFC3339Nano, w.Time); err == nil {
@@ -113,6 +121,16 @@ func Parse(line []byte, cut bool) Record {
 	r.Message, short = clean(msg, 1<<30)
 	r.Truncated = cut || short
 	return r
+}
+
+// versionOf is a wrapper line's version: a whole number from 1, else 0
+// (unknown).
+func versionOf(v any) int32 {
+	f, ok := v.(float64)
+	if !ok || f < 1 || f > math.MaxInt32 || f != math.Trunc(f) {
+		return 0
+	}
+	return int32(f)
 }
 
 // partial reads the fields of a wrapper's line that was cut: every field
@@ -151,6 +169,8 @@ func partial(line []byte) (wrapperLine, bool) {
 			w.InvocationID = s
 		case "stream":
 			w.Stream = s
+		case "version":
+			w.Version = v
 		}
 	}
 }

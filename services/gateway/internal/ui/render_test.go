@@ -38,7 +38,7 @@ func fixtures() map[string]Page {
 	inv := api.Invocation{ID: evil(1), Function: evil(0), Trigger: evil(3), TriggerName: evil(2), Status: "failed", HTTPStatus: ptr(500),
 		Attempts: 2, StartedAt: now, FinishedAt: now.Add(time.Second), DurationMs: 1000, Error: evil(0), TraceID: "0123456789abcdef0123456789abcdef",
 		Result: evil(1), ResultContentType: evil(3)}
-	logs := []api.LogRecord{{Time: now, Stream: evil(0), Level: evil(1), Message: evil(0), InvocationID: evil(2)},
+	logs := []api.LogRecord{{Time: now, Stream: evil(0), Level: evil(1), Message: evil(0), InvocationID: evil(2), FunctionVersion: 3},
 		{Time: now, Stream: "stderr", Level: "error", Message: evil(1), InvocationID: evil(1)}}
 	rows, total := Layout([]Span{
 		{ID: "a", Service: evil(0), Name: evil(1), Start: now, Duration: time.Second, Tags: []Tag{{evil(0), evil(1)}, {evil(2), evil(3)}}},

@@ -18,6 +18,7 @@ import (
 	slessv1 "github.com/kube5s/sless/pkg/apis/sless/v1alpha1"
 	"github.com/kube5s/sless/pkg/msg"
 	"github.com/kube5s/sless/pkg/tenantns"
+	"github.com/kube5s/sless/pkg/versionpick"
 )
 
 // ConditionDispatched is True once a run's invocation request was confirmed
@@ -90,10 +91,18 @@ func (r *FunctionJobReconciler) Reconcile(ctx context.Context, req ctrl.Request)
 		return ctrl.Result{}, patchStatus(ctx, r.Client, &job, before, before.Status, job.Status)
 	}
 
-	// Record the run before publishing it.
+	// Record the run before publishing it, with the version it is pinned
+	// to: a re-dispatch (a crash between the two writes) sends the version
+	// decided here, whatever the traffic is by then. No version serving:
+	// the run is recorded unpinned and the invoker pins it on its first
+	// attempt.
 	now := metav1.Now()
 	st.LastRunID = job.Spec.RunID
 	st.InvocationID = msg.JobInvocationID(string(job.UID), job.Spec.RunID)
+	st.FunctionVersion = 0
+	if v, err := versionpick.Pick(&fn, versionpick.Route{}, st.InvocationID); err == nil {
+		st.FunctionVersion = v.Number
+	}
 	st.Phase, st.Message, st.Result, st.Attempts = slessv1.JobRunning, "", "", 0
 	st.StartTime, st.CompletionTime = &now, nil
 	slessv1.SetCondition(&st.Conditions, job.Generation, ConditionDispatched, metav1.ConditionFalse, "Pending", "publishing the invocation request")
@@ -121,6 +130,8 @@ func (r *FunctionJobReconciler) dispatch(ctx context.Context, job *slessv1.Funct
 		MaxRetries: job.Spec.MaxRetries,
 		Job:        &msg.JobRef{Name: job.Name, RunID: job.Status.LastRunID},
 		EnqueuedAt: time.Now().UTC(),
+		// Pinned when the run was recorded (Reconcile).
+		FunctionVersion: job.Status.FunctionVersion,
 	}
 	if len(body) > 0 && !json.Valid(body) {
 		return fmt.Errorf("job %s/%s: payload is not JSON", job.Namespace, job.Name)

@@ -26,6 +26,7 @@ import (
 	"github.com/kube5s/sless/pkg/cronsched"
 	"github.com/kube5s/sless/pkg/msg"
 	"github.com/kube5s/sless/pkg/tenantns"
+	"github.com/kube5s/sless/pkg/versionpick"
 )
 
 // Publisher sends a message and returns once the broker confirmed it.
@@ -73,7 +74,10 @@ const FieldManager = "sless-scheduler"
 
 // Scheduler fires the cron triggers it finds in Triggers.
 type Scheduler struct {
-	Triggers  client.Reader // watch cache
+	Triggers client.Reader // watch cache
+	// Functions reads the Function a fire calls, to pin the fire to a
+	// version (watch cache; nil: fires are published unpinned).
+	Functions client.Reader
 	Tenants   Tenants
 	Status    client.Client // status applies (nil: none)
 	DB        *pgxpool.Pool
@@ -207,7 +211,7 @@ func (s *Scheduler) Reconcile(ctx context.Context, req reconcile.Request) (recon
 // past its starting deadline.
 func (s *Scheduler) fireOrMiss(ctx context.Context, t *slessv1.Trigger, tenant string, at, now time.Time) error {
 	if pastDeadline(at, now, t.Spec.Cron.StartingDeadlineSeconds) {
-		_, err := s.record(ctx, tenant, t.Name, at, "missed", "")
+		_, err := s.record(ctx, tenant, t.Name, at, "missed", "", 0)
 		return err
 	}
 	return s.fire(ctx, t, tenant, at)
@@ -252,7 +256,7 @@ func (s *Scheduler) track(ctx context.Context, t *slessv1.Trigger, tenant string
 	}
 	fire, missed := Due(sched, since, now, t.Spec.Cron.StartingDeadlineSeconds)
 	for _, m := range missed {
-		if _, err := s.record(ctx, tenant, t.Name, m, "missed", ""); err != nil {
+		if _, err := s.record(ctx, tenant, t.Name, m, "missed", "", 0); err != nil {
 			return nil, err
 		}
 	}
@@ -273,10 +277,17 @@ func (s *Scheduler) track(ctx context.Context, t *slessv1.Trigger, tenant string
 }
 
 // record inserts the row of the instant at and reports whether this call
-// inserted it (false: another replica had).
-func (s *Scheduler) record(ctx context.Context, tenant, trigger string, at time.Time, outcome, invocation string) (bool, error) {
-	tag, err := s.DB.Exec(ctx, `INSERT INTO cron_fires (tenant, trigger_name, scheduled_at, outcome, invocation_id) VALUES ($1, $2, $3, $4, $5)
-		ON CONFLICT DO NOTHING`, tenant, trigger, at, outcome, nullable(invocation))
+// inserted it (false: another replica had). A pending fire's row keeps the
+// version it was pinned to (0: unpinned), so that a republish
+// (ResumePending) sends the version decided at acceptance, whatever the
+// traffic is by then.
+func (s *Scheduler) record(ctx context.Context, tenant, trigger string, at time.Time, outcome, invocation string, version int32) (bool, error) {
+	var v any
+	if version != 0 {
+		v = version
+	}
+	tag, err := s.DB.Exec(ctx, `INSERT INTO cron_fires (tenant, trigger_name, scheduled_at, outcome, invocation_id, function_version)
+		VALUES ($1, $2, $3, $4, $5, $6) ON CONFLICT DO NOTHING`, tenant, trigger, at, outcome, nullable(invocation), v)
 	if err != nil {
 		return false, fmt.Errorf("record cron fire %s of %s/%s as %s: %w", at.UTC().Format(time.RFC3339), tenant, trigger, outcome, err)
 	}
@@ -296,12 +307,13 @@ func (s *Scheduler) fire(ctx context.Context, t *slessv1.Trigger, tenant string,
 			return err
 		}
 		if running {
-			_, err := s.record(ctx, tenant, t.Name, at, "skipped", "")
+			_, err := s.record(ctx, tenant, t.Name, at, "skipped", "", 0)
 			return err
 		}
 	}
 	id := msg.CronInvocationID(string(t.UID), at)
-	won, err := s.record(ctx, tenant, t.Name, at, "pending", id)
+	version := s.pin(ctx, t, id)
+	won, err := s.record(ctx, tenant, t.Name, at, "pending", id, version)
 	if err != nil {
 		return err
 	}
@@ -309,20 +321,44 @@ func (s *Scheduler) fire(ctx context.Context, t *slessv1.Trigger, tenant string,
 		s.Metrics.fires.WithLabelValues("lost").Inc()
 		return nil // another replica owns this fire
 	}
-	if err := s.publish(ctx, t, tenant, id, at); err != nil {
+	if err := s.publish(ctx, t, tenant, id, at, version); err != nil {
 		// Decided and recorded: ResumePending publishes it.
 		s.Log.Warn("cron fire not published; it stays pending and is retried", "trigger", t.Name, "err", err)
 	}
 	return nil
 }
 
-func (s *Scheduler) publish(ctx context.Context, t *slessv1.Trigger, tenant, id string, at time.Time) error {
+// pin resolves the version the fire runs on, now that it is accepted
+// (pkg/versionpick, keyed by the fire's invocation id): 0, unpinned, when
+// the Function cannot be read or has no version serving; the invoker then
+// pins the fire on its first attempt. Never an error: a fire is not
+// deferred or dropped for want of a version.
+func (s *Scheduler) pin(ctx context.Context, t *slessv1.Trigger, id string) int32 {
+	if s.Functions == nil {
+		return 0
+	}
+	var fn slessv1.Function
+	if err := s.Functions.Get(ctx, client.ObjectKey{Namespace: t.Namespace, Name: t.Spec.FunctionRef.Name}, &fn); err != nil {
+		s.Log.Debug("cron fire accepted unpinned: its function is not readable", "trigger", t.Name, "err", err)
+		return 0
+	}
+	c, err := versionpick.Pick(&fn, versionpick.Route{}, id)
+	if err != nil {
+		s.Log.Debug("cron fire accepted unpinned: no version of its function serves", "trigger", t.Name, "err", err)
+		return 0
+	}
+	return c.Number
+}
+
+// publish sends the fire's invocation request, pinned to version (0:
+// unpinned), and marks the fire fired.
+func (s *Scheduler) publish(ctx context.Context, t *slessv1.Trigger, tenant, id string, at time.Time, version int32) error {
 	var body []byte
 	if t.Spec.Cron.Payload != nil {
 		body = t.Spec.Cron.Payload.Raw
 	}
 	m := &msg.InvocationRequested{InvocationID: id, Tenant: tenant, Namespace: t.Namespace, Function: t.Spec.FunctionRef.Name,
-		Trigger: msg.TriggerCron, TriggerName: t.Name, ScheduledAt: at.UTC(), EnqueuedAt: s.now().UTC(),
+		Trigger: msg.TriggerCron, TriggerName: t.Name, ScheduledAt: at.UTC(), EnqueuedAt: s.now().UTC(), FunctionVersion: version,
 		Request: msg.Request{Method: "POST", Path: "/", Body: body, Headers: map[string][]string{"Content-Type": {"application/json"}}}}
 	if err := s.Publisher.PublishMessage(ctx, m); err != nil {
 		return err
@@ -357,18 +393,19 @@ func (s *Scheduler) running(ctx context.Context, tenant, trigger string) (bool, 
 func (s *Scheduler) resumePending(ctx context.Context) error {
 	rows, err := s.DB.Query(ctx, `UPDATE cron_fires SET fired_at = now()
 		WHERE outcome = 'pending' AND fired_at < now() - make_interval(secs => $1)
-		RETURNING tenant, trigger_name, scheduled_at`, PendingStale.Seconds())
+		RETURNING tenant, trigger_name, scheduled_at, coalesce(function_version, 0)`, PendingStale.Seconds())
 	if err != nil {
 		return err
 	}
 	type p struct {
 		tenant, trigger string
 		at              time.Time
+		version         int32
 	}
 	var pending []p
 	for rows.Next() {
 		var x p
-		if err := rows.Scan(&x.tenant, &x.trigger, &x.at); err == nil {
+		if err := rows.Scan(&x.tenant, &x.trigger, &x.at, &x.version); err == nil {
 			pending = append(pending, x)
 		}
 	}
@@ -378,7 +415,9 @@ func (s *Scheduler) resumePending(ctx context.Context) error {
 		if err := s.Triggers.Get(ctx, client.ObjectKey{Namespace: slessv1.NamespaceFor(x.tenant), Name: x.trigger}, &t); err != nil {
 			continue
 		}
-		if err := s.publish(ctx, &t, x.tenant, msg.CronInvocationID(string(t.UID), x.at), x.at); err != nil {
+		// The version the fire was pinned to when it was accepted, not
+		// one picked now: the traffic may have moved since.
+		if err := s.publish(ctx, &t, x.tenant, msg.CronInvocationID(string(t.UID), x.at), x.at, x.version); err != nil {
 			return fmt.Errorf("republish pending fire: %w", err)
 		}
 	}

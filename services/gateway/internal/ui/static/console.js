@@ -57,6 +57,7 @@
     if (rec.level) li.className = "lvl-" + String(rec.level).replace(/[^a-z]/g, "");
     li.append(el("span", "ts", rec.time ? new Date(rec.time).toISOString().replace("T", " ").slice(0, 19) : ""), " ",
       el("span", "stream", String(rec.stream || "")), " ");
+    if (Number.isInteger(rec.function_version) && rec.function_version > 0) li.append(el("span", "ver", "v" + rec.function_version), " ");
     if (rec.invocation_id) {
       const a = el("a", "", String(rec.invocation_id).slice(0, 12));
       a.href = "/ui/invocations/" + encodeURIComponent(rec.invocation_id);
