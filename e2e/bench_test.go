@@ -92,6 +92,50 @@ func BenchmarkWakeFromZero(b *testing.B) {
 	}
 }
 
+// BenchmarkRollback measures rollback with the target warm through make
+// dev's real gateway, operator and invoker (ARCHITECTURE 10): ten
+// rollbacks from v2 to v1 while v1 still drains from the flip before,
+// under a steady stream of calls; the time from each rollback call to the
+// stream's first answer of v1, p50 and max, at most 1 s, and no failed
+// call in the stream.
+func BenchmarkRollback(b *testing.B) {
+	testenv.SteadyServers(b)
+	p := startPlatform(b)
+	ctx := context.Background()
+	const tenant, fn = "rollback", "app"
+	tok, c := p.newTenant(b, tenant)
+	if _, err := client.Do(c.CreateFunctionWithResponse(ctx, tenant, client.FunctionInput{Name: fn,
+		Runtime: client.FunctionInputRuntimePython311, Entrypoint: "main.handler", Concurrency: ptr(int32(4))})); err != nil {
+		b.Fatalf("create function: %v", err)
+	}
+	p.deploy(b, tok, c, tenant, fn, "v1")
+	p.deploy(b, tok, c, tenant, fn, "v2")
+	for range b.N {
+		flips, stream := rollbacks(b, p, tok, tenant, fn, 10)
+		failed := 0
+		for _, a := range stream {
+			if a.status != 200 || (a.header != "1" && a.header != "2") {
+				failed++
+				fmt.Printf("rollback: a call of the stream failed at %s: status %d, version %q %s\n", a.at.Format(time.StampMilli), a.status, a.header, a.transportFail)
+			}
+		}
+		seconds := make([]float64, len(flips))
+		for i, d := range flips {
+			seconds[i] = d.Seconds()
+		}
+		fmt.Printf("rollback with the target warm: %d rollbacks, %d calls in the stream, %d failed; first answer of the target after %v\n",
+			len(flips), len(stream), failed, flips)
+		for _, r := range []loadgen.Ratio{
+			{Name: "rollback, target warm: rollback to first 200 of it, p50", Unit: "s", Rounds: seconds, Budget: 1, AtMost: true, Errors: failed},
+			{Name: "rollback, target warm: rollback to first 200 of it, max", Unit: "s", Rounds: seconds[len(seconds)-1:], Budget: 1, AtMost: true, Errors: failed},
+		} {
+			if _, err := loadgen.Record(r); err != nil {
+				b.Error(err)
+			}
+		}
+	}
+}
+
 // bareSpawn starts the Python runtime on the bench handler and polls it
 // until its first 200: the time a bare process takes to answer.
 func bareSpawn(b *testing.B, runtimes string) time.Duration {

@@ -56,7 +56,7 @@ func call(base, tok, tenant, fn string) answer {
 
 // serving reads the function's status.serving as "1:90:ready,2:10:ready",
 // in version order.
-func (p *platform) serving(t *testing.T, tok, path string) string {
+func (p *platform) serving(t testing.TB, tok, path string) string {
 	t.Helper()
 	r := p.do(t, "GET", path, tok, "", nil)
 	if r.status != 200 {
@@ -181,7 +181,29 @@ func TestSplitAndRollbackThroughTheOperator(t *testing.T) {
 		}
 	}
 
-	// Ten rollbacks under a steady stream of calls.
+	flips, stream := rollbacks(t, p, tok, tenant, fn, 10)
+	for i, a := range stream {
+		if a.status != 200 || (a.header != "1" && a.header != "2") {
+			t.Fatalf("call %d of the stream (at %s) failed: status %d, version %q %s", i+1, a.at.Format(time.StampMilli), a.status, a.header, a.transportFail)
+		}
+	}
+	t.Logf("rollback with v1 warm, %d rounds, %d calls in the stream, none failed: rollback call to the first answer of v1 p50 %s, max %s",
+		len(flips), len(stream), flips[len(flips)/2].Round(time.Millisecond), flips[len(flips)-1].Round(time.Millisecond))
+}
+
+// rollbacks makes n rollbacks of fn (versions 1 and 2) to v1 under a
+// steady stream of calls, each while v1 still drains from the flip before
+// (warm): v2 takes all the traffic, then POST .../rollback {"to":1} with
+// Prefer: wait. The call after the rollback's answer must be v1's. It
+// returns, sorted, the time from each rollback call to the stream's first
+// answer of v1, and every call of the stream, for the caller to judge.
+func rollbacks(t testing.TB, p *platform, tok, tenant, fn string, n int) ([]time.Duration, []answer) {
+	t.Helper()
+	path := "/v1/tenants/" + tenant + "/functions/" + fn
+	split := func(traffic ...map[string]any) {
+		t.Helper()
+		p.json(t, "PUT", path+"/traffic", tok, map[string]any{"traffic": traffic}, 200)
+	}
 	var (
 		mu     sync.Mutex
 		stream []answer
@@ -203,7 +225,9 @@ func TestSplitAndRollbackThroughTheOperator(t *testing.T) {
 			mu.Unlock()
 		}
 	}()
-	defer func() { close(stop); wg.Wait() }()
+	var once sync.Once
+	halt := func() { once.Do(func() { close(stop); wg.Wait() }) }
+	defer halt()
 	// sentSince is the stream's calls sent at or after from.
 	sentSince := func(from time.Time) []answer {
 		mu.Lock()
@@ -218,7 +242,7 @@ func TestSplitAndRollbackThroughTheOperator(t *testing.T) {
 	}
 
 	var flips []time.Duration
-	for round := 1; round <= 10; round++ {
+	for round := 1; round <= n; round++ {
 		// v2 takes all the traffic; v1 drains (SLESS_VERSION_DRAIN_PERIOD,
 		// 10 s here) and is still warm when the rollback comes.
 		split(map[string]any{"latest": true, "percent": 100})
@@ -254,15 +278,8 @@ func TestSplitAndRollbackThroughTheOperator(t *testing.T) {
 			round, first.Sub(start).Round(time.Millisecond), answered.Sub(start).Round(time.Millisecond))
 	}
 	slices.Sort(flips)
+	halt()
 	mu.Lock()
-	total := len(stream)
-	for i, a := range stream {
-		if a.status != 200 || (a.header != "1" && a.header != "2") {
-			mu.Unlock()
-			t.Fatalf("call %d of the stream (at %s) failed: status %d, version %q %s", i+1, a.at.Format(time.StampMilli), a.status, a.header, a.transportFail)
-		}
-	}
-	mu.Unlock()
-	t.Logf("rollback with v1 warm, 10 rounds, %d calls in the stream, none failed: rollback call to the first answer of v1 p50 %s, max %s",
-		total, flips[len(flips)/2].Round(time.Millisecond), flips[len(flips)-1].Round(time.Millisecond))
+	defer mu.Unlock()
+	return flips, stream
 }
