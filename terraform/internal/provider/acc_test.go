@@ -1,7 +1,9 @@
 package provider_test
 
 import (
+	"encoding/json"
 	"fmt"
+	"net/http"
 	"os"
 	"path/filepath"
 	"regexp"
@@ -18,6 +20,7 @@ import (
 	"github.com/hashicorp/terraform-plugin-testing/tfjsonpath"
 
 	"github.com/kube5s/sless/pkg/archive"
+	slessclient "github.com/kube5s/sless/pkg/client"
 	"github.com/kube5s/sless/pkg/testenv"
 	"github.com/kube5s/sless/terraform/internal/provider"
 )
@@ -91,6 +94,73 @@ resource "sless_function" "f" {
   source_dir  = %q
 }
 `, name, dir)
+}
+
+// splitOK is 90 % on version 1 and 10 % on latest, tagged canary.
+const splitOK = `
+  traffic = [
+    { version = 1, percent = 90 },
+    { latest = true, percent = 10, tag = "canary" },
+  ]`
+
+// trafficConfig is functionConfig with the traffic list and the version
+// data sources of version 1 and latest (read after the function's apply).
+func trafficConfig(p *platform, name, dir, traffic string) string {
+	return strings.Replace(functionConfig(p, name, dir), "\n  source_dir", traffic+"\n  source_dir", 1) + `
+data "sless_function_version" "v1" {
+  function   = sless_function.f.name
+  number     = 1
+  depends_on = [sless_function.f]
+}
+
+data "sless_function_version" "latest" {
+  function   = sless_function.f.name
+  depends_on = [sless_function.f]
+}
+`
+}
+
+// checkSplit reads the function from the API: its traffic (as JSON) and
+// its effective split, status.serving without the versions that drain
+// ("v1=90 v2=10[canary]").
+func checkSplit(p *platform, name, traffic, serving string) resource.TestCheckFunc {
+	return func(*terraform.State) error {
+		code, body, err := p.call(http.MethodGet, "/v1/tenants/demo/functions/"+name, p.demo, "")
+		if err != nil || code != 200 {
+			return fmt.Errorf("GET function %s: %d %s %v", name, code, body, err)
+		}
+		var f slessclient.Function
+		if err := json.Unmarshal([]byte(body), &f); err != nil {
+			return err
+		}
+		got, _ := json.Marshal(f.Traffic)
+		var split []string
+		for _, s := range deref(f.Status.Serving) {
+			if deref(s.Draining) {
+				continue // a version that left the split finishes its work
+			}
+			e := fmt.Sprintf("v%d=%d", s.Version, s.Percent)
+			if s.Tags != nil {
+				e += "[" + strings.Join(*s.Tags, ",") + "]"
+			}
+			if !s.Ready {
+				e += "(not ready)"
+			}
+			split = append(split, e)
+		}
+		if string(got) != traffic || strings.Join(split, " ") != serving {
+			return fmt.Errorf("function %s: traffic %s serving %q, want %s and %q", name, got, strings.Join(split, " "), traffic, serving)
+		}
+		return nil
+	}
+}
+
+func deref[T any](p *T) T {
+	var v T
+	if p != nil {
+		v = *p
+	}
+	return v
 }
 
 func pyHandler(version string) string {
@@ -171,6 +241,81 @@ func testFunctionLifecycle(t *testing.T, p *platform) {
 				),
 			},
 			{
+				// A split over v1 and v2 (latest), with a tag: the apply
+				// ends once the platform serves it, and both versions read.
+				Config: trafficConfig(p, name, dir, splitOK),
+				Check: resource.ComposeAggregateTestCheckFunc(
+					resource.TestCheckResourceAttr("sless_function.f", "traffic.#", "2"),
+					resource.TestCheckResourceAttr("sless_function.f", "traffic.0.version", "1"),
+					resource.TestCheckResourceAttr("sless_function.f", "traffic.0.percent", "90"),
+					resource.TestCheckResourceAttr("sless_function.f", "traffic.1.latest", "true"),
+					resource.TestCheckResourceAttr("sless_function.f", "traffic.1.tag", "canary"),
+					resource.TestCheckResourceAttr("sless_function.f", "latest_version", "2"),
+					checkSplit(p, name, `[{"percent":90,"version":1},{"latest":true,"percent":10,"tag":"canary"}]`, "v1=90 v2=10[canary]"),
+					resource.TestCheckResourceAttr("data.sless_function_version.v1", "number", "1"),
+					resource.TestCheckResourceAttr("data.sless_function_version.v1", "id", "demo/"+name+"/1"),
+					resource.TestCheckResourceAttr("data.sless_function_version.v1", "latest", "false"),
+					resource.TestCheckResourceAttr("data.sless_function_version.v1", "source_sha256", sum1),
+					resource.TestCheckResourceAttr("data.sless_function_version.v1", "runtime", "python3.11"),
+					resource.TestCheckResourceAttr("data.sless_function_version.v1", "memory_mb", "128"),
+					resource.TestCheckResourceAttr("data.sless_function_version.v1", "env.0", "GREETING"),
+					resource.TestCheckResourceAttr("data.sless_function_version.v1", "serving", "true"),
+					resource.TestCheckResourceAttr("data.sless_function_version.v1", "percent", "90"),
+					resource.TestCheckResourceAttr("data.sless_function_version.v1", "ready", "true"),
+					resource.TestCheckResourceAttr("data.sless_function_version.v1", "tags.#", "0"),
+					resource.TestCheckResourceAttrWith("data.sless_function_version.v1", "build_id", func(v string) error {
+						if v != build1 {
+							return fmt.Errorf("version 1's build_id %q, want the first build %q", v, build1)
+						}
+						return nil
+					}),
+					resource.TestCheckResourceAttr("data.sless_function_version.latest", "number", "2"),
+					resource.TestCheckResourceAttr("data.sless_function_version.latest", "latest", "true"),
+					resource.TestCheckResourceAttr("data.sless_function_version.latest", "percent", "10"),
+					resource.TestCheckResourceAttr("data.sless_function_version.latest", "tags.0", "canary"),
+					resource.TestCheckResourceAttrPair("data.sless_function_version.latest", "source_sha256", "sless_function.f", "source_sha256"),
+					resource.TestCheckResourceAttrPair("data.sless_function_version.latest", "build_id", "sless_function.f", "last_build_id"),
+					func(*terraform.State) error {
+						// The tag routes to the version it names.
+						code, body, err := p.call(http.MethodPost, "/v1/tenants/demo/functions/"+name+"@canary/invoke", p.demo, "")
+						if err != nil || code != 200 || !strings.Contains(body, "hello from v2") {
+							return fmt.Errorf("invoke %s@canary: %d %q %v", name, code, body, err)
+						}
+						return nil
+					},
+				),
+			},
+			// Read back, the split plans nothing, and it imports.
+			{Config: trafficConfig(p, name, dir, splitOK), PlanOnly: true},
+			{
+				ResourceName: "sless_function.f", ImportState: true, ImportStateId: "demo/" + name,
+				ImportStateVerify: true, ImportStateVerifyIgnore: []string{"source_dir", "timeouts"},
+			},
+			{
+				// A split the API refuses fails naming the problem, and
+				// changes nothing: the state and the platform keep 90/10.
+				Config:      trafficConfig(p, name, dir, strings.Replace(splitOK, "percent = 90", "percent = 80", 1)),
+				ExpectError: regexp.MustCompile(`(?s)The platform refused the traffic split.*traffic:\s+the\s+percents\s+sum\s+to\s+90,\s+not\s+100`),
+			},
+			{
+				PreConfig: func() {
+					if err := checkSplit(p, name, `[{"percent":90,"version":1},{"latest":true,"percent":10,"tag":"canary"}]`, "v1=90 v2=10[canary]")(nil); err != nil {
+						t.Errorf("after the refused split: %v", err)
+					}
+				},
+				Config: trafficConfig(p, name, dir, splitOK), PlanOnly: true,
+			},
+			{
+				// A split changed outside Terraform shows as drift.
+				PreConfig: func() {
+					code, body, err := p.call(http.MethodPut, "/v1/tenants/demo/functions/"+name+"/traffic", p.demo, `{"traffic":[{"latest":true,"percent":100}]}`)
+					if err != nil || code != 200 {
+						t.Fatalf("PUT traffic: %d %s %v", code, body, err)
+					}
+				},
+				Config: trafficConfig(p, name, dir, splitOK), PlanOnly: true, ExpectNonEmptyPlan: true,
+			},
+			{
 				// Back to a digest built before: no build runs again (the
 				// builder answers from its record), so v1 serves at once.
 				PreConfig: func() { writeFiles(t, dir, map[string]string{"main.py": pyHandler("v1")}); back = time.Now() },
@@ -189,6 +334,10 @@ func testFunctionLifecycle(t *testing.T, p *platform) {
 					// The template is version 1's again: version 1 is latest,
 					// and no version is published.
 					resource.TestCheckResourceAttr("sless_function.f", "latest_version", "1"),
+					// Without a traffic list the split is the platform's
+					// default again.
+					resource.TestCheckNoResourceAttr("sless_function.f", "traffic.#"),
+					checkSplit(p, name, "null", "v1=100"),
 					checkInvoke(p, name, "hello from v1"),
 					func(*terraform.State) error {
 						t.Logf("going back to a built digest: the apply took %s", time.Since(back).Round(time.Millisecond))

@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"net/http"
+	"strings"
 	"time"
 
 	"github.com/hashicorp/terraform-plugin-log/tflog"
@@ -139,6 +140,34 @@ func (c *client) buildLog(ctx context.Context, tenant, name, id string) (string,
 		return "", fmt.Errorf("read the log of build %s: %w", id, err)
 	}
 	return string(r.Body), nil // text/plain: the document gives it no model
+}
+
+// setTraffic sets the function's split (PUT .../traffic).
+func (c *client) setTraffic(ctx context.Context, tenant, name string, traffic []slessclient.TrafficTarget) error {
+	if _, err := slessclient.Do(c.api.SetTrafficWithResponse(ctx, tenant, name, slessclient.TrafficInput{Traffic: &traffic})); err != nil {
+		return fmt.Errorf("set the traffic of function %s/%s: %w", tenant, name, err)
+	}
+	return nil
+}
+
+// resetTraffic gives the function the platform's default split (100 %
+// latest): a merge patch of an empty traffic list (PUT .../traffic takes
+// one entry at least, and a function PUT without traffic keeps it).
+func (c *client) resetTraffic(ctx context.Context, tenant, name string) error {
+	_, err := slessclient.Do(c.api.PatchFunctionWithBodyWithResponse(ctx, tenant, name, nil, "application/merge-patch+json", strings.NewReader(`{"traffic":[]}`)))
+	if err != nil {
+		return fmt.Errorf("reset the traffic of function %s/%s: %w", tenant, name, err)
+	}
+	return nil
+}
+
+func (c *client) getVersion(ctx context.Context, tenant, name string, n int64) (*slessclient.Version, error) {
+	what := fmt.Sprintf("read version %d of function %s/%s", n, tenant, name)
+	r, err := slessclient.Do(c.api.GetVersionWithResponse(ctx, tenant, name, n))
+	if err != nil {
+		return nil, fmt.Errorf("%s: %w", what, err)
+	}
+	return object(what, r.StatusCode(), r.JSON200)
 }
 
 func (c *client) getTrigger(ctx context.Context, tenant, name string) (*slessclient.Trigger, error) {

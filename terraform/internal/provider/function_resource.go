@@ -70,6 +70,7 @@ type functionModel struct {
 	Phase             types.String   `tfsdk:"phase"`
 	LastBuildID       types.String   `tfsdk:"last_build_id"`
 	LatestVersion     types.Int64    `tfsdk:"latest_version"`
+	Traffic           types.List     `tfsdk:"traffic"`
 	Timeouts          timeouts.Value `tfsdk:"timeouts"`
 }
 
@@ -161,6 +162,7 @@ func (r *functionResource) Schema(ctx context.Context, _ resource.SchemaRequest,
 			"latest_version": schema.Int64Attribute{
 				Computed: true, Description: "The newest published version (null before the first build): each successful build of changed code or settings publishes the next; traffic defaults to it.",
 			},
+			"traffic":  trafficAttribute(),
 			"timeouts": timeouts.Attributes(ctx, timeouts.Opts{Create: true, Update: true, Delete: true}),
 		},
 	}
@@ -168,6 +170,9 @@ func (r *functionResource) Schema(ctx context.Context, _ resource.SchemaRequest,
 
 func (r *functionResource) ValidateConfig(ctx context.Context, req resource.ValidateConfigRequest, resp *resource.ValidateConfigResponse) {
 	var dir, zip types.String
+	var traffic types.List
+	resp.Diagnostics.Append(req.Config.GetAttribute(ctx, path.Root("traffic"), &traffic)...)
+	validateTraffic(ctx, traffic, &resp.Diagnostics)
 	resp.Diagnostics.Append(req.Config.GetAttribute(ctx, path.Root("source_dir"), &dir)...)
 	resp.Diagnostics.Append(req.Config.GetAttribute(ctx, path.Root("source_zip"), &zip)...)
 	if !dir.IsNull() && !dir.IsUnknown() {
@@ -384,7 +389,18 @@ func (r *functionResource) Create(ctx context.Context, req resource.CreateReques
 	planned := plan.SourceSHA256
 	plan.fill(f, &resp.Diagnostics)
 	r.upload(ctx, &plan, planned, zip, sum, &resp.Diagnostics)
+	r.traffic(ctx, &plan, types.ListNull(trafficEntryType), &resp.Diagnostics)
 	resp.Diagnostics.Append(resp.State.Set(ctx, &plan)...)
+}
+
+// traffic applies the planned split once the code serves; had is the
+// split the state holds. After a failed upload nothing changed it.
+func (r *functionResource) traffic(ctx context.Context, m *functionModel, had types.List, diags *diag.Diagnostics) {
+	if diags.HasError() {
+		m.Traffic = had
+		return
+	}
+	r.applyTraffic(ctx, m, had, diags)
 }
 
 func (r *functionResource) Update(ctx context.Context, req resource.UpdateRequest, resp *resource.UpdateResponse) {
@@ -439,6 +455,7 @@ func (r *functionResource) Update(ctx context.Context, req resource.UpdateReques
 	planned := plan.SourceSHA256
 	plan.fill(f, &resp.Diagnostics)
 	r.upload(ctx, &plan, planned, zip, sum, &resp.Diagnostics)
+	r.traffic(ctx, &plan, state.Traffic, &resp.Diagnostics)
 	resp.Diagnostics.Append(resp.State.Set(ctx, &plan)...)
 }
 
@@ -566,8 +583,20 @@ func (r *functionResource) Read(ctx context.Context, req resource.ReadRequest, r
 		return
 	}
 	state.fill(f, &resp.Diagnostics)
+	// The split shows (and drifts) once the configuration manages it, or
+	// when an import reads it.
+	imported, d := req.Private.GetKey(ctx, importKey)
+	resp.Diagnostics.Append(d...)
+	if !state.Traffic.IsNull() || len(imported) > 0 {
+		state.Traffic = trafficValue(ctx, state.Traffic, f.Traffic, &resp.Diagnostics)
+	}
+	resp.Diagnostics.Append(resp.Private.SetKey(ctx, importKey, nil)...)
 	resp.Diagnostics.Append(resp.State.Set(ctx, &state)...)
 }
+
+// importKey marks, in the private state, a function just imported: its
+// first read takes the split it has.
+const importKey = "imported"
 
 func (r *functionResource) Delete(ctx context.Context, req resource.DeleteRequest, resp *resource.DeleteResponse) {
 	var state functionModel
@@ -596,6 +625,7 @@ func (r *functionResource) Delete(ctx context.Context, req resource.DeleteReques
 
 func (r *functionResource) ImportState(ctx context.Context, req resource.ImportStateRequest, resp *resource.ImportStateResponse) {
 	importTenantName(ctx, req, resp)
+	resp.Diagnostics.Append(resp.Private.SetKey(ctx, importKey, []byte("true"))...)
 }
 
 // runtimeNames are the runtimes a function may name: the API's.

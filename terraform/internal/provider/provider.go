@@ -112,7 +112,7 @@ func (p *slessProvider) Resources(context.Context) []func() resource.Resource {
 }
 
 func (p *slessProvider) DataSources(context.Context) []func() datasource.DataSource {
-	return []func() datasource.DataSource{newFunctionDataSource, newTenantDataSource}
+	return []func() datasource.DataSource{newFunctionDataSource, newFunctionVersionDataSource, newTenantDataSource}
 }
 
 // Address is the provider's registry address: `source = "kube5s/sless"` in

@@ -53,9 +53,42 @@ resource "sless_function" "f" {
   entrypoint = "main.handler"
   source_dir = "` + dir + `"
 }`, `python3\.11`},
+		{"a traffic entry names a version or latest, not both", `
+resource "sless_function" "f" {
+  name       = "f"
+  runtime    = "python3.11"
+  entrypoint = "main.handler"
+  source_dir = "` + dir + `"
+  traffic = [{ version = 1, latest = true, percent = 100 }]
+}`, `traffic\[0\] names both version 1 and latest`},
+		{"a traffic entry names a version or latest", `
+resource "sless_function" "f" {
+  name       = "f"
+  runtime    = "python3.11"
+  entrypoint = "main.handler"
+  source_dir = "` + dir + `"
+  traffic = [{ version = 1, percent = 90 }, { latest = false, percent = 10 }]
+}`, `traffic\[1\] names neither a version nor latest`},
+		{"a traffic percent is 0..100", `
+resource "sless_function" "f" {
+  name       = "f"
+  runtime    = "python3.11"
+  entrypoint = "main.handler"
+  source_dir = "` + dir + `"
+  traffic = [{ latest = true, percent = 101 }]
+}`, `(?s)percent.*between 0 and 100`},
+		{"traffic is omitted, not empty", `
+resource "sless_function" "f" {
+  name       = "f"
+  runtime    = "python3.11"
+  entrypoint = "main.handler"
+  source_dir = "` + dir + `"
+  traffic = []
+}`, `(?s)traffic.*at least 1`},
 	}
-	// The same provider plans a valid function (the refusals above are not
-	// a provider that refuses everything).
+	// The same provider plans a valid function and split (the refusals
+	// above are not a provider that refuses everything; the sum and the
+	// versions are the API's to judge, at apply).
 	resource.UnitTest(t, resource.TestCase{
 		ProtoV6ProviderFactories: factories(),
 		Steps: []resource.TestStep{{
@@ -65,6 +98,10 @@ resource "sless_function" "f" {
   runtime    = "python3.11"
   entrypoint = "main.handler"
   source_dir = "` + dir + `"
+  traffic = [
+    { version = 1, latest = false, percent = 90, tag = "stable" },
+    { latest = true, percent = 10 },
+  ]
 }`, PlanOnly: true, ExpectNonEmptyPlan: true,
 		}},
 	})

@@ -2,11 +2,17 @@ package provider
 
 import (
 	"encoding/json"
+	"errors"
+	"fmt"
+	"strings"
 	"testing"
 
 	"github.com/hashicorp/terraform-plugin-framework/attr"
 	"github.com/hashicorp/terraform-plugin-framework/diag"
+	"github.com/hashicorp/terraform-plugin-framework/path"
 	"github.com/hashicorp/terraform-plugin-framework/types"
+
+	slessclient "github.com/kube5s/sless/pkg/client"
 )
 
 // TestRequestBodies pins what the models send as pkg/client's types: the
@@ -100,5 +106,104 @@ func TestJSONValue(t *testing.T) {
 	}
 	if diags.HasError() {
 		t.Fatal(diags)
+	}
+}
+
+// TestTrafficBody pins the traffic a configuration sends (PUT .../traffic)
+// and reads back: the entries in order, latest and tag only when set; a
+// read that says the same split keeps the configured value (latest =
+// false plans nothing), one that differs is the API's (drift), and none
+// is null (the platform's default).
+func TestTrafficBody(t *testing.T) {
+	ctx := t.Context()
+	var diags diag.Diagnostics
+	entry := func(version, latest, percent, tag attr.Value) attr.Value {
+		return types.ObjectValueMust(trafficEntryType.AttrTypes, map[string]attr.Value{"version": version, "latest": latest, "percent": percent, "tag": tag})
+	}
+	configured := types.ListValueMust(trafficEntryType, []attr.Value{
+		entry(types.Int64Value(1), types.BoolValue(false), types.Int64Value(90), types.StringNull()),
+		entry(types.Int64Null(), types.BoolValue(true), types.Int64Value(10), types.StringValue("canary")),
+	})
+	body, err := json.Marshal(slessclientTrafficInput(trafficTargets(ctx, configured, &diags)))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if want := `{"traffic":[{"percent":90,"version":1},{"latest":true,"percent":10,"tag":"canary"}]}`; string(body) != want {
+		t.Errorf("body:\n got %s\nwant %s", body, want)
+	}
+	var api []slessclient.TrafficTarget
+	if err := json.Unmarshal([]byte(`[{"version":1,"percent":90},{"latest":true,"percent":10,"tag":"canary"}]`), &api); err != nil {
+		t.Fatal(err)
+	}
+	if got := trafficValue(ctx, configured, &api, &diags); !got.Equal(configured) {
+		t.Errorf("the same split read back: got %s, want the configured %s", got, configured)
+	}
+	api[0].Percent, api[1].Percent = 100, 0 // `sless rollback --to 1` by hand
+	drift := types.ListValueMust(trafficEntryType, []attr.Value{
+		entry(types.Int64Value(1), types.BoolNull(), types.Int64Value(100), types.StringNull()),
+		entry(types.Int64Null(), types.BoolValue(true), types.Int64Value(0), types.StringValue("canary")),
+	})
+	if got := trafficValue(ctx, configured, &api, &diags); !got.Equal(drift) {
+		t.Errorf("a changed split read back: got %s, want %s", got, drift)
+	}
+	if got := trafficValue(ctx, configured, nil, &diags); !got.IsNull() {
+		t.Errorf("no split read back: got %s, want null", got)
+	}
+	// What an apply does: nothing for the same split, the list for another,
+	// a reset when the configuration dropped it.
+	if put, reset := trafficChange(ctx, configured, drift, &diags); len(put) != 2 || reset {
+		t.Errorf("changed split: put %v reset %v, want the 2 entries", put, reset)
+	}
+	if put, reset := trafficChange(ctx, configured, configured, &diags); put != nil || reset {
+		t.Errorf("same split: put %v reset %v, want nothing", put, reset)
+	}
+	if put, reset := trafficChange(ctx, types.ListNull(trafficEntryType), configured, &diags); put != nil || !reset {
+		t.Errorf("dropped split: put %v reset %v, want a reset", put, reset)
+	}
+	if put, reset := trafficChange(ctx, types.ListNull(trafficEntryType), types.ListNull(trafficEntryType), &diags); put != nil || reset {
+		t.Errorf("no split: put %v reset %v, want nothing", put, reset)
+	}
+	if diags.HasError() {
+		t.Fatal(diags)
+	}
+}
+
+func slessclientTrafficInput(ts []slessclient.TrafficTarget) slessclient.TrafficInput {
+	return slessclient.TrafficInput{Traffic: &ts}
+}
+
+// TestTrafficProblem: the API's 422 of a split becomes a diagnostic on the
+// entry it names (as docs/versions.md shows the answers); another error
+// stays one diagnostic.
+func TestTrafficProblem(t *testing.T) {
+	cases := []struct {
+		location, message string
+		want              path.Path
+		detail            string
+	}{
+		{"body.traffic[1]", "version 9 does not exist", path.Root("traffic").AtListIndex(1), "traffic[1]: version 9 does not exist"},
+		{"body.traffic", "the percents sum to 90, not 100", path.Root("traffic"), "traffic: the percents sum to 90, not 100"},
+		{"body.traffic[0].tag", "expected string to match pattern", path.Root("traffic").AtListIndex(0).AtName("tag"), "traffic[0].tag: expected string to match pattern"},
+	}
+	for _, c := range cases {
+		var diags diag.Diagnostics
+		p := &slessclient.Problem{Status: 422, Title: "Unprocessable Entity", Errors: []slessclient.ProblemItem{{Location: c.location, Message: c.message}}}
+		trafficProblem(fmt.Errorf("set the traffic of function demo/f: %w", p), &diags)
+		if len(diags) != 1 {
+			t.Fatalf("%s: %d diagnostics, want 1: %v", c.location, len(diags), diags)
+		}
+		d, ok := diags[0].(diag.DiagnosticWithPath)
+		if !ok || !d.Path().Equal(c.want) {
+			t.Errorf("%s: diagnostic %v is not on %s", c.location, diags[0], c.want)
+			continue
+		}
+		if !strings.HasPrefix(d.Detail(), c.detail) {
+			t.Errorf("%s: detail %q, want it to start with %q", c.location, d.Detail(), c.detail)
+		}
+	}
+	var diags diag.Diagnostics
+	trafficProblem(errors.New("connection refused"), &diags)
+	if len(diags) != 1 || !strings.Contains(diags[0].Detail(), "connection refused") {
+		t.Errorf("a transport error: %v", diags)
 	}
 }
