@@ -112,6 +112,9 @@ func (s *Service) LoadReports(ctx context.Context, mq *rabbit.Client, watch cach
 		return reporter.Run(ctx)
 	})
 	waker := &wake.Waker{Functions: watch, Load: load}
+	s.Registry.MustRegister(prometheus.NewGaugeFunc(prometheus.GaugeOpts{Name: "sless_buffered_requests",
+		Help: "Calls this replica holds while their function version wakes from zero (package wake)."},
+		func() float64 { return float64(waker.Waiting()) }))
 	s.Go(func(ctx context.Context) error {
 		<-ctx.Done()
 		waker.Close()

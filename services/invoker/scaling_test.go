@@ -126,6 +126,9 @@ func TestAQueuedCallWaitsForItsVersionToWake(t *testing.T) {
 	if n := counter.of("inv-sleepy"); n != 0 {
 		t.Fatalf("the function ran %d times while its version was at zero", n)
 	}
+	if n := metric(t, w.env["SLESS_OPS_ADDR"], "sless_buffered_requests"); n != 1 {
+		t.Errorf("sless_buffered_requests is %v while the call waits, want 1", n)
+	}
 	var count int
 	if err := w.db.QueryRow(t.Context(), `SELECT count(*) FROM invocations WHERE id = $1`, "inv-sleepy").Scan(&count); err != nil || count != 0 {
 		t.Fatalf("a record before the call ran: %d, %v", count, err)
@@ -135,6 +138,9 @@ func TestAQueuedCallWaitsForItsVersionToWake(t *testing.T) {
 	r := w.record(t, "inv-sleepy", 30*time.Second)
 	if r.status != "succeeded" || r.attempts != 1 || counter.of("inv-sleepy") != 1 {
 		t.Errorf("after the wake: record %+v, %d calls; want one succeeded attempt", r, counter.of("inv-sleepy"))
+	}
+	if n := metric(t, w.env["SLESS_OPS_ADDR"], "sless_buffered_requests"); n != 0 {
+		t.Errorf("sless_buffered_requests is %v after the wake, want 0", n)
 	}
 }
 
