@@ -41,22 +41,12 @@ func (p *platform) atZero(t testing.TB, tok, path string) (bool, string) {
 
 // records reads every invocation record of fn: id -> status.
 func records(ctx context.Context, c *client.ClientWithResponses, tenant, fn string) (map[string]string, error) {
+	all, err := client.Invocations(ctx, c, tenant, fn)
 	out := map[string]string{}
-	var cursor *string
-	for {
-		page, err := client.Do(c.ListInvocationsWithResponse(ctx, tenant, &client.ListInvocationsParams{
-			Function: ptr(fn), Limit: ptr(int64(500)), Cursor: cursor}))
-		if err != nil {
-			return out, err
-		}
-		for _, r := range *page.JSON200.Items {
-			out[r.Id] = string(r.Status)
-		}
-		if page.JSON200.NextCursor == nil || *page.JSON200.NextCursor == "" {
-			return out, nil
-		}
-		cursor = page.JSON200.NextCursor
+	for _, r := range all {
+		out[r.Id] = string(r.Status)
 	}
+	return out, err
 }
 
 // TestScaleToZeroAndWake runs scale to zero in the local profile through

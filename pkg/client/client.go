@@ -183,3 +183,24 @@ func Decode(resp *http.Response, err error, out any) ([]byte, error) {
 	}
 	return b, nil
 }
+
+// Invocations reads every invocation record of function fn of tenant,
+// page by page (500 a page), newest first.
+func Invocations(ctx context.Context, c *ClientWithResponses, tenant, fn string) ([]Invocation, error) {
+	var out []Invocation
+	limit := int64(500)
+	var cursor *string
+	for {
+		page, err := Do(c.ListInvocationsWithResponse(ctx, tenant, &ListInvocationsParams{Function: &fn, Limit: &limit, Cursor: cursor}))
+		if err != nil {
+			return out, err
+		}
+		if page.JSON200.Items != nil {
+			out = append(out, *page.JSON200.Items...)
+		}
+		if page.JSON200.NextCursor == nil || *page.JSON200.NextCursor == "" {
+			return out, nil
+		}
+		cursor = page.JSON200.NextCursor
+	}
+}
