@@ -46,7 +46,8 @@ const (
 // chart's NOTES are run, the ops ports are checked unreachable from node
 // ports, and, through the gateway's NodePort, as a user: a tenant, a
 // Python and a Node function built in the cluster (deps step, then
-// assemble and push), invoked; then helm test, and helm uninstall keeping
+// assemble and push), invoked; two versions of a function answering a
+// 90/10 split; then helm test, and helm uninstall keeping
 // the CRDs and the tenants' objects.
 func TestHelmInstall(t *testing.T) {
 	testenv.SteadyServers(t)
@@ -171,6 +172,10 @@ func TestHelmInstall(t *testing.T) {
 	// A timeout long enough for a pod to start: a call waits for its
 	// version to wake at most that long (checkZero).
 	a.deploy(ctx, t, cs, fnSpec{"hello-node", sless.FunctionInputRuntimeNodejs20, "index.handler", map[string]string{"index.js": nodeHandler}, 30})
+	// Versions: two uploads, a 90/10 split over 2,000 calls back to back
+	// (a tenant of its own, over the default rate of 100 a second), then
+	// the function deleted with its versions' Deployments.
+	checkSplit(ctx, t, cs, newTenant(ctx, t, base, admin, testenv.Name("helmv"), &sless.TenantQuotas{InvocationsPerSecond: ptrTo(int32(100000))}))
 
 	// 6. A timeout in a function pod answers 504, and the pod keeps serving.
 	if status, body := post(t, fnURL+"/invoke", tok, `{"spin":true}`); status != 504 {
