@@ -25,6 +25,7 @@ const (
 	ReasonQuota          Reason = "QuotaPods"      // lowered to what the tenant's pods quota allows
 	ReasonPreWarm        Reason = "PreWarm"        // a floor for a cron fire that is about to run
 	ReasonSchedule       Reason = "Schedule"       // a floor from a schedule
+	ReasonIncoming       Reason = "Incoming"       // a floor while a version that is to get traffic starts, before the flip
 )
 
 // Defaults of the scaling settings.

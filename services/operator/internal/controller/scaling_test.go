@@ -264,3 +264,47 @@ func TestACronTriggerPreWarmsAVersionAtZero(t *testing.T) {
 	}
 	h.eventuallyShow(t, "zero again once the trigger is deleted", is(0, autoscale.ReasonZero), show)
 }
+
+// TestARollbackToAStoppedVersionStartsIt: version 1 of a function at
+// minReplicas 0 stops after its drain once version 2 takes the traffic. A
+// rollback to it (spec.traffic 100 % on 1) starts it with the reason
+// Incoming before the flip, since no call can reach it to wake it while
+// version 2 serves, and the split flips once it is ready. Before the fix,
+// the scaler kept the stopped version at zero and the flip waited forever.
+func TestARollbackToAStoppedVersionStartsIt(t *testing.T) {
+	h := newHarness(t)
+	_, ns := h.tenant(t)
+	fn := h.function(t, ns, "back", func(f *slessv1.Function) {
+		withImage(f)
+		f.Spec.Scaling = &slessv1.Scaling{MinReplicas: 0, MaxReplicas: 1, ScaleDownDelaySeconds: 1}
+	})
+	h.publishedAs(t, fn, 1)
+	h.markVersionAvailable(t, ns, "back", 1)
+	h.waitReady(t, fn)
+	h.update(t, fn, func(f *slessv1.Function) { f.Spec.TimeoutSec = 60 })
+	h.publishedAs(t, fn, 2)
+	h.markVersionAvailable(t, ns, "back", 2)
+	show := func() string { h.get(t, fn); return functionStatus(fn) }
+	h.eventuallyShow(t, "version 1 stopped after its drain", func() bool {
+		h.get(t, fn)
+		return servingEntry(fn, 1) == nil && servingEntry(fn, 2) != nil && servingEntry(fn, 2).Percent == 100
+	}, show)
+
+	h.update(t, fn, func(f *slessv1.Function) { f.Spec.Traffic = []slessv1.TrafficTarget{{Version: 1, Percent: 100}} })
+	replicas := func() int32 {
+		var d appsv1.Deployment
+		if err := h.c.Get(t.Context(), client.ObjectKey{Namespace: ns, Name: resources.VersionWorkloadName("back", 1)}, &d); err != nil {
+			return -1
+		}
+		return *d.Spec.Replicas
+	}
+	h.eventuallyShow(t, "version 1 started for the rollback", func() bool { return replicas() == 1 }, func() string {
+		return fmt.Sprintf("deployment replicas %d; %s", replicas(), show())
+	})
+	h.markVersionAvailable(t, ns, "back", 1)
+	h.eventuallyShow(t, "the rollback flipped to version 1", func() bool {
+		h.get(t, fn)
+		e := servingEntry(fn, 1)
+		return e != nil && e.Percent == 100 && e.Ready
+	}, show)
+}

@@ -289,6 +289,13 @@ func (r *FunctionReconciler) run(ctx context.Context, fn *slessv1.Function, vers
 			// share of its untagged traffic serve it.
 			set = set.WithFloor(1, autoscale.ReasonPreWarm)
 		}
+		if _, serves := recorded[n]; !serves && desired[n] != nil && desired[n].Percent > 0 {
+			// A version that is to get traffic and serves nothing yet (a
+			// rollback to one that stopped after its drain) starts before
+			// the flip: the flip waits for it, and no call can reach it to
+			// wake it until then. Once it serves, the scaler alone decides.
+			set = set.WithFloor(1, autoscale.ReasonIncoming)
+		}
 		d := r.Scaler.Replicas(key, set, rec.ReadyReplicas, rec.DesiredReplicas,
 			rec.DesiredReplicas == 0 && rec.ScalingReason == string(autoscale.ReasonZero))
 		decisions[n] = d
