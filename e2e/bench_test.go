@@ -9,6 +9,7 @@ import (
 	"os/exec"
 	"path/filepath"
 	"strconv"
+	"strings"
 	"syscall"
 	"testing"
 	"time"
@@ -132,6 +133,78 @@ func BenchmarkRollback(b *testing.B) {
 			if _, err := loadgen.Record(r); err != nil {
 				b.Error(err)
 			}
+		}
+		rollbackFromZero(b, p, tok, tenant, fn)
+	}
+}
+
+// rollbackFromZero measures rollbacks to a version that no longer runs
+// (v1 drained and stopped once v2 took all the traffic, min_replicas 0):
+// from the rollback call to the first 200 of v1, against a bare spawn of
+// the same runtime polled until its first 200, in ABBA rounds; the
+// from-zero budget of ARCHITECTURE 10 applies (p50 at most 1.25x, p99 at
+// most 2x).
+func rollbackFromZero(b *testing.B, p *platform, tok, tenant, fn string) {
+	path := "/v1/tenants/" + tenant + "/functions/" + fn
+	p.json(b, "PATCH", path, tok, map[string]any{"min_replicas": 0, "scale_down_delay_seconds": 1}, 200)
+	runtimes, err := filepath.Abs(filepath.Join("..", "runtimes"))
+	if err != nil {
+		b.Fatal(err)
+	}
+	bare := func() loadgen.Result {
+		var r loadgen.Result
+		for range wakesPerSide {
+			d := bareSpawn(b, runtimes)
+			r.Requests++
+			r.Duration += d
+			r.Latencies = append(r.Latencies, d)
+		}
+		return r
+	}
+	rollback := func() loadgen.Result {
+		var r loadgen.Result
+		for range wakesPerSide {
+			p.json(b, "PUT", path+"/traffic", tok, map[string]any{"traffic": []map[string]any{{"latest": true, "percent": 100}}}, 200)
+			testenv.Eventually(b, 2*time.Minute, "v1 stopped after its drain", func() (bool, string) {
+				s := p.serving(b, tok, path)
+				for _, e := range strings.Split(s, ",") {
+					if strings.HasPrefix(e, "1:") {
+						return false, s
+					}
+				}
+				return true, s
+			})
+			start := time.Now()
+			if r := p.do(b, "POST", path+"/rollback", tok, "application/json", []byte(`{"to":1}`), "Prefer", "wait"); r.status != 200 {
+				b.Fatalf("rollback to 1 at zero: %s", r)
+			}
+			a := call(p.base, tok, tenant, fn)
+			if a.status != 200 || a.header != "1" {
+				b.Fatalf("the first call after a rollback to v1 at zero: %d, version %q %s %s", a.status, a.header, a.body, a.transportFail)
+			}
+			d := a.at.Sub(start)
+			r.Requests++
+			r.Duration += d
+			r.Latencies = append(r.Latencies, d)
+		}
+		return r
+	}
+	var p50s, p99s []float64
+	for i := range loadgen.Rounds(3) {
+		r := loadgen.ABBA(i, bare, rollback)
+		bs, rs := loadgen.Merge(r[0], loadgen.Result{}), loadgen.Merge(r[1], loadgen.Result{})
+		p50 := float64(rs.Percentile(50)) / float64(bs.Percentile(50))
+		p99 := float64(rs.Percentile(99)) / float64(bs.Percentile(99))
+		p50s, p99s = append(p50s, p50), append(p99s, p99)
+		fmt.Printf("rollback to a version at zero round %d  bare spawn p50 %4dms p99 %4dms  rollback p50 %4dms p99 %4dms  ratios %.2f %.2f\n", i+1,
+			bs.Percentile(50).Milliseconds(), bs.Percentile(99).Milliseconds(), rs.Percentile(50).Milliseconds(), rs.Percentile(99).Milliseconds(), p50, p99)
+	}
+	for _, r := range []loadgen.Ratio{
+		{Name: "rollback to a version at zero p50: rollback to first 200 / bare spawn", Unit: "x", Rounds: p50s, Budget: 1.25, AtMost: true},
+		{Name: "rollback to a version at zero p99: rollback to first 200 / bare spawn", Unit: "x", Rounds: p99s, Budget: 2, AtMost: true},
+	} {
+		if _, err := loadgen.Record(r); err != nil {
+			b.Error(err)
 		}
 	}
 }

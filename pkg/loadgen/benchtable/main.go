@@ -33,6 +33,8 @@ var expected = []string{
 	"wake from zero p99: platform / bare spawn",
 	"rollback, target warm: rollback to first 200 of it, p50",
 	"rollback, target warm: rollback to first 200 of it, max",
+	"rollback to a version at zero p50: rollback to first 200 / bare spawn",
+	"rollback to a version at zero p99: rollback to first 200 / bare spawn",
 }
 
 func main() {
