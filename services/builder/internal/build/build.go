@@ -20,6 +20,7 @@ const (
 	ReasonBuildJobFailed    = "BuildJobFailed"
 	ReasonBuildDeadline     = "BuildDeadlineExceeded"
 	ReasonInternal          = "InternalError"
+	ReasonCancelled         = "Cancelled" // the function was deleted while it built
 )
 
 // Fail is a build failure a user can act on. It is an *archive.Error, so

@@ -160,7 +160,13 @@ func (s *Service) Handle(ctx context.Context, d *amqp.Delivery) error {
 	if res.Result == msg.BuildFailed {
 		span.SetStatus(codes.Error, res.Reason)
 	}
-	if err := s.Store.Finish(ctx, req.BuildID, s.Owner, res); err != nil {
+	if err := s.Store.Finish(ctx, req.BuildID, s.Owner, res); errors.Is(err, store.ErrLeaseLost) {
+		// Another replica took the build over and reports it, or the
+		// operator failed it after the lease ran out (its function is
+		// being deleted). What this run made is nobody's now.
+		log.Warn("build finished after its lease was lost; its result is not recorded", "image", res.Image, "artifact", res.Artifact)
+		return nil
+	} else if err != nil {
 		return err
 	}
 	if err := s.Publisher.PublishMessage(ctx, res); err != nil {
@@ -204,14 +210,18 @@ func (s *Service) build(ctx context.Context, req *msg.BuildRequested, logKey str
 	fmt.Fprintf(blog, "build %s of %s/%s (%s, entrypoint %s, source %s) with the %s driver\n",
 		req.BuildID, req.Tenant, req.Function, req.Runtime, req.Entrypoint, req.SourceSHA256, s.Driver.Name())
 
-	bctx, cancel := context.WithCancel(ctx)
-	defer cancel()
+	bctx, cancel := context.WithCancelCause(ctx)
+	defer cancel(nil)
 	go s.heartbeat(bctx, cancel, req.BuildID, log)
 
 	art, err := s.run(bctx, req, blog)
 	res.FinishedAt = time.Now().UTC()
 	var be *archive.Error
 	switch {
+	case err != nil && errors.Is(context.Cause(bctx), store.ErrCancelled):
+		res.Result, res.Reason, res.Message = msg.BuildFailed, build.ReasonCancelled, store.ErrCancelled.Error()
+		fmt.Fprintf(blog, "build stopped: %v\n", store.ErrCancelled)
+		s.Metrics.builds.WithLabelValues("failed", build.ReasonCancelled).Inc()
 	case err == nil:
 		res.Result, res.Artifact, res.Image = msg.BuildSucceeded, art.Dir, art.Image
 		fmt.Fprintf(blog, "build succeeded in %s\n", res.FinishedAt.Sub(res.StartedAt).Round(time.Millisecond))
@@ -257,9 +267,10 @@ func (s *Service) run(ctx context.Context, req *msg.BuildRequested, blog io.Writ
 	return s.Driver.Build(ctx, job)
 }
 
-// heartbeat renews the lease; when it is lost, the build is cancelled,
-// since another replica may already have taken it over.
-func (s *Service) heartbeat(ctx context.Context, cancel context.CancelFunc, id string, log *slog.Logger) {
+// heartbeat renews the lease; when it is lost (another replica may
+// already have taken the build over) or the operator cancelled the build
+// (store.ErrCancelled), the build is stopped.
+func (s *Service) heartbeat(ctx context.Context, cancel context.CancelCauseFunc, id string, log *slog.Logger) {
 	t := time.NewTicker(s.Lease / 3)
 	defer t.Stop()
 	for {
@@ -268,8 +279,8 @@ func (s *Service) heartbeat(ctx context.Context, cancel context.CancelFunc, id s
 			return
 		case <-t.C:
 			if err := s.Store.Renew(ctx, id, s.Owner, s.Lease); err != nil && ctx.Err() == nil {
-				log.Warn("build lease lost; stopping", "err", err)
-				cancel()
+				log.Warn("stopping the build", "err", err)
+				cancel(err)
 				return
 			}
 		}

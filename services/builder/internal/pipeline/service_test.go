@@ -1,6 +1,7 @@
 package pipeline_test
 
 import (
+	"context"
 	"fmt"
 	"io"
 	"os"
@@ -131,5 +132,48 @@ func TestBadArchiveReportsItsReason(t *testing.T) {
 	rec, _ := e.Svc.Store.Get(t.Context(), req.BuildID)
 	if rec.State != store.StateFailed || rec.Reason != archive.ReasonUnsafePath {
 		t.Errorf("record = %+v", rec)
+	}
+}
+
+// building is a build driver whose build runs until it is stopped, so that
+// a test can act while a build runs.
+type building struct{ started chan struct{} }
+
+func (building) Name() string { return "building" }
+
+func (d building) Build(ctx context.Context, _ *build.Job) (build.Artifact, error) {
+	close(d.started)
+	<-ctx.Done()
+	return build.Artifact{}, ctx.Err()
+}
+
+func TestACancelledBuildStopsAndRecordsItsEnd(t *testing.T) {
+	// The operator deleting a function sets cancelled_at on its running
+	// builds and waits for each to record its end (and with it any image
+	// it pushed) before it removes the function's images and rows. Before,
+	// the lease renewal did not look at it: the build ran on, and what it
+	// pushed after the function's cleanup stayed in the registry.
+	d := building{started: make(chan struct{})}
+	e := buildtest.NewEnv(t, d)
+	req := e.Request(t, "deleted-while-building", "python3.11", "main.handler",
+		buildtest.Zip(t, buildtest.Entry{Name: "main.py", Body: "def handler(e, c):\n    return 'ok'\n"}))
+	select {
+	case <-d.started:
+	case <-time.After(time.Minute):
+		t.Fatal("the build did not start")
+	}
+	// The operator's part (tenantdata.StopBuilds) on a build with a live lease.
+	if _, err := e.Svc.Store.DB.Exec(t.Context(), `UPDATE builds SET cancelled_at = now() WHERE id = $1 AND state = 'running'`, req.BuildID); err != nil {
+		t.Fatal(err)
+	}
+	if res := e.Result(t, req.BuildID); res.Result != msg.BuildFailed || res.Reason != build.ReasonCancelled {
+		t.Errorf("result %+v, want failed with %s", res, build.ReasonCancelled)
+	}
+	rec, err := e.Svc.Store.Get(t.Context(), req.BuildID)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if rec.State != store.StateFailed || rec.Reason != build.ReasonCancelled || rec.FinishedAt == nil {
+		t.Errorf("build record = %+v, want its end recorded", rec)
 	}
 }

@@ -87,15 +87,26 @@ func (s *Store) Claim(ctx context.Context, r *msg.BuildRequested, driver, logKey
 	}
 }
 
-// Renew extends owner's lease; it fails when the lease was lost.
+// ErrLeaseLost: another replica took the build over, or its row is gone.
+var ErrLeaseLost = errors.New("build lease lost")
+
+// ErrCancelled: the operator asked the build to stop (its function is
+// being deleted). The build ends and Finish still records what it made,
+// which the operator then removes.
+var ErrCancelled = errors.New("build cancelled: its function is being deleted")
+
+// Renew extends owner's lease; it fails with ErrCancelled or ErrLeaseLost.
 func (s *Store) Renew(ctx context.Context, id, owner string, lease time.Duration) error {
-	tag, err := s.DB.Exec(ctx, `UPDATE builds SET lease_until = now() + $3::interval WHERE id = $1 AND owner = $2 AND state = 'running'`,
-		id, owner, lease.String())
-	if err != nil {
+	var cancelled bool
+	err := s.DB.QueryRow(ctx, `UPDATE builds SET lease_until = CASE WHEN cancelled_at IS NULL THEN now() + $3::interval ELSE lease_until END
+		WHERE id = $1 AND owner = $2 AND state = 'running' RETURNING cancelled_at IS NOT NULL`, id, owner, lease.String()).Scan(&cancelled)
+	switch {
+	case errors.Is(err, pgx.ErrNoRows):
+		return ErrLeaseLost
+	case err != nil:
 		return err
-	}
-	if tag.RowsAffected() == 0 {
-		return errors.New("build lease lost")
+	case cancelled:
+		return ErrCancelled
 	}
 	return nil
 }
@@ -107,19 +118,24 @@ func (s *Store) Release(ctx context.Context, id, owner string) error {
 	return err
 }
 
-// Finish records the result of owner's build.
+// Finish records the result of owner's build; ErrLeaseLost when the row
+// is no longer owner's (taken over, or failed by the operator after the
+// lease ran out).
 func (s *Store) Finish(ctx context.Context, id, owner string, res *msg.BuildCompleted) error {
 	state := StateSucceeded
 	if res.Result == msg.BuildFailed {
 		state = StateFailed
 	}
-	_, err := s.DB.Exec(ctx, `UPDATE builds SET state = $3, reason = $4, message = $5, artifact = $6, image = $7,
+	tag, err := s.DB.Exec(ctx, `UPDATE builds SET state = $3, reason = $4, message = $5, artifact = $6, image = $7,
 		finished_at = now(), lease_until = NULL, updated_at = now() WHERE id = $1 AND owner = $2`,
 		// The message quotes the tenant's build output (a compiler error on
 		// their file), which may hold bytes a text column refuses.
 		id, owner, state, nullable(res.Reason), nullable(pgtext.Clean(res.Message)), nullable(res.Artifact), nullable(res.Image))
 	if err != nil {
 		return fmt.Errorf("finish build %s: %w", id, err)
+	}
+	if tag.RowsAffected() == 0 {
+		return fmt.Errorf("finish build %s: %w", id, ErrLeaseLost)
 	}
 	return nil
 }

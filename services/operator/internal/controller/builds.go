@@ -2,6 +2,7 @@ package controller
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"strings"
 	"time"
@@ -137,17 +138,35 @@ func (r *FunctionReconciler) deleteBuildLog(ctx context.Context, tenant, functio
 	return nil
 }
 
+// errBuildsRunning: a Function being deleted has builds that were asked to
+// stop and have not recorded their end yet; the finalizer tries again
+// shortly (buildStopPoll).
+var errBuildsRunning = errors.New("builds of the function are stopping")
+
+// buildStopPoll is how often a deleted Function looks again at builds it
+// asked to stop: they stop at their builder's next lease renewal (a third
+// of SLESS_BUILD_LEASE, 10 s by default) or fail when the lease runs out.
+const buildStopPoll = time.Second
+
 // deleteFunctionData removes, for a Function being deleted, what its
 // builds and invocations left outside its versions and object prefixes:
 // the image or artifact of every build (those that never became a version
 // too), the large results and dead-letter requests of its invocations, and
-// its rows in PostgreSQL (builds, history, dead letters). The rows go last,
-// so that a retry finds what is still to remove.
+// its rows in PostgreSQL (builds, history, dead letters). Builds still
+// running are stopped first, and waited for (errBuildsRunning), so that an
+// image pushed at the last moment is in its row when the rows are read.
+// The rows go last, so that a retry finds what is still to remove.
 func (r *FunctionReconciler) deleteFunctionData(ctx context.Context, fn *slessv1.Function) error {
 	if r.Data == nil {
 		return nil
 	}
 	tenant := tenantns.Named(fn.Namespace)
+	if running, err := r.Data.StopBuilds(ctx, tenant, fn.Name); err != nil {
+		return err
+	} else if running > 0 {
+		r.Events.Eventf(fn, nil, corev1.EventTypeNormal, "WaitingForBuilds", "Delete", "waiting for %d running builds to stop", running)
+		return errBuildsRunning
+	}
 	builds, err := r.Data.Builds(ctx, tenant, fn.Name)
 	if err != nil {
 		return err

@@ -166,6 +166,76 @@ func TestADeletedFunctionLeavesNothingBehind(t *testing.T) {
 	}
 }
 
+// TestADeletedFunctionWaitsForItsRunningBuild: a build runs (a builder
+// holds its lease) when its function is deleted. The operator asks it to
+// stop and waits; the build then records the image it pushed at the last
+// moment, and the function goes only after that image is deleted too.
+// Before, the operator deleted the rows and images it saw at once, and
+// the image the build pushed afterwards stayed in the registry.
+func TestADeletedFunctionWaitsForItsRunningBuild(t *testing.T) {
+	h := newHarness(t)
+	tn, ns := h.tenant(t)
+	fn := h.function(t, ns, "busy", withSource(sha1))
+	h.recordBuild(t, fn, "running-build", sha1, "running", "", time.Now())
+	if _, err := h.db.Exec(t.Context(), `UPDATE builds SET owner = 'builder-0', lease_until = now() + interval '5 minutes' WHERE id = 'running-build'`); err != nil {
+		t.Fatal(err)
+	}
+	if err := h.c.Delete(t.Context(), fn); err != nil {
+		t.Fatal(err)
+	}
+	h.eventually(t, "the running build asked to stop", func() bool {
+		var asked bool
+		err := h.db.QueryRow(t.Context(), `SELECT cancelled_at IS NOT NULL FROM builds WHERE id = 'running-build'`).Scan(&asked)
+		return err == nil && asked
+	})
+	if err := h.c.Get(t.Context(), client.ObjectKeyFromObject(fn), fn); err != nil {
+		t.Fatalf("the function went while its build still ran: %v", err)
+	}
+
+	// The builder's part: the build pushed its image, uploads its log's
+	// end and records its end (pipeline.Service.Handle, store.Finish).
+	img := pushImage(t, tn.Name+"/busy")
+	h.putObject(t, objstore.BuildLogKey(tn.Name, fn.Name, "running-build"))
+	if tag, err := h.db.Exec(t.Context(), `UPDATE builds SET state = 'succeeded', image = $1, finished_at = now(), lease_until = NULL
+		WHERE id = 'running-build' AND owner = 'builder-0'`, img); err != nil || tag.RowsAffected() != 1 {
+		t.Fatalf("the builder could not record its end (%v): the operator took the build from it", err)
+	}
+
+	h.eventually(t, "function gone", func() bool { return apierrors.IsNotFound(h.c.Get(t.Context(), client.ObjectKeyFromObject(fn), fn)) })
+	if inRegistry(t, img) {
+		t.Errorf("image %s, pushed by the build that ran during the delete, survived its function", img)
+	}
+	for _, prefix := range objstore.FunctionPrefixes(tn.Name, "busy") {
+		if n, err := h.store.Count(t.Context(), prefix); err != nil || n != 0 {
+			t.Errorf("%d objects (%v) left under %s", n, err, prefix)
+		}
+	}
+	if ids := h.buildIDs(t, fn); len(ids) != 0 {
+		t.Errorf("build rows left: %v", ids)
+	}
+}
+
+// TestABuildNoBuilderHoldsEndsWithItsFunction: a queued build, and one
+// whose builder died (its lease ran out), do not hold a deleted function:
+// both are failed with reason FunctionDeleted and removed with it.
+func TestABuildNoBuilderHoldsEndsWithItsFunction(t *testing.T) {
+	h := newHarness(t)
+	_, ns := h.tenant(t)
+	fn := h.function(t, ns, "orphaned", withSource(sha1))
+	h.recordBuild(t, fn, "queued-build", sha1, "queued", "", time.Now())
+	h.recordBuild(t, fn, "dead-builder", sha2, "running", "", time.Now())
+	if _, err := h.db.Exec(t.Context(), `UPDATE builds SET owner = 'builder-9', lease_until = now() - interval '1 second' WHERE id = 'dead-builder'`); err != nil {
+		t.Fatal(err)
+	}
+	if err := h.c.Delete(t.Context(), fn); err != nil {
+		t.Fatal(err)
+	}
+	h.eventually(t, "function gone", func() bool { return apierrors.IsNotFound(h.c.Get(t.Context(), client.ObjectKeyFromObject(fn), fn)) })
+	if ids := h.buildIDs(t, fn); len(ids) != 0 {
+		t.Errorf("build rows left: %v", ids)
+	}
+}
+
 // TestTheBuildSweepKeepsTheNewestBuilds: with SLESS_BUILD_RETAIN=1, the
 // sweep removes the finished builds beyond the newest that no version
 // uses: their images (a build that never became a version included),

@@ -56,6 +56,7 @@ type TenantData interface {
 	DeleteTenant(ctx context.Context, tenant string) (map[string]int64, error)
 	DeleteFunction(ctx context.Context, tenant, function string) (map[string]int64, error)
 	Builds(ctx context.Context, tenant, function string) ([]tenantdata.Build, error)
+	StopBuilds(ctx context.Context, tenant, function string) (running int, err error)
 	DeleteBuild(ctx context.Context, id string) error
 	Payloads(ctx context.Context, tenant, function string) ([]string, error)
 }

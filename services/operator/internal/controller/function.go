@@ -2,6 +2,7 @@ package controller
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"sync"
 	"time"
@@ -78,7 +79,9 @@ func (r *FunctionReconciler) Reconcile(ctx context.Context, req ctrl.Request) (r
 		}
 	}
 	if !fn.DeletionTimestamp.IsZero() {
-		if err := r.finalize(ctx, &fn); err != nil {
+		if err := r.finalize(ctx, &fn); errors.Is(err, errBuildsRunning) {
+			return ctrl.Result{RequeueAfter: buildStopPoll}, nil
+		} else if err != nil {
 			return requeueIfStale(ctx, err)
 		}
 		return ctrl.Result{}, nil

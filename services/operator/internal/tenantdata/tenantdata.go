@@ -160,6 +160,48 @@ func (s *Store) Builds(ctx context.Context, tenant, function string) ([]Build, e
 	return out, nil
 }
 
+// liveBuild is true of a build row a builder holds: running on a lease
+// that has not run out.
+const liveBuild = `(state = 'running' AND lease_until >= now())`
+
+// StopBuilds ends the unfinished builds of a function being deleted and
+// returns how many still run. A build no builder holds (queued, or running
+// on a lease that ran out: its replica died) is failed here with reason
+// FunctionDeleted. A build running on a live lease is asked to stop
+// (cancelled_at): its builder's next lease renewal fails, the build ends
+// and records what it made (an image it pushed), and the operator, which
+// waits for that, removes it with the rest. One statement, so a build a
+// builder claims meanwhile is seen either before (failed) or after (asked).
+func (s *Store) StopBuilds(ctx context.Context, tenant, function string) (running int, err error) {
+	// Each SET expression reads the row as it was (a build a builder
+	// claimed meanwhile is read again as claimed); RETURNING reads it as
+	// written: still running is a live build, asked to stop.
+	rows, err := s.DB.Query(ctx, `UPDATE builds SET
+			cancelled_at = coalesce(cancelled_at, now()),
+			state = CASE WHEN `+liveBuild+` THEN state ELSE 'failed' END,
+			reason = CASE WHEN `+liveBuild+` THEN reason ELSE 'FunctionDeleted' END,
+			message = CASE WHEN `+liveBuild+` THEN message ELSE 'the function was deleted before the build ended' END,
+			finished_at = CASE WHEN `+liveBuild+` THEN finished_at ELSE now() END,
+			owner = CASE WHEN `+liveBuild+` THEN owner END,
+			lease_until = CASE WHEN `+liveBuild+` THEN lease_until END,
+			updated_at = now()
+		WHERE tenant = $1 AND function = $2 AND state IN ('queued', 'running')
+		RETURNING state = 'running'`, tenant, function)
+	if err != nil {
+		return 0, fmt.Errorf("stop the builds of %s/%s: %w", tenant, function, err)
+	}
+	live, err := pgx.CollectRows(rows, pgx.RowTo[bool])
+	if err != nil {
+		return 0, fmt.Errorf("stop the builds of %s/%s: %w", tenant, function, err)
+	}
+	for _, l := range live {
+		if l {
+			running++
+		}
+	}
+	return running, nil
+}
+
 // DeleteBuild deletes the row of one finished build (a build that runs
 // again meanwhile is kept).
 func (s *Store) DeleteBuild(ctx context.Context, id string) error {
