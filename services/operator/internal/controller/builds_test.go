@@ -2,6 +2,8 @@ package controller
 
 import (
 	"fmt"
+	"os"
+	"path/filepath"
 	"slices"
 	"strings"
 	"testing"
@@ -103,8 +105,8 @@ func (h *harness) buildIDs(t *testing.T, fn *slessv1.Function) []string {
 // TestADeletedFunctionLeavesNothingBehind: deploy, redeploy (with a build
 // between them that never became a version), delete. The registry answers
 // 404 for every image the function had, nothing is left under its object
-// prefixes, its large results and dead-letter requests are gone, and so
-// are its rows.
+// prefixes, its large results, kept requests and dead-letter requests are
+// gone, and so are its rows.
 func TestADeletedFunctionLeavesNothingBehind(t *testing.T) {
 	h := newHarness(t)
 	tn, ns := h.tenant(t)
@@ -123,12 +125,18 @@ func TestADeletedFunctionLeavesNothingBehind(t *testing.T) {
 	h.publishedAs(t, fn, 2)
 	h.recordBuild(t, fn, fn.Status.LastBuildID, sha2, "succeeded", img2, start.Add(2*time.Minute))
 
-	// A large result and a large dead-letter request of its invocations.
-	result, request := objstore.PayloadKey(tn.Name, "inv-1"), objstore.RequestKey(tn.Name, "inv-2")
+	// A large result, a request kept for a replay and a large dead-letter
+	// request of its invocations.
+	result, kept, request := objstore.PayloadKey(tn.Name, "inv-1"), objstore.KeptRequestKey(tn.Name, "inv-3"), objstore.RequestKey(tn.Name, "inv-2")
 	h.putObject(t, result)
+	h.putObject(t, kept)
 	h.putObject(t, request)
 	if _, err := h.db.Exec(t.Context(), `INSERT INTO invocations (id, tenant, function, trigger_kind, status, started_at, finished_at, result_key)
 		VALUES ($1 || '-inv-1', $1, 'gone', 'async', 'succeeded', now(), now(), $2)`, tn.Name, result); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := h.db.Exec(t.Context(), `INSERT INTO invocations (id, tenant, function, trigger_kind, status, started_at, finished_at, request_key)
+		VALUES ($1 || '-inv-3', $1, 'gone', 'http', 'failed', now(), now(), $2)`, tn.Name, kept); err != nil {
 		t.Fatal(err)
 	}
 	if _, err := h.db.Exec(t.Context(), `INSERT INTO dead_letters (id, tenant, function, trigger_kind, reason, dead_lettered_at, request_key)
@@ -150,7 +158,7 @@ func TestADeletedFunctionLeavesNothingBehind(t *testing.T) {
 			t.Errorf("%d objects (%v) left under %s", n, err, prefix)
 		}
 	}
-	for _, key := range []string{result, request} {
+	for _, key := range []string{result, kept, request} {
 		if h.objectExists(t, key) {
 			t.Errorf("%s survived its function", key)
 		}
@@ -162,6 +170,79 @@ func TestADeletedFunctionLeavesNothingBehind(t *testing.T) {
 		}
 		if n != 0 {
 			t.Errorf("%d rows of the function left in %s", n, table)
+		}
+	}
+}
+
+// TestADeletedFunctionRemovesItsLocalArtifacts: in the local profile a
+// build leaves a directory below SLESS_ARTIFACT_DIR instead of an image;
+// deleting its function removes it, and leaves a directory outside the
+// artifact root alone even when a row names it.
+func TestADeletedFunctionRemovesItsLocalArtifacts(t *testing.T) {
+	root, outside := t.TempDir(), t.TempDir()
+	h := newHarnessDeps(t, func(mgr ctrl.Manager) driver.Driver { return &driver.Kubernetes{Client: mgr.GetClient()} },
+		func(d *Deps) { d.Artifacts = driver.ArtifactDirs{Root: root} })
+	_, ns := h.tenant(t)
+	fn := h.function(t, ns, "local", withSource(sha1))
+	built := filepath.Join(root, "b-local")
+	if err := os.MkdirAll(built, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	for _, dir := range []string{built, outside} {
+		if err := os.WriteFile(filepath.Join(dir, "main.py"), []byte("def handler(e, c):\n    return 'ok'\n"), 0o644); err != nil {
+			t.Fatal(err)
+		}
+	}
+	h.recordBuild(t, fn, "b-local", sha1, "succeeded", "", time.Now().Add(-time.Minute))
+	h.recordBuild(t, fn, "b-outside", sha2, "succeeded", "", time.Now())
+	for id, dir := range map[string]string{"b-local": built, "b-outside": outside} {
+		if _, err := h.db.Exec(t.Context(), `UPDATE builds SET artifact = $2 WHERE id = $1`, id, dir); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if err := h.c.Delete(t.Context(), fn); err != nil {
+		t.Fatal(err)
+	}
+	h.eventually(t, "function gone", func() bool { return apierrors.IsNotFound(h.c.Get(t.Context(), client.ObjectKeyFromObject(fn), fn)) })
+	if _, err := os.Stat(built); !os.IsNotExist(err) {
+		t.Errorf("the artifact %s survived its function (%v)", built, err)
+	}
+	if _, err := os.Stat(filepath.Join(outside, "main.py")); err != nil {
+		t.Errorf("a directory outside the artifact root was touched: %v", err)
+	}
+}
+
+// TestASharedSourceReviewOutlivesTheFunctionThatAskedForIt: two functions
+// of a tenant are built from the same source; the review of that digest
+// names the first. Deleting the first leaves the review to the second
+// (whose builds show it, and whose next upload of it is not reviewed
+// again); deleting the second removes it.
+func TestASharedSourceReviewOutlivesTheFunctionThatAskedForIt(t *testing.T) {
+	h := newHarness(t)
+	tn, ns := h.tenant(t)
+	first := h.function(t, ns, "first", withSource(sha1))
+	second := h.function(t, ns, "second", withSource(sha1))
+	h.recordBuild(t, first, "b-first", sha1, "succeeded", "", time.Now().Add(-time.Minute))
+	h.recordBuild(t, second, "b-second", sha1, "succeeded", "", time.Now())
+	if _, err := h.db.Exec(t.Context(), `INSERT INTO source_reviews (tenant, source_sha256, function, verdict, reviewer, latency_ms, reviewed_at)
+		VALUES ($1, $2, 'first', 'allow', 'webhook', 12, now())`, tn.Name, sha1); err != nil {
+		t.Fatal(err)
+	}
+	reviewedFor := func() string {
+		var fn string
+		err := h.db.QueryRow(t.Context(), `SELECT function FROM source_reviews WHERE tenant = $1 AND source_sha256 = $2`, tn.Name, sha1).Scan(&fn)
+		if err != nil {
+			return err.Error()
+		}
+		return fn
+	}
+	for _, fn := range []*slessv1.Function{first, second} {
+		if err := h.c.Delete(t.Context(), fn); err != nil {
+			t.Fatal(err)
+		}
+		h.eventually(t, fn.Name+" gone", func() bool { return apierrors.IsNotFound(h.c.Get(t.Context(), client.ObjectKeyFromObject(fn), fn)) })
+		if got, want := reviewedFor(), map[string]string{"first": "second", "second": "no rows in result set"}[fn.Name]; got != want {
+			t.Errorf("after deleting %s, the review of the shared source: %q, want %q", fn.Name, got, want)
 		}
 	}
 }

@@ -103,6 +103,16 @@ func (s *Store) DeleteFunction(ctx context.Context, tenant, function string) (ma
 	if err != nil {
 		return nil, err
 	}
+	// A source review is the tenant's verdict on a digest and names the
+	// function that uploaded it first; another function built from the
+	// same digest shows it (and is not reviewed again), so it passes to
+	// that function instead of going with this one.
+	if _, err := s.DB.Exec(ctx, `UPDATE source_reviews r SET function = o.function
+		FROM (SELECT DISTINCT ON (source_sha256) source_sha256, function FROM builds
+			WHERE tenant = $1 AND function <> $2 ORDER BY source_sha256, requested_at DESC) o
+		WHERE r.tenant = $1 AND r.function = $2 AND r.source_sha256 = o.source_sha256`, tenant, function); err != nil {
+		return nil, fmt.Errorf("hand the source reviews of %s/%s to the functions that share them: %w", tenant, function, err)
+	}
 	out := map[string]int64{}
 	for _, table := range tables {
 		id := pgx.Identifier{table}.Sanitize()
@@ -117,10 +127,12 @@ func (s *Store) DeleteFunction(ctx context.Context, tenant, function string) (ma
 	return out, nil
 }
 
-// Payloads lists the object keys of the large invocation results and
-// dead-letter requests of tenant's function.
+// Payloads lists the object keys of tenant's function's invocations: their
+// large results, the requests kept for a replay, and the large requests of
+// dead letters.
 func (s *Store) Payloads(ctx context.Context, tenant, function string) ([]string, error) {
 	rows, err := s.DB.Query(ctx, `SELECT result_key FROM invocations WHERE tenant = $1 AND function = $2 AND result_key IS NOT NULL
+		UNION ALL SELECT request_key FROM invocations WHERE tenant = $1 AND function = $2 AND request_key IS NOT NULL
 		UNION ALL SELECT request_key FROM dead_letters WHERE tenant = $1 AND function = $2 AND request_key IS NOT NULL`, tenant, function)
 	if err != nil {
 		return nil, fmt.Errorf("list large payloads of %s/%s: %w", tenant, function, err)
