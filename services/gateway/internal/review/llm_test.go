@@ -4,6 +4,7 @@ import (
 	"context"
 	"encoding/json"
 	"errors"
+	"io"
 	"net/http"
 	"net/http/httptest"
 	"os"
@@ -28,6 +29,7 @@ type chatServer struct {
 	mu       sync.Mutex
 	answer   string // the recorded answer: testdata/chat/<answer>; "slow" never answers
 	status   int
+	pad      int // bytes of JSON whitespace sent before the recorded answer
 	requests []chatRequest
 	bodies   []string
 }
@@ -92,7 +94,7 @@ func (c *chatServer) serve(w http.ResponseWriter, r *http.Request) {
 	c.mu.Lock()
 	c.requests = append(c.requests, req)
 	c.bodies = append(c.bodies, raw.String())
-	answer, status := c.answer, c.status
+	answer, status, pad := c.answer, c.status, c.pad
 	c.mu.Unlock()
 	if answer == "slow" {
 		<-r.Context().Done() // answers only when the client gave up
@@ -108,6 +110,7 @@ func (c *chatServer) serve(w http.ResponseWriter, r *http.Request) {
 	}
 	w.Header().Set("Content-Type", ct)
 	w.WriteHeader(status)
+	_, _ = io.WriteString(w, strings.Repeat(" ", pad))
 	_, _ = w.Write(b)
 }
 
@@ -200,6 +203,39 @@ func TestLLMSlowAnswerIsAnError(t *testing.T) {
 	got, err := NewLLM(chat.URL(), "m", "k", nil).Review(ctx, testRequest(t))
 	if err == nil || ctx.Err() == nil {
 		t.Fatalf("Review = %+v, %v; want the deadline's error", got, err)
+	}
+}
+
+// An answer is read up to maxAnswerBytes: one of that size is a verdict,
+// one byte more is an error (the Gate's unavailable), never the verdict
+// it holds.
+func TestLLMAnswerOverTheCapIsAnError(t *testing.T) {
+	chat := newChatServer(t, "k")
+	recorded, err := os.ReadFile(filepath.Join("testdata", "chat", "allow.json"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	llm := NewLLM(chat.URL(), "m", "k", nil)
+	for _, c := range []struct {
+		name  string
+		size  int
+		allow bool
+	}{
+		{"at the cap", maxAnswerBytes, true},
+		{"one byte over", maxAnswerBytes + 1, false},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			chat.mu.Lock()
+			chat.pad = c.size - len(recorded)
+			chat.mu.Unlock()
+			got, err := llm.Review(t.Context(), testRequest(t))
+			switch {
+			case c.allow && (err != nil || got.Decision != Allow):
+				t.Fatalf("Review of %d bytes = %+v, %v; want allow", c.size, got, err)
+			case !c.allow && (err == nil || !errors.Is(err, ErrMalformed)):
+				t.Fatalf("Review of %d bytes = %+v, %v; want an ErrMalformed", c.size, got, err)
+			}
+		})
 	}
 }
 
