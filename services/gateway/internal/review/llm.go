@@ -29,9 +29,9 @@ type LLM struct {
 // apiKey as its bearer token. The client is built from these options
 // alone: the OPENAI_* variables of the environment are not read (they
 // would add headers the platform team did not configure), retries are
-// off (the Gate's timeout bounds the review), redirects are not followed
-// (the code would go to a host nobody configured), and the answer is read
-// up to 64 KiB.
+// off (the Gate's timeout bounds the review), a redirect is not followed
+// (the code and the key would go where nobody configured) and is no
+// verdict, and the answer is read up to 64 KiB.
 func NewLLM(baseURL, model, apiKey string, transport http.RoundTripper) *LLM {
 	if transport == nil {
 		transport = http.DefaultTransport
@@ -129,7 +129,12 @@ func Prompt(req *Request) (system, user string, err error) {
 	return system, user, nil
 }
 
-func noRedirects(*http.Request, []*http.Request) error { return http.ErrUseLastResponse }
+// noRedirects is every reviewer's redirect policy: the client does not
+// follow a redirect, and returns it as an error rather than the response,
+// since a client library (openai-go) reads a 3xx body as an answer.
+func noRedirects(req *http.Request, _ []*http.Request) error {
+	return fmt.Errorf("%w: a redirect (%d), not followed", ErrMalformed, req.Response.StatusCode)
+}
 
 // capAnswer makes a reviewer's answer larger than maxAnswerBytes an error.
 func capAnswer(req *http.Request, next option.MiddlewareNext) (*http.Response, error) {

@@ -4,6 +4,7 @@ import (
 	"context"
 	"encoding/json"
 	"errors"
+	"io"
 	"net/http"
 	"net/http/httptest"
 	"os"
@@ -28,6 +29,8 @@ type chatServer struct {
 	mu       sync.Mutex
 	answer   string // the recorded answer: testdata/chat/<answer>; "slow" never answers
 	status   int
+	pad      int    // bytes of JSON whitespace sent before the recorded answer
+	redirect string // when set, the answer is a 307 to this URL
 	requests []chatRequest
 	bodies   []string
 }
@@ -92,7 +95,7 @@ func (c *chatServer) serve(w http.ResponseWriter, r *http.Request) {
 	c.mu.Lock()
 	c.requests = append(c.requests, req)
 	c.bodies = append(c.bodies, raw.String())
-	answer, status := c.answer, c.status
+	answer, status, pad, redirect := c.answer, c.status, c.pad, c.redirect
 	c.mu.Unlock()
 	if answer == "slow" {
 		<-r.Context().Done() // answers only when the client gave up
@@ -107,7 +110,12 @@ func (c *chatServer) serve(w http.ResponseWriter, r *http.Request) {
 		ct = "text/html"
 	}
 	w.Header().Set("Content-Type", ct)
+	if redirect != "" {
+		w.Header().Set("Location", redirect)
+		status = http.StatusTemporaryRedirect
+	}
 	w.WriteHeader(status)
+	_, _ = io.WriteString(w, strings.Repeat(" ", pad))
 	_, _ = w.Write(b)
 }
 
@@ -200,6 +208,72 @@ func TestLLMSlowAnswerIsAnError(t *testing.T) {
 	got, err := NewLLM(chat.URL(), "m", "k", nil).Review(ctx, testRequest(t))
 	if err == nil || ctx.Err() == nil {
 		t.Fatalf("Review = %+v, %v; want the deadline's error", got, err)
+	}
+}
+
+// An answer is read up to maxAnswerBytes: one of that size is a verdict,
+// one byte more is an error (the Gate's unavailable), never the verdict
+// it holds.
+func TestLLMAnswerOverTheCapIsAnError(t *testing.T) {
+	chat := newChatServer(t, "k")
+	recorded, err := os.ReadFile(filepath.Join("testdata", "chat", "allow.json"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	llm := NewLLM(chat.URL(), "m", "k", nil)
+	for _, c := range []struct {
+		name  string
+		size  int
+		allow bool
+	}{
+		{"at the cap", maxAnswerBytes, true},
+		{"one byte over", maxAnswerBytes + 1, false},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			chat.mu.Lock()
+			chat.pad = c.size - len(recorded)
+			chat.mu.Unlock()
+			got, err := llm.Review(t.Context(), testRequest(t))
+			switch {
+			case c.allow && (err != nil || got.Decision != Allow):
+				t.Fatalf("Review of %d bytes = %+v, %v; want allow", c.size, got, err)
+			case !c.allow && (err == nil || !errors.Is(err, ErrMalformed)):
+				t.Fatalf("Review of %d bytes = %+v, %v; want an ErrMalformed", c.size, got, err)
+			}
+		})
+	}
+}
+
+// A redirect from the chat endpoint is not followed: the code and the API
+// key would go where nobody configured. It is an error (the Gate's
+// unavailable) although its body holds a verdict. openai-go refuses a
+// redirect to another origin itself; one to the same origin it would
+// follow, and the chat server redirecting to itself would see it again.
+func TestLLMDoesNotFollowRedirects(t *testing.T) {
+	const key = "sk-test-0a1b2c3d4e5f"
+	for _, to := range []string{"another origin", "the same origin"} {
+		t.Run(to, func(t *testing.T) {
+			hop, target := newChatServer(t, key), newChatServer(t, key)
+			if to == "the same origin" {
+				target = hop
+			}
+			hop.mu.Lock()
+			hop.redirect = target.URL() + "/chat/completions"
+			hop.mu.Unlock()
+			got, err := NewLLM(hop.URL(), "m", key, nil).Review(t.Context(), testRequest(t))
+			if err == nil || !errors.Is(err, ErrMalformed) {
+				t.Errorf("Review of a redirect = %+v, %v; want an ErrMalformed", got, err)
+			}
+			target.mu.Lock()
+			followed := len(target.requests)
+			target.mu.Unlock()
+			if target == hop {
+				followed-- // the request the client made
+			}
+			if followed != 0 {
+				t.Errorf("the redirect was followed: %d requests to its target", followed)
+			}
+		})
 	}
 }
 

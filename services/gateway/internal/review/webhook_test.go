@@ -48,6 +48,14 @@ func verdictAnswer(verdict string, reasons ...string) func(string) (int, string)
 	}
 }
 
+// padded is an allow answer of size bytes, JSON whitespace first.
+func padded(size int) func(string) (int, string) {
+	return func(uid string) (int, string) {
+		status, b := verdictAnswer("allow")(uid)
+		return status, strings.Repeat(" ", size-len(b)) + b
+	}
+}
+
 func (rc *receiver) serve(w http.ResponseWriter, r *http.Request) {
 	body, _ := io.ReadAll(r.Body)
 	rc.mu.Lock()
@@ -131,6 +139,10 @@ func TestWebhookVerdicts(t *testing.T) {
 		}, wantErr: ErrMalformed},
 		{name: "server error", answer: func(uid string) (int, string) { _, b := verdictAnswer("allow")(uid); return 500, b }},
 		{name: "not json", answer: func(string) (int, string) { return 200, "ok" }, wantErr: ErrMalformed},
+		// The answer is read up to maxAnswerBytes; leading whitespace keeps
+		// the padded answer a valid one, so only the cap refuses it.
+		{name: "at the answer cap", answer: padded(maxAnswerBytes), want: Verdict{Allow, []string{}}},
+		{name: "over the answer cap", answer: padded(maxAnswerBytes + 1), wantErr: ErrMalformed},
 	}
 	for _, c := range cases {
 		t.Run(c.name, func(t *testing.T) {

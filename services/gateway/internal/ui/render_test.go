@@ -54,7 +54,7 @@ func fixtures() map[string]Page {
 		"functions": {Title: "Functions", Session: sess, Nav: "functions", Data: functionsView{Functions: []functionRow{{Function: fn, Spark: spark}}}},
 		"function": {Title: "Function " + evil(1), Session: sess, Nav: "functions", Data: functionView{Function: fn, APIURL: evil(2),
 			Builds: []api.Build{{ID: evil(0), State: "running", Message: evil(1), SourceSHA256: evil(2), RequestedAt: now,
-				Review: &review.SourceReview{Verdict: review.Warn, Reasons: []string{evil(2), evil(3)}, Reviewer: evil(1)}}},
+				Review: &review.SourceReview{Verdict: review.Warn, Reasons: []string{evil(2), evil(3)}, Reviewer: evil(1), LatencyMs: 1234}}},
 			Log: evil(0) + "\n" + evil(1), Building: true, Triggers: []api.Trigger{trig}, Logs: logs,
 			Jobs: []api.Job{{Name: evil(0), JobSpec: api.JobSpec{Function: evil(1)}, Status: api.JobStatus{Phase: evil(2), Message: evil(3), InvocationID: evil(1)}}}, LogsError: evil(3),
 			Form: invokeForm{Headers: evil(0), Body: evil(1), Async: true},
@@ -233,7 +233,7 @@ func checkDocument(doc *html.Node) []string {
 }
 
 // TestTheFunctionPageShowsTheReview: a build's review verdict, its
-// reviewer and reasons are on the function page, as text.
+// reviewer, latency and reasons are on the function page, as text.
 func TestTheFunctionPageShowsTheReview(t *testing.T) {
 	var buf bytes.Buffer
 	if err := renderPage(&buf, mustParsePages(), "function", fixtures()["function"]); err != nil {
@@ -244,7 +244,7 @@ func TestTheFunctionPageShowsTheReview(t *testing.T) {
 		t.Fatal(err)
 	}
 	text := textOf(doc)
-	for _, want := range []string{"Review", "warn", "by " + evil(1), evil(2), "Set-Cookie: stolen=1"} { // HTML reads \r\n as \n
+	for _, want := range []string{"Review", "warn", "by " + evil(1), "in 1234 ms", evil(2), "Set-Cookie: stolen=1"} { // HTML reads \r\n as \n
 		if !strings.Contains(text, want) {
 			t.Errorf("the function page does not show %q", want)
 		}
