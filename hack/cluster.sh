@@ -813,7 +813,8 @@ networkPolicy:
   # their ports on the bridge.
   platformEgress:
     - {cidrs: [0.0.0.0/0], ports: [443, 6443, $api]}
-    - {cidrs: [10.0.0.0/8], ports: [${pg##*:}, ${amqp##*:}, ${mgmt##*:}, ${s3##*:}, 4318]}
+    # The registry too: the operator deletes function images there.
+    - {cidrs: [10.0.0.0/8], ports: [${pg##*:}, ${amqp##*:}, ${mgmt##*:}, ${s3##*:}, 4318, ${REGISTRY##*:}]}
   buildEgress:
     - {cidrs: [10.0.0.0/8], ports: [${s3##*:}, ${REGISTRY##*:}]}
 EOV

@@ -31,9 +31,12 @@ func TestExampleValuesAllowTheirPorts(t *testing.T) {
 			var v struct {
 				Rabbitmq struct{ ManagementURL string } `json:"rabbitmq"`
 				S3       struct{ Endpoint string }      `json:"s3"`
-				Registry struct{ URL string }           `json:"registry"`
-				Otel     struct{ Endpoint string }      `json:"otel"`
-				NP       struct {
+				Registry struct {
+					URL          string
+					DeleteImages *bool `json:"deleteImages"`
+				} `json:"registry"`
+				Otel struct{ Endpoint string } `json:"otel"`
+				NP   struct {
 					PlatformEgress []struct{ Ports []int } `json:"platformEgress"`
 					BuildEgress    []struct{ Ports []int } `json:"buildEgress"`
 				} `json:"networkPolicy"`
@@ -70,6 +73,9 @@ func TestExampleValuesAllowTheirPorts(t *testing.T) {
 			check("the platform's", platform, "otel.endpoint", v.Otel.Endpoint)
 			check("the build's", build, "s3.endpoint", v.S3.Endpoint)
 			check("the build's", build, "registry.url", v.Registry.URL)
+			if v.Registry.DeleteImages == nil || *v.Registry.DeleteImages {
+				check("the platform's", platform, "registry.url (the operator deletes images there)", v.Registry.URL)
+			}
 		})
 	}
 }

@@ -175,7 +175,7 @@ func TestHelmInstall(t *testing.T) {
 	// Versions: two uploads, a 90/10 split over 2,000 calls back to back
 	// (a tenant of its own, over the default rate of 100 a second), then
 	// the function deleted with its versions' Deployments.
-	checkSplit(ctx, t, cs, newTenant(ctx, t, base, admin, testenv.Name("helmv"), &sless.TenantQuotas{InvocationsPerSecond: ptrTo(int32(100000))}))
+	checkSplit(ctx, t, cs, newTenant(ctx, t, base, admin, testenv.Name("helmv"), &sless.TenantQuotas{InvocationsPerSecond: ptrTo(int32(100000))}), s3, registry)
 
 	// 6. A timeout in a function pod answers 504, and the pod keeps serving.
 	if status, body := post(t, fnURL+"/invoke", tok, `{"spin":true}`); status != 504 {

@@ -18,6 +18,8 @@ import (
 	slessv1 "github.com/kube5s/sless/pkg/apis/sless/v1alpha1"
 	sless "github.com/kube5s/sless/pkg/client"
 	"github.com/kube5s/sless/pkg/headers"
+	"github.com/kube5s/sless/pkg/objstore"
+	"github.com/kube5s/sless/pkg/testenv"
 )
 
 // versionHandler echoes its JSON body (as deploy's first call wants) with
@@ -34,8 +36,11 @@ def handler(event, context):
 // answered over 2,000 calls with each version's share within 3 sigma of
 // its weight, and every answer's X-Sless-Version equal to the code that
 // answered and to its record's function_version. Deleting the function
-// then removes both versions' Deployments.
-func checkSplit(ctx context.Context, t *testing.T, cs kubernetes.Interface, u *tenantUser) {
+// then removes both versions' Deployments, and leaves nothing behind: the
+// registry (registry, as this machine reaches it) answers 404 for both
+// images the cluster built, and the object store (s3, the release's
+// bucket) holds nothing under the function's prefixes.
+func checkSplit(ctx context.Context, t *testing.T, cs kubernetes.Interface, u *tenantUser, s3 testenv.S3Config, registry string) {
 	t.Helper()
 	const fn = "split"
 	fnURL := u.deploy(ctx, t, cs, fnSpec{fn, sless.FunctionInputRuntimePython311, "main.handler",
@@ -133,7 +138,26 @@ func checkSplit(ctx context.Context, t *testing.T, cs kubernetes.Interface, u *t
 		}
 	}
 
-	// Deleting the function deletes its versions and their Deployments.
+	// Deleting the function deletes its versions and their Deployments,
+	// the images they ran and every object under its prefixes.
+	images := versionImages(ctx, t, u, fn, registry)
+	objects, err := objstore.New(objstore.Config{Endpoint: s3.Endpoint, AccessKey: s3.AccessKey, SecretKey: s3.SecretKey, Bucket: s3.Bucket})
+	if err != nil {
+		t.Fatal(err)
+	}
+	stored := func() (n int, where string) {
+		for _, prefix := range objstore.FunctionPrefixes(u.name, fn) {
+			c, err := objects.Count(ctx, prefix)
+			if err != nil {
+				t.Fatal(err)
+			}
+			n, where = n+c, where+fmt.Sprintf(" %s: %d", prefix, c)
+		}
+		return n, where
+	}
+	if n, where := stored(); n == 0 {
+		t.Fatalf("no objects of %s before its delete (%s): the check below would prove nothing", fn, where)
+	}
 	if status, body := send(t, http.MethodDelete, fnURL, u.tok, "", nil); status != http.StatusAccepted {
 		t.Fatalf("delete %s: %d %s", fn, status, body)
 	}
@@ -141,6 +165,65 @@ func checkSplit(ctx context.Context, t *testing.T, cs kubernetes.Interface, u *t
 		left := versionDeployments(ctx, t, cs, u, fn)
 		return len(left) == 0, strings.Join(left, ", ")
 	})
+	waitFor(ctx, t, 2*time.Minute, "the images and objects of "+fn+" gone", func() (bool, string) {
+		var left []string
+		for _, img := range images {
+			if code := manifestStatus(t, img); code != http.StatusNotFound {
+				left = append(left, fmt.Sprintf("%s: %d", img, code))
+			}
+		}
+		n, where := stored()
+		return len(left) == 0 && n == 0, fmt.Sprintf("images %v, objects%s", left, where)
+	})
+}
+
+// versionImages is the images of fn's versions, by digest, as registry
+// (this machine's address of the registry the cluster pushes to) serves
+// them; each is checked to be there.
+func versionImages(ctx context.Context, t *testing.T, u *tenantUser, fn, registry string) []string {
+	t.Helper()
+	res, err := u.api.ListVersionsWithResponse(ctx, u.name, fn)
+	if err != nil || res.JSON200 == nil || res.JSON200.Items == nil {
+		t.Fatalf("list the versions of %s: %v %s", fn, err, res.Body)
+	}
+	var images []string
+	for _, v := range *res.JSON200.Items {
+		if v.Image == nil {
+			t.Fatalf("version %d of %s has no image: %+v", v.Version, fn, v)
+		}
+		// Pushed by the cluster through the node's address of the registry.
+		img := strings.Replace(*v.Image, nodeIP+":"+port(t, registry), registry, 1)
+		if code := manifestStatus(t, img); code != http.StatusOK {
+			t.Fatalf("image %s of version %d: the registry answers %d before the delete", img, v.Version, code)
+		}
+		images = append(images, img)
+	}
+	if len(images) < 2 {
+		t.Fatalf("%s has %d versions with an image, want 2: %v", fn, len(images), images)
+	}
+	return images
+}
+
+// manifestStatus is the registry's status for a HEAD of image's manifest
+// (host/repository@sha256:...).
+func manifestStatus(t *testing.T, image string) int {
+	t.Helper()
+	host, rest, ok := strings.Cut(image, "/")
+	repo, digest, ok2 := strings.Cut(rest, "@")
+	if !ok || !ok2 {
+		t.Fatalf("image %q is not host/repository@digest", image)
+	}
+	req, err := http.NewRequest(http.MethodHead, "http://"+host+"/v2/"+repo+"/manifests/"+digest, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	req.Header.Set("Accept", "application/vnd.oci.image.manifest.v1+json, application/vnd.docker.distribution.manifest.v2+json, application/vnd.oci.image.index.v1+json")
+	resp, err := http.DefaultClient.Do(req)
+	if err != nil {
+		t.Fatalf("HEAD the manifest of %s: %v", image, err)
+	}
+	resp.Body.Close()
+	return resp.StatusCode
 }
 
 // versionDeployments names the Deployments of fn of tenant u.
