@@ -215,17 +215,28 @@ func inTenantNamespace(ctx context.Context, cached, api client.Reader, namespace
 // operator already wrote; the reconcile is retried shortly.
 var errStaleCache = errors.New("informer cache is behind the API server")
 
-// requeueIfStale turns a stale read into a quiet short requeue: errStaleCache,
-// or an optimistic-lock conflict (the object changed since the cache's copy
-// was read; the retry reads the new one). Neither is an error to log or to
-// back off from. Any other error is returned as it is.
+// requeueIfStale turns a stale read into a quiet retry: errStaleCache, or
+// an optimistic-lock conflict (the object changed since the cache's copy
+// was read). Neither is an error to log or to back off from. The retry
+// comes from the newer object itself: every controller here watches its
+// object and what it owns with no predicate, so the watch event of the
+// write that made this read stale enqueues the object again the moment the
+// cache holds it (while this reconcile still runs, the queue keeps it for
+// right after). staleRetry is only the net for a write to something not
+// watched. A fixed 50 ms wait here used to add up to 50 ms to every flip
+// that raced the operator's own status write (a rollback, a wake). Any
+// other error is returned as it is.
 func requeueIfStale(ctx context.Context, err error) (ctrl.Result, error) {
 	if stale(err) {
 		log.FromContext(ctx).V(1).Info("requeued: the object changed since it was read", "err", err.Error())
-		return ctrl.Result{RequeueAfter: 50 * time.Millisecond}, nil
+		return ctrl.Result{RequeueAfter: staleRetry}, nil
 	}
 	return ctrl.Result{}, err
 }
+
+// staleRetry is when a reconcile that read a stale object runs again if
+// no watch event brought it back first.
+const staleRetry = 250 * time.Millisecond
 
 // stale says err is an optimistic-lock conflict or a read from a cache
 // behind a write: the next reconcile, on fresh objects, decides.
