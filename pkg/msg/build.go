@@ -51,7 +51,8 @@ type BuildCompleted struct {
 	Image    string `json:"image,omitempty"`
 	Artifact string `json:"artifact,omitempty"`
 	// Reason is a stable machine-readable cause of a failure (InvalidArchive,
-	// MissingEntrypoint, DependencyInstallFailed, ...); Message says what to fix.
+	// MissingEntrypoint, DependencyInstallFailed, BuildReasonFunctionDeleted,
+	// ...); Message says what to fix.
 	Reason     string    `json:"reason,omitempty"`
 	Message    string    `json:"message,omitempty"`
 	LogKey     string    `json:"log_key,omitempty"`
@@ -61,3 +62,8 @@ type BuildCompleted struct {
 
 // Type implements Message.
 func (*BuildCompleted) Type() string { return TypeBuildCompleted }
+
+// BuildReasonFunctionDeleted is the reason of a build its function's
+// deletion ended: the operator failed it (no builder held it), or the
+// builder stopped it when the operator asked (builds.cancelled_at).
+const BuildReasonFunctionDeleted = "FunctionDeleted"

@@ -9,6 +9,7 @@ import (
 	"io"
 
 	"github.com/kube5s/sless/pkg/archive"
+	"github.com/kube5s/sless/pkg/msg"
 )
 
 // Failure reasons reported in build.completed.v1 besides the archive's own
@@ -20,7 +21,7 @@ const (
 	ReasonBuildJobFailed    = "BuildJobFailed"
 	ReasonBuildDeadline     = "BuildDeadlineExceeded"
 	ReasonInternal          = "InternalError"
-	ReasonCancelled         = "Cancelled" // the function was deleted while it built
+	ReasonFunctionDeleted   = msg.BuildReasonFunctionDeleted // stopped when its function's deletion asked
 )
 
 // Fail is a build failure a user can act on. It is an *archive.Error, so

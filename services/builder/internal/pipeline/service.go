@@ -219,9 +219,9 @@ func (s *Service) build(ctx context.Context, req *msg.BuildRequested, logKey str
 	var be *archive.Error
 	switch {
 	case err != nil && errors.Is(context.Cause(bctx), store.ErrCancelled):
-		res.Result, res.Reason, res.Message = msg.BuildFailed, build.ReasonCancelled, store.ErrCancelled.Error()
+		res.Result, res.Reason, res.Message = msg.BuildFailed, build.ReasonFunctionDeleted, store.ErrCancelled.Error()
 		fmt.Fprintf(blog, "build stopped: %v\n", store.ErrCancelled)
-		s.Metrics.builds.WithLabelValues("failed", build.ReasonCancelled).Inc()
+		s.Metrics.builds.WithLabelValues("failed", build.ReasonFunctionDeleted).Inc()
 	case err == nil:
 		res.Result, res.Artifact, res.Image = msg.BuildSucceeded, art.Dir, art.Image
 		fmt.Fprintf(blog, "build succeeded in %s\n", res.FinishedAt.Sub(res.StartedAt).Round(time.Millisecond))

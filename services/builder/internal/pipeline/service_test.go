@@ -166,14 +166,14 @@ func TestACancelledBuildStopsAndRecordsItsEnd(t *testing.T) {
 	if _, err := e.Svc.Store.DB.Exec(t.Context(), `UPDATE builds SET cancelled_at = now() WHERE id = $1 AND state = 'running'`, req.BuildID); err != nil {
 		t.Fatal(err)
 	}
-	if res := e.Result(t, req.BuildID); res.Result != msg.BuildFailed || res.Reason != build.ReasonCancelled {
-		t.Errorf("result %+v, want failed with %s", res, build.ReasonCancelled)
+	if res := e.Result(t, req.BuildID); res.Result != msg.BuildFailed || res.Reason != build.ReasonFunctionDeleted {
+		t.Errorf("result %+v, want failed with %s", res, build.ReasonFunctionDeleted)
 	}
 	rec, err := e.Svc.Store.Get(t.Context(), req.BuildID)
 	if err != nil {
 		t.Fatal(err)
 	}
-	if rec.State != store.StateFailed || rec.Reason != build.ReasonCancelled || rec.FinishedAt == nil {
+	if rec.State != store.StateFailed || rec.Reason != build.ReasonFunctionDeleted || rec.FinishedAt == nil {
 		t.Errorf("build record = %+v, want its end recorded", rec)
 	}
 }

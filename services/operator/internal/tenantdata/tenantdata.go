@@ -12,6 +12,8 @@ import (
 
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgxpool"
+
+	"github.com/kube5s/sless/pkg/msg"
 )
 
 // tokenChannel is the PostgreSQL notification channel on which the
@@ -179,10 +181,11 @@ const liveBuild = `(state = 'running' AND lease_until >= now())`
 // StopBuilds ends the unfinished builds of a function being deleted and
 // returns how many still run. A build no builder holds (queued, or running
 // on a lease that ran out: its replica died) is failed here with reason
-// FunctionDeleted. A build running on a live lease is asked to stop
-// (cancelled_at): its builder's next lease renewal fails, the build ends
-// and records what it made (an image it pushed), and the operator, which
-// waits for that, removes it with the rest. One statement, so a build a
+// msg.BuildReasonFunctionDeleted. A build running on a live lease is asked
+// to stop (cancelled_at): its builder's next lease renewal fails, the
+// build ends with the same reason and records what it made (an image it
+// pushed), and the operator, which waits for that, removes it with the
+// rest. One statement, so a build a
 // builder claims meanwhile is seen either before (failed) or after (asked).
 func (s *Store) StopBuilds(ctx context.Context, tenant, function string) (running int, err error) {
 	// Each SET expression reads the row as it was (a build a builder
@@ -191,14 +194,14 @@ func (s *Store) StopBuilds(ctx context.Context, tenant, function string) (runnin
 	rows, err := s.DB.Query(ctx, `UPDATE builds SET
 			cancelled_at = coalesce(cancelled_at, now()),
 			state = CASE WHEN `+liveBuild+` THEN state ELSE 'failed' END,
-			reason = CASE WHEN `+liveBuild+` THEN reason ELSE 'FunctionDeleted' END,
+			reason = CASE WHEN `+liveBuild+` THEN reason ELSE $3 END,
 			message = CASE WHEN `+liveBuild+` THEN message ELSE 'the function was deleted before the build ended' END,
 			finished_at = CASE WHEN `+liveBuild+` THEN finished_at ELSE now() END,
 			owner = CASE WHEN `+liveBuild+` THEN owner END,
 			lease_until = CASE WHEN `+liveBuild+` THEN lease_until END,
 			updated_at = now()
 		WHERE tenant = $1 AND function = $2 AND state IN ('queued', 'running')
-		RETURNING state = 'running'`, tenant, function)
+		RETURNING state = 'running'`, tenant, function, msg.BuildReasonFunctionDeleted)
 	if err != nil {
 		return 0, fmt.Errorf("stop the builds of %s/%s: %w", tenant, function, err)
 	}
