@@ -75,8 +75,8 @@ func TestScaleToZeroAndWake(t *testing.T) {
 	tok, c := p.newTenant(t, tenant)
 	if _, err := client.Do(c.CreateFunctionWithResponse(ctx, tenant, client.FunctionInput{Name: fn,
 		Runtime: client.FunctionInputRuntimePython311, Entrypoint: "main.handler", TimeoutSec: ptr(int32(60)),
-		// One local process takes the whole burst: spreading over several
-		// processes per version is not built yet (docs/scaling.md).
+		// One local process takes the whole burst, so that this test is of
+		// waking alone (TestABusyVersionGrowsInsteadOfAnswering429 grows).
 		Concurrency: ptr(int32(250)),
 		MinReplicas: ptr(int32(0)), MaxReplicas: ptr(int32(3)), ScaleDownDelaySeconds: ptr(int32(2))})); err != nil {
 		t.Fatalf("create function: %v", err)
@@ -180,5 +180,88 @@ func TestScaleToZeroAndWake(t *testing.T) {
 		if got[id] == "" {
 			t.Errorf("the sync call %s has no record", id)
 		}
+	}
+}
+
+// busyApp answers after a second and a half with the runtime process
+// that ran it.
+const busyApp = `import os, time
+
+def handler(event, context):
+    time.sleep(1.5)
+    return {"pid": os.getppid()}  # the runtime process, whose workers run calls
+`
+
+// TestABusyVersionGrowsInsteadOfAnswering429: calls past what a version's
+// replicas take are held while the scaler adds local processes for them,
+// and answer 200 from several processes; at max_replicas, with every
+// process full, the calls past them answer 429, and only those.
+func TestABusyVersionGrowsInsteadOfAnswering429(t *testing.T) {
+	testenv.SteadyServers(t)
+	p := startPlatform(t)
+	ctx := context.Background()
+	const tenant, fn = "busy", "slow"
+	path := "/v1/tenants/" + tenant + "/functions/" + fn
+	tok, c := p.newTenant(t, tenant)
+	if _, err := client.Do(c.CreateFunctionWithResponse(ctx, tenant, client.FunctionInput{Name: fn,
+		Runtime: client.FunctionInputRuntimePython311, Entrypoint: "main.handler", TimeoutSec: ptr(int32(30)),
+		Concurrency: ptr(int32(2)), MinReplicas: ptr(int32(1)), MaxReplicas: ptr(int32(3)), ScaleDownDelaySeconds: ptr(int32(300))})); err != nil {
+		t.Fatalf("create function: %v", err)
+	}
+	up, err := client.UploadZip(ctx, c, tenant, fn, zipOf(map[string]string{"main.py": busyApp}))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if r := p.do(t, "GET", path+"?wait=ready&timeout=120s&source_sha256="+up.JSON200.Sha256, tok, "", nil); r.status != 200 {
+		t.Fatalf("wait for the function: %s", r)
+	}
+	burst := func(n int) (codes map[int]int, pids map[float64]bool) {
+		var wg sync.WaitGroup
+		var mu sync.Mutex
+		codes, pids = map[int]int{}, map[float64]bool{}
+		for range n {
+			wg.Go(func() {
+				r := p.do(t, "POST", path+"/invoke", tok, "application/json", []byte(`{}`))
+				var body struct{ PID float64 }
+				_ = json.Unmarshal(r.body, &body)
+				mu.Lock()
+				defer mu.Unlock()
+				codes[r.status]++
+				if r.status == 200 {
+					pids[body.PID] = true
+				}
+			})
+		}
+		wg.Wait()
+		return codes, pids
+	}
+
+	// Six calls at once on one process that takes two: held, not refused,
+	// while the version grows.
+	codes, pids := burst(6)
+	if codes[200] != 6 {
+		t.Fatalf("six calls on one replica of concurrency 2 with max_replicas 3: %v, want six 200s", codes)
+	}
+	if len(pids) < 2 {
+		t.Errorf("the six calls ran in %d process(es), want the version grown to several", len(pids))
+	}
+	t.Logf("six calls at once: %v from %d processes", codes, len(pids))
+
+	testenv.Eventually(t, 60*time.Second, "three ready processes", func() (bool, string) {
+		r := p.do(t, "GET", path, tok, "", nil)
+		var f client.Function
+		if err := json.Unmarshal(r.body, &f); err != nil || f.Status.Serving == nil || len(*f.Status.Serving) != 1 {
+			return false, string(r.body)
+		}
+		s := (*f.Status.Serving)[0]
+		return s.ReadyReplicas == 3, fmt.Sprintf("ready %d, desired %d", s.ReadyReplicas, s.DesiredReplicas)
+	})
+	// At max_replicas 3 with six slots: eight calls at once, two refused.
+	codes, pids = burst(8)
+	if codes[200] != 6 || codes[429] != 2 {
+		t.Fatalf("eight calls on three full replicas: %v, want six 200s and two 429s", codes)
+	}
+	if len(pids) != 3 {
+		t.Errorf("the calls ran in %d processes, want all three", len(pids))
 	}
 }

@@ -45,6 +45,9 @@ type Choice struct {
 	Number int32
 	// Endpoint is where the version is reached (http://host:port).
 	Endpoint string
+	// Replicas says where the call may go within the version and how full
+	// it may get (pkg/wake's Take spreads calls over them).
+	Replicas Replicas
 	// Fallback: the pinned version was no longer serving, so the call runs
 	// on latest (or on the split when latest does not serve).
 	Fallback bool
@@ -52,6 +55,20 @@ type Choice struct {
 	// the call waits for it to wake (pkg/wake) before it is sent.
 	Wake bool
 }
+
+// Replicas are what the data plane knows of a version's replicas from
+// status.serving.
+type Replicas struct {
+	// Endpoints are the ready replicas' own addresses when the data plane
+	// spreads calls over them; empty: Endpoint spreads them (a Service).
+	Endpoints []string
+	// Ready and Max are the ready replicas and the most the scaler may run
+	// (0: not said, as by an operator from before scaling: none more).
+	Ready, Max int32
+}
+
+// CanGrow tells whether the scaler may still add replicas to the version.
+func (r Replicas) CanGrow() bool { return r.Ready < r.Max }
 
 // Error is a call that no version can serve: its HTTP status (404 or
 // 503), the detail for the caller and, for a 503, Retry-After.
@@ -204,7 +221,19 @@ func usable(sv *slessv1.ServingVersion) bool {
 }
 
 func choose(sv *slessv1.ServingVersion) Choice {
-	return Choice{Number: sv.Number, Endpoint: sv.Endpoint, Wake: sv.Idle}
+	return Choice{Number: sv.Number, Endpoint: sv.Endpoint, Wake: sv.Idle,
+		Replicas: Replicas{Endpoints: sv.Endpoints, Ready: sv.ReadyReplicas, Max: sv.MaxReplicas}}
+}
+
+// Serving is the choice of serving version n of fn as its status says
+// now, and false when n no longer serves: what a call held for the
+// version (waking, or every replica full) looks at again.
+func Serving(fn *slessv1.Function, n int32) (Choice, bool) {
+	sv := find(fn, Route{Number: n})
+	if sv == nil {
+		return Choice{}, false
+	}
+	return choose(sv), true
 }
 
 func find(fn *slessv1.Function, route Route) *slessv1.ServingVersion {

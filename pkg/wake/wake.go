@@ -53,9 +53,12 @@ type Waker struct {
 
 	mu       sync.Mutex
 	versions map[loadreport.Key]*watch
-	tenants  map[string]int
+	tenants  map[string]int // the calls each tenant has waiting or held
+	held     map[loadreport.Key]int
 	closed   bool
 	stop     chan struct{}
+
+	spread spread // the calls in flight per replica (Take)
 }
 
 type watch struct {
@@ -90,9 +93,7 @@ func (w *Waker) Wait(ctx context.Context, fn *slessv1.Function, c versionpick.Ch
 		w.mu.Unlock()
 		return c, stopping
 	}
-	if w.versions == nil {
-		w.versions, w.tenants, w.stop = map[loadreport.Key]*watch{}, map[string]int{}, make(chan struct{})
-	}
+	w.init()
 	wt := w.versions[k]
 	if maxBuffered <= 0 || wt != nil && wt.waiters >= maxBuffered || w.tenants[tenant] >= w.maxPerTenant() {
 		w.mu.Unlock()
@@ -150,10 +151,16 @@ func (w *Waker) Close() {
 	w.mu.Lock()
 	defer w.mu.Unlock()
 	if !w.closed {
+		w.init()
 		w.closed = true
-		if w.stop != nil {
-			close(w.stop)
-		}
+		close(w.stop)
+	}
+}
+
+// init makes the maps and the stop channel; w.mu is held.
+func (w *Waker) init() {
+	if w.versions == nil {
+		w.versions, w.tenants, w.held, w.stop = map[loadreport.Key]*watch{}, map[string]int{}, map[loadreport.Key]int{}, make(chan struct{})
 	}
 }
 
@@ -222,7 +229,8 @@ func (w *Waker) look(ctx context.Context, k loadreport.Key) (versionpick.Choice,
 	if err := w.probe(ctx, sv.Endpoint); err != nil {
 		return versionpick.Choice{}, nil, false
 	}
-	return versionpick.Choice{Number: sv.Number, Endpoint: sv.Endpoint}, nil, true
+	c, _ := versionpick.Serving(&fn, k.Version)
+	return c, nil, true
 }
 
 var probeClient = &http.Client{Timeout: time.Second}

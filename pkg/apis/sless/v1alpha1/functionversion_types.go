@@ -137,6 +137,12 @@ type ServingVersion struct {
 	// Endpoint is where the data plane reaches this version.
 	// +optional
 	Endpoint string `json:"endpoint,omitempty"`
+	// Endpoints are the addresses of the version's ready replicas when the
+	// data plane spreads calls over them itself (the local profile runs
+	// several processes per version); empty when Endpoint spreads them (a
+	// Service).
+	// +optional
+	Endpoints []string `json:"endpoints,omitempty"`
 	// Ready is true when at least one replica answers its health check.
 	// +optional
 	Ready bool `json:"ready,omitempty"`
@@ -160,4 +166,11 @@ type ServingVersion struct {
 	ReadyReplicas int32 `json:"readyReplicas,omitempty"`
 	// +optional
 	ScalingReason string `json:"scalingReason,omitempty"`
+	// MaxReplicas is the most replicas the scaler may run for the version
+	// (spec.scaling.maxReplicas, lowered to what the tenant's pods quota
+	// allows). The data plane holds a call that finds every ready replica
+	// full only while the version can still grow; at its most, the call
+	// goes on and a full replica answers 429.
+	// +optional
+	MaxReplicas int32 `json:"maxReplicas,omitempty"`
 }

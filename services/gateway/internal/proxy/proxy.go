@@ -204,6 +204,8 @@ func (f *Forwarder) Forward(w http.ResponseWriter, r *http.Request, fn *slessv1.
 	if version.Number != 0 {
 		w.Header().Set(headers.Version, strconv.Itoa(int(version.Number)))
 	}
+	endpoint, done := f.Wake.Take(r.Context(), fn, version, fn.MaxBufferedRequests(), time.Duration(fn.Spec.TimeoutSec)*time.Second)
+	defer done()
 	if f.Load != nil {
 		defer f.Load.Begin(loadreport.Key{Namespace: fn.Namespace, Function: fn.Name, Version: version.Number})()
 	}
@@ -231,7 +233,7 @@ func (f *Forwarder) Forward(w http.ResponseWriter, r *http.Request, fn *slessv1.
 	// kept-alive one turns out closed by the function (a runtime worker
 	// that recycles after a timeout closes its idle connections) instead
 	// of failing it with a 502.
-	out, err := fncall.NewRequest(ctx, f.Prop, fncall.Request{Endpoint: version.Endpoint, Method: r.Method, Path: path, Query: r.URL.RawQuery,
+	out, err := fncall.NewRequest(ctx, f.Prop, fncall.Request{Endpoint: endpoint, Method: r.Method, Path: path, Query: r.URL.RawQuery,
 		Header: header, Body: body, ContentLength: r.ContentLength, InvocationID: id, Trigger: kind})
 	if err != nil {
 		return &Failure{Status: 502, Detail: fmt.Sprintf("function %s has an unusable endpoint", fn.Name), Cause: err}

@@ -257,11 +257,15 @@ func (e *Executor) Execute(ctx context.Context, req *msg.InvocationRequested, at
 	if req.TimeoutSec > 0 {
 		timeoutSec = req.TimeoutSec
 	}
+	// The delivery stays unacked while the call is held for a full
+	// version, as while it wakes.
+	endpoint, done := e.Wake.Take(ctx, &fn, version, fn.MaxBufferedRequests(), WakeTimeout)
+	defer done()
 	cctx, cancel := context.WithTimeout(ctx, fncall.Deadline(timeoutSec))
 	defer cancel()
 	// The request's headers are copied: the contract headers set on them
 	// must not reach the message's dead letter.
-	hreq, err := fncall.NewRequest(cctx, telemetry.Propagator(), fncall.Request{Endpoint: version.Endpoint,
+	hreq, err := fncall.NewRequest(cctx, telemetry.Propagator(), fncall.Request{Endpoint: endpoint,
 		Method: req.Request.Method, Path: req.Request.Path, Query: req.Request.Query, Header: http.Header(req.Request.Headers).Clone(),
 		Body: bytes.NewReader(req.Request.Body), ContentLength: int64(len(req.Request.Body)), InvocationID: req.InvocationID, Trigger: req.Trigger})
 	if err != nil {

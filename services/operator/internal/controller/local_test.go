@@ -286,3 +286,55 @@ func TestLocalDriverRunsAProcessSetPerVersion(t *testing.T) {
 		t.Errorf("latest answered %d %q", code, body)
 	}
 }
+
+// TestLoadRunsSeveralLocalProcessesOfAVersion: in the local profile the
+// scaler's count is the number of processes of the version. Under load
+// the version runs two, each on its own port and listed in
+// status.serving[].endpoints for the data plane to spread calls over;
+// after the load, back to one, and the other process exits.
+func TestLoadRunsSeveralLocalProcessesOfAVersion(t *testing.T) {
+	h, _ := localHarness(t)
+	_, ns := h.tenant(t)
+	fn := h.function(t, ns, "many", func(f *slessv1.Function) {
+		withSource(sha1)(f)
+		f.Spec.Entrypoint = "version.handler"
+		f.Spec.Concurrency = 10 // a target of 7 in flight per process
+		f.Spec.Scaling = &slessv1.Scaling{MinReplicas: 1, MaxReplicas: 3, ScaleDownDelaySeconds: 1}
+	})
+	h.build(t, fn, artifact(t, "a"))
+	h.waitReady(t, fn)
+
+	stop := h.reportLoad(t, ns, "many", 13)
+	h.eventuallyShow(t, "two processes for 13 in flight", func() bool {
+		h.get(t, fn)
+		e := servingEntry(fn, 1)
+		return e != nil && e.ReadyReplicas == 2 && len(e.Endpoints) == 2 && e.MaxReplicas == 3
+	}, func() string { return functionStatus(fn) })
+	e := servingEntry(fn, 1)
+	if e.Endpoints[0] == e.Endpoints[1] {
+		t.Fatalf("both processes listed at %s", e.Endpoints[0])
+	}
+	for _, ep := range e.Endpoints {
+		if code, body := get(t, ep+"/"); code != 200 || body != "a" {
+			t.Errorf("the process at %s answered %d %q", ep, code, body)
+		}
+	}
+	if e.Endpoint != e.Endpoints[0] && e.Endpoint != e.Endpoints[1] {
+		t.Errorf("endpoint %s is none of the processes %v", e.Endpoint, e.Endpoints)
+	}
+	stop()
+
+	h.eventuallyShow(t, "one process after the load", func() bool {
+		h.get(t, fn)
+		e := servingEntry(fn, 1)
+		return e != nil && e.ReadyReplicas == 1 && len(e.Endpoints) == 0
+	}, func() string { return functionStatus(fn) })
+	gone := e.Endpoints[1]
+	if gone == servingEntry(fn, 1).Endpoint {
+		gone = e.Endpoints[0]
+	}
+	h.eventually(t, "the second process stopped", func() bool {
+		code, _ := get(t, gone+"/")
+		return code == 0
+	})
+}

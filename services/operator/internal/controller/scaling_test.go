@@ -47,29 +47,7 @@ func TestLoadReportsScaleTheDeployment(t *testing.T) {
 		t.Fatalf("before any load: %s, want minReplicas 1", saw)
 	}
 
-	signals := rabbit.NewSignaler(h.mq)
-	defer signals.Close()
-	// report sends one report a second from two gateways, each carrying
-	// half of inFlight, until stop is closed.
-	report := func(inFlight float64) (stop func()) {
-		done := make(chan struct{})
-		ended := make(chan struct{})
-		go func() {
-			defer close(ended)
-			for i := 0; ; i++ {
-				for _, gw := range []string{"gw-a", "gw-b"} {
-					_ = signals.Signal(t.Context(), &msg.LoadReported{Reporter: gw, SentAt: time.Now(), Versions: []msg.VersionLoad{
-						{Namespace: ns, Function: "busy", Version: 1, InFlight: inFlight / 2, PeakInFlight: int(inFlight/2) + 1, Completions: 50}}})
-				}
-				select {
-				case <-done:
-					return
-				case <-time.After(time.Second):
-				}
-			}
-		}()
-		return func() { close(done); <-ended }
-	}
+	report := func(inFlight float64) (stop func()) { return h.reportLoad(t, ns, "busy", inFlight) }
 
 	// 13 in flight over a target of 7: two replicas.
 	stop := report(13)
@@ -104,6 +82,31 @@ func TestLoadReportsScaleTheDeployment(t *testing.T) {
 		t.Fatal(err)
 	}
 	h.eventuallyShow(t, "the new maxReplicas", func() bool { n, _ := replicas(); return n == 2 }, func() string { _, s := replicas(); return s })
+}
+
+// reportLoad sends one load report a second for version 1 of function
+// name from two gateways, each carrying half of inFlight, until the
+// returned stop is called.
+func (h *harness) reportLoad(t *testing.T, ns, name string, inFlight float64) (stop func()) {
+	signals := rabbit.NewSignaler(h.mq)
+	done := make(chan struct{})
+	ended := make(chan struct{})
+	go func() {
+		defer close(ended)
+		defer signals.Close()
+		for {
+			for _, gw := range []string{"gw-a", "gw-b"} {
+				_ = signals.Signal(t.Context(), &msg.LoadReported{Reporter: gw, SentAt: time.Now(), Versions: []msg.VersionLoad{
+					{Namespace: ns, Function: name, Version: 1, InFlight: inFlight / 2, PeakInFlight: int(inFlight/2) + 1, Completions: 50}}})
+			}
+			select {
+			case <-done:
+				return
+			case <-time.After(time.Second):
+			}
+		}
+	}()
+	return func() { close(done); <-ended }
 }
 
 func servingEntry(fn *slessv1.Function, n int32) *slessv1.ServingVersion {

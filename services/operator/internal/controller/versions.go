@@ -273,6 +273,7 @@ func (r *FunctionReconciler) run(ctx context.Context, fn *slessv1.Function, vers
 	}
 	out.after = preWarmAfter
 	var firstErr error
+	maxReplicas := map[int32]int32{}
 	ensure := func(n int32) {
 		if _, done := states[n]; done || versions[n] == nil {
 			return
@@ -299,6 +300,7 @@ func (r *FunctionReconciler) run(ctx context.Context, fn *slessv1.Function, vers
 		d := r.Scaler.Replicas(key, set, rec.ReadyReplicas, rec.DesiredReplicas,
 			rec.DesiredReplicas == 0 && rec.ScalingReason == string(autoscale.ReasonZero))
 		decisions[n] = d
+		maxReplicas[n] = set.MaxReplicas
 		s, err := r.Driver.Ensure(ctx, view, driver.Version{Number: n, Replicas: d.Replicas,
 			Artifact: driver.Artifact{Image: v.Spec.Image, Dir: v.Spec.Artifact, BuildID: v.Spec.BuildID}})
 		if err != nil {
@@ -354,8 +356,9 @@ func (r *FunctionReconciler) run(ctx context.Context, fn *slessv1.Function, vers
 		s := states[n]
 		e.Ready, e.Endpoint = s.Serving, s.Endpoint
 		e.DesiredReplicas, e.ReadyReplicas, e.ScalingReason = decisions[n].Replicas, s.ReadyReplicas, string(decisions[n].Reason)
+		e.Endpoints, e.MaxReplicas = s.Endpoints, maxReplicas[n]
 		if e.Idle = idle(decisions[n], recorded[n], s); e.Idle {
-			e.Endpoint = s.Address
+			e.Endpoint, e.Endpoints = s.Address, nil
 		}
 		serving = append(serving, *e)
 	}

@@ -30,6 +30,10 @@ type State struct {
 	ReadyReplicas int32
 	// Endpoint is where the version takes calls, set while it serves.
 	Endpoint string
+	// Endpoints are the ready replicas' own addresses when the data plane
+	// is to spread calls over them (several local processes); nil when
+	// Endpoint spreads them (a Service) or one replica serves.
+	Endpoints []string
 	// Address is where the version is reached whether or not a replica
 	// serves now (the Service; the local port kept for the version): the
 	// data plane waits there for a version that wakes from zero.

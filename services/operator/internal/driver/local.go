@@ -37,18 +37,21 @@ import (
 	"github.com/kube5s/sless/services/operator/internal/resources"
 )
 
-// Local runs each version of a function as a runtime process on
-// 127.0.0.1 (its process set: one process per (namespace, function,
-// version)), started from the version's artifact directory and supervised:
-// health-checked, restarted with backoff when it dies, replaced without
-// dropping traffic when its environment changes (a Secret's value: start
-// the new process, wait until healthy, switch the endpoint, drain the old
-// one), and stopped when the version stops or the function goes.
+// Local runs each version of a function as runtime processes on
+// 127.0.0.1 (its process set: as many processes as the scaler gives the
+// version), started from the version's artifact directory and supervised:
+// health-checked, restarted with backoff when they die, replaced without
+// dropping traffic when the environment changes (a Secret's value: start
+// a process with the new one, wait until healthy, switch the endpoint,
+// drain the old set), and stopped when the version stops or the function
+// goes.
 //
-// A version's set is one process: its endpoint is a single URL and a
-// second process would need a load balancer in front. At zero replicas
-// the process stops and the version keeps its port, which the next start
-// takes again (the data plane waits there while it wakes).
+// Each process has its own port; the status lists the ready ones
+// (State.Endpoints) and the data plane spreads calls over them itself
+// (pkg/wake's Take), so no balancer stands between. The first process
+// keeps the version's port: at zero replicas every process stops and the
+// next start takes that port again (the data plane waits there while the
+// version wakes).
 type Local struct {
 	// Commands start a runtime: the interpreter and the wrapper script.
 	Commands map[slessv1.Runtime][]string
@@ -73,9 +76,38 @@ type versionRef struct {
 }
 
 type localFn struct {
-	current *proc // serving
-	next    *proc // starting for a new environment
-	port    int   // the version's port, kept while it is at zero
+	set  []*proc // the processes of the current environment; set[0] has the version's port
+	next *proc   // starting for a new environment
+	port int     // the version's port, kept while it is at zero
+}
+
+// all lists every process of the version, starting ones too.
+func (lf *localFn) all() []*proc {
+	out := append([]*proc(nil), lf.set...)
+	if lf.next != nil {
+		out = append(out, lf.next)
+	}
+	return out
+}
+
+// state is what the version's set shows: ready while one process is
+// healthy, every healthy one in Endpoints when there are several.
+func (lf *localFn) state(switched bool) State {
+	base := lf.set[0].state(switched)
+	var ready []string
+	for _, p := range lf.set {
+		if ps := p.state(switched); ps.Serving {
+			if len(ready) == 0 {
+				base = ps
+			}
+			ready = append(ready, ps.Endpoint)
+		}
+	}
+	base.ReadyReplicas, base.Address = int32(len(ready)), lf.address()
+	if len(ready) > 1 {
+		base.Endpoints = ready
+	}
+	return base
 }
 
 func (lf *localFn) address() string {
@@ -132,54 +164,81 @@ func (l *Local) Ensure(ctx context.Context, fn *slessv1.Function, v Version) (St
 	}
 	if v.Replicas == 0 {
 		// At zero: the scaler's drain handshake left no call in flight.
-		for _, p := range []*proc{lf.current, lf.next} {
-			if p != nil {
-				p.stop(0)
-			}
+		for _, p := range lf.all() {
+			p.stop(0)
 		}
-		lf.current, lf.next = nil, nil
+		lf.set, lf.next = nil, nil
 		return State{RolledOut: true, Address: lf.address(), Reason: "ScaledToZero", Message: "no process runs; the first call starts one"}, nil
 	}
-	if lf.current != nil && lf.current.key == key {
+	run := func(port int) (*proc, error) {
+		return l.start(name, key, cmd, a.Dir, env, fn.Spec.MemoryMB, fn.Spec.TimeoutSec, port)
+	}
+	if len(lf.set) == 0 || lf.set[0].key == key {
+		// The first start, a wake from zero, or the set as it is: only the
+		// count may change.
 		if lf.next != nil {
 			lf.next.stop(0)
 			lf.next = nil
 		}
-		return lf.current.state(true), nil
+		if err := lf.scale(run, v.Replicas, l.DrainDelay); err != nil {
+			return State{}, err
+		}
+		return lf.state(true), nil
 	}
 	if lf.next == nil || lf.next.key != key {
 		if lf.next != nil {
 			lf.next.stop(0)
 		}
-		port := 0
-		if lf.current == nil {
-			port = lf.port // waking from zero (or first start): the version's port
-		}
-		p, err := l.start(name, key, cmd, a.Dir, env, fn.Spec.MemoryMB, fn.Spec.TimeoutSec, port)
+		p, err := run(0)
 		if err != nil {
 			return State{}, err
 		}
 		lf.next = p
 	}
 	if lf.next.isHealthy() {
-		old := lf.current
-		lf.current, lf.next = lf.next, nil
-		lf.port = lf.current.port
-		if old != nil {
-			old.stop(l.DrainDelay)
+		old := lf.set
+		lf.set, lf.next = []*proc{lf.next}, nil
+		lf.port = lf.set[0].port
+		for _, p := range old {
+			p.stop(l.DrainDelay)
 		}
-		return lf.current.state(true), nil
+		if err := lf.scale(run, v.Replicas, l.DrainDelay); err != nil {
+			return State{}, err
+		}
+		return lf.state(true), nil
 	}
-	starting := lf.next.state(false)
-	if lf.current != nil && lf.current.isHealthy() {
-		st := lf.current.state(false)
-		st.Reason, st.Message = slessv1.ReasonProgressing, "starting the process with the new environment: "+starting.Message
-		return st, nil
+	st := lf.state(false)
+	if !st.Serving {
+		return lf.next.state(false), nil
 	}
-	if lf.port == 0 {
-		lf.port = lf.next.port
+	st.Reason, st.Message = slessv1.ReasonProgressing, "starting the process with the new environment: "+lf.next.state(false).Message
+	return st, nil
+}
+
+// scale starts or stops processes of the set until it has n: a new first
+// process takes the version's port; the ones beyond n (the last started
+// first) stop after drain, once the status no longer lists them.
+func (lf *localFn) scale(run func(port int) (*proc, error), n int32, drain time.Duration) error {
+	for int32(len(lf.set)) < n {
+		port := 0
+		if len(lf.set) == 0 {
+			port = lf.port
+		}
+		p, err := run(port)
+		if err != nil {
+			return err
+		}
+		lf.set = append(lf.set, p)
+		if lf.port == 0 {
+			lf.port = p.port
+		}
 	}
-	return starting, nil
+	for int32(len(lf.set)) > n {
+		last := lf.set[len(lf.set)-1]
+		lf.set = lf.set[:len(lf.set)-1]
+		last.stop(drain)
+	}
+	return nil
 }
 
 // Stop implements Driver: version n's processes get SIGTERM and finish
@@ -191,10 +250,8 @@ func (l *Local) Stop(_ context.Context, fn *slessv1.Function, n int32) error {
 	delete(l.fns, ref)
 	l.mu.Unlock()
 	if lf != nil {
-		for _, p := range []*proc{lf.current, lf.next} {
-			if p != nil {
-				p.stop(0)
-			}
+		for _, p := range lf.all() {
+			p.stop(0)
 		}
 	}
 	return nil
@@ -233,11 +290,9 @@ func (l *Local) Delete(_ context.Context, fn *slessv1.Function) error {
 	}
 	l.mu.Unlock()
 	for _, lf := range stopped {
-		for _, p := range []*proc{lf.current, lf.next} {
-			if p != nil {
-				p.stop(0)
-				p.wait()
-			}
+		for _, p := range lf.all() {
+			p.stop(0)
+			p.wait()
 		}
 	}
 	if err := os.Remove(l.LogPath(fn.Namespace, fn.Name)); err != nil && !errors.Is(err, fs.ErrNotExist) {
@@ -253,11 +308,9 @@ func (l *Local) Shutdown() {
 	l.fns = map[versionRef]*localFn{}
 	l.mu.Unlock()
 	for _, lf := range all {
-		for _, p := range []*proc{lf.current, lf.next} {
-			if p != nil {
-				p.stop(0)
-				p.wait()
-			}
+		for _, p := range lf.all() {
+			p.stop(0)
+			p.wait()
 		}
 	}
 }
@@ -565,19 +618,20 @@ func (l *Local) LogPath(namespace, name string) string {
 	return funclog.Path(l.LogDir, namespace, name)
 }
 
-// PID is the process id of the serving process of version n of the
+// PID is the process id of the first process of version n of the
 // function, or 0.
 func (l *Local) PID(namespace, name string, n int32) int {
 	l.mu.Lock()
 	lf := l.fns[versionRef{NamespacedName: types.NamespacedName{Namespace: namespace, Name: name}, Number: n}]
 	l.mu.Unlock()
-	if lf == nil || lf.current == nil {
+	if lf == nil || len(lf.set) == 0 {
 		return 0
 	}
-	lf.current.mu.Lock()
-	defer lf.current.mu.Unlock()
-	if lf.current.current == nil || lf.current.current.Process == nil {
+	p := lf.set[0]
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	if p.current == nil || p.current.Process == nil {
 		return 0
 	}
-	return lf.current.current.Process.Pid
+	return p.current.Process.Pid
 }
