@@ -179,7 +179,9 @@ memory_mb: 128
 cpu_millis: 100
 timeout_sec: 30
 concurrency: 4
-min_replicas: 1
+# Scaling (min_replicas, max_replicas, target_concurrency,
+# scale_down_delay_seconds, max_buffered_requests): left out, the
+# platform's defaults apply.
 env_vars: {}
 # Left out of the upload besides sless.yaml, .git and caches (path patterns).
 exclude: ["*.md"]

@@ -126,8 +126,10 @@ func TestFunctionCRUDAndBadInput(t *testing.T) {
 	if f := r.json(t); f["runtime"] != "nodejs20" || f["max_replicas"] != 2.0 || f["env_vars"].(map[string]any)["GREETING"] != "hi" {
 		t.Errorf("after PUT %v", f)
 	}
+	// Scaling left out stays unset (absent): the operator applies the
+	// platform's defaults, which the chart configures.
 	defaults := map[string]any{"memory_mb": 128.0, "cpu_millis": 100.0, "timeout_sec": 30.0, "concurrency": 10.0,
-		"min_replicas": 1.0, "max_replicas": 1.0, "env_vars": map[string]any{}}
+		"min_replicas": nil, "max_replicas": nil, "env_vars": map[string]any{}}
 	asPosted := map[string]any{"name": "fresh", "runtime": "python3.11", "entrypoint": "main.handler"}
 	for _, step := range []struct {
 		what      string

@@ -140,11 +140,11 @@ type FunctionSpec struct {
 	CPUMillis         *int32               `json:"cpu_millis,omitempty" minimum:"10" maximum:"8000"`
 	TimeoutSec        *int32               `json:"timeout_sec,omitempty" minimum:"1" maximum:"900"`
 	Concurrency       *int32               `json:"concurrency,omitempty" minimum:"1" maximum:"1000"`
-	MinReplicas       *int32               `json:"min_replicas,omitempty" minimum:"0" maximum:"100"`
-	MaxReplicas       *int32               `json:"max_replicas,omitempty" minimum:"1" maximum:"100"`
-	TargetConcurrency *int32               `json:"target_concurrency,omitempty" minimum:"0" maximum:"1000" doc:"calls in flight per replica the scaler plans for; absent or 0: 0.7 x concurrency"`
-	ScaleDownDelaySec *int32               `json:"scale_down_delay_seconds,omitempty" minimum:"0" maximum:"3600" doc:"how long lower demand lasts before replicas go down; absent or 0: 120"`
-	MaxBuffered       *int32               `json:"max_buffered_requests,omitempty" minimum:"0" maximum:"100000" doc:"calls a gateway holds for a version that wakes or is full; absent or 0: 1000"`
+	MinReplicas       *int32               `json:"min_replicas,omitempty" minimum:"0" maximum:"100" doc:"0 lets an idle version go to zero; absent: the platform's default (1 unless configured otherwise)"`
+	MaxReplicas       *int32               `json:"max_replicas,omitempty" minimum:"1" maximum:"100" doc:"absent: the platform's default (1 unless configured otherwise), at least min_replicas"`
+	TargetConcurrency *int32               `json:"target_concurrency,omitempty" minimum:"0" maximum:"1000" doc:"calls in flight per replica the scaler plans for; absent or 0: the platform's share of concurrency (70 % unless configured otherwise)"`
+	ScaleDownDelaySec *int32               `json:"scale_down_delay_seconds,omitempty" minimum:"0" maximum:"3600" doc:"how long lower demand lasts before replicas go down; absent or 0: the platform's default (120 unless configured otherwise)"`
+	MaxBuffered       *int32               `json:"max_buffered_requests,omitempty" minimum:"0" maximum:"100000" doc:"calls a gateway holds for a version that wakes or is full; absent or 0: the platform's default (1000 unless configured otherwise)"`
 	EnvVars           map[string]string    `json:"env_vars" required:"false" doc:"absent or empty: none; GET always shows it"`
 	SecretEnvVars     map[string]SecretRef `json:"secret_env_vars,omitempty"`
 	AllowSourceBuilds bool                 `json:"allow_source_builds,omitempty" doc:"let pip build source distributions; by default only wheels are installed"`
@@ -255,15 +255,15 @@ func applyFunctionSpec(dst *slessv1.FunctionSpec, in *FunctionSpec) {
 	set(&dst.TimeoutSec, in.TimeoutSec)
 	set(&dst.Concurrency, in.Concurrency)
 	if in.MinReplicas != nil || in.MaxReplicas != nil || in.TargetConcurrency != nil || in.ScaleDownDelaySec != nil || in.MaxBuffered != nil {
-		sc := &slessv1.Scaling{MinReplicas: 1, MaxReplicas: 1}
-		set(&sc.MinReplicas, in.MinReplicas)
+		// What is left out stays unset: the platform's defaults apply.
+		sc := &slessv1.Scaling{}
+		if in.MinReplicas != nil {
+			sc.MinReplicas = ptr(*in.MinReplicas)
+		}
 		set(&sc.MaxReplicas, in.MaxReplicas)
 		set(&sc.TargetConcurrency, in.TargetConcurrency)
 		set(&sc.ScaleDownDelaySeconds, in.ScaleDownDelaySec)
 		set(&sc.MaxBufferedRequests, in.MaxBuffered)
-		if in.MaxReplicas == nil {
-			sc.MaxReplicas = max(sc.MaxReplicas, sc.MinReplicas)
-		}
 		dst.Scaling = sc
 	}
 	names := make([]string, 0, len(in.EnvVars)+len(in.SecretEnvVars))
@@ -293,7 +293,12 @@ func functionREST(f *slessv1.Function) Function {
 		EnvVars: map[string]string{}, AllowSourceBuilds: s.AllowSourceBuilds,
 	}}
 	if s.Scaling != nil {
-		out.MinReplicas, out.MaxReplicas = ptr(s.Scaling.MinReplicas), ptr(s.Scaling.MaxReplicas)
+		if s.Scaling.MinReplicas != nil {
+			out.MinReplicas = ptr(*s.Scaling.MinReplicas)
+		}
+		if s.Scaling.MaxReplicas > 0 {
+			out.MaxReplicas = ptr(s.Scaling.MaxReplicas)
+		}
 		out.TargetConcurrency, out.ScaleDownDelaySec, out.MaxBuffered = ptr(s.Scaling.TargetConcurrency), ptr(s.Scaling.ScaleDownDelaySeconds), ptr(s.Scaling.MaxBufferedRequests)
 	}
 	for _, e := range s.Env {

@@ -31,6 +31,7 @@ import (
 	slessv1 "github.com/kube5s/sless/pkg/apis/sless/v1alpha1"
 	"github.com/kube5s/sless/pkg/msg"
 	"github.com/kube5s/sless/pkg/tenantns"
+	"github.com/kube5s/sless/services/operator/internal/autoscale"
 	"github.com/kube5s/sless/services/operator/internal/driver"
 	"github.com/kube5s/sless/services/operator/internal/resources"
 	"github.com/kube5s/sless/services/operator/internal/scaler"
@@ -159,7 +160,7 @@ func Setup(ctx context.Context, mgr ctrl.Manager, d Deps) error {
 		return fmt.Errorf("index jobs: %w", err)
 	}
 	if d.Scaler == nil {
-		d.Scaler = scaler.New(nil)
+		d.Scaler = scaler.New(nil, autoscale.BuiltIn)
 	}
 	if err := mgr.Add(manager.RunnableFunc(d.Scaler.Run)); err != nil {
 		return fmt.Errorf("add the scaler: %w", err)

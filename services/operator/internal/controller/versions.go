@@ -266,6 +266,10 @@ func (r *FunctionReconciler) run(ctx context.Context, fn *slessv1.Function, vers
 	if err := r.Client.Get(ctx, client.ObjectKey{Name: tenantns.Named(fn.Namespace)}, &tenant); err != nil && !apierrors.IsNotFound(err) {
 		return out, fmt.Errorf("read the tenant of %s/%s: %w", fn.Namespace, fn.Name, err)
 	}
+	// The data plane holds calls for a version that wakes up to this
+	// bound; what the function leaves unset is the platform's default,
+	// which only the scaler knows.
+	st.MaxBufferedRequests = r.Scaler.Settings(fn, 0).MaxBufferedRequests
 	now := time.Now()
 	preWarm, preWarmAfter, err := r.preWarm(ctx, fn, now)
 	if err != nil {
@@ -283,7 +287,7 @@ func (r *FunctionReconciler) run(ctx context.Context, fn *slessv1.Function, vers
 		// reconcile is what it knows of the replicas.
 		key := loadreport.Key{Namespace: fn.Namespace, Function: fn.Name, Version: n}
 		rec := recorded[n]
-		set := scaler.Settings(view, tenant.Spec.Quotas.MaxPods)
+		set := r.Scaler.Settings(view, tenant.Spec.Quotas.MaxPods)
 		if preWarm && desired[n] != nil && desired[n].Percent > 0 {
 			// A cron fire calls the function by name: the versions with a
 			// share of its untagged traffic serve it.

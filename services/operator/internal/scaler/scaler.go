@@ -68,6 +68,7 @@ type Scaler struct {
 	kick      chan struct{}
 	events    chan event.TypedGenericEvent[*slessv1.Function]
 	now       func() time.Time
+	defaults  autoscale.Defaults
 	desired   *prometheus.GaugeVec // the count decided per version
 	woken     prometheus.Counter
 	wakeTime  prometheus.Histogram
@@ -107,10 +108,11 @@ type reporter struct {
 	listed map[loadreport.Key]time.Time
 }
 
-// New returns a scaler; run it with Run. Its gauge of the decided counts
-// is registered with reg (nil: not exported).
-func New(reg prometheus.Registerer) *Scaler {
-	s := &Scaler{versions: map[loadreport.Key]*version{}, reporters: map[string]*reporter{}, wakes: map[string]*rate.Limiter{},
+// New returns a scaler that applies d to the settings functions leave
+// unset; run it with Run. Its gauge of the decided counts is registered
+// with reg (nil: not exported).
+func New(reg prometheus.Registerer, d autoscale.Defaults) *Scaler {
+	s := &Scaler{defaults: d, versions: map[loadreport.Key]*version{}, reporters: map[string]*reporter{}, wakes: map[string]*rate.Limiter{},
 		pending: map[types.NamespacedName]bool{}, kick: make(chan struct{}, 1),
 		events: make(chan event.TypedGenericEvent[*slessv1.Function], 256), now: time.Now,
 		desired: prometheus.NewGaugeVec(prometheus.GaugeOpts{Name: "sless_operator_version_desired_replicas",
@@ -137,23 +139,23 @@ func (s *Scaler) gauge(k loadreport.Key) prometheus.Gauge {
 func (s *Scaler) Events() <-chan event.TypedGenericEvent[*slessv1.Function] { return s.events }
 
 // Settings are the scaling settings of fn (a version view: its
-// concurrency is the version's) with the defaults applied, and maxReplicas
-// clamped to maxPods, the tenant's pods quota (0: none known), with the
-// reason QuotaPods: more replicas than the quota allows would be refused
-// pods, retried forever.
-func Settings(fn *slessv1.Function, maxPods int32) autoscale.Settings {
-	sp := autoscale.Spec{MinReplicas: 1, MaxReplicas: 1, Concurrency: fn.Spec.Concurrency}
+// concurrency is the version's) with the scaler's defaults applied, and
+// maxReplicas clamped to maxPods, the tenant's pods quota (0: none known),
+// with the reason QuotaPods: more replicas than the quota allows would be
+// refused pods, retried forever.
+func (s *Scaler) Settings(fn *slessv1.Function, maxPods int32) autoscale.Settings {
+	sp := autoscale.Spec{Concurrency: fn.Spec.Concurrency}
 	if sc := fn.Spec.Scaling; sc != nil {
 		sp.MinReplicas, sp.MaxReplicas = sc.MinReplicas, sc.MaxReplicas
 		sp.TargetConcurrency = float64(sc.TargetConcurrency)
 		sp.ScaleDownDelaySeconds, sp.MaxBufferedRequests = sc.ScaleDownDelaySeconds, sc.MaxBufferedRequests
 	}
-	s := autoscale.Defaults(sp)
+	set := s.defaults.Apply(sp)
 	if maxPods > 0 {
-		s = autoscale.ClampToQuota(s, maxPods)
-		s.MinReplicas = min(s.MinReplicas, s.MaxReplicas)
+		set = autoscale.ClampToQuota(set, maxPods)
+		set.MinReplicas = min(set.MinReplicas, set.MaxReplicas)
 	}
-	return s
+	return set
 }
 
 // Replicas is the count version k should run now, and why. The reconciler
