@@ -118,6 +118,7 @@ func run(ctx context.Context, getenv func(string) string, stdout io.Writer) erro
 	err = controller.Setup(ctx, mgr, controller.Deps{
 		Scaler:       scale,
 		Broker:       broker,
+		Queues:       broker,
 		BrokerURL:    cfg.TenantBrokerURL,
 		Publisher:    pub,
 		Store:        store,

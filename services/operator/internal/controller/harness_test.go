@@ -185,7 +185,7 @@ func (h *harness) startManager(t *testing.T, ctx context.Context, wg *sync.WaitG
 	}
 	deps := Deps{
 		Publisher: h.pub, Store: h.store, Data: &tenantdata.Store{DB: h.db, Batch: 2}, Driver: mkDriver(mgr), Scaler: h.scaler,
-		Platform: platform, PublicURL: publicURL, Broker: h.broker, BrokerURL: tenantBrokerURL, Tracer: noop.NewTracerProvider().Tracer("t"),
+		Platform: platform, PublicURL: publicURL, Broker: h.broker, Queues: h.broker, BrokerURL: tenantBrokerURL, Tracer: noop.NewTracerProvider().Tracer("t"),
 		Metrics: NewMetrics(prometheus.NewRegistry()), APIReader: mgr.GetAPIReader(),
 		DrainPeriod: 3 * time.Second, // as long as the local driver's own drain delay
 		// The test registry: every repository a test pushes is below it.

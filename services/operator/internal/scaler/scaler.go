@@ -9,6 +9,10 @@
 // ready replicas (Replicas); versions it stops hearing about are
 // forgotten, so the state is bounded by what runs.
 //
+// Queue triggers add their queues' depths (Backlog, from the operator's
+// poll of the broker, package queuedepth): load that counts until a newer
+// depth replaces it.
+//
 // Zero takes a handshake (ARCHITECTURE 4a): a version idle for its
 // scale-down delay is first marked idle (Decision.Idle, which the
 // reconciler writes to status.serving), so that the data plane buffers
@@ -44,6 +48,11 @@ const forgetAfter = 10 * time.Minute
 // reports at least every loadreport.Heartbeat); the drain handshake no
 // longer waits for it, and its calls died with it.
 const reporterLife = 3 * loadreport.Heartbeat
+
+// BacklogLife: a queue depth not heard again for this long no longer
+// counts (three of the poller's rounds: its read failed, or its trigger
+// went).
+const BacklogLife = 15 * time.Second
 
 // drainPatience: a drain to zero waiting longer than this for reporters
 // is logged (once), with the reporters it waits for.
@@ -94,6 +103,15 @@ type version struct {
 	markedAt time.Time // marked idle on the way to zero; zero when not
 	told     bool      // the wait of this drain was logged
 	wokeAt   time.Time // a wake from zero began; zero when none runs
+	// backlog is the last depth of each queue that feeds the version, by
+	// source; each decision counts it again, as the broker refreshes it
+	// only every few seconds.
+	backlog map[string]depth
+}
+
+type depth struct {
+	n  int
+	at time.Time
 }
 
 // reporter is what the scaler knows of one data-plane replica: when it
@@ -274,6 +292,36 @@ func (s *Scaler) Report(m msg.Message, at time.Time) {
 	}
 }
 
+// Backlog takes the depth of a queue that feeds version k (ready and
+// unacknowledged messages, read from the broker at at); source names the
+// queue. The depth is load in every decision until a newer one replaces
+// it or BacklogLife passes. A backlog on a version at zero wakes it at
+// once, within the tenant's wake rate, as calls waiting for it do.
+func (s *Scaler) Backlog(k loadreport.Key, source string, n int, at time.Time) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	v := s.versions[k]
+	if v == nil {
+		if n <= 0 {
+			return
+		}
+		v = &version{window: autoscale.NewWindow(at), asked: at,
+			decision: Decision{Decision: autoscale.Decision{Replicas: 0, Reason: autoscale.ReasonZero}, Idle: true}}
+		s.versions[k] = v
+		s.pend(k)
+	}
+	if v.backlog == nil {
+		v.backlog = map[string]depth{}
+	}
+	v.backlog[source] = depth{n: max(n, 0), at: at}
+	v.window.Add(at, autoscale.Sample{Reporter: source, Backlog: max(n, 0)})
+	if n > 0 && v.decision.Replicas == 0 && v.settings != (autoscale.Settings{}) {
+		if s.decide(k, v, s.now()) {
+			s.pend(k)
+		}
+	}
+}
+
 // pend asks Run to send k's function to the reconciler; s.mu is held.
 func (s *Scaler) pend(k loadreport.Key) {
 	s.pending[types.NamespacedName{Namespace: k.Namespace, Name: k.Function}] = true
@@ -361,6 +409,13 @@ func (s *Scaler) Tick() []types.NamespacedName {
 // wake limit, and tells whether it changed; s.mu is held.
 func (s *Scaler) decide(k loadreport.Key, v *version, now time.Time) bool {
 	before := v.decision
+	for src, b := range v.backlog {
+		if now.Sub(b.at) > BacklogLife {
+			delete(v.backlog, src)
+			continue
+		}
+		v.window.Add(now, autoscale.Sample{Reporter: src, Backlog: b.n})
+	}
 	d, st := autoscale.Decide(v.settings, autoscale.Input{Now: now, Replicas: before.Replicas, Ready: v.ready, Load: v.window.Load(now)}, v.state)
 	next := Decision{Decision: d}
 	switch {

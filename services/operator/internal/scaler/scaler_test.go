@@ -295,3 +295,64 @@ func TestAnAcknowledgementIsOfTheCurrentMark(t *testing.T) {
 		t.Fatalf("two reports after the mark: %+v; want zero", d)
 	}
 }
+
+// TestABacklogWakesAndGrows: a queue's depth is load. On a version at
+// zero it wakes it at once (no tick, no call waiting); a deeper backlog
+// asks for more replicas (depth / DrainFactor over the target), with the
+// reason Backlog; each decision counts the last depth again until a newer
+// one replaces it, and a depth not heard for BacklogLife no longer counts.
+func TestABacklogWakesAndGrows(t *testing.T) {
+	c := &clock{t: time.Unix(1_800_000_000, 0)}
+	s := New(nil, autoscale.BuiltIn)
+	s.now = c.now
+	k := loadreport.Key{Namespace: "sless-fn-a", Function: "f", Version: 1}
+	set := atZeroSettings() // target 0.7 x 4 = 2.8 in flight, at most 3 replicas
+	if d := s.Replicas(k, set, 0, 0, true); d.Replicas != 0 {
+		t.Fatalf("recorded at zero: %+v", d)
+	}
+	const queue = "queue:sless-t-a/orders"
+	s.Backlog(k, queue, 0, c.t)
+	if d := s.versions[k].decision; d.Replicas != 0 {
+		t.Fatalf("an empty queue woke the version: %+v", d)
+	}
+	s.Backlog(k, queue, 5, c.t)
+	if got := s.takePending(); len(got) != 1 || got[0].Name != "f" {
+		t.Errorf("a backlog at zero asked for no reconcile: %v", got)
+	}
+	if d := s.versions[k].decision; d.Replicas != 1 || d.Idle || d.Reason != autoscale.ReasonBacklog {
+		t.Fatalf("a backlog of 5 at zero: %+v; want one replica for the backlog, not idle", d)
+	}
+
+	// 5 messages are 0.5 calls: one replica; 60 are 6 calls over 2.8: 3
+	// once the panic window holds only the 60 (asking for 3x the ready
+	// replica, it is a burst: the reason says Panic, or Backlog once the
+	// replicas are ready).
+	s.Replicas(k, set, 1, 1, false)
+	c.advance(time.Second)
+	s.Backlog(k, queue, 60, c.t)
+	for range int(autoscale.PanicWindow / time.Second) {
+		c.advance(time.Second)
+		s.Tick() // the broker's depth is seconds old by now, and still counts
+	}
+	if d := s.versions[k].decision; d.Replicas != 3 || (d.Reason != autoscale.ReasonBacklog && d.Reason != autoscale.ReasonPanic) {
+		t.Fatalf("a backlog of 60: %+v; want 3 replicas for the backlog", d)
+	}
+	s.Replicas(k, set, 3, 3, false)
+	c.advance(time.Second)
+	s.Backlog(k, queue, 60, c.t)
+	s.Tick()
+	if d := s.versions[k].decision; d.Replicas != 3 {
+		t.Fatalf("a backlog of 60 with 3 ready: %+v; want 3", d)
+	}
+
+	// Unheard for BacklogLife, the depth no longer counts: what held the
+	// count is the scale-down delay, not the backlog.
+	c.advance(BacklogLife + time.Second)
+	s.Tick()
+	if _, kept := s.versions[k].backlog[queue]; kept {
+		t.Error("a depth older than BacklogLife is kept")
+	}
+	if d := s.versions[k].decision; d.Reason == autoscale.ReasonBacklog {
+		t.Errorf("after BacklogLife without a depth: %+v; the backlog still counts", d)
+	}
+}
