@@ -633,10 +633,13 @@ type Function struct {
 	Runtime     FunctionRuntime `json:"runtime"`
 
 	// ScaleDownDelaySeconds how long lower demand lasts before replicas go down; absent or 0: the platform's default (120 unless configured otherwise)
-	ScaleDownDelaySeconds *int32                `json:"scale_down_delay_seconds,omitempty"`
-	SecretEnvVars         *map[string]SecretRef `json:"secret_env_vars,omitempty"`
-	Source                *FunctionSource       `json:"source,omitempty"`
-	Status                FunctionStatus        `json:"status"`
+	ScaleDownDelaySeconds *int32 `json:"scale_down_delay_seconds,omitempty"`
+
+	// ScalingSchedules floors of replicas for a while from each start of a cron schedule (business hours); the highest that holds counts
+	ScalingSchedules *[]ScalingSchedule    `json:"scaling_schedules,omitempty"`
+	SecretEnvVars    *map[string]SecretRef `json:"secret_env_vars,omitempty"`
+	Source           *FunctionSource       `json:"source,omitempty"`
+	Status           FunctionStatus        `json:"status"`
 
 	// TargetConcurrency calls in flight per replica the scaler plans for; absent or 0: the platform's share of concurrency (70 % unless configured otherwise)
 	TargetConcurrency *int32 `json:"target_concurrency,omitempty"`
@@ -681,8 +684,11 @@ type FunctionInput struct {
 	Runtime FunctionInputRuntime `json:"runtime"`
 
 	// ScaleDownDelaySeconds how long lower demand lasts before replicas go down; absent or 0: the platform's default (120 unless configured otherwise)
-	ScaleDownDelaySeconds *int32                `json:"scale_down_delay_seconds,omitempty"`
-	SecretEnvVars         *map[string]SecretRef `json:"secret_env_vars,omitempty"`
+	ScaleDownDelaySeconds *int32 `json:"scale_down_delay_seconds,omitempty"`
+
+	// ScalingSchedules floors of replicas for a while from each start of a cron schedule (business hours); the highest that holds counts
+	ScalingSchedules *[]ScalingSchedule    `json:"scaling_schedules,omitempty"`
+	SecretEnvVars    *map[string]SecretRef `json:"secret_env_vars,omitempty"`
 
 	// TargetConcurrency calls in flight per replica the scaler plans for; absent or 0: the platform's share of concurrency (70 % unless configured otherwise)
 	TargetConcurrency *int32 `json:"target_concurrency,omitempty"`
@@ -730,10 +736,13 @@ type FunctionReplacement struct {
 	Runtime FunctionReplacementRuntime `json:"runtime"`
 
 	// ScaleDownDelaySeconds how long lower demand lasts before replicas go down; absent or 0: the platform's default (120 unless configured otherwise)
-	ScaleDownDelaySeconds *int32                `json:"scale_down_delay_seconds,omitempty"`
-	SecretEnvVars         *map[string]SecretRef `json:"secret_env_vars,omitempty"`
-	Source                *FunctionSource       `json:"source,omitempty"`
-	Status                *FunctionStatus       `json:"status,omitempty"`
+	ScaleDownDelaySeconds *int32 `json:"scale_down_delay_seconds,omitempty"`
+
+	// ScalingSchedules floors of replicas for a while from each start of a cron schedule (business hours); the highest that holds counts
+	ScalingSchedules *[]ScalingSchedule    `json:"scaling_schedules,omitempty"`
+	SecretEnvVars    *map[string]SecretRef `json:"secret_env_vars,omitempty"`
+	Source           *FunctionSource       `json:"source,omitempty"`
+	Status           *FunctionStatus       `json:"status,omitempty"`
 
 	// TargetConcurrency calls in flight per replica the scaler plans for; absent or 0: the platform's share of concurrency (70 % unless configured otherwise)
 	TargetConcurrency *int32 `json:"target_concurrency,omitempty"`
@@ -1069,6 +1078,21 @@ type RollbackInput struct {
 // RunOutBody defines model for RunOutBody.
 type RunOutBody struct {
 	RunId int64 `json:"run_id"`
+}
+
+// ScalingSchedule defines model for ScalingSchedule.
+type ScalingSchedule struct {
+	// Cron five fields, or @daily, @every 1h ..., as a cron trigger's schedule
+	Cron string `json:"cron"`
+
+	// DurationSeconds how long the floor holds from each start, elapsed time
+	DurationSeconds int32 `json:"duration_seconds"`
+
+	// MinReplicas the floor while it holds
+	MinReplicas int32 `json:"min_replicas"`
+
+	// TimeZone an IANA zone name; absent: UTC
+	TimeZone *string `json:"time_zone,omitempty"`
 }
 
 // SecretRef defines model for SecretRef.

@@ -156,6 +156,36 @@ type Scaling struct {
 	// +kubebuilder:validation:Minimum=0
 	// +kubebuilder:validation:Maximum=100000
 	MaxBufferedRequests int32 `json:"maxBufferedRequests,omitempty"`
+	// Schedules raise the minimum for a while from each start of a cron
+	// schedule (business hours): the highest floor that holds counts.
+	// +optional
+	// +kubebuilder:validation:MaxItems=10
+	// +listType=atomic
+	Schedules []ScalingSchedule `json:"schedules,omitempty"`
+}
+
+// ScalingSchedule is a floor of replicas for DurationSeconds from each
+// start of Cron, read in TimeZone as a cron trigger's schedule is
+// (pkg/cronsched).
+type ScalingSchedule struct {
+	// Cron is when the floor starts: five fields (minute hour
+	// day-of-month month day-of-week) or a descriptor (@daily, @every 1h).
+	// +kubebuilder:validation:MinLength=1
+	// +kubebuilder:validation:MaxLength=128
+	Cron string `json:"cron"`
+	// TimeZone is an IANA zone name; empty is UTC.
+	// +optional
+	// +kubebuilder:validation:MaxLength=64
+	TimeZone string `json:"timeZone,omitempty"`
+	// DurationSeconds is how long the floor holds from each start, in
+	// elapsed time (at most a week).
+	// +kubebuilder:validation:Minimum=1
+	// +kubebuilder:validation:Maximum=604800
+	DurationSeconds int32 `json:"durationSeconds"`
+	// MinReplicas is the floor while it holds.
+	// +kubebuilder:validation:Minimum=1
+	// +kubebuilder:validation:Maximum=100
+	MinReplicas int32 `json:"minReplicas"`
 }
 
 // EnvVar is one environment variable, given as a value or taken from a Secret

@@ -145,11 +145,21 @@ type FunctionSpec struct {
 	TargetConcurrency *int32               `json:"target_concurrency,omitempty" minimum:"0" maximum:"1000" doc:"calls in flight per replica the scaler plans for; absent or 0: the platform's share of concurrency (70 % unless configured otherwise)"`
 	ScaleDownDelaySec *int32               `json:"scale_down_delay_seconds,omitempty" minimum:"0" maximum:"3600" doc:"how long lower demand lasts before replicas go down; absent or 0: the platform's default (120 unless configured otherwise)"`
 	MaxBuffered       *int32               `json:"max_buffered_requests,omitempty" minimum:"0" maximum:"100000" doc:"calls a gateway holds for a version that wakes or is full; absent or 0: the platform's default (1000 unless configured otherwise)"`
+	ScalingSchedules  []ScalingSchedule    `json:"scaling_schedules,omitempty" maxItems:"10" doc:"floors of replicas for a while from each start of a cron schedule (business hours); the highest that holds counts"`
 	EnvVars           map[string]string    `json:"env_vars" required:"false" doc:"absent or empty: none; GET always shows it"`
 	SecretEnvVars     map[string]SecretRef `json:"secret_env_vars,omitempty"`
 	AllowSourceBuilds bool                 `json:"allow_source_builds,omitempty" doc:"let pip build source distributions; by default only wheels are installed"`
 	Traffic           []TrafficTarget      `json:"traffic,omitempty" maxItems:"20" doc:"the split of untagged calls over versions, summing to 100; absent: kept as it is (default 100 % latest); PUT .../traffic sets it"`
 	Versioning        *Versioning          `json:"versioning,omitempty" doc:"absent: kept as it is"`
+}
+
+// ScalingSchedule is a floor of min_replicas for duration_seconds from
+// each start of cron, read in time_zone as a cron trigger's schedule is.
+type ScalingSchedule struct {
+	Cron            string `json:"cron" minLength:"1" maxLength:"128" doc:"five fields, or @daily, @every 1h ..., as a cron trigger's schedule"`
+	TimeZone        string `json:"time_zone,omitempty" maxLength:"64" doc:"an IANA zone name; absent: UTC"`
+	DurationSeconds int32  `json:"duration_seconds" minimum:"1" maximum:"604800" doc:"how long the floor holds from each start, elapsed time"`
+	MinReplicas     int32  `json:"min_replicas" minimum:"1" maximum:"100" doc:"the floor while it holds"`
 }
 
 // TrafficTarget is one entry of a function's traffic: a version by
@@ -254,7 +264,8 @@ func applyFunctionSpec(dst *slessv1.FunctionSpec, in *FunctionSpec) {
 	set(&dst.CPUMillis, in.CPUMillis)
 	set(&dst.TimeoutSec, in.TimeoutSec)
 	set(&dst.Concurrency, in.Concurrency)
-	if in.MinReplicas != nil || in.MaxReplicas != nil || in.TargetConcurrency != nil || in.ScaleDownDelaySec != nil || in.MaxBuffered != nil {
+	if in.MinReplicas != nil || in.MaxReplicas != nil || in.TargetConcurrency != nil || in.ScaleDownDelaySec != nil || in.MaxBuffered != nil ||
+		len(in.ScalingSchedules) > 0 {
 		// What is left out stays unset: the platform's defaults apply.
 		sc := &slessv1.Scaling{}
 		if in.MinReplicas != nil {
@@ -264,6 +275,10 @@ func applyFunctionSpec(dst *slessv1.FunctionSpec, in *FunctionSpec) {
 		set(&sc.TargetConcurrency, in.TargetConcurrency)
 		set(&sc.ScaleDownDelaySeconds, in.ScaleDownDelaySec)
 		set(&sc.MaxBufferedRequests, in.MaxBuffered)
+		for _, e := range in.ScalingSchedules {
+			sc.Schedules = append(sc.Schedules, slessv1.ScalingSchedule{Cron: e.Cron, TimeZone: e.TimeZone,
+				DurationSeconds: e.DurationSeconds, MinReplicas: e.MinReplicas})
+		}
 		dst.Scaling = sc
 	}
 	names := make([]string, 0, len(in.EnvVars)+len(in.SecretEnvVars))
@@ -300,6 +315,10 @@ func functionREST(f *slessv1.Function) Function {
 			out.MaxReplicas = ptr(s.Scaling.MaxReplicas)
 		}
 		out.TargetConcurrency, out.ScaleDownDelaySec, out.MaxBuffered = ptr(s.Scaling.TargetConcurrency), ptr(s.Scaling.ScaleDownDelaySeconds), ptr(s.Scaling.MaxBufferedRequests)
+		for _, e := range s.Scaling.Schedules {
+			out.ScalingSchedules = append(out.ScalingSchedules, ScalingSchedule{Cron: e.Cron, TimeZone: e.TimeZone,
+				DurationSeconds: e.DurationSeconds, MinReplicas: e.MinReplicas})
+		}
 	}
 	for _, e := range s.Env {
 		if e.SecretKeyRef != nil {

@@ -276,6 +276,10 @@ func (r *FunctionReconciler) run(ctx context.Context, fn *slessv1.Function, vers
 		return out, err
 	}
 	out.after = preWarmAfter
+	scheduled, scheduleAfter := r.scheduleFloor(fn, now)
+	if scheduleAfter > 0 && (out.after == 0 || scheduleAfter < out.after) {
+		out.after = scheduleAfter
+	}
 	var firstErr error
 	ensure := func(n int32) {
 		if _, done := states[n]; done || versions[n] == nil {
@@ -288,6 +292,9 @@ func (r *FunctionReconciler) run(ctx context.Context, fn *slessv1.Function, vers
 		key := loadreport.Key{Namespace: fn.Namespace, Function: fn.Name, Version: n}
 		rec := recorded[n]
 		set := r.Scaler.Settings(view, tenant.Spec.Quotas.MaxPods)
+		// Business hours and the like (scaling.schedules) hold for every
+		// running version: the floor is a minimum, as minReplicas is.
+		set = set.WithFloor(scheduled, autoscale.ReasonSchedule)
 		if preWarm && desired[n] != nil && desired[n].Percent > 0 {
 			// A cron fire calls the function by name: the versions with a
 			// share of its untagged traffic serve it.
@@ -508,6 +515,26 @@ func (r *FunctionReconciler) preWarm(ctx context.Context, fn *slessv1.Function, 
 		}
 	}
 	return active, after, nil
+}
+
+// scheduleFloor is the floor fn's scaling.schedules ask for at now and
+// how long until it may change (autoscale.ScheduleFloor; the reconcile
+// comes back then). A schedule that does not parse (the gateway refuses
+// one, the schema cannot) counts for nothing, and an Event says why.
+func (r *FunctionReconciler) scheduleFloor(fn *slessv1.Function, now time.Time) (int32, time.Duration) {
+	if fn.Spec.Scaling == nil {
+		return 0, 0
+	}
+	var ss []autoscale.Schedule
+	for i, s := range fn.Spec.Scaling.Schedules {
+		sched, err := cronsched.Parse(s.Cron, s.TimeZone)
+		if err != nil {
+			r.Events.Eventf(fn, nil, corev1.EventTypeWarning, "ScheduleInvalid", "Scale", "spec.scaling.schedules[%d] counts for nothing: %v", i, err)
+			continue
+		}
+		ss = append(ss, autoscale.Schedule{Starts: sched, Duration: time.Duration(s.DurationSeconds) * time.Second, Replicas: s.MinReplicas})
+	}
+	return autoscale.ScheduleFloor(ss, now)
 }
 
 func sortedKeys(s split) []int32 {
