@@ -43,6 +43,7 @@ type settings struct {
 	TargetConcurrency *int32                       `json:"target_concurrency,omitempty"`
 	ScaleDownDelay    *int32                       `json:"scale_down_delay_seconds,omitempty"`
 	MaxBuffered       *int32                       `json:"max_buffered_requests,omitempty"`
+	ScalingSchedules  *[]client.ScalingSchedule    `json:"scaling_schedules,omitempty"`
 	EnvVars           *map[string]string           `json:"env_vars,omitempty"`
 	SecretEnvVars     *map[string]client.SecretRef `json:"secret_env_vars,omitempty"`
 	AllowSourceBuilds *bool                        `json:"allow_source_builds,omitempty"`
@@ -90,7 +91,7 @@ func specOf(f *client.Function) client.FunctionReplacement {
 	return client.FunctionReplacement{Runtime: client.FunctionReplacementRuntime(f.Runtime), Entrypoint: f.Entrypoint, Image: f.Image,
 		MemoryMb: f.MemoryMb, CpuMillis: f.CpuMillis, TimeoutSec: f.TimeoutSec, Concurrency: f.Concurrency,
 		MinReplicas: f.MinReplicas, MaxReplicas: f.MaxReplicas, TargetConcurrency: f.TargetConcurrency,
-		ScaleDownDelaySeconds: f.ScaleDownDelaySeconds, MaxBufferedRequests: f.MaxBufferedRequests,
+		ScaleDownDelaySeconds: f.ScaleDownDelaySeconds, MaxBufferedRequests: f.MaxBufferedRequests, ScalingSchedules: f.ScalingSchedules,
 		EnvVars: f.EnvVars, SecretEnvVars: f.SecretEnvVars, AllowSourceBuilds: f.AllowSourceBuilds}
 }
 
@@ -103,7 +104,7 @@ func desiredSpec(cur *client.Function, p *project) client.FunctionReplacement {
 	d := client.FunctionReplacement{Runtime: client.FunctionReplacementRuntime(s.Runtime), Entrypoint: s.Entrypoint, Image: s.Image,
 		MemoryMb: s.MemoryMb, CpuMillis: s.CpuMillis, TimeoutSec: s.TimeoutSec, Concurrency: s.Concurrency,
 		MinReplicas: s.MinReplicas, MaxReplicas: s.MaxReplicas, TargetConcurrency: s.TargetConcurrency,
-		ScaleDownDelaySeconds: s.ScaleDownDelay, MaxBufferedRequests: s.MaxBuffered,
+		ScaleDownDelaySeconds: s.ScaleDownDelay, MaxBufferedRequests: s.MaxBuffered, ScalingSchedules: s.ScalingSchedules,
 		EnvVars: s.EnvVars, SecretEnvVars: s.SecretEnvVars, AllowSourceBuilds: s.AllowSourceBuilds}
 	if cur != nil {
 		c := specOf(cur)
@@ -114,6 +115,9 @@ func desiredSpec(cur *client.Function, p *project) client.FunctionReplacement {
 			if *f.dst == nil {
 				*f.dst = *f.src
 			}
+		}
+		if d.ScalingSchedules == nil {
+			d.ScalingSchedules = c.ScalingSchedules
 		}
 	}
 	if d.EnvVars == nil {
@@ -179,7 +183,11 @@ memory_mb: 128
 cpu_millis: 100
 timeout_sec: 30
 concurrency: 4
-min_replicas: 1
+# Scaling (min_replicas, max_replicas, target_concurrency,
+# scale_down_delay_seconds, max_buffered_requests): left out, the
+# platform's defaults apply. Floors for business hours:
+# scaling_schedules: [{cron: "0 9 * * 1-5", time_zone: Europe/Berlin,
+#   duration_seconds: 32400, min_replicas: 2}]
 env_vars: {}
 # Left out of the upload besides sless.yaml, .git and caches (path patterns).
 exclude: ["*.md"]

@@ -196,19 +196,23 @@ func TestUnpinnedImagesFindsTags(t *testing.T) {
 func TestSchemaRejectsBadValues(t *testing.T) {
 	c := load(t)
 	for name, vals := range map[string]map[string]any{
-		"unknown key":          {"gatewy": map[string]any{"replicas": 1}},
-		"unknown nested key":   {"gateway": map[string]any{"replica": 1}},
-		"wrong type":           {"gateway": map[string]any{"replicas": "two"}},
-		"base image by tag":    {"build": map[string]any{"baseImages": map[string]any{"python311": "docker.io/library/python:3.11-slim-bookworm"}}},
-		"base image untagged":  {"build": map[string]any{"baseImages": map[string]any{"nodejs20": "docker.io/library/node"}}},
-		"short admin token":    {"adminToken": map[string]any{"value": "short"}},
-		"digest not a digest":  {"image": map[string]any{"digests": map[string]any{"gateway": "v1.0"}}},
-		"unknown service type": {"gateway": map[string]any{"replicas": 1, "service": map[string]any{"type": "External"}}},
-		"otel not a URL":       {"otel": map[string]any{"endpoint": "collector:4318"}},
-		"unknown review mode":  {"review": map[string]any{"mode": "ai"}},
-		"llm without a model":  {"review": map[string]any{"mode": "llm", "llm": map[string]any{"url": "https://ai.example/v1"}}},
-		"webhook unsigned":     {"review": map[string]any{"mode": "webhook", "webhook": map[string]any{"url": "https://policy.example/review"}}},
-		"review timeout bad":   {"review": map[string]any{"mode": "none", "timeout": "soon"}},
+		"unknown key":           {"gatewy": map[string]any{"replicas": 1}},
+		"unknown nested key":    {"gateway": map[string]any{"replica": 1}},
+		"wrong type":            {"gateway": map[string]any{"replicas": "two"}},
+		"base image by tag":     {"build": map[string]any{"baseImages": map[string]any{"python311": "docker.io/library/python:3.11-slim-bookworm"}}},
+		"base image untagged":   {"build": map[string]any{"baseImages": map[string]any{"nodejs20": "docker.io/library/node"}}},
+		"short admin token":     {"adminToken": map[string]any{"value": "short"}},
+		"digest not a digest":   {"image": map[string]any{"digests": map[string]any{"gateway": "v1.0"}}},
+		"unknown service type":  {"gateway": map[string]any{"replicas": 1, "service": map[string]any{"type": "External"}}},
+		"otel not a URL":        {"otel": map[string]any{"endpoint": "collector:4318"}},
+		"unknown review mode":   {"review": map[string]any{"mode": "ai"}},
+		"llm without a model":   {"review": map[string]any{"mode": "llm", "llm": map[string]any{"url": "https://ai.example/v1"}}},
+		"webhook unsigned":      {"review": map[string]any{"mode": "webhook", "webhook": map[string]any{"url": "https://policy.example/review"}}},
+		"review timeout bad":    {"review": map[string]any{"mode": "none", "timeout": "soon"}},
+		"scaling min above max": {"scaling": map[string]any{"defaults": map[string]any{"minReplicas": 3, "maxReplicas": 2}}},
+		"scaling target of 0":   {"scaling": map[string]any{"defaults": map[string]any{"targetConcurrencyPercent": 0}}},
+		"scaling delay as text": {"scaling": map[string]any{"defaults": map[string]any{"scaleDownDelaySeconds": "2m"}}},
+		"scaling unknown key":   {"scaling": map[string]any{"defaults": map[string]any{"minReplica": 0}}},
 	} {
 		t.Run(name, func(t *testing.T) {
 			if _, err := render(c, vals); err == nil {
@@ -331,3 +335,36 @@ func installServiceMonitorCRD(t *testing.T, c client.Client) {
 }
 
 func ptrTo[T any](v T) *T { return &v }
+
+// TestScalingDefaultsReachTheOperator: the chart's scaling.defaults are the
+// operator's SLESS_SCALING_DEFAULT_* settings, which the scaler applies to
+// what a function leaves unset.
+func TestScalingDefaultsReachTheOperator(t *testing.T) {
+	manifest, err := render(load(t), map[string]any{"scaling": map[string]any{"defaults": map[string]any{
+		"minReplicas": 0, "maxReplicas": 4, "targetConcurrencyPercent": 50, "scaleDownDelaySeconds": 300, "maxBufferedRequests": 200}}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	got := map[string]string{}
+	for _, o := range objects(t, manifest) {
+		if o.GetKind() != "Deployment" || o.GetName() != "sless-operator" {
+			continue
+		}
+		containers, _, _ := unstructured.NestedSlice(o.Object, "spec", "template", "spec", "containers")
+		for _, c := range containers {
+			env, _, _ := unstructured.NestedSlice(c.(map[string]any), "env")
+			for _, e := range env {
+				e := e.(map[string]any)
+				if name, _ := e["name"].(string); strings.HasPrefix(name, "SLESS_SCALING_DEFAULT_") {
+					got[name], _ = e["value"].(string)
+				}
+			}
+		}
+	}
+	want := map[string]string{"SLESS_SCALING_DEFAULT_MIN_REPLICAS": "0", "SLESS_SCALING_DEFAULT_MAX_REPLICAS": "4",
+		"SLESS_SCALING_DEFAULT_TARGET_PERCENT": "50", "SLESS_SCALING_DEFAULT_SCALE_DOWN_DELAY_SECONDS": "300",
+		"SLESS_SCALING_DEFAULT_MAX_BUFFERED_REQUESTS": "200"}
+	if diff := cmp.Diff(want, got); diff != "" {
+		t.Errorf("the operator's scaling defaults (-want +got):\n%s", diff)
+	}
+}

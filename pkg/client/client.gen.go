@@ -620,21 +620,28 @@ type Function struct {
 	// Image a prebuilt image, pinned by digest
 	Image *string `json:"image,omitempty"`
 
-	// MaxBufferedRequests calls a gateway holds for a version that wakes or is full; absent or 0: 1000
-	MaxBufferedRequests *int32          `json:"max_buffered_requests,omitempty"`
-	MaxReplicas         *int32          `json:"max_replicas,omitempty"`
-	MemoryMb            *int32          `json:"memory_mb,omitempty"`
-	MinReplicas         *int32          `json:"min_replicas,omitempty"`
-	Name                string          `json:"name"`
-	Runtime             FunctionRuntime `json:"runtime"`
+	// MaxBufferedRequests calls a gateway holds for a version that wakes or is full; absent or 0: the platform's default (1000 unless configured otherwise)
+	MaxBufferedRequests *int32 `json:"max_buffered_requests,omitempty"`
 
-	// ScaleDownDelaySeconds how long lower demand lasts before replicas go down; absent or 0: 120
-	ScaleDownDelaySeconds *int32                `json:"scale_down_delay_seconds,omitempty"`
-	SecretEnvVars         *map[string]SecretRef `json:"secret_env_vars,omitempty"`
-	Source                *FunctionSource       `json:"source,omitempty"`
-	Status                FunctionStatus        `json:"status"`
+	// MaxReplicas absent: the platform's default (1 unless configured otherwise), at least min_replicas
+	MaxReplicas *int32 `json:"max_replicas,omitempty"`
+	MemoryMb    *int32 `json:"memory_mb,omitempty"`
 
-	// TargetConcurrency calls in flight per replica the scaler plans for; absent or 0: 0.7 x concurrency
+	// MinReplicas 0 lets an idle version go to zero; absent: the platform's default (1 unless configured otherwise)
+	MinReplicas *int32          `json:"min_replicas,omitempty"`
+	Name        string          `json:"name"`
+	Runtime     FunctionRuntime `json:"runtime"`
+
+	// ScaleDownDelaySeconds how long lower demand lasts before replicas go down; absent or 0: the platform's default (120 unless configured otherwise)
+	ScaleDownDelaySeconds *int32 `json:"scale_down_delay_seconds,omitempty"`
+
+	// ScalingSchedules floors of replicas for a while from each start of a cron schedule (business hours); the highest that holds counts
+	ScalingSchedules *[]ScalingSchedule    `json:"scaling_schedules,omitempty"`
+	SecretEnvVars    *map[string]SecretRef `json:"secret_env_vars,omitempty"`
+	Source           *FunctionSource       `json:"source,omitempty"`
+	Status           FunctionStatus        `json:"status"`
+
+	// TargetConcurrency calls in flight per replica the scaler plans for; absent or 0: the platform's share of concurrency (70 % unless configured otherwise)
 	TargetConcurrency *int32 `json:"target_concurrency,omitempty"`
 	TimeoutSec        *int32 `json:"timeout_sec,omitempty"`
 
@@ -662,21 +669,28 @@ type FunctionInput struct {
 	// Image a prebuilt image, pinned by digest
 	Image *string `json:"image,omitempty"`
 
-	// MaxBufferedRequests calls a gateway holds for a version that wakes or is full; absent or 0: 1000
+	// MaxBufferedRequests calls a gateway holds for a version that wakes or is full; absent or 0: the platform's default (1000 unless configured otherwise)
 	MaxBufferedRequests *int32 `json:"max_buffered_requests,omitempty"`
-	MaxReplicas         *int32 `json:"max_replicas,omitempty"`
-	MemoryMb            *int32 `json:"memory_mb,omitempty"`
-	MinReplicas         *int32 `json:"min_replicas,omitempty"`
+
+	// MaxReplicas absent: the platform's default (1 unless configured otherwise), at least min_replicas
+	MaxReplicas *int32 `json:"max_replicas,omitempty"`
+	MemoryMb    *int32 `json:"memory_mb,omitempty"`
+
+	// MinReplicas 0 lets an idle version go to zero; absent: the platform's default (1 unless configured otherwise)
+	MinReplicas *int32 `json:"min_replicas,omitempty"`
 
 	// Name DNS-1123 label
 	Name    string               `json:"name"`
 	Runtime FunctionInputRuntime `json:"runtime"`
 
-	// ScaleDownDelaySeconds how long lower demand lasts before replicas go down; absent or 0: 120
-	ScaleDownDelaySeconds *int32                `json:"scale_down_delay_seconds,omitempty"`
-	SecretEnvVars         *map[string]SecretRef `json:"secret_env_vars,omitempty"`
+	// ScaleDownDelaySeconds how long lower demand lasts before replicas go down; absent or 0: the platform's default (120 unless configured otherwise)
+	ScaleDownDelaySeconds *int32 `json:"scale_down_delay_seconds,omitempty"`
 
-	// TargetConcurrency calls in flight per replica the scaler plans for; absent or 0: 0.7 x concurrency
+	// ScalingSchedules floors of replicas for a while from each start of a cron schedule (business hours); the highest that holds counts
+	ScalingSchedules *[]ScalingSchedule    `json:"scaling_schedules,omitempty"`
+	SecretEnvVars    *map[string]SecretRef `json:"secret_env_vars,omitempty"`
+
+	// TargetConcurrency calls in flight per replica the scaler plans for; absent or 0: the platform's share of concurrency (70 % unless configured otherwise)
 	TargetConcurrency *int32 `json:"target_concurrency,omitempty"`
 	TimeoutSec        *int32 `json:"timeout_sec,omitempty"`
 
@@ -707,23 +721,30 @@ type FunctionReplacement struct {
 	// Image a prebuilt image, pinned by digest
 	Image *string `json:"image,omitempty"`
 
-	// MaxBufferedRequests calls a gateway holds for a version that wakes or is full; absent or 0: 1000
+	// MaxBufferedRequests calls a gateway holds for a version that wakes or is full; absent or 0: the platform's default (1000 unless configured otherwise)
 	MaxBufferedRequests *int32 `json:"max_buffered_requests,omitempty"`
-	MaxReplicas         *int32 `json:"max_replicas,omitempty"`
-	MemoryMb            *int32 `json:"memory_mb,omitempty"`
-	MinReplicas         *int32 `json:"min_replicas,omitempty"`
+
+	// MaxReplicas absent: the platform's default (1 unless configured otherwise), at least min_replicas
+	MaxReplicas *int32 `json:"max_replicas,omitempty"`
+	MemoryMb    *int32 `json:"memory_mb,omitempty"`
+
+	// MinReplicas 0 lets an idle version go to zero; absent: the platform's default (1 unless configured otherwise)
+	MinReplicas *int32 `json:"min_replicas,omitempty"`
 
 	// Name optional; must be the name in the path
 	Name    *string                    `json:"name,omitempty"`
 	Runtime FunctionReplacementRuntime `json:"runtime"`
 
-	// ScaleDownDelaySeconds how long lower demand lasts before replicas go down; absent or 0: 120
-	ScaleDownDelaySeconds *int32                `json:"scale_down_delay_seconds,omitempty"`
-	SecretEnvVars         *map[string]SecretRef `json:"secret_env_vars,omitempty"`
-	Source                *FunctionSource       `json:"source,omitempty"`
-	Status                *FunctionStatus       `json:"status,omitempty"`
+	// ScaleDownDelaySeconds how long lower demand lasts before replicas go down; absent or 0: the platform's default (120 unless configured otherwise)
+	ScaleDownDelaySeconds *int32 `json:"scale_down_delay_seconds,omitempty"`
 
-	// TargetConcurrency calls in flight per replica the scaler plans for; absent or 0: 0.7 x concurrency
+	// ScalingSchedules floors of replicas for a while from each start of a cron schedule (business hours); the highest that holds counts
+	ScalingSchedules *[]ScalingSchedule    `json:"scaling_schedules,omitempty"`
+	SecretEnvVars    *map[string]SecretRef `json:"secret_env_vars,omitempty"`
+	Source           *FunctionSource       `json:"source,omitempty"`
+	Status           *FunctionStatus       `json:"status,omitempty"`
+
+	// TargetConcurrency calls in flight per replica the scaler plans for; absent or 0: the platform's share of concurrency (70 % unless configured otherwise)
 	TargetConcurrency *int32 `json:"target_concurrency,omitempty"`
 	TimeoutSec        *int32 `json:"timeout_sec,omitempty"`
 
@@ -1057,6 +1078,21 @@ type RollbackInput struct {
 // RunOutBody defines model for RunOutBody.
 type RunOutBody struct {
 	RunId int64 `json:"run_id"`
+}
+
+// ScalingSchedule defines model for ScalingSchedule.
+type ScalingSchedule struct {
+	// Cron five fields, or @daily, @every 1h ..., as a cron trigger's schedule
+	Cron string `json:"cron"`
+
+	// DurationSeconds how long the floor holds from each start, elapsed time
+	DurationSeconds int32 `json:"duration_seconds"`
+
+	// MinReplicas the floor while it holds
+	MinReplicas int32 `json:"min_replicas"`
+
+	// TimeZone an IANA zone name; absent: UTC
+	TimeZone *string `json:"time_zone,omitempty"`
 }
 
 // SecretRef defines model for SecretRef.

@@ -101,6 +101,10 @@ func TestFunctionCRUDAndBadInput(t *testing.T) {
 		{"bad entrypoint", `{"name":"x","runtime":"python3.11","entrypoint":"nodot"}`, "body.entrypoint", 422},
 		{"image by tag, not digest", `{"name":"x","runtime":"python3.11","entrypoint":"main.handler","image":"repo/fn:v1.2.0"}`, "body.image", 422},
 		{"min above max", `{"name":"x","runtime":"python3.11","entrypoint":"main.handler","min_replicas":5,"max_replicas":2}`, "scaling", 422},
+		{"schedule not cron", `{"name":"x","runtime":"python3.11","entrypoint":"main.handler","scaling_schedules":[{"cron":"9am weekdays","duration_seconds":3600,"min_replicas":2}]}`, "body.scaling_schedules[0]", 422},
+		{"schedule in an unknown zone", `{"name":"x","runtime":"python3.11","entrypoint":"main.handler","scaling_schedules":[{"cron":"0 9 * * 1-5","time_zone":"Mars/Olympus","duration_seconds":3600,"min_replicas":2}]}`, "not an IANA time zone", 422},
+		{"schedule without a floor", `{"name":"x","runtime":"python3.11","entrypoint":"main.handler","scaling_schedules":[{"cron":"0 9 * * 1-5","duration_seconds":3600,"min_replicas":0}]}`, "body.scaling_schedules[0].min_replicas", 422},
+		{"schedule longer than a week", `{"name":"x","runtime":"python3.11","entrypoint":"main.handler","scaling_schedules":[{"cron":"0 9 * * 1","duration_seconds":700000,"min_replicas":1}]}`, "body.scaling_schedules[0].duration_seconds", 422},
 		{"oversize body", `{"name":"x","runtime":"python3.11","entrypoint":"main.handler","env_vars":{"A":"` + strings.Repeat("a", 300<<10) + `"}}`, "", 413},
 	}
 	for _, b := range bad {
@@ -126,8 +130,10 @@ func TestFunctionCRUDAndBadInput(t *testing.T) {
 	if f := r.json(t); f["runtime"] != "nodejs20" || f["max_replicas"] != 2.0 || f["env_vars"].(map[string]any)["GREETING"] != "hi" {
 		t.Errorf("after PUT %v", f)
 	}
+	// Scaling left out stays unset (absent): the operator applies the
+	// platform's defaults, which the chart configures.
 	defaults := map[string]any{"memory_mb": 128.0, "cpu_millis": 100.0, "timeout_sec": 30.0, "concurrency": 10.0,
-		"min_replicas": 1.0, "max_replicas": 1.0, "env_vars": map[string]any{}}
+		"min_replicas": nil, "max_replicas": nil, "env_vars": map[string]any{}}
 	asPosted := map[string]any{"name": "fresh", "runtime": "python3.11", "entrypoint": "main.handler"}
 	for _, step := range []struct {
 		what      string
@@ -797,5 +803,43 @@ func TestLookupsWithBytesPostgresRefuses(t *testing.T) {
 	expect(t, r2, 202, "the same key again")
 	if r1.json(t)["invocation_id"] != r2.json(t)["invocation_id"] {
 		t.Errorf("the same key gave two invocations: %s %s", r1.body, r2.body)
+	}
+}
+
+// TestScalingSchedulesRoundTrip: floors given through the API reach the
+// Function's spec as the operator reads them, and GET shows them back;
+// a PATCH with a bad one is refused and changes nothing.
+func TestScalingSchedulesRoundTrip(t *testing.T) {
+	g := gateway(t)
+	ten, tok := g.tenant(t, nil)
+	base := "/v1/tenants/" + ten + "/functions"
+	body := map[string]any{"name": "office", "runtime": "python3.11", "entrypoint": "main.handler", "min_replicas": 0,
+		"scaling_schedules": []map[string]any{{"cron": "0 9 * * 1-5", "time_zone": "Europe/Berlin", "duration_seconds": 32400, "min_replicas": 2}}}
+	r := g.call(t, "POST", base, tok, body)
+	expect(t, r, 201, "create with a schedule")
+	want := []any{map[string]any{"cron": "0 9 * * 1-5", "time_zone": "Europe/Berlin", "duration_seconds": 32400.0, "min_replicas": 2.0}}
+	if diff := cmp.Diff(want, r.json(t)["scaling_schedules"]); diff != "" {
+		t.Errorf("scaling_schedules as created (-want +got):\n%s", diff)
+	}
+	var fn slessv1.Function
+	if err := g.kube.Get(t.Context(), client.ObjectKey{Namespace: slessv1.NamespaceFor(ten), Name: "office"}, &fn); err != nil {
+		t.Fatal(err)
+	}
+	zero := int32(0)
+	wantSpec := &slessv1.Scaling{MinReplicas: &zero,
+		Schedules: []slessv1.ScalingSchedule{{Cron: "0 9 * * 1-5", TimeZone: "Europe/Berlin", DurationSeconds: 32400, MinReplicas: 2}}}
+	if diff := cmp.Diff(wantSpec, fn.Spec.Scaling); diff != "" {
+		t.Errorf("spec.scaling (-want +got):\n%s", diff)
+	}
+	r = g.call(t, "PATCH", base+"/office", tok, `{"scaling_schedules": [{"cron": "0 25 * * *", "duration_seconds": 60, "min_replicas": 1}]}`,
+		"Content-Type", "application/merge-patch+json")
+	expect(t, r, 422, "PATCH with a bad schedule")
+	if !strings.Contains(string(r.body), "body.scaling_schedules[0]") {
+		t.Errorf("the error does not name the schedule: %s", r.body)
+	}
+	r = g.call(t, "GET", base+"/office", tok, nil)
+	expect(t, r, 200, "get")
+	if diff := cmp.Diff(want, r.json(t)["scaling_schedules"]); diff != "" {
+		t.Errorf("scaling_schedules after a refused PATCH (-want +got):\n%s", diff)
 	}
 }

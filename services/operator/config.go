@@ -12,6 +12,7 @@ import (
 	"github.com/kube5s/sless/pkg/objstore"
 	"github.com/kube5s/sless/pkg/rabbit"
 	"github.com/kube5s/sless/pkg/service"
+	"github.com/kube5s/sless/services/operator/internal/autoscale"
 	"github.com/kube5s/sless/services/operator/internal/brokeradmin"
 	"github.com/kube5s/sless/services/operator/internal/controller"
 	"github.com/kube5s/sless/services/operator/internal/driver"
@@ -50,6 +51,13 @@ type config struct {
 	// SLESS_TENANT_BROKER_MAX_QUEUES, SLESS_TENANT_BROKER_MAX_CONNECTIONS,
 	// SLESS_TENANT_QUEUE_MAX_MESSAGES, SLESS_TENANT_QUEUE_MAX_BYTES.
 	TenantBrokerLimits brokeradmin.Limits
+	// What the scaler gives the scaling settings a function leaves unset
+	// (autoscale.BuiltIn; the chart's scaling.defaults):
+	// SLESS_SCALING_DEFAULT_MIN_REPLICAS, SLESS_SCALING_DEFAULT_MAX_REPLICAS,
+	// SLESS_SCALING_DEFAULT_TARGET_PERCENT (of a replica's concurrency),
+	// SLESS_SCALING_DEFAULT_SCALE_DOWN_DELAY_SECONDS and
+	// SLESS_SCALING_DEFAULT_MAX_BUFFERED_REQUESTS.
+	ScalingDefaults autoscale.Defaults
 	// local driver
 	RuntimesDir    string // SLESS_RUNTIMES_DIR: holds python3.11/runtime.py and nodejs20/runtime.js
 	Python         string // SLESS_PYTHON: the Python 3.11 interpreter
@@ -104,6 +112,18 @@ func loadConfig(getenv func(string) string) (config, error) {
 			Messages: r.Int("SLESS_TENANT_QUEUE_MAX_MESSAGES", d.Queue.Messages, 100, 100_000_000),
 			Bytes:    int64(r.Int("SLESS_TENANT_QUEUE_MAX_BYTES", int(d.Queue.Bytes), 1<<20, 1<<40)),
 		},
+	}
+	sd := autoscale.BuiltIn
+	// The ranges are the CRD's for the same fields of spec.scaling.
+	c.ScalingDefaults = autoscale.Defaults{
+		MinReplicas:         int32(r.Int("SLESS_SCALING_DEFAULT_MIN_REPLICAS", int(sd.MinReplicas), 0, 100)),
+		MaxReplicas:         int32(r.Int("SLESS_SCALING_DEFAULT_MAX_REPLICAS", int(sd.MaxReplicas), 1, 100)),
+		TargetPercent:       int32(r.Int("SLESS_SCALING_DEFAULT_TARGET_PERCENT", int(sd.TargetPercent), 1, 100)),
+		ScaleDownDelay:      time.Duration(r.Int("SLESS_SCALING_DEFAULT_SCALE_DOWN_DELAY_SECONDS", int(sd.ScaleDownDelay/time.Second), 1, 3600)) * time.Second,
+		MaxBufferedRequests: int32(r.Int("SLESS_SCALING_DEFAULT_MAX_BUFFERED_REQUESTS", int(sd.MaxBufferedRequests), 1, 100_000)),
+	}
+	if d := c.ScalingDefaults; d.MinReplicas > d.MaxReplicas {
+		r.Failf("SLESS_SCALING_DEFAULT_MIN_REPLICAS (%d) must not exceed SLESS_SCALING_DEFAULT_MAX_REPLICAS (%d)", d.MinReplicas, d.MaxReplicas)
 	}
 	c.ManagementURL = strings.TrimSuffix(r.URL("SLESS_RABBITMQ_MANAGEMENT_URL", "http://127.0.0.1:15672", "http", "https"), "/")
 	platform, _ := url.Parse(c.RabbitURL) // r.URL reported a bad one

@@ -4,6 +4,8 @@ import (
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/kube5s/sless/services/operator/internal/autoscale"
 )
 
 func TestConfigReportsEveryBrokerSettingProblem(t *testing.T) {
@@ -71,6 +73,36 @@ func TestConfigNamesEveryMissingWrapper(t *testing.T) {
 	for _, want := range []string{"python3.11/runtime.py not found", "nodejs20/runtime.js not found"} {
 		if !strings.Contains(err.Error(), want) {
 			t.Errorf("error does not say %q: %v", want, err)
+		}
+	}
+}
+
+func TestConfigScalingDefaults(t *testing.T) {
+	env := map[string]string{"SLESS_RUNTIMES_DIR": "../../runtimes", "SLESS_RABBITMQ_URL": "amqp://u:p@127.0.0.1:5672/",
+		"SLESS_S3_ENDPOINT": "127.0.0.1:9", "SLESS_S3_ACCESS_KEY": "a", "SLESS_S3_SECRET_KEY": "b"}
+	c, err := loadConfig(func(k string) string { return env[k] })
+	if err != nil {
+		t.Fatal(err)
+	}
+	if c.ScalingDefaults != autoscale.BuiltIn {
+		t.Errorf("scaling defaults without settings %+v, want the built-in %+v", c.ScalingDefaults, autoscale.BuiltIn)
+	}
+	env["SLESS_SCALING_DEFAULT_MIN_REPLICAS"], env["SLESS_SCALING_DEFAULT_MAX_REPLICAS"] = "0", "5"
+	env["SLESS_SCALING_DEFAULT_TARGET_PERCENT"], env["SLESS_SCALING_DEFAULT_SCALE_DOWN_DELAY_SECONDS"] = "50", "30"
+	env["SLESS_SCALING_DEFAULT_MAX_BUFFERED_REQUESTS"] = "200"
+	if c, err = loadConfig(func(k string) string { return env[k] }); err != nil {
+		t.Fatal(err)
+	}
+	want := autoscale.Defaults{MinReplicas: 0, MaxReplicas: 5, TargetPercent: 50, ScaleDownDelay: 30 * time.Second, MaxBufferedRequests: 200}
+	if c.ScalingDefaults != want {
+		t.Errorf("scaling defaults %+v, want %+v", c.ScalingDefaults, want)
+	}
+	env["SLESS_SCALING_DEFAULT_MIN_REPLICAS"], env["SLESS_SCALING_DEFAULT_TARGET_PERCENT"] = "6", "0"
+	env["SLESS_SCALING_DEFAULT_MAX_BUFFERED_REQUESTS"] = "many"
+	_, err = loadConfig(func(k string) string { return env[k] })
+	for _, want := range []string{"SLESS_SCALING_DEFAULT_MIN_REPLICAS (6) must not exceed", "SLESS_SCALING_DEFAULT_TARGET_PERCENT", "SLESS_SCALING_DEFAULT_MAX_BUFFERED_REQUESTS"} {
+		if err == nil || !strings.Contains(err.Error(), want) {
+			t.Errorf("error does not name %s: %v", want, err)
 		}
 	}
 }

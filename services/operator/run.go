@@ -112,12 +112,13 @@ func run(ctx context.Context, getenv func(string) string, stdout io.Writer) erro
 	// The scaler hears every gateway's and invoker's load reports on each
 	// replica (a follower's is ready when it leads); it acts through the
 	// Function reconciler, which runs on the leader only.
-	scale := scaler.New(svc.Registry)
+	scale := scaler.New(svc.Registry, cfg.ScalingDefaults)
 	scale.Log = svc.Log
 	svc.Go(func(ctx context.Context) error { return mq.ListenSignals(ctx, scale.Report) })
 	err = controller.Setup(ctx, mgr, controller.Deps{
 		Scaler:       scale,
 		Broker:       broker,
+		Queues:       broker,
 		BrokerURL:    cfg.TenantBrokerURL,
 		Publisher:    pub,
 		Store:        store,

@@ -59,6 +59,7 @@ type functionModel struct {
 	TargetConcurrency types.Int64    `tfsdk:"target_concurrency"`
 	ScaleDownDelay    types.Int64    `tfsdk:"scale_down_delay_seconds"`
 	MaxBuffered       types.Int64    `tfsdk:"max_buffered_requests"`
+	ScalingSchedules  types.List     `tfsdk:"scaling_schedules"`
 	EnvVars           types.Map      `tfsdk:"env_vars"`
 	SecretEnvVars     types.Map      `tfsdk:"secret_env_vars"`
 	AllowSourceBuilds types.Bool     `tfsdk:"allow_source_builds"`
@@ -107,11 +108,12 @@ func (r *functionResource) Schema(ctx context.Context, _ resource.SchemaRequest,
 			"cpu_millis":               optionalInt("CPU limit in millicores (10-8000; default 100)."),
 			"timeout_sec":              optionalInt("Longest an invocation may run, in seconds (1-900; default 30)."),
 			"concurrency":              optionalInt("Invocations in flight per replica (1-1000; default 10)."),
-			"min_replicas":             optionalInt("Scaling: replicas kept running (0-100; default 1)."),
-			"max_replicas":             optionalInt("Scaling: most replicas (1-100; default 1; never above the tenant's pods quota)."),
-			"target_concurrency":       optionalInt("Scaling: calls in flight per replica the scaler plans for (0-1000; 0: 0.7 x concurrency)."),
-			"scale_down_delay_seconds": optionalInt("Scaling: how long lower demand lasts before replicas go down (0-3600; 0: 120)."),
-			"max_buffered_requests":    optionalInt("Scaling: calls a gateway holds for a version that wakes or is full (0-100000; 0: 1000)."),
+			"min_replicas":             optionalInt("Scaling: replicas kept running (0-100; unset: the platform's default, 1 unless its operator is configured otherwise)."),
+			"max_replicas":             optionalInt("Scaling: most replicas (1-100; unset: the platform's default, 1 unless configured otherwise; never above the tenant's pods quota)."),
+			"target_concurrency":       optionalInt("Scaling: calls in flight per replica the scaler plans for (0-1000; 0: the platform's share of concurrency, 70 % unless configured otherwise)."),
+			"scale_down_delay_seconds": optionalInt("Scaling: how long lower demand lasts before replicas go down (0-3600; 0: the platform's default, 120 unless configured otherwise)."),
+			"max_buffered_requests":    optionalInt("Scaling: calls a gateway holds for a version that wakes or is full (0-100000; 0: the platform's default, 1000 unless configured otherwise)."),
+			"scaling_schedules":        schedulesAttribute(),
 			"env_vars": schema.MapAttribute{
 				Optional: true, ElementType: types.StringType,
 				Description: "Environment variables for the function.",
@@ -262,6 +264,7 @@ func (m *functionModel) input(ctx context.Context, diags *diag.Diagnostics) sles
 		MinReplicas: i32(m.MinReplicas), MaxReplicas: i32(m.MaxReplicas), TargetConcurrency: i32(m.TargetConcurrency),
 		ScaleDownDelaySeconds: i32(m.ScaleDownDelay), MaxBufferedRequests: i32(m.MaxBuffered),
 	}
+	in.ScalingSchedules = schedulesInput(ctx, m.ScalingSchedules, diags)
 	if m.AllowSourceBuilds.ValueBool() {
 		in.AllowSourceBuilds = new(true)
 	}
@@ -298,7 +301,7 @@ func replacement(in slessclient.FunctionInput) slessclient.FunctionReplacement {
 		MemoryMb: in.MemoryMb, CpuMillis: in.CpuMillis, TimeoutSec: in.TimeoutSec, Concurrency: in.Concurrency,
 		MinReplicas: in.MinReplicas, MaxReplicas: in.MaxReplicas, TargetConcurrency: in.TargetConcurrency,
 		ScaleDownDelaySeconds: in.ScaleDownDelaySeconds, MaxBufferedRequests: in.MaxBufferedRequests, AllowSourceBuilds: in.AllowSourceBuilds,
-		EnvVars: &env, SecretEnvVars: in.SecretEnvVars,
+		ScalingSchedules: in.ScalingSchedules, EnvVars: &env, SecretEnvVars: in.SecretEnvVars,
 	}
 }
 
@@ -311,6 +314,7 @@ func (m *functionModel) fill(f *slessclient.Function, diags *diag.Diagnostics) {
 	m.MemoryMB, m.CPUMillis, m.TimeoutSec, m.Concurrency = i64(f.MemoryMb), i64(f.CpuMillis), i64(f.TimeoutSec), i64(f.Concurrency)
 	m.MinReplicas, m.MaxReplicas = i64(f.MinReplicas), i64(f.MaxReplicas)
 	m.TargetConcurrency, m.ScaleDownDelay, m.MaxBuffered = i64(f.TargetConcurrency), i64(f.ScaleDownDelaySeconds), i64(f.MaxBufferedRequests)
+	m.ScalingSchedules = schedulesState(f.ScalingSchedules, diags)
 	m.AllowSourceBuilds = types.BoolValue(deref(f.AllowSourceBuilds))
 	env, secrets := deref(f.EnvVars), deref(f.SecretEnvVars)
 	if len(env) == 0 && (m.EnvVars.IsNull() || len(m.EnvVars.Elements()) == 0) {

@@ -78,9 +78,10 @@ type FunctionSpec struct {
 	Concurrency int32 `json:"concurrency,omitempty"`
 
 	// Scaling bounds the number of replicas and says how they follow the
-	// load (ARCHITECTURE 4a; the operator's scaler decides).
+	// load (ARCHITECTURE 4a; the operator's scaler decides). What it leaves
+	// unset takes the platform's defaults (the operator's config), so the
+	// schema defaults none of it.
 	// +optional
-	// +kubebuilder:default={minReplicas: 1, maxReplicas: 1}
 	Scaling *Scaling `json:"scaling,omitempty"`
 
 	// Env is the function's environment.
@@ -117,38 +118,74 @@ type FunctionSource struct {
 // says how they follow the load. The operator's scaler is the only writer
 // of replica counts.
 //
-// +kubebuilder:validation:XValidation:rule="self.minReplicas <= self.maxReplicas",message="minReplicas must not exceed maxReplicas"
+// +kubebuilder:validation:XValidation:rule="!has(self.minReplicas) || !has(self.maxReplicas) || self.minReplicas <= self.maxReplicas",message="minReplicas must not exceed maxReplicas"
 type Scaling struct {
+	// MinReplicas is the fewest replicas a serving version runs; 0 lets an
+	// idle version go to zero. Unset: the platform's default (1 unless the
+	// operator is configured otherwise).
 	// +optional
-	// +kubebuilder:default=1
 	// +kubebuilder:validation:Minimum=0
 	// +kubebuilder:validation:Maximum=100
-	MinReplicas int32 `json:"minReplicas"`
+	MinReplicas *int32 `json:"minReplicas,omitempty"`
+	// MaxReplicas is the most replicas a serving version runs; 0 (unset):
+	// the platform's default, and never below minReplicas.
 	// +optional
-	// +kubebuilder:default=1
-	// +kubebuilder:validation:Minimum=1
+	// +kubebuilder:validation:Minimum=0
 	// +kubebuilder:validation:Maximum=100
-	MaxReplicas int32 `json:"maxReplicas"`
+	MaxReplicas int32 `json:"maxReplicas,omitempty"`
 	// TargetConcurrency is the number of calls in flight per replica the
-	// scaler plans for; 0 (unset) means 0.7 x concurrency. It is capped at
-	// the function's concurrency.
+	// scaler plans for; 0 (unset): the platform's share of concurrency
+	// (70 % unless configured otherwise). It is capped at the function's
+	// concurrency.
 	// +optional
 	// +kubebuilder:validation:Minimum=0
 	// +kubebuilder:validation:Maximum=1000
 	TargetConcurrency int32 `json:"targetConcurrency,omitempty"`
 	// ScaleDownDelaySeconds is how long lower demand must last before the
 	// replicas go down, and how long a version must be idle to go to zero;
-	// 0 (unset) means 120.
+	// 0 (unset): the platform's default (120 unless configured otherwise).
 	// +optional
 	// +kubebuilder:validation:Minimum=0
 	// +kubebuilder:validation:Maximum=3600
 	ScaleDownDelaySeconds int32 `json:"scaleDownDelaySeconds,omitempty"`
 	// MaxBufferedRequests bounds the calls a gateway holds for a version
-	// that wakes or is at its limit; 0 (unset) means 1000.
+	// that wakes or is at its limit; 0 (unset): the platform's default
+	// (1000 unless configured otherwise), which the operator writes to
+	// status.maxBufferedRequests.
 	// +optional
 	// +kubebuilder:validation:Minimum=0
 	// +kubebuilder:validation:Maximum=100000
 	MaxBufferedRequests int32 `json:"maxBufferedRequests,omitempty"`
+	// Schedules raise the minimum for a while from each start of a cron
+	// schedule (business hours): the highest floor that holds counts.
+	// +optional
+	// +kubebuilder:validation:MaxItems=10
+	// +listType=atomic
+	Schedules []ScalingSchedule `json:"schedules,omitempty"`
+}
+
+// ScalingSchedule is a floor of replicas for DurationSeconds from each
+// start of Cron, read in TimeZone as a cron trigger's schedule is
+// (pkg/cronsched).
+type ScalingSchedule struct {
+	// Cron is when the floor starts: five fields (minute hour
+	// day-of-month month day-of-week) or a descriptor (@daily, @every 1h).
+	// +kubebuilder:validation:MinLength=1
+	// +kubebuilder:validation:MaxLength=128
+	Cron string `json:"cron"`
+	// TimeZone is an IANA zone name; empty is UTC.
+	// +optional
+	// +kubebuilder:validation:MaxLength=64
+	TimeZone string `json:"timeZone,omitempty"`
+	// DurationSeconds is how long the floor holds from each start, in
+	// elapsed time (at most a week).
+	// +kubebuilder:validation:Minimum=1
+	// +kubebuilder:validation:Maximum=604800
+	DurationSeconds int32 `json:"durationSeconds"`
+	// MinReplicas is the floor while it holds.
+	// +kubebuilder:validation:Minimum=1
+	// +kubebuilder:validation:Maximum=100
+	MinReplicas int32 `json:"minReplicas"`
 }
 
 // EnvVar is one environment variable, given as a value or taken from a Secret
@@ -227,6 +264,11 @@ type FunctionStatus struct {
 	// ReadyReplicas is the number of replicas that pass their health check.
 	// +optional
 	ReadyReplicas int32 `json:"readyReplicas,omitempty"`
+	// MaxBufferedRequests is spec.scaling.maxBufferedRequests with the
+	// platform's default applied (the operator's config), for the data
+	// plane (Function.MaxBufferedRequests).
+	// +optional
+	MaxBufferedRequests int32 `json:"maxBufferedRequests,omitempty"`
 
 	// LatestVersion is the number of the newest published version.
 	// +optional
@@ -268,13 +310,19 @@ type FunctionList struct {
 }
 
 // DefaultMaxBufferedRequests is spec.scaling.maxBufferedRequests when
-// unset: the calls a data-plane replica holds for a version that wakes.
+// neither the function nor the platform sets it: the calls a data-plane
+// replica holds for a version that wakes.
 const DefaultMaxBufferedRequests = 1000
 
-// MaxBufferedRequests is spec.scaling.maxBufferedRequests, or its default.
+// MaxBufferedRequests is spec.scaling.maxBufferedRequests; unset, the
+// platform's default that the operator wrote to the status; before the
+// operator wrote one, DefaultMaxBufferedRequests.
 func (f *Function) MaxBufferedRequests() int {
 	if f.Spec.Scaling != nil && f.Spec.Scaling.MaxBufferedRequests > 0 {
 		return int(f.Spec.Scaling.MaxBufferedRequests)
+	}
+	if f.Status.MaxBufferedRequests > 0 {
+		return int(f.Status.MaxBufferedRequests)
 	}
 	return DefaultMaxBufferedRequests
 }

@@ -80,7 +80,8 @@ func TestFunctionDefaultsRoundTrip(t *testing.T) {
 	want := v1.FunctionSpec{
 		Runtime: v1.RuntimePython311, Entrypoint: "main.handler",
 		MemoryMB: 128, CPUMillis: 100, TimeoutSec: 30, Concurrency: 10,
-		Scaling: &v1.Scaling{MinReplicas: 1, MaxReplicas: 1},
+		// No scaling: the operator applies the platform's defaults (its
+		// config, the chart's scaling.defaults), so the schema has none.
 	}
 	if diff := cmp.Diff(want, got.Spec); diff != "" {
 		t.Errorf("defaulted spec (-want +got):\n%s", diff)
@@ -149,7 +150,8 @@ func TestAPIServerRejectsInvalidObjects(t *testing.T) {
 			f.Spec.Source = &v1.FunctionSource{S3Key: "k", SHA256: strings.Repeat("b", 64)}
 		}), "source and image are mutually exclusive"},
 		{"bad source digest", fn("sha", func(f *v1.Function) { f.Spec.Source = &v1.FunctionSource{S3Key: "k", SHA256: "xyz"} }), "spec.source.sha256"},
-		{"min above max replicas", fn("scale", func(f *v1.Function) { f.Spec.Scaling = &v1.Scaling{MinReplicas: 3, MaxReplicas: 2} }), "minReplicas must not exceed maxReplicas"},
+		{"min above max replicas", fn("scale", func(f *v1.Function) { f.Spec.Scaling = &v1.Scaling{MinReplicas: ptr.To[int32](3), MaxReplicas: 2} }), "minReplicas must not exceed maxReplicas"},
+		{"negative min replicas", fn("neg", func(f *v1.Function) { f.Spec.Scaling = &v1.Scaling{MinReplicas: ptr.To[int32](-1)} }), "spec.scaling.minReplicas"},
 		{"cron trigger without schedule section", tr("nocron", v1.TriggerSpec{FunctionRef: v1.LocalRef{Name: "f"}, Type: v1.TriggerCron}), "cron is required when type is cron"},
 		{"cron trigger with empty schedule", tr("empty", v1.TriggerSpec{FunctionRef: v1.LocalRef{Name: "f"}, Type: v1.TriggerCron, Cron: &v1.CronTrigger{}}), "spec.cron.schedule"},
 		{"http trigger with a cron section", tr("mixed", v1.TriggerSpec{FunctionRef: v1.LocalRef{Name: "f"}, Type: v1.TriggerHTTP,
@@ -201,5 +203,24 @@ func TestRuntimesMatchTheCRDEnum(t *testing.T) {
 	}
 	if diff := cmp.Diff(enum, got); diff != "" || len(enum) == 0 {
 		t.Errorf("Runtimes() against the CRD's runtime enum (-crd +Runtimes):\n%s", diff)
+	}
+}
+
+// TestMaxBufferedRequests: the function's own bound, else the platform's
+// that the operator wrote to the status, else the built-in one.
+func TestMaxBufferedRequests(t *testing.T) {
+	for _, tc := range []struct {
+		name string
+		f    v1.Function
+		want int
+	}{
+		{"neither", v1.Function{}, v1.DefaultMaxBufferedRequests},
+		{"the platform's", v1.Function{Status: v1.FunctionStatus{MaxBufferedRequests: 200}}, 200},
+		{"the function's", v1.Function{Spec: v1.FunctionSpec{Scaling: &v1.Scaling{MaxBufferedRequests: 50}},
+			Status: v1.FunctionStatus{MaxBufferedRequests: 200}}, 50},
+	} {
+		if got := tc.f.MaxBufferedRequests(); got != tc.want {
+			t.Errorf("%s: %d, want %d", tc.name, got, tc.want)
+		}
 	}
 }

@@ -2,8 +2,10 @@ package api
 
 import (
 	"context"
+	"fmt"
 
 	slessv1 "github.com/kube5s/sless/pkg/apis/sless/v1alpha1"
+	"github.com/kube5s/sless/pkg/cronsched"
 )
 
 var functionKind = specKind[Function, FunctionSpec, *slessv1.Function, *slessv1.FunctionList]{
@@ -21,7 +23,26 @@ var functionKind = specKind[Function, FunctionSpec, *slessv1.Function, *slessv1.
 	},
 	apply: func(f *slessv1.Function, spec *FunctionSpec) { applyFunctionSpec(&f.Spec, spec) },
 	// The split's shape; which versions exist is PUT .../traffic's check.
-	check: func(ctx context.Context, spec *FunctionSpec) error { return checkTraffic(ctx, spec.Traffic, nil) },
+	check: func(ctx context.Context, spec *FunctionSpec) error {
+		if err := checkSchedules(ctx, spec.ScalingSchedules); err != nil {
+			return err
+		}
+		return checkTraffic(ctx, spec.Traffic, nil)
+	},
+}
+
+// checkSchedules validates what the schema cannot: each floor's cron
+// expression and time zone, with the cron triggers' parser and rules
+// (pkg/cronsched), so a bad schedule is refused here rather than ignored
+// later.
+func checkSchedules(ctx context.Context, schedules []ScalingSchedule) error {
+	for i, e := range schedules {
+		if _, err := cronsched.Parse(e.Cron, e.TimeZone); err != nil {
+			loc := fmt.Sprintf("body.scaling_schedules[%d]", i) // the error names the schedule or the time zone
+			return withID(ctx, problem(422, "", "scaling_schedules[%d]: %v", i, err).field(loc, err.Error()))
+		}
+	}
+	return nil
 }
 
 func (s *Server) registerFunctions() {

@@ -140,16 +140,26 @@ type FunctionSpec struct {
 	CPUMillis         *int32               `json:"cpu_millis,omitempty" minimum:"10" maximum:"8000"`
 	TimeoutSec        *int32               `json:"timeout_sec,omitempty" minimum:"1" maximum:"900"`
 	Concurrency       *int32               `json:"concurrency,omitempty" minimum:"1" maximum:"1000"`
-	MinReplicas       *int32               `json:"min_replicas,omitempty" minimum:"0" maximum:"100"`
-	MaxReplicas       *int32               `json:"max_replicas,omitempty" minimum:"1" maximum:"100"`
-	TargetConcurrency *int32               `json:"target_concurrency,omitempty" minimum:"0" maximum:"1000" doc:"calls in flight per replica the scaler plans for; absent or 0: 0.7 x concurrency"`
-	ScaleDownDelaySec *int32               `json:"scale_down_delay_seconds,omitempty" minimum:"0" maximum:"3600" doc:"how long lower demand lasts before replicas go down; absent or 0: 120"`
-	MaxBuffered       *int32               `json:"max_buffered_requests,omitempty" minimum:"0" maximum:"100000" doc:"calls a gateway holds for a version that wakes or is full; absent or 0: 1000"`
+	MinReplicas       *int32               `json:"min_replicas,omitempty" minimum:"0" maximum:"100" doc:"0 lets an idle version go to zero; absent: the platform's default (1 unless configured otherwise)"`
+	MaxReplicas       *int32               `json:"max_replicas,omitempty" minimum:"1" maximum:"100" doc:"absent: the platform's default (1 unless configured otherwise), at least min_replicas"`
+	TargetConcurrency *int32               `json:"target_concurrency,omitempty" minimum:"0" maximum:"1000" doc:"calls in flight per replica the scaler plans for; absent or 0: the platform's share of concurrency (70 % unless configured otherwise)"`
+	ScaleDownDelaySec *int32               `json:"scale_down_delay_seconds,omitempty" minimum:"0" maximum:"3600" doc:"how long lower demand lasts before replicas go down; absent or 0: the platform's default (120 unless configured otherwise)"`
+	MaxBuffered       *int32               `json:"max_buffered_requests,omitempty" minimum:"0" maximum:"100000" doc:"calls a gateway holds for a version that wakes or is full; absent or 0: the platform's default (1000 unless configured otherwise)"`
+	ScalingSchedules  []ScalingSchedule    `json:"scaling_schedules,omitempty" maxItems:"10" doc:"floors of replicas for a while from each start of a cron schedule (business hours); the highest that holds counts"`
 	EnvVars           map[string]string    `json:"env_vars" required:"false" doc:"absent or empty: none; GET always shows it"`
 	SecretEnvVars     map[string]SecretRef `json:"secret_env_vars,omitempty"`
 	AllowSourceBuilds bool                 `json:"allow_source_builds,omitempty" doc:"let pip build source distributions; by default only wheels are installed"`
 	Traffic           []TrafficTarget      `json:"traffic,omitempty" maxItems:"20" doc:"the split of untagged calls over versions, summing to 100; absent: kept as it is (default 100 % latest); PUT .../traffic sets it"`
 	Versioning        *Versioning          `json:"versioning,omitempty" doc:"absent: kept as it is"`
+}
+
+// ScalingSchedule is a floor of min_replicas for duration_seconds from
+// each start of cron, read in time_zone as a cron trigger's schedule is.
+type ScalingSchedule struct {
+	Cron            string `json:"cron" minLength:"1" maxLength:"128" doc:"five fields, or @daily, @every 1h ..., as a cron trigger's schedule"`
+	TimeZone        string `json:"time_zone,omitempty" maxLength:"64" doc:"an IANA zone name; absent: UTC"`
+	DurationSeconds int32  `json:"duration_seconds" minimum:"1" maximum:"604800" doc:"how long the floor holds from each start, elapsed time"`
+	MinReplicas     int32  `json:"min_replicas" minimum:"1" maximum:"100" doc:"the floor while it holds"`
 }
 
 // TrafficTarget is one entry of a function's traffic: a version by
@@ -254,15 +264,20 @@ func applyFunctionSpec(dst *slessv1.FunctionSpec, in *FunctionSpec) {
 	set(&dst.CPUMillis, in.CPUMillis)
 	set(&dst.TimeoutSec, in.TimeoutSec)
 	set(&dst.Concurrency, in.Concurrency)
-	if in.MinReplicas != nil || in.MaxReplicas != nil || in.TargetConcurrency != nil || in.ScaleDownDelaySec != nil || in.MaxBuffered != nil {
-		sc := &slessv1.Scaling{MinReplicas: 1, MaxReplicas: 1}
-		set(&sc.MinReplicas, in.MinReplicas)
+	if in.MinReplicas != nil || in.MaxReplicas != nil || in.TargetConcurrency != nil || in.ScaleDownDelaySec != nil || in.MaxBuffered != nil ||
+		len(in.ScalingSchedules) > 0 {
+		// What is left out stays unset: the platform's defaults apply.
+		sc := &slessv1.Scaling{}
+		if in.MinReplicas != nil {
+			sc.MinReplicas = ptr(*in.MinReplicas)
+		}
 		set(&sc.MaxReplicas, in.MaxReplicas)
 		set(&sc.TargetConcurrency, in.TargetConcurrency)
 		set(&sc.ScaleDownDelaySeconds, in.ScaleDownDelaySec)
 		set(&sc.MaxBufferedRequests, in.MaxBuffered)
-		if in.MaxReplicas == nil {
-			sc.MaxReplicas = max(sc.MaxReplicas, sc.MinReplicas)
+		for _, e := range in.ScalingSchedules {
+			sc.Schedules = append(sc.Schedules, slessv1.ScalingSchedule{Cron: e.Cron, TimeZone: e.TimeZone,
+				DurationSeconds: e.DurationSeconds, MinReplicas: e.MinReplicas})
 		}
 		dst.Scaling = sc
 	}
@@ -293,8 +308,17 @@ func functionREST(f *slessv1.Function) Function {
 		EnvVars: map[string]string{}, AllowSourceBuilds: s.AllowSourceBuilds,
 	}}
 	if s.Scaling != nil {
-		out.MinReplicas, out.MaxReplicas = ptr(s.Scaling.MinReplicas), ptr(s.Scaling.MaxReplicas)
+		if s.Scaling.MinReplicas != nil {
+			out.MinReplicas = ptr(*s.Scaling.MinReplicas)
+		}
+		if s.Scaling.MaxReplicas > 0 {
+			out.MaxReplicas = ptr(s.Scaling.MaxReplicas)
+		}
 		out.TargetConcurrency, out.ScaleDownDelaySec, out.MaxBuffered = ptr(s.Scaling.TargetConcurrency), ptr(s.Scaling.ScaleDownDelaySeconds), ptr(s.Scaling.MaxBufferedRequests)
+		for _, e := range s.Scaling.Schedules {
+			out.ScalingSchedules = append(out.ScalingSchedules, ScalingSchedule{Cron: e.Cron, TimeZone: e.TimeZone,
+				DurationSeconds: e.DurationSeconds, MinReplicas: e.MinReplicas})
+		}
 	}
 	for _, e := range s.Env {
 		if e.SecretKeyRef != nil {

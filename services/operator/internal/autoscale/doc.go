@@ -10,7 +10,8 @@
 //
 //   - Load is concurrency: the in-flight calls plus the buffered ones (calls
 //     waiting for a replica). A replica is planned to carry the target
-//     concurrency, by default 0.7 x the version's concurrency, like Knative's
+//     concurrency, by default 0.7 x the version's concurrency ([BuiltIn];
+//     the operator's config may change every default), like Knative's
 //     container-concurrency-target-percentage of 70: a replica at its limit
 //     queues, and 30 % headroom absorbs the load that arrives while a new
 //     replica starts. desired = ceil(load / target).

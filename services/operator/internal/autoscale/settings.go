@@ -28,40 +28,56 @@ const (
 	ReasonIncoming       Reason = "Incoming"       // a floor while a version that is to get traffic starts, before the flip
 )
 
-// Defaults of the scaling settings.
-const (
-	// DefaultConcurrency is the CRD's default for spec.concurrency, used when
-	// none is given.
-	DefaultConcurrency = 10
-	// TargetUtilization is the share of a replica's concurrency the scaler
-	// plans to use (Knative's container-concurrency-target-percentage).
-	TargetUtilization = 0.7
-	// MinTarget is the smallest target concurrency: below it one call would
-	// ask for more than ten replicas, which no function needs.
-	MinTarget = 0.1
-	// DefaultScaleDownDelay is how long demand must stay lower before the
-	// count goes down, and how long a version must be idle to go to zero.
-	DefaultScaleDownDelay = 120 * time.Second
-	// DefaultMaxBufferedRequests bounds the calls a gateway holds per version
-	// while it wakes or is at its limit; beyond it, 503 with Retry-After.
-	// The data plane reads it from the API (Function.MaxBufferedRequests).
-	DefaultMaxBufferedRequests = slessv1.DefaultMaxBufferedRequests
-)
+// DefaultConcurrency is the CRD's default for spec.concurrency, used when
+// none is given.
+const DefaultConcurrency = 10
+
+// MinTarget is the smallest target concurrency: below it one call would
+// ask for more than ten replicas, which no function needs.
+const MinTarget = 0.1
+
+// Defaults are what the platform gives the scaling settings a function
+// leaves unset. The operator's config sets them (the chart's
+// scaling.defaults); BuiltIn are the values without one. They are the one
+// owner of these defaults: the CRD defaults none of the fields, and the
+// data plane reads maxBufferedRequests with this default applied from the
+// Function's status (Function.MaxBufferedRequests).
+type Defaults struct {
+	MinReplicas int32
+	MaxReplicas int32
+	// TargetPercent is the share of a replica's concurrency the scaler
+	// plans to use, in percent (Knative's
+	// container-concurrency-target-percentage).
+	TargetPercent int32
+	// ScaleDownDelay is how long demand must stay lower before the count
+	// goes down, and how long a version must be idle to go to zero.
+	ScaleDownDelay time.Duration
+	// MaxBufferedRequests bounds the calls a gateway or invoker replica
+	// holds per version while it wakes; beyond it, 503 with Retry-After.
+	MaxBufferedRequests int32
+}
+
+// BuiltIn are the defaults when the operator is given none: one replica,
+// a target of 70 % (a replica at its limit queues, and 30 % headroom
+// absorbs the load that arrives while a new replica starts), 120 s and
+// 1000 buffered calls.
+var BuiltIn = Defaults{MinReplicas: 1, MaxReplicas: 1, TargetPercent: 70, ScaleDownDelay: 120 * time.Second,
+	MaxBufferedRequests: slessv1.DefaultMaxBufferedRequests}
 
 // Spec is the raw scaling configuration of a version, as plain numbers from
-// Function.spec.scaling and the version's concurrency; zero means "not set"
-// except for MinReplicas, where 0 allows scale to zero.
+// Function.spec.scaling and the version's concurrency; zero (nil for
+// MinReplicas, where 0 allows scale to zero) means "not set".
 type Spec struct {
-	MinReplicas           int32
+	MinReplicas           *int32
 	MaxReplicas           int32
 	Concurrency           int32   // calls in flight per replica
-	TargetConcurrency     float64 // 0: TargetUtilization x Concurrency
+	TargetConcurrency     float64 // 0: TargetPercent of Concurrency
 	ScaleDownDelaySeconds int32
 	MaxBufferedRequests   int32
 }
 
 // Settings are the scaling settings with every default applied; build them
-// with [Defaults].
+// with [Defaults.Apply].
 type Settings struct {
 	MinReplicas         int32
 	MaxReplicas         int32
@@ -75,35 +91,52 @@ type Settings struct {
 	FloorReason Reason
 }
 
-// Defaults applies the defaults to a raw spec: a target of 0.7 x the
-// version's concurrency (never above the concurrency itself, which would
-// plan more calls per replica than a replica admits, and never below
-// MinTarget), a scale-down delay of 120 s, 1000 buffered requests, and a
-// maxReplicas of at least max(minReplicas, 1).
-func Defaults(sp Spec) Settings {
+// Apply applies the defaults d to a raw spec: a target of d.TargetPercent
+// of the version's concurrency (never above the concurrency itself, which
+// would plan more calls per replica than a replica admits, and never below
+// MinTarget), and a maxReplicas of at least max(minReplicas, 1). A field of
+// d that is not positive (BuiltIn's MinReplicas excepted, 0 is a minimum)
+// falls back to BuiltIn's.
+func (d Defaults) Apply(sp Spec) Settings {
 	conc := float64(sp.Concurrency)
 	if sp.Concurrency < 1 {
 		conc = DefaultConcurrency
 	}
 	target := sp.TargetConcurrency
 	if target <= 0 {
-		target = conc * 7 / 10 // TargetUtilization, exact for whole concurrencies
+		pct := d.TargetPercent
+		if pct <= 0 {
+			pct = BuiltIn.TargetPercent
+		}
+		target = conc * float64(pct) / 100 // exact for whole concurrencies and percents
 	}
 	target = max(min(target, conc), MinTarget)
 	s := Settings{
-		MinReplicas:         max(sp.MinReplicas, 0),
+		MinReplicas:         max(d.MinReplicas, 0),
 		MaxReplicas:         sp.MaxReplicas,
 		MaxReason:           ReasonMaxReplicas,
 		TargetConcurrency:   target,
 		ScaleDownDelay:      time.Duration(sp.ScaleDownDelaySeconds) * time.Second,
 		MaxBufferedRequests: sp.MaxBufferedRequests,
 	}
+	if sp.MinReplicas != nil {
+		s.MinReplicas = max(*sp.MinReplicas, 0)
+	}
+	if s.MaxReplicas <= 0 {
+		s.MaxReplicas = d.MaxReplicas
+	}
 	s.MaxReplicas = max(s.MaxReplicas, s.MinReplicas, 1)
 	if s.ScaleDownDelay <= 0 {
-		s.ScaleDownDelay = DefaultScaleDownDelay
+		s.ScaleDownDelay = d.ScaleDownDelay
+	}
+	if s.ScaleDownDelay <= 0 {
+		s.ScaleDownDelay = BuiltIn.ScaleDownDelay
 	}
 	if s.MaxBufferedRequests <= 0 {
-		s.MaxBufferedRequests = DefaultMaxBufferedRequests
+		s.MaxBufferedRequests = d.MaxBufferedRequests
+	}
+	if s.MaxBufferedRequests <= 0 {
+		s.MaxBufferedRequests = BuiltIn.MaxBufferedRequests
 	}
 	return s
 }

@@ -111,7 +111,7 @@ func TestSteadyLoadSettles(t *testing.T) {
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			synctest.Test(t, func(t *testing.T) {
-				s := Defaults(Spec{MinReplicas: tc.min, MaxReplicas: tc.max, Concurrency: tc.concurrency})
+				s := BuiltIn.Apply(Spec{MinReplicas: ptr(tc.min), MaxReplicas: tc.max, Concurrency: tc.concurrency})
 				want := min(max(ceilDiv(tc.offered, s.TargetConcurrency), tc.min), tc.max)
 				m := newScaler(time.Now(), s, int(tc.concurrency), 3*time.Second)
 				const settleBy = 90 // seconds: one stable window and a few cold starts
@@ -140,7 +140,7 @@ func TestBurstFromZeroAtMostDoublesPerTick(t *testing.T) {
 	for _, cold := range []time.Duration{time.Second, 3 * time.Second, 10 * time.Second} {
 		t.Run(cold.String(), func(t *testing.T) {
 			synctest.Test(t, func(t *testing.T) {
-				s := Defaults(Spec{MinReplicas: 0, MaxReplicas: 50, Concurrency: 10})
+				s := BuiltIn.Apply(Spec{MinReplicas: ptr(0), MaxReplicas: 50, Concurrency: 10})
 				const offered = 200
 				want := ceilDiv(offered, s.TargetConcurrency) // 29
 				m := newScaler(time.Now(), s, 10, cold)
@@ -191,7 +191,7 @@ func TestIdleGoesToZeroAfterTheDelay(t *testing.T) {
 	for _, delaySeconds := range []int32{0, 30, 300} { // 0: the default, 120 s
 		t.Run(fmt.Sprintf("delay %ds (0: default)", delaySeconds), func(t *testing.T) {
 			synctest.Test(t, func(t *testing.T) {
-				s := Defaults(Spec{MinReplicas: 0, MaxReplicas: 10, Concurrency: 10, ScaleDownDelaySeconds: delaySeconds})
+				s := BuiltIn.Apply(Spec{MinReplicas: ptr(0), MaxReplicas: 10, Concurrency: 10, ScaleDownDelaySeconds: delaySeconds})
 				m := newScaler(time.Now(), s, 10, 3*time.Second)
 				start := time.Now()
 				lastWork := start
@@ -242,7 +242,7 @@ func TestPreWarmFindsAReadyReplicaAtEveryFire(t *testing.T) {
 			minObserved = 20
 		)
 		rng := rand.New(rand.NewPCG(4344, 1))
-		s := Defaults(Spec{MinReplicas: 0, MaxReplicas: 5, Concurrency: 10})
+		s := BuiltIn.Apply(Spec{MinReplicas: ptr(0), MaxReplicas: 5, Concurrency: 10})
 		m := newScaler(time.Now(), s, 10, 0)
 		m.c.coldStart = func() time.Duration {
 			return 3*time.Second + time.Duration(rng.Int64N(int64(5*time.Second)))

@@ -8,6 +8,7 @@ import (
 	"fmt"
 	"io"
 	"net/http"
+	"net/url"
 	"time"
 
 	rabbithole "github.com/michaelklishin/rabbit-hole/v2"
@@ -113,6 +114,30 @@ func (a *Admin) RemoveTenant(ctx context.Context, acc resources.BrokerAccount) e
 		return fmt.Errorf("rabbitmq management: delete vhost %s: %w", acc.Vhost, err)
 	}
 	return nil
+}
+
+// QueueDepths are the messages of each queue in vhost, by queue name: ready
+// plus unacknowledged (the management API's "messages"), as the broker
+// last sampled them (every collect_statistics_interval, 5 s by default).
+// It is one request for the whole vhost, asking only for those columns. A
+// vhost that does not exist has no queues.
+func (a *Admin) QueueDepths(ctx context.Context, vhost string) (map[string]int, error) {
+	if err := ctx.Err(); err != nil {
+		return nil, err
+	}
+	qs, err := a.rmq.ListQueuesWithParametersIn(vhost, url.Values{"columns": {"name,messages,messages_ready,messages_unacknowledged"}})
+	var er rabbithole.ErrorResponse
+	if errors.As(err, &er) && er.StatusCode == http.StatusNotFound {
+		return map[string]int{}, nil
+	}
+	if err != nil {
+		return nil, fmt.Errorf("rabbitmq management: list the queues of %s: %w", vhost, done(nil, err))
+	}
+	out := make(map[string]int, len(qs))
+	for _, q := range qs {
+		out[q.Name] = max(q.Messages, q.MessagesReady+q.MessagesUnacknowledged)
+	}
+	return out, nil
 }
 
 func done(res *http.Response, err error) error {

@@ -124,3 +124,76 @@ func waitMessages(t *testing.T, ch *amqp.Channel, q string, n int) {
 		return st.Messages == n, fmt.Sprintf("it holds %d", st.Messages)
 	})
 }
+
+// TestQueueDepthsCountUnacked: a queue's depth is its ready messages plus
+// those delivered and not acknowledged yet (which AMQP's own count
+// leaves out); one request lists every queue of the vhost; a vhost that
+// does not exist has none. Real RabbitMQ, as the tenant's user publishes
+// and consumes.
+func TestQueueDepthsCountUnacked(t *testing.T) {
+	endpoint, user, password := testenv.RabbitManagement(t)
+	a, err := New(endpoint, user, password, 30*time.Second)
+	if err != nil {
+		t.Fatal(err)
+	}
+	tenant := testenv.Name("depth")
+	acc := resources.TenantBroker(tenant, "pw-"+tenant)
+	t.Cleanup(func() { testenv.DeleteTenantBroker(tenant) })
+	ctx := t.Context()
+	if err := a.EnsureTenant(ctx, acc); err != nil {
+		t.Fatal(err)
+	}
+	platform, err := url.Parse(testenv.RabbitURL(t))
+	if err != nil {
+		t.Fatal(err)
+	}
+	conn, err := amqp.Dial((&url.URL{Scheme: "amqp", User: url.UserPassword(acc.User, acc.Password), Host: platform.Host, Path: "/" + acc.Vhost}).String())
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer conn.Close()
+	ch, err := conn.Channel()
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, q := range []string{"orders", "idle"} {
+		if _, err := ch.QueueDeclare(q, true, false, false, false, nil); err != nil {
+			t.Fatal(err)
+		}
+	}
+	for i := range 5 {
+		if err := ch.PublishWithContext(ctx, "", "orders", false, false, amqp.Publishing{Body: []byte(fmt.Sprint(i))}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	waitMessages(t, ch, "orders", 5)
+	// Two delivered and held, unacknowledged: AMQP counts 3 ready.
+	consumer, err := conn.Channel()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := consumer.Qos(2, 0, false); err != nil {
+		t.Fatal(err)
+	}
+	deliveries, err := consumer.Consume("orders", "", false, false, false, false, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for range 2 {
+		<-deliveries
+	}
+	waitMessages(t, ch, "orders", 3)
+
+	// The management API refreshes its numbers every few seconds.
+	testenv.Eventually(t, 20*time.Second, "the depth of orders to count the unacked messages", func() (bool, string) {
+		got, err := a.QueueDepths(ctx, acc.Vhost)
+		if err != nil {
+			return false, err.Error()
+		}
+		return got["orders"] == 5 && got["idle"] == 0 && len(got) == 2, fmt.Sprintf("%v", got)
+	})
+	none, err := a.QueueDepths(ctx, "sless-t-"+testenv.Name("nobody"))
+	if err != nil || len(none) != 0 {
+		t.Errorf("the depths of a vhost that does not exist: %v, %v; want none and no error", none, err)
+	}
+}

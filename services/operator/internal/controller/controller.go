@@ -31,7 +31,9 @@ import (
 	slessv1 "github.com/kube5s/sless/pkg/apis/sless/v1alpha1"
 	"github.com/kube5s/sless/pkg/msg"
 	"github.com/kube5s/sless/pkg/tenantns"
+	"github.com/kube5s/sless/services/operator/internal/autoscale"
 	"github.com/kube5s/sless/services/operator/internal/driver"
+	"github.com/kube5s/sless/services/operator/internal/queuedepth"
 	"github.com/kube5s/sless/services/operator/internal/resources"
 	"github.com/kube5s/sless/services/operator/internal/scaler"
 	"github.com/kube5s/sless/services/operator/internal/tenantdata"
@@ -99,6 +101,9 @@ type Deps struct {
 	// Scaler decides each running version's replica count; Setup runs it
 	// (a new one, fed by no reports, when nil).
 	Scaler *scaler.Scaler
+	// Queues reads the depths of queue triggers' queues on the platform
+	// broker; Setup polls it for the scaler (nil: no backlog is read).
+	Queues queuedepth.Broker
 	// BeforeVersionDelete, when set (tests), runs between retention's
 	// decision to delete a version and the fresh read that confirms it.
 	BeforeVersionDelete func(*slessv1.FunctionVersion)
@@ -159,10 +164,16 @@ func Setup(ctx context.Context, mgr ctrl.Manager, d Deps) error {
 		return fmt.Errorf("index jobs: %w", err)
 	}
 	if d.Scaler == nil {
-		d.Scaler = scaler.New(nil)
+		d.Scaler = scaler.New(nil, autoscale.BuiltIn)
 	}
 	if err := mgr.Add(manager.RunnableFunc(d.Scaler.Run)); err != nil {
 		return fmt.Errorf("add the scaler: %w", err)
+	}
+	if d.Queues != nil {
+		p := &queuedepth.Poller{Client: mgr.GetClient(), Broker: d.Queues, Sink: d.Scaler, Log: d.Scaler.Log}
+		if err := mgr.Add(p); err != nil {
+			return fmt.Errorf("add the queue backlog poller: %w", err)
+		}
 	}
 	rec := mgr.GetEventRecorder("sless-operator")
 	c := mgr.GetClient()

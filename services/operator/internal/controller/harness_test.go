@@ -39,6 +39,7 @@ import (
 	"github.com/kube5s/sless/pkg/objstore"
 	"github.com/kube5s/sless/pkg/rabbit"
 	"github.com/kube5s/sless/pkg/testenv"
+	"github.com/kube5s/sless/services/operator/internal/autoscale"
 	"github.com/kube5s/sless/services/operator/internal/brokeradmin"
 	"github.com/kube5s/sless/services/operator/internal/driver"
 	"github.com/kube5s/sless/services/operator/internal/registry"
@@ -133,7 +134,7 @@ func newHarnessDeps(t *testing.T, mkDriver func(ctrl.Manager) driver.Driver, dep
 	if err != nil {
 		t.Fatal(err)
 	}
-	h := &harness{c: c, mq: mq, pub: rabbit.NewPublisher(mq), store: store, broker: broker, db: db, scaler: scaler.New(nil), deps: deps}
+	h := &harness{c: c, mq: mq, pub: rabbit.NewPublisher(mq), store: store, broker: broker, db: db, scaler: scaler.New(nil, autoscale.BuiltIn), deps: deps}
 	ctx, cancel := context.WithCancel(context.Background())
 	var wg sync.WaitGroup
 	wg.Go(func() { _ = mq.Run(ctx) })
@@ -184,7 +185,7 @@ func (h *harness) startManager(t *testing.T, ctx context.Context, wg *sync.WaitG
 	}
 	deps := Deps{
 		Publisher: h.pub, Store: h.store, Data: &tenantdata.Store{DB: h.db, Batch: 2}, Driver: mkDriver(mgr), Scaler: h.scaler,
-		Platform: platform, PublicURL: publicURL, Broker: h.broker, BrokerURL: tenantBrokerURL, Tracer: noop.NewTracerProvider().Tracer("t"),
+		Platform: platform, PublicURL: publicURL, Broker: h.broker, Queues: h.broker, BrokerURL: tenantBrokerURL, Tracer: noop.NewTracerProvider().Tracer("t"),
 		Metrics: NewMetrics(prometheus.NewRegistry()), APIReader: mgr.GetAPIReader(),
 		DrainPeriod: 3 * time.Second, // as long as the local driver's own drain delay
 		// The test registry: every repository a test pushes is below it.

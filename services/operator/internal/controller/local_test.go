@@ -15,6 +15,7 @@ import (
 	"testing"
 	"time"
 
+	"k8s.io/utils/ptr"
 	ctrl "sigs.k8s.io/controller-runtime"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
@@ -299,7 +300,7 @@ func TestLoadRunsSeveralLocalProcessesOfAVersion(t *testing.T) {
 		withSource(sha1)(f)
 		f.Spec.Entrypoint = "version.handler"
 		f.Spec.Concurrency = 10 // a target of 7 in flight per process
-		f.Spec.Scaling = &slessv1.Scaling{MinReplicas: 1, MaxReplicas: 3, ScaleDownDelaySeconds: 1}
+		f.Spec.Scaling = &slessv1.Scaling{MinReplicas: ptr.To[int32](1), MaxReplicas: 3, ScaleDownDelaySeconds: 1}
 	})
 	h.build(t, fn, artifact(t, "a"))
 	h.waitReady(t, fn)

@@ -9,6 +9,7 @@ import (
 
 	appsv1 "k8s.io/api/apps/v1"
 	"k8s.io/apimachinery/pkg/types"
+	"k8s.io/utils/ptr"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	slessv1 "github.com/kube5s/sless/pkg/apis/sless/v1alpha1"
@@ -31,7 +32,7 @@ func TestLoadReportsScaleTheDeployment(t *testing.T) {
 	fn := h.function(t, ns, "busy", func(f *slessv1.Function) {
 		f.Spec.Image = image
 		f.Spec.Concurrency = 10 // target 7 in flight per replica
-		f.Spec.Scaling = &slessv1.Scaling{MinReplicas: 1, MaxReplicas: 3}
+		f.Spec.Scaling = &slessv1.Scaling{MinReplicas: ptr.To[int32](1), MaxReplicas: 3}
 	})
 	h.markAvailable(t, ns, "busy")
 	h.waitReady(t, fn)
@@ -45,6 +46,11 @@ func TestLoadReportsScaleTheDeployment(t *testing.T) {
 	}
 	if n, saw := replicas(); n != 1 {
 		t.Fatalf("before any load: %s, want minReplicas 1", saw)
+	}
+	// The data plane's bound on buffered calls is in the status, with the
+	// scaler's default for a function that sets none.
+	if got, want := fn.Status.MaxBufferedRequests, autoscale.BuiltIn.MaxBufferedRequests; got != want {
+		t.Errorf("status.maxBufferedRequests %d, want the default %d", got, want)
 	}
 
 	report := func(inFlight float64) (stop func()) { return h.reportLoad(t, ns, "busy", inFlight) }
@@ -130,7 +136,7 @@ func TestAVersionGoesToZeroAndWakes(t *testing.T) {
 	_, ns := h.tenant(t)
 	fn := h.function(t, ns, "sleepy", func(f *slessv1.Function) {
 		f.Spec.Image = image
-		f.Spec.Scaling = &slessv1.Scaling{MinReplicas: 0, MaxReplicas: 2, ScaleDownDelaySeconds: 1}
+		f.Spec.Scaling = &slessv1.Scaling{MinReplicas: ptr.To[int32](0), MaxReplicas: 2, ScaleDownDelaySeconds: 1}
 	})
 	h.markAvailable(t, ns, "sleepy")
 	h.waitReady(t, fn)
@@ -221,7 +227,7 @@ func TestACronTriggerPreWarmsAVersionAtZero(t *testing.T) {
 	_, ns := h.tenant(t)
 	fn := h.function(t, ns, "cronned", func(f *slessv1.Function) {
 		f.Spec.Image = image
-		f.Spec.Scaling = &slessv1.Scaling{MinReplicas: 0, MaxReplicas: 2, ScaleDownDelaySeconds: 1}
+		f.Spec.Scaling = &slessv1.Scaling{MinReplicas: ptr.To[int32](0), MaxReplicas: 2, ScaleDownDelaySeconds: 1}
 	})
 	h.markAvailable(t, ns, "cronned")
 	h.waitReady(t, fn)
@@ -279,7 +285,7 @@ func TestARollbackToAStoppedVersionStartsIt(t *testing.T) {
 	_, ns := h.tenant(t)
 	fn := h.function(t, ns, "back", func(f *slessv1.Function) {
 		withImage(f)
-		f.Spec.Scaling = &slessv1.Scaling{MinReplicas: 0, MaxReplicas: 1, ScaleDownDelaySeconds: 1}
+		f.Spec.Scaling = &slessv1.Scaling{MinReplicas: ptr.To[int32](0), MaxReplicas: 1, ScaleDownDelaySeconds: 1}
 	})
 	h.publishedAs(t, fn, 1)
 	h.markVersionAvailable(t, ns, "back", 1)

@@ -266,12 +266,20 @@ func (r *FunctionReconciler) run(ctx context.Context, fn *slessv1.Function, vers
 	if err := r.Client.Get(ctx, client.ObjectKey{Name: tenantns.Named(fn.Namespace)}, &tenant); err != nil && !apierrors.IsNotFound(err) {
 		return out, fmt.Errorf("read the tenant of %s/%s: %w", fn.Namespace, fn.Name, err)
 	}
+	// The data plane holds calls for a version that wakes up to this
+	// bound; what the function leaves unset is the platform's default,
+	// which only the scaler knows.
+	st.MaxBufferedRequests = r.Scaler.Settings(fn, 0).MaxBufferedRequests
 	now := time.Now()
 	preWarm, preWarmAfter, err := r.preWarm(ctx, fn, now)
 	if err != nil {
 		return out, err
 	}
 	out.after = preWarmAfter
+	scheduled, scheduleAfter := r.scheduleFloor(fn, now)
+	if scheduleAfter > 0 && (out.after == 0 || scheduleAfter < out.after) {
+		out.after = scheduleAfter
+	}
 	var firstErr error
 	maxReplicas := map[int32]int32{}
 	ensure := func(n int32) {
@@ -284,7 +292,10 @@ func (r *FunctionReconciler) run(ctx context.Context, fn *slessv1.Function, vers
 		// reconcile is what it knows of the replicas.
 		key := loadreport.Key{Namespace: fn.Namespace, Function: fn.Name, Version: n}
 		rec := recorded[n]
-		set := scaler.Settings(view, tenant.Spec.Quotas.MaxPods)
+		set := r.Scaler.Settings(view, tenant.Spec.Quotas.MaxPods)
+		// Business hours and the like (scaling.schedules) hold for every
+		// running version: the floor is a minimum, as minReplicas is.
+		set = set.WithFloor(scheduled, autoscale.ReasonSchedule)
 		if preWarm && desired[n] != nil && desired[n].Percent > 0 {
 			// A cron fire calls the function by name: the versions with a
 			// share of its untagged traffic serve it.
@@ -507,6 +518,26 @@ func (r *FunctionReconciler) preWarm(ctx context.Context, fn *slessv1.Function, 
 		}
 	}
 	return active, after, nil
+}
+
+// scheduleFloor is the floor fn's scaling.schedules ask for at now and
+// how long until it may change (autoscale.ScheduleFloor; the reconcile
+// comes back then). A schedule that does not parse (the gateway refuses
+// one, the schema cannot) counts for nothing, and an Event says why.
+func (r *FunctionReconciler) scheduleFloor(fn *slessv1.Function, now time.Time) (int32, time.Duration) {
+	if fn.Spec.Scaling == nil {
+		return 0, 0
+	}
+	var ss []autoscale.Schedule
+	for i, s := range fn.Spec.Scaling.Schedules {
+		sched, err := cronsched.Parse(s.Cron, s.TimeZone)
+		if err != nil {
+			r.Events.Eventf(fn, nil, corev1.EventTypeWarning, "ScheduleInvalid", "Scale", "spec.scaling.schedules[%d] counts for nothing: %v", i, err)
+			continue
+		}
+		ss = append(ss, autoscale.Schedule{Starts: sched, Duration: time.Duration(s.DurationSeconds) * time.Second, Replicas: s.MinReplicas})
+	}
+	return autoscale.ScheduleFloor(ss, now)
 }
 
 func sortedKeys(s split) []int32 {

@@ -19,6 +19,7 @@ import (
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/client-go/util/retry"
+	"k8s.io/utils/ptr"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	"sigs.k8s.io/controller-runtime/pkg/controller/controllerutil"
 
@@ -115,7 +116,9 @@ func TestPublishUnchangedCreatesNoVersion(t *testing.T) {
 	fn := h.function(t, ns, "same", withImage)
 	h.publishedAs(t, fn, 1)
 
-	h.update(t, fn, func(f *slessv1.Function) { f.Spec.Scaling = &slessv1.Scaling{MinReplicas: 1, MaxReplicas: 3} })
+	h.update(t, fn, func(f *slessv1.Function) {
+		f.Spec.Scaling = &slessv1.Scaling{MinReplicas: ptr.To[int32](1), MaxReplicas: 3}
+	})
 	h.publishedAs(t, fn, 1)
 	h.update(t, fn, func(f *slessv1.Function) { f.Spec.MemoryMB = 512 })
 	h.publishedAs(t, fn, 2)

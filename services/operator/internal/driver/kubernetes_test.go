@@ -8,6 +8,7 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/utils/ptr"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	"sigs.k8s.io/controller-runtime/pkg/client/interceptor"
 
@@ -44,7 +45,7 @@ func TestEnsureWaitsForADeploymentNotYetInTheCache(t *testing.T) {
 	}
 	fn := &slessv1.Function{ObjectMeta: metav1.ObjectMeta{Name: "f", Namespace: ns},
 		Spec: slessv1.FunctionSpec{Runtime: slessv1.RuntimePython311, Entrypoint: "main.handler", MemoryMB: 128, CPUMillis: 100, TimeoutSec: 5,
-			Concurrency: 1, Scaling: &slessv1.Scaling{MinReplicas: 1, MaxReplicas: 1}}}
+			Concurrency: 1, Scaling: &slessv1.Scaling{MinReplicas: ptr.To[int32](1), MaxReplicas: 1}}}
 	if err := c.Create(ctx, fn); err != nil {
 		t.Fatal(err)
 	}

@@ -13,6 +13,7 @@ import (
 
 	slessv1 "github.com/kube5s/sless/pkg/apis/sless/v1alpha1"
 	"github.com/kube5s/sless/pkg/loadreport"
+	"github.com/kube5s/sless/services/operator/internal/autoscale"
 	"github.com/kube5s/sless/services/operator/internal/scaler"
 )
 
@@ -124,11 +125,11 @@ func TestVersionDeploymentIsTheHardenedPodOfTheFunction(t *testing.T) {
 		want: deployment(),
 	}, {
 		name: "min replicas of the scaling spec",
-		fn:   function(func(f *slessv1.Function) { f.Spec.Scaling = &slessv1.Scaling{MinReplicas: 3} }),
+		fn:   function(func(f *slessv1.Function) { f.Spec.Scaling = &slessv1.Scaling{MinReplicas: ptr.To[int32](3)} }),
 		want: deployment(func(d *appsv1.Deployment) { d.Spec.Replicas = ptr.To(int32(3)) }),
 	}, {
 		name: "min replicas 0: a new version starts with one (the scaler takes it to zero when idle)",
-		fn:   function(func(f *slessv1.Function) { f.Spec.Scaling = &slessv1.Scaling{MinReplicas: 0} }),
+		fn:   function(func(f *slessv1.Function) { f.Spec.Scaling = &slessv1.Scaling{MinReplicas: ptr.To[int32](0)} }),
 		want: deployment(),
 	}, {
 		name: "a longer timeout lengthens the grace period",
@@ -151,7 +152,8 @@ func TestVersionDeploymentIsTheHardenedPodOfTheFunction(t *testing.T) {
 	}} {
 		t.Run(tc.name, func(t *testing.T) {
 			// The count the scaler starts a new version at.
-			start := scaler.New(nil).Replicas(loadreport.Key{Namespace: "sless-fn-acme", Function: "hello", Version: 1}, scaler.Settings(tc.fn, 0), 0, 0, false)
+			sc := scaler.New(nil, autoscale.BuiltIn)
+			start := sc.Replicas(loadreport.Key{Namespace: "sless-fn-acme", Function: "hello", Version: 1}, sc.Settings(tc.fn, 0), 0, 0, false)
 			got := VersionDeployment(tc.fn, 1, "registry.local/acme/hello:abc", start.Replicas)
 			if diff := cmp.Diff(tc.want, got); diff != "" {
 				t.Errorf("Deployment (-want +got):\n%s", diff)

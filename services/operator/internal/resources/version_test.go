@@ -3,6 +3,8 @@ package resources
 import (
 	"testing"
 
+	"k8s.io/utils/ptr"
+
 	slessv1 "github.com/kube5s/sless/pkg/apis/sless/v1alpha1"
 )
 
@@ -24,7 +26,7 @@ func TestIdentityIsTheArtifactAndWhatRunsIt(t *testing.T) {
 		t.Fatalf("identity %q is not stable", ref)
 	}
 	other := base()
-	other.Name, other.Spec.Scaling = "other", &slessv1.Scaling{MinReplicas: 3}
+	other.Name, other.Spec.Scaling = "other", &slessv1.Scaling{MinReplicas: ptr.To[int32](3)}
 	if s := VersionSpec(other, 7, img, "", "b-2"); s.Identity != ref {
 		t.Errorf("name, number, build and scaling changed the identity: %q vs %q", s.Identity, ref)
 	}

@@ -9,6 +9,10 @@
 // ready replicas (Replicas); versions it stops hearing about are
 // forgotten, so the state is bounded by what runs.
 //
+// Queue triggers add their queues' depths (Backlog, from the operator's
+// poll of the broker, package queuedepth): load that counts until a newer
+// depth replaces it.
+//
 // Zero takes a handshake (ARCHITECTURE 4a): a version idle for its
 // scale-down delay is first marked idle (Decision.Idle, which the
 // reconciler writes to status.serving), so that the data plane buffers
@@ -45,6 +49,11 @@ const forgetAfter = 10 * time.Minute
 // longer waits for it, and its calls died with it.
 const reporterLife = 3 * loadreport.Heartbeat
 
+// BacklogLife: a queue depth not heard again for this long no longer
+// counts (three of the poller's rounds: its read failed, or its trigger
+// went).
+const BacklogLife = 15 * time.Second
+
 // drainPatience: a drain to zero waiting longer than this for reporters
 // is logged (once), with the reporters it waits for.
 const drainPatience = 10 * time.Second
@@ -68,6 +77,7 @@ type Scaler struct {
 	kick      chan struct{}
 	events    chan event.TypedGenericEvent[*slessv1.Function]
 	now       func() time.Time
+	defaults  autoscale.Defaults
 	desired   *prometheus.GaugeVec // the count decided per version
 	woken     prometheus.Counter
 	wakeTime  prometheus.Histogram
@@ -93,6 +103,15 @@ type version struct {
 	markedAt time.Time // marked idle on the way to zero; zero when not
 	told     bool      // the wait of this drain was logged
 	wokeAt   time.Time // a wake from zero began; zero when none runs
+	// backlog is the last depth of each queue that feeds the version, by
+	// source; each decision counts it again, as the broker refreshes it
+	// only every few seconds.
+	backlog map[string]depth
+}
+
+type depth struct {
+	n  int
+	at time.Time
 }
 
 // reporter is what the scaler knows of one data-plane replica: when it
@@ -107,10 +126,11 @@ type reporter struct {
 	listed map[loadreport.Key]time.Time
 }
 
-// New returns a scaler; run it with Run. Its gauge of the decided counts
-// is registered with reg (nil: not exported).
-func New(reg prometheus.Registerer) *Scaler {
-	s := &Scaler{versions: map[loadreport.Key]*version{}, reporters: map[string]*reporter{}, wakes: map[string]*rate.Limiter{},
+// New returns a scaler that applies d to the settings functions leave
+// unset; run it with Run. Its gauge of the decided counts is registered
+// with reg (nil: not exported).
+func New(reg prometheus.Registerer, d autoscale.Defaults) *Scaler {
+	s := &Scaler{defaults: d, versions: map[loadreport.Key]*version{}, reporters: map[string]*reporter{}, wakes: map[string]*rate.Limiter{},
 		pending: map[types.NamespacedName]bool{}, kick: make(chan struct{}, 1),
 		events: make(chan event.TypedGenericEvent[*slessv1.Function], 256), now: time.Now,
 		desired: prometheus.NewGaugeVec(prometheus.GaugeOpts{Name: "sless_operator_version_desired_replicas",
@@ -137,23 +157,23 @@ func (s *Scaler) gauge(k loadreport.Key) prometheus.Gauge {
 func (s *Scaler) Events() <-chan event.TypedGenericEvent[*slessv1.Function] { return s.events }
 
 // Settings are the scaling settings of fn (a version view: its
-// concurrency is the version's) with the defaults applied, and maxReplicas
-// clamped to maxPods, the tenant's pods quota (0: none known), with the
-// reason QuotaPods: more replicas than the quota allows would be refused
-// pods, retried forever.
-func Settings(fn *slessv1.Function, maxPods int32) autoscale.Settings {
-	sp := autoscale.Spec{MinReplicas: 1, MaxReplicas: 1, Concurrency: fn.Spec.Concurrency}
+// concurrency is the version's) with the scaler's defaults applied, and
+// maxReplicas clamped to maxPods, the tenant's pods quota (0: none known),
+// with the reason QuotaPods: more replicas than the quota allows would be
+// refused pods, retried forever.
+func (s *Scaler) Settings(fn *slessv1.Function, maxPods int32) autoscale.Settings {
+	sp := autoscale.Spec{Concurrency: fn.Spec.Concurrency}
 	if sc := fn.Spec.Scaling; sc != nil {
 		sp.MinReplicas, sp.MaxReplicas = sc.MinReplicas, sc.MaxReplicas
 		sp.TargetConcurrency = float64(sc.TargetConcurrency)
 		sp.ScaleDownDelaySeconds, sp.MaxBufferedRequests = sc.ScaleDownDelaySeconds, sc.MaxBufferedRequests
 	}
-	s := autoscale.Defaults(sp)
+	set := s.defaults.Apply(sp)
 	if maxPods > 0 {
-		s = autoscale.ClampToQuota(s, maxPods)
-		s.MinReplicas = min(s.MinReplicas, s.MaxReplicas)
+		set = autoscale.ClampToQuota(set, maxPods)
+		set.MinReplicas = min(set.MinReplicas, set.MaxReplicas)
 	}
-	return s
+	return set
 }
 
 // Replicas is the count version k should run now, and why. The reconciler
@@ -272,6 +292,36 @@ func (s *Scaler) Report(m msg.Message, at time.Time) {
 	}
 }
 
+// Backlog takes the depth of a queue that feeds version k (ready and
+// unacknowledged messages, read from the broker at at); source names the
+// queue. The depth is load in every decision until a newer one replaces
+// it or BacklogLife passes. A backlog on a version at zero wakes it at
+// once, within the tenant's wake rate, as calls waiting for it do.
+func (s *Scaler) Backlog(k loadreport.Key, source string, n int, at time.Time) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	v := s.versions[k]
+	if v == nil {
+		if n <= 0 {
+			return
+		}
+		v = &version{window: autoscale.NewWindow(at), asked: at,
+			decision: Decision{Decision: autoscale.Decision{Replicas: 0, Reason: autoscale.ReasonZero}, Idle: true}}
+		s.versions[k] = v
+		s.pend(k)
+	}
+	if v.backlog == nil {
+		v.backlog = map[string]depth{}
+	}
+	v.backlog[source] = depth{n: max(n, 0), at: at}
+	v.window.Add(at, autoscale.Sample{Reporter: source, Backlog: max(n, 0)})
+	if n > 0 && v.decision.Replicas == 0 && v.settings != (autoscale.Settings{}) {
+		if s.decide(k, v, s.now()) {
+			s.pend(k)
+		}
+	}
+}
+
 // pend asks Run to send k's function to the reconciler; s.mu is held.
 func (s *Scaler) pend(k loadreport.Key) {
 	s.pending[types.NamespacedName{Namespace: k.Namespace, Name: k.Function}] = true
@@ -359,6 +409,13 @@ func (s *Scaler) Tick() []types.NamespacedName {
 // wake limit, and tells whether it changed; s.mu is held.
 func (s *Scaler) decide(k loadreport.Key, v *version, now time.Time) bool {
 	before := v.decision
+	for src, b := range v.backlog {
+		if now.Sub(b.at) > BacklogLife {
+			delete(v.backlog, src)
+			continue
+		}
+		v.window.Add(now, autoscale.Sample{Reporter: src, Backlog: b.n})
+	}
 	d, st := autoscale.Decide(v.settings, autoscale.Input{Now: now, Replicas: before.Replicas, Ready: v.ready, Load: v.window.Load(now)}, v.state)
 	next := Decision{Decision: d}
 	switch {

@@ -7,6 +7,7 @@ import (
 	"github.com/google/go-cmp/cmp"
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/testutil"
+	"k8s.io/utils/ptr"
 
 	slessv1 "github.com/kube5s/sless/pkg/apis/sless/v1alpha1"
 	"github.com/kube5s/sless/pkg/loadreport"
@@ -26,26 +27,34 @@ func TestSettings(t *testing.T) {
 		Reason   autoscale.Reason
 	}
 	for _, tc := range []struct {
-		name    string
-		fn      *slessv1.Function
-		maxPods int32
-		want    got
+		name     string
+		fn       *slessv1.Function
+		maxPods  int32
+		want     got
+		platform bool // the platform's defaults are not the built-in ones
 	}{
-		{"no scaling: one replica, 0.7 x concurrency", fn(10, nil), 0, got{1, 1, 7, 120 * time.Second, 1000, autoscale.ReasonMaxReplicas}},
-		{"min 0 allows zero", fn(10, &slessv1.Scaling{MinReplicas: 0, MaxReplicas: 4}), 0, got{0, 4, 7, 120 * time.Second, 1000, autoscale.ReasonMaxReplicas}},
-		{"the settings as given", fn(4, &slessv1.Scaling{MinReplicas: 2, MaxReplicas: 9, TargetConcurrency: 3, ScaleDownDelaySeconds: 30, MaxBufferedRequests: 50}), 0,
-			got{2, 9, 3, 30 * time.Second, 50, autoscale.ReasonMaxReplicas}},
-		{"a target above the concurrency is the concurrency", fn(4, &slessv1.Scaling{MinReplicas: 1, MaxReplicas: 2, TargetConcurrency: 40}), 0,
-			got{1, 2, 4, 120 * time.Second, 1000, autoscale.ReasonMaxReplicas}},
-		{"the pods quota clamps the maximum and says so", fn(10, &slessv1.Scaling{MinReplicas: 1, MaxReplicas: 50}), 8,
-			got{1, 8, 7, 120 * time.Second, 1000, autoscale.ReasonQuota}},
-		{"and the minimum with it", fn(10, &slessv1.Scaling{MinReplicas: 5, MaxReplicas: 50}), 3,
-			got{3, 3, 7, 120 * time.Second, 1000, autoscale.ReasonQuota}},
-		{"a quota above the maximum changes nothing", fn(10, &slessv1.Scaling{MinReplicas: 1, MaxReplicas: 3}), 100,
-			got{1, 3, 7, 120 * time.Second, 1000, autoscale.ReasonMaxReplicas}},
+		{"no scaling: one replica, 0.7 x concurrency", fn(10, nil), 0, got{1, 1, 7, 120 * time.Second, 1000, autoscale.ReasonMaxReplicas}, false},
+		{"min 0 allows zero", fn(10, &slessv1.Scaling{MinReplicas: ptr.To[int32](0), MaxReplicas: 4}), 0, got{0, 4, 7, 120 * time.Second, 1000, autoscale.ReasonMaxReplicas}, false},
+		{"the settings as given", fn(4, &slessv1.Scaling{MinReplicas: ptr.To[int32](2), MaxReplicas: 9, TargetConcurrency: 3, ScaleDownDelaySeconds: 30, MaxBufferedRequests: 50}), 0,
+			got{2, 9, 3, 30 * time.Second, 50, autoscale.ReasonMaxReplicas}, false},
+		{"a target above the concurrency is the concurrency", fn(4, &slessv1.Scaling{MinReplicas: ptr.To[int32](1), MaxReplicas: 2, TargetConcurrency: 40}), 0,
+			got{1, 2, 4, 120 * time.Second, 1000, autoscale.ReasonMaxReplicas}, false},
+		{"the pods quota clamps the maximum and says so", fn(10, &slessv1.Scaling{MinReplicas: ptr.To[int32](1), MaxReplicas: 50}), 8,
+			got{1, 8, 7, 120 * time.Second, 1000, autoscale.ReasonQuota}, false},
+		{"and the minimum with it", fn(10, &slessv1.Scaling{MinReplicas: ptr.To[int32](5), MaxReplicas: 50}), 3,
+			got{3, 3, 7, 120 * time.Second, 1000, autoscale.ReasonQuota}, false},
+		{"a quota above the maximum changes nothing", fn(10, &slessv1.Scaling{MinReplicas: ptr.To[int32](1), MaxReplicas: 3}), 100,
+			got{1, 3, 7, 120 * time.Second, 1000, autoscale.ReasonMaxReplicas}, false},
+		{"the platform's defaults fill what is unset", fn(10, &slessv1.Scaling{MaxReplicas: 3}), 0,
+			got{0, 3, 5, 30 * time.Second, 200, autoscale.ReasonMaxReplicas}, true},
+		{"and no scaling at all", fn(10, nil), 0, got{0, 5, 5, 30 * time.Second, 200, autoscale.ReasonMaxReplicas}, true},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
-			s := Settings(tc.fn, tc.maxPods)
+			d := autoscale.BuiltIn
+			if tc.platform {
+				d = autoscale.Defaults{MinReplicas: 0, MaxReplicas: 5, TargetPercent: 50, ScaleDownDelay: 30 * time.Second, MaxBufferedRequests: 200}
+			}
+			s := New(nil, d).Settings(tc.fn, tc.maxPods)
 			if diff := cmp.Diff(tc.want, got{s.MinReplicas, s.MaxReplicas, s.TargetConcurrency, s.ScaleDownDelay, s.MaxBufferedRequests, s.MaxReason}); diff != "" {
 				t.Errorf("settings (-want +got):\n%s", diff)
 			}
@@ -58,9 +67,9 @@ func TestSettings(t *testing.T) {
 // function, a made-up name) changes nothing and is not kept.
 func TestReportsOfUnknownVersionsAreIgnored(t *testing.T) {
 	reg := prometheus.NewRegistry()
-	s := New(reg)
+	s := New(reg, autoscale.BuiltIn)
 	k := loadreport.Key{Namespace: "sless-fn-a", Function: "f", Version: 1}
-	set := Settings(&slessv1.Function{Spec: slessv1.FunctionSpec{Concurrency: 10, Scaling: &slessv1.Scaling{MinReplicas: 1, MaxReplicas: 5}}}, 0)
+	set := New(nil, autoscale.BuiltIn).Settings(&slessv1.Function{Spec: slessv1.FunctionSpec{Concurrency: 10, Scaling: &slessv1.Scaling{MinReplicas: ptr.To[int32](1), MaxReplicas: 5}}}, 0)
 	s.Replicas(k, set, 1, 0, false)
 	s.Report(&msg.LoadReported{Reporter: "gw", Versions: []msg.VersionLoad{{Namespace: "sless-fn-a", Function: "other", Version: 1, InFlight: 1000, PeakInFlight: 1000}}}, time.Now())
 	if changed := s.Tick(); len(changed) != 0 {
@@ -103,8 +112,8 @@ func report(r string, idle ...loadreport.Key) *msg.LoadReported {
 }
 
 func atZeroSettings() autoscale.Settings {
-	return Settings(&slessv1.Function{Spec: slessv1.FunctionSpec{Concurrency: 4,
-		Scaling: &slessv1.Scaling{MinReplicas: 0, MaxReplicas: 3, ScaleDownDelaySeconds: 2}}}, 0)
+	return New(nil, autoscale.BuiltIn).Settings(&slessv1.Function{Spec: slessv1.FunctionSpec{Concurrency: 4,
+		Scaling: &slessv1.Scaling{MinReplicas: ptr.To[int32](0), MaxReplicas: 3, ScaleDownDelaySeconds: 2}}}, 0)
 }
 
 // TestZeroTakesTheDrainHandshake: an idle version is marked idle first and
@@ -113,7 +122,7 @@ func atZeroSettings() autoscale.Settings {
 // drain; a reporter that stopped reporting is not waited for.
 func TestZeroTakesTheDrainHandshake(t *testing.T) {
 	c := &clock{t: time.Unix(1_800_000_000, 0)}
-	s := New(nil)
+	s := New(nil, autoscale.BuiltIn)
 	s.now = c.now
 	k := loadreport.Key{Namespace: "sless-fn-a", Function: "f", Version: 2}
 	set := atZeroSettings()
@@ -196,7 +205,7 @@ func TestZeroTakesTheDrainHandshake(t *testing.T) {
 func TestACallWaitingWakesAtOnce(t *testing.T) {
 	c := &clock{t: time.Unix(1_800_000_000, 0)}
 	reg := prometheus.NewRegistry()
-	s := New(reg)
+	s := New(reg, autoscale.BuiltIn)
 	s.now = c.now
 	set := atZeroSettings()
 	keys := make([]loadreport.Key, WakeBurst+5)
@@ -260,7 +269,7 @@ func TestACallWaitingWakesAtOnce(t *testing.T) {
 // not count).
 func TestAnAcknowledgementIsOfTheCurrentMark(t *testing.T) {
 	c := &clock{t: time.Unix(1_800_000_000, 0)}
-	s := New(nil)
+	s := New(nil, autoscale.BuiltIn)
 	s.now = c.now
 	k := loadreport.Key{Namespace: "sless-fn-a", Function: "f", Version: 1}
 	set := atZeroSettings()
@@ -284,5 +293,66 @@ func TestAnAcknowledgementIsOfTheCurrentMark(t *testing.T) {
 	s.Tick()
 	if d := s.versions[k].decision; d.Replicas != 0 {
 		t.Fatalf("two reports after the mark: %+v; want zero", d)
+	}
+}
+
+// TestABacklogWakesAndGrows: a queue's depth is load. On a version at
+// zero it wakes it at once (no tick, no call waiting); a deeper backlog
+// asks for more replicas (depth / DrainFactor over the target), with the
+// reason Backlog; each decision counts the last depth again until a newer
+// one replaces it, and a depth not heard for BacklogLife no longer counts.
+func TestABacklogWakesAndGrows(t *testing.T) {
+	c := &clock{t: time.Unix(1_800_000_000, 0)}
+	s := New(nil, autoscale.BuiltIn)
+	s.now = c.now
+	k := loadreport.Key{Namespace: "sless-fn-a", Function: "f", Version: 1}
+	set := atZeroSettings() // target 0.7 x 4 = 2.8 in flight, at most 3 replicas
+	if d := s.Replicas(k, set, 0, 0, true); d.Replicas != 0 {
+		t.Fatalf("recorded at zero: %+v", d)
+	}
+	const queue = "queue:sless-t-a/orders"
+	s.Backlog(k, queue, 0, c.t)
+	if d := s.versions[k].decision; d.Replicas != 0 {
+		t.Fatalf("an empty queue woke the version: %+v", d)
+	}
+	s.Backlog(k, queue, 5, c.t)
+	if got := s.takePending(); len(got) != 1 || got[0].Name != "f" {
+		t.Errorf("a backlog at zero asked for no reconcile: %v", got)
+	}
+	if d := s.versions[k].decision; d.Replicas != 1 || d.Idle || d.Reason != autoscale.ReasonBacklog {
+		t.Fatalf("a backlog of 5 at zero: %+v; want one replica for the backlog, not idle", d)
+	}
+
+	// 5 messages are 0.5 calls: one replica; 60 are 6 calls over 2.8: 3
+	// once the panic window holds only the 60 (asking for 3x the ready
+	// replica, it is a burst: the reason says Panic, or Backlog once the
+	// replicas are ready).
+	s.Replicas(k, set, 1, 1, false)
+	c.advance(time.Second)
+	s.Backlog(k, queue, 60, c.t)
+	for range int(autoscale.PanicWindow / time.Second) {
+		c.advance(time.Second)
+		s.Tick() // the broker's depth is seconds old by now, and still counts
+	}
+	if d := s.versions[k].decision; d.Replicas != 3 || (d.Reason != autoscale.ReasonBacklog && d.Reason != autoscale.ReasonPanic) {
+		t.Fatalf("a backlog of 60: %+v; want 3 replicas for the backlog", d)
+	}
+	s.Replicas(k, set, 3, 3, false)
+	c.advance(time.Second)
+	s.Backlog(k, queue, 60, c.t)
+	s.Tick()
+	if d := s.versions[k].decision; d.Replicas != 3 {
+		t.Fatalf("a backlog of 60 with 3 ready: %+v; want 3", d)
+	}
+
+	// Unheard for BacklogLife, the depth no longer counts: what held the
+	// count is the scale-down delay, not the backlog.
+	c.advance(BacklogLife + time.Second)
+	s.Tick()
+	if _, kept := s.versions[k].backlog[queue]; kept {
+		t.Error("a depth older than BacklogLife is kept")
+	}
+	if d := s.versions[k].decision; d.Reason == autoscale.ReasonBacklog {
+		t.Errorf("after BacklogLife without a depth: %+v; the backlog still counts", d)
 	}
 }
