@@ -487,4 +487,47 @@ func checkZero(ctx context.Context, t *testing.T, cs kubernetes.Interface, u *te
 		t.Errorf("after the wake: %s, want one replica", saw)
 	}
 	waitFor(ctx, t, 3*time.Minute, fn+" back at zero", atZero)
+
+	// A backlog on its queue trigger (checkTriggers' "orders") wakes it,
+	// and every message runs once.
+	queued := func() (int, string) {
+		var out struct{ Items []map[string]any }
+		if _, err := getJSON(u.url("/invocations?trigger=queue&status=succeeded&limit=100"), u.tok, &out); err != nil {
+			return -1, err.Error()
+		}
+		return len(out.Items), fmt.Sprintf("%d succeeded queue invocations", len(out.Items))
+	}
+	before, saw := queued()
+	if before < 0 {
+		t.Fatal(saw)
+	}
+	var broker struct{ URL string }
+	if _, err := getJSON(u.url("/broker"), u.tok, &broker); err != nil {
+		t.Fatal(err)
+	}
+	conn, err := amqp.Dial(broker.URL)
+	if err != nil {
+		t.Fatalf("the tenant's broker URL: %v", err)
+	}
+	defer conn.Close()
+	ch, err := conn.Channel()
+	if err != nil {
+		t.Fatal(err)
+	}
+	const backlog = 5
+	start = time.Now()
+	for i := range backlog {
+		if err := ch.PublishWithContext(ctx, "", "orders", false, false, amqp.Publishing{ContentType: "application/json",
+			Body: []byte(fmt.Sprintf(`{"backlog":%d}`, i))}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	waitFor(ctx, t, 3*time.Minute, "the backlog run after a wake", func() (bool, string) {
+		n, saw := queued()
+		return n >= before+backlog, saw
+	})
+	t.Logf("%s: a backlog of %d messages at zero ran in %s (a pod started)", fn, backlog, time.Since(start).Round(time.Millisecond))
+	if n, saw := queued(); n != before+backlog {
+		t.Errorf("%s after a backlog of %d on top of %d", saw, backlog, before)
+	}
 }
