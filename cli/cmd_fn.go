@@ -2,6 +2,7 @@ package main
 
 import (
 	"fmt"
+	"strings"
 	"time"
 
 	"github.com/spf13/cobra"
@@ -11,11 +12,31 @@ import (
 )
 
 func functionRows(fs []client.Function, now time.Time) output.Rows {
-	r := output.Rows{Header: []string{"NAME", "RUNTIME", "PHASE", "READY", "URL", "AGE"}}
+	r := output.Rows{Header: []string{"NAME", "RUNTIME", "PHASE", "READY", "REPLICAS", "SCALING", "URL", "AGE"}}
 	for _, f := range fs {
-		r.Rows = append(r.Rows, []string{f.Name, string(f.Runtime), str(f.Status.Phase), fmt.Sprint(f.Status.Ready), str(f.Status.Url), ago(f.CreatedAt, now)})
+		replicas, scaling := scalingOf(f)
+		r.Rows = append(r.Rows, []string{f.Name, string(f.Runtime), str(f.Status.Phase), fmt.Sprint(f.Status.Ready), replicas, scaling,
+			str(f.Status.Url), ago(f.CreatedAt, now)})
 	}
 	return r
+}
+
+// scalingOf sums the ready and desired replicas of f's serving versions
+// ("ready/desired") and names each version's scaling reason ("v2:Load").
+func scalingOf(f client.Function) (replicas, scaling string) {
+	serving := deref(f.Status.Serving)
+	if len(serving) == 0 {
+		return "", ""
+	}
+	var ready, desired int32
+	reasons := make([]string, 0, len(serving))
+	for _, s := range serving {
+		ready, desired = ready+s.ReadyReplicas, desired+s.DesiredReplicas
+		if reason := str(s.ScalingReason); reason != "" {
+			reasons = append(reasons, fmt.Sprintf("v%d:%s", s.Version, reason))
+		}
+	}
+	return fmt.Sprintf("%d/%d", ready, desired), strings.Join(reasons, ",")
 }
 
 func (a *app) fnCommand() *cobra.Command {
