@@ -79,6 +79,7 @@ type Scaler struct {
 	now       func() time.Time
 	defaults  autoscale.Defaults
 	desired   *prometheus.GaugeVec // the count decided per version
+	ready     *prometheus.GaugeVec // the ready replicas per version, as the reconciler last saw them
 	woken     prometheus.Counter
 	wakeTime  prometheus.Histogram
 	// Log receives a line when a drain to zero waits long for a reporter;
@@ -135,6 +136,8 @@ func New(reg prometheus.Registerer, d autoscale.Defaults) *Scaler {
 		events: make(chan event.TypedGenericEvent[*slessv1.Function], 256), now: time.Now,
 		desired: prometheus.NewGaugeVec(prometheus.GaugeOpts{Name: "sless_operator_version_desired_replicas",
 			Help: "The replica count the scaler decided for each running function version."}, []string{"namespace", "function", "version"}),
+		ready: prometheus.NewGaugeVec(prometheus.GaugeOpts{Name: "sless_operator_version_ready_replicas",
+			Help: "The replicas of each running function version that pass their health check."}, []string{"namespace", "function", "version"}),
 		woken: prometheus.NewCounter(prometheus.CounterOpts{Name: "sless_operator_wakes_total",
 			Help: "Versions woken from zero replicas by calls that waited for them."}),
 		wakeTime: prometheus.NewHistogram(prometheus.HistogramOpts{Name: "sless_operator_wake_seconds",
@@ -142,7 +145,7 @@ func New(reg prometheus.Registerer, d autoscale.Defaults) *Scaler {
 			Buckets: []float64{.1, .25, .5, 1, 2, 5, 10, 30, 60}}),
 	}
 	if reg != nil {
-		reg.MustRegister(s.desired, s.woken, s.wakeTime)
+		reg.MustRegister(s.desired, s.ready, s.woken, s.wakeTime)
 	}
 	return s
 }
@@ -206,6 +209,7 @@ func (s *Scaler) Replicas(k loadreport.Key, set autoscale.Settings, ready, recor
 	}
 	changed := v.settings != set
 	v.settings, v.ready, v.asked = set, ready, now
+	s.ready.WithLabelValues(k.Namespace, k.Function, strconv.Itoa(int(k.Version))).Set(float64(ready))
 	if !v.wokeAt.IsZero() && ready > 0 {
 		s.wakeTime.Observe(now.Sub(v.wokeAt).Seconds())
 		v.wokeAt = time.Time{}
@@ -232,6 +236,7 @@ func (s *Scaler) Forget(namespace, function string) {
 func (s *Scaler) forget(k loadreport.Key) {
 	delete(s.versions, k)
 	s.desired.DeleteLabelValues(k.Namespace, k.Function, strconv.Itoa(int(k.Version)))
+	s.ready.DeleteLabelValues(k.Namespace, k.Function, strconv.Itoa(int(k.Version)))
 }
 
 // Report takes a signal. Load of a version the reconciler has not asked

@@ -89,12 +89,15 @@ func TestReportsOfUnknownVersionsAreIgnored(t *testing.T) {
 	if got := testutil.ToFloat64(s.gauge(k)); got != float64(d.Replicas) {
 		t.Errorf("sless_operator_version_desired_replicas = %v, want %d", got, d.Replicas)
 	}
+	if got := testutil.ToFloat64(s.ready.WithLabelValues("sless-fn-a", "f", "1")); got != 1 {
+		t.Errorf("sless_operator_version_ready_replicas = %v, want the 1 the reconciler saw", got)
+	}
 	s.Forget("sless-fn-a", "f")
 	if len(s.versions) != 0 {
 		t.Errorf("Forget left %d versions", len(s.versions))
 	}
-	if n := testutil.CollectAndCount(reg, "sless_operator_version_desired_replicas"); n != 0 {
-		t.Errorf("Forget left %d series of the gauge", n)
+	if n := testutil.CollectAndCount(reg, "sless_operator_version_desired_replicas", "sless_operator_version_ready_replicas"); n != 0 {
+		t.Errorf("Forget left %d series of the gauges", n)
 	}
 }
 
