@@ -28,6 +28,10 @@ const (
 	// FireGrace keeps the pre-warm floor for a while after the fire time, for
 	// the time between the fire and its call showing up as running.
 	FireGrace = 15 * time.Second
+	// FireWakeHold is how long the invoker holds a fire's delivery for its
+	// version to wake (the invoker's invoke.WakeTimeout): a fire's call
+	// may start this late and still be the fire's.
+	FireWakeHold = 2 * time.Minute
 	// MinColdStarts is how many cold starts ColdStarts needs to have a p95:
 	// fewer say more about one node's luck than about the version.
 	MinColdStarts = 5
@@ -101,6 +105,16 @@ func FloorAt(now, fire time.Time, lead time.Duration, callRunning bool) (floor i
 		return 1, true
 	}
 	return 0, false
+}
+
+// CallMayRun tells whether the call of a fire at fire, of a function
+// whose calls time out after timeout, may still run at now: from the fire
+// until its grace, the longest hold for a wake and the timeout passed. A
+// pre-warm floor outlasts its fire only that long, whatever the history
+// says: a call stuck behind a backlog longer than that wakes its version
+// like any call when it comes.
+func CallMayRun(now, fire time.Time, timeout time.Duration) bool {
+	return !now.Before(fire) && now.Before(fire.Add(FireGrace+FireWakeHold+timeout))
 }
 
 // ServedFire is the fire of s that a pre-warm serves at now: the first one

@@ -231,3 +231,22 @@ func TestColdStartsP95(t *testing.T) {
 		t.Errorf("P95 of nil = %v", got)
 	}
 }
+
+func TestCallMayRun(t *testing.T) {
+	fire := t0.Add(time.Hour)
+	const timeout = 30 * time.Second
+	for _, tc := range []struct {
+		name string
+		now  time.Time
+		want bool
+	}{
+		{"before the fire", fire.Add(-time.Nanosecond), false},
+		{"at the fire", fire, true},
+		{"held for a wake, then run to its timeout", fire.Add(FireGrace + FireWakeHold + timeout - time.Nanosecond), true},
+		{"past every bound", fire.Add(FireGrace + FireWakeHold + timeout), false},
+	} {
+		if got := CallMayRun(tc.now, fire, timeout); got != tc.want {
+			t.Errorf("%s: CallMayRun = %v, want %v", tc.name, got, tc.want)
+		}
+	}
+}

@@ -13,6 +13,7 @@ import (
 	"k8s.io/apimachinery/pkg/types"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	"sigs.k8s.io/controller-runtime/pkg/controller/controllerutil"
+	"sigs.k8s.io/controller-runtime/pkg/log"
 
 	slessv1 "github.com/kube5s/sless/pkg/apis/sless/v1alpha1"
 	"github.com/kube5s/sless/pkg/cronsched"
@@ -269,12 +270,14 @@ func (r *FunctionReconciler) run(ctx context.Context, fn *slessv1.Function, vers
 	}
 	now := time.Now()
 	var serves []int32
+	var timeout time.Duration
 	for n, e := range desired {
 		if e.Percent > 0 && versions[n] != nil {
 			serves = append(serves, n)
+			timeout = max(timeout, time.Duration(versions[n].Spec.TimeoutSec)*time.Second)
 		}
 	}
-	preWarm, preWarmAfter, err := r.preWarm(ctx, fn, serves, now)
+	preWarm, preWarmAfter, err := r.preWarm(ctx, fn, serves, timeout, now)
 	if err != nil {
 		return out, err
 	}
@@ -475,13 +478,19 @@ func (r *FunctionReconciler) run(ctx context.Context, fn *slessv1.Function, vers
 // preWarm reports whether one of fn's cron triggers asks for its pre-warm
 // floor at now (cron.preWarmSeconds; see autoscale.FloorAt) for the
 // versions that serve its fires (serves: those with a share of the
-// untagged traffic), and how long
+// untagged traffic; timeout: their longest timeoutSec), and how long
 // until one of those floors starts or ends (0: none will), for the
 // reconcile to come back then: nothing else changes the settings at those
 // times. The operator computes the floor, not the scheduler: it reads the
 // Triggers already and owns the replica counts, and pkg/cronsched gives
 // both the same fires.
-func (r *FunctionReconciler) preWarm(ctx context.Context, fn *slessv1.Function, serves []int32, now time.Time) (active bool, after time.Duration, err error) {
+//
+// Past a fire's grace, the floor holds while the fire's call has not
+// ended: its history record is not written yet (the scheduler's own test
+// for concurrencyPolicy Forbid, cronfire.LastRuns), for as long as
+// autoscale.CallMayRun allows. Nothing tells the operator when the record
+// comes; it looks again every fireCheck.
+func (r *FunctionReconciler) preWarm(ctx context.Context, fn *slessv1.Function, serves []int32, timeout time.Duration, now time.Time) (active bool, after time.Duration, err error) {
 	var triggers slessv1.TriggerList
 	if err := r.Client.List(ctx, &triggers, client.InNamespace(fn.Namespace), client.MatchingFields{indexTriggerFunction: fn.Name}); err != nil {
 		return false, 0, fmt.Errorf("list the triggers of %s/%s: %w", fn.Namespace, fn.Name, err)
@@ -521,11 +530,29 @@ func (r *FunctionReconciler) preWarm(ctx context.Context, fn *slessv1.Function, 
 			continue
 		}
 		_, on := autoscale.FloorAt(now, fire, l.lead, false)
+		if last := t.Status.LastFireTime; !on && last != nil && autoscale.CallMayRun(now, last.Time, timeout) {
+			runs, err := r.Data.FireRuns(ctx, tenantns.Named(fn.Namespace), t.Name)
+			if err != nil {
+				// A floor kept a little long costs a replica; one dropped
+				// under a running call may cost its retry a cold start.
+				log.FromContext(ctx).Info("cannot tell whether a cron fire's call ended; its pre-warm floor stays", "trigger", t.Name, "err", err)
+				runs = true
+			}
+			_, on = autoscale.FloorAt(now, fire, l.lead, runs)
+			if runs {
+				soonest(fireCheck)
+			}
+		}
 		active = active || on
 		soonest(autoscale.FloorChange(now, fire, l.lead))
 	}
 	return active, after, nil
 }
+
+// fireCheck is how often a reconcile looks whether a pre-warmed fire's
+// call ended while its floor holds for it: a floor kept up to this long
+// after its call costs a replica for seconds.
+const fireCheck = 2 * time.Second
 
 // servedLead is the pre-warm lead of one trigger for the fire it serves.
 type servedLead struct {
