@@ -95,6 +95,9 @@ func TestScaleToZeroAndWake(t *testing.T) {
 		t.Fatalf("the first call at zero: %d %s %s", first.status, first.body, first.transportFail)
 	}
 	t.Logf("first call at zero: 200 in %s", first.at.Sub(first.sent).Round(time.Millisecond))
+	if first.invocation == "" {
+		t.Fatal("the first call at zero answered without its invocation id")
+	}
 
 	zero("at zero again")
 	const syncCalls, asyncCalls = 200, 2000
@@ -181,4 +184,77 @@ func TestScaleToZeroAndWake(t *testing.T) {
 			t.Errorf("the sync call %s has no record", id)
 		}
 	}
+	// The first call at zero waited for the wake: a cold start.
+	all, err := client.Invocations(ctx, c, tenant, fn)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, r := range all {
+		if r.Id == first.invocation && !r.ColdStart {
+			t.Errorf("the record of the first call at zero says it was warm")
+		}
+	}
 }
+
+// TestACronFireAtZeroWithPreWarmRunsWarm: a function at zero with a cron
+// trigger that pre-warms it 20 s ahead. The fire's call, through make
+// dev's real scheduler, operator and invoker, starts within 1 s of its
+// scheduled time, and its record says it was warm: the replica started
+// before the call, which did not wait for it.
+func TestACronFireAtZeroWithPreWarmRunsWarm(t *testing.T) {
+	testenv.SteadyServers(t)
+	p := startPlatform(t)
+	ctx := context.Background()
+	const tenant, fn, lead = "prewarm", "nightly", 20 * time.Second
+	path := "/v1/tenants/" + tenant + "/functions/" + fn
+	tok, c := p.newTenant(t, tenant)
+	if _, err := client.Do(c.CreateFunctionWithResponse(ctx, tenant, client.FunctionInput{Name: fn,
+		Runtime: client.FunctionInputRuntimePython311, Entrypoint: "main.handler", TimeoutSec: ptr(int32(60)),
+		MinReplicas: ptr(int32(0)), MaxReplicas: ptr(int32(1)), ScaleDownDelaySeconds: ptr(int32(2))})); err != nil {
+		t.Fatalf("create function: %v", err)
+	}
+	p.deploy(t, tok, c, tenant, fn, "v1")
+	if _, err := client.Do(c.CreateTriggerWithResponse(ctx, tenant, client.TriggerInput{Name: "each-minute", Function: fn,
+		Type: client.TriggerInputTypeCron, Cron: &client.CronTrigger{Schedule: "* * * * *", PreWarmSeconds: ptr(fmt.Sprint(lead.Seconds()))}})); err != nil {
+		t.Fatalf("create trigger: %v", err)
+	}
+	// The fire watched is the first whose pre-warm begins after the
+	// version was seen at zero.
+	testenv.Eventually(t, 2*time.Minute, "at zero outside a pre-warm", func() (bool, string) {
+		if s := time.Now().Second(); s >= 60-int(lead.Seconds())-2 {
+			return false, fmt.Sprintf("%d s past the minute: a floor may be up", s)
+		}
+		return p.atZero(t, tok, path)
+	})
+	fire := time.Now().Truncate(time.Minute).Add(time.Minute)
+	t.Logf("at zero at %s; watching the fire of %s", time.Now().Format(time.TimeOnly), fire.Format(time.TimeOnly))
+
+	var rec client.Invocation
+	testenv.Eventually(t, fire.Add(time.Minute).Sub(time.Now()), "the record of the fire's call", func() (bool, string) {
+		all, err := client.Invocations(ctx, c, tenant, fn)
+		if err != nil {
+			return false, err.Error()
+		}
+		var seen []string
+		for _, r := range all {
+			if r.Trigger == "cron" && !r.StartedAt.Before(fire) && r.StartedAt.Before(fire.Add(time.Minute)) {
+				rec = r
+				return true, ""
+			}
+			seen = append(seen, fmt.Sprintf("%s %s at %s", r.Trigger, r.Status, r.StartedAt.Format(time.TimeOnly+".000")))
+		}
+		return false, fmt.Sprintf("records: %v", seen)
+	})
+	late := rec.StartedAt.Sub(fire)
+	t.Logf("the fire of %s: call started %s after it, status %s, cold_start %v, ran %d ms", fire.Format(time.TimeOnly), late.Round(time.Millisecond), rec.Status, rec.ColdStart, rec.DurationMs)
+	if rec.Status != client.InvocationStatusSucceeded {
+		t.Errorf("the fire's call: %s", rec.Status)
+	}
+	if late > time.Second {
+		t.Errorf("the fire's call started %s after its scheduled time, want within 1 s", late)
+	}
+	if rec.ColdStart {
+		t.Error("the fire's record says cold_start: the pre-warmed replica did not take it warm")
+	}
+}
+
