@@ -4,15 +4,18 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
+	"io"
 	"net/http"
 	"slices"
 	"strings"
 	"sync"
 	"sync/atomic"
+	"syscall"
 	"testing"
 	"time"
 
 	"github.com/kube5s/sless/pkg/client"
+	"github.com/kube5s/sless/pkg/headers"
 	"github.com/kube5s/sless/pkg/testenv"
 )
 
@@ -258,3 +261,136 @@ func TestACronFireAtZeroWithPreWarmRunsWarm(t *testing.T) {
 	}
 }
 
+// slowApp is a function whose every process takes 15 s to load: calls to
+// it at zero wait in the gateway's buffer that long.
+const slowApp = `import time
+time.sleep(15)
+
+def handler(event, context):
+    return {"version": "slow"}
+`
+
+// waitingCalls sends n sync calls to fn and returns where their answers
+// come: a status (with Retry-After) or a transport error, never later than
+// the client's 100 s timeout.
+func waitingCalls(base, tok, tenant, fn string, n int) <-chan string {
+	out := make(chan string, n)
+	hc := &http.Client{Timeout: 100 * time.Second}
+	for range n {
+		go func() {
+			req, _ := http.NewRequest("POST", base+"/v1/tenants/"+tenant+"/functions/"+fn+"/invoke", strings.NewReader(`{}`))
+			req.Header.Set("Authorization", "Bearer "+tok)
+			req.Header.Set("Content-Type", "application/json")
+			resp, err := hc.Do(req)
+			if err != nil {
+				out <- "error: " + err.Error()
+				return
+			}
+			defer resp.Body.Close()
+			_, _ = io.Copy(io.Discard, resp.Body)
+			out <- fmt.Sprintf("%d Retry-After %q", resp.StatusCode, resp.Header.Get("Retry-After"))
+		}()
+	}
+	return out
+}
+
+// buffered reads the gateway's sless_buffered_requests.
+func (p *platform) buffered() (int, string) {
+	resp, err := http.Get(fmt.Sprintf("http://127.0.0.1:%d/metrics", p.ops))
+	if err != nil {
+		return -1, err.Error()
+	}
+	defer resp.Body.Close()
+	b, _ := io.ReadAll(resp.Body)
+	for _, l := range strings.Split(string(b), "\n") {
+		if v, ok := strings.CutPrefix(l, "sless_buffered_requests "); ok {
+			var n int
+			_, _ = fmt.Sscan(v, &n)
+			return n, l
+		}
+	}
+	return -1, "no sless_buffered_requests in the gateway's metrics"
+}
+
+// TestAGatewayStoppedWhileCallsWaitAnswersThem: sync calls wait in the
+// gateway's buffer for a version at zero whose runtime takes 15 s to
+// start. A SIGTERM to the gateway answers every one of them 503 with
+// Retry-After at once (no hang, no cut connection); make dev starts the
+// gateway again and a call then answers 200. A SIGKILL cannot answer: its
+// callers see their connection end without a status (docs/scaling.md),
+// and none of them hangs.
+func TestAGatewayStoppedWhileCallsWaitAnswersThem(t *testing.T) {
+	testenv.SteadyServers(t)
+	p := startPlatform(t)
+	ctx := context.Background()
+	const tenant, fn, n = "restart", "slow", 20
+	path := "/v1/tenants/" + tenant + "/functions/" + fn
+	tok, c := p.newTenant(t, tenant)
+	if _, err := client.Do(c.CreateFunctionWithResponse(ctx, tenant, client.FunctionInput{Name: fn,
+		Runtime: client.FunctionInputRuntimePython311, Entrypoint: "main.handler", TimeoutSec: ptr(int32(120)), Concurrency: ptr(int32(n)),
+		MinReplicas: ptr(int32(0)), MaxReplicas: ptr(int32(1)), ScaleDownDelaySeconds: ptr(int32(2))})); err != nil {
+		t.Fatalf("create function: %v", err)
+	}
+	up, err := client.UploadZip(ctx, c, tenant, fn, zipOf(map[string]string{"main.py": slowApp}))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if r := p.do(t, "GET", path+"?wait=ready&timeout=180s&source_sha256="+up.JSON200.Sha256, tok, "", nil); r.status != 200 || r.header.Get(headers.Wait) != "ready" {
+		t.Fatalf("wait for the deploy: %s", r)
+	}
+	waitAtZero := func() {
+		t.Helper()
+		testenv.Eventually(t, 2*time.Minute, "at zero", func() (bool, string) { return p.atZero(t, tok, path) })
+	}
+	holdCalls := func() <-chan string {
+		t.Helper()
+		answers := waitingCalls(p.base, tok, tenant, fn, n)
+		testenv.Eventually(t, 10*time.Second, fmt.Sprintf("%d calls waiting in the gateway's buffer", n), func() (bool, string) {
+			got, saw := p.buffered()
+			return got == n, saw
+		})
+		return answers
+	}
+	collect := func(answers <-chan string, within time.Duration) []string {
+		t.Helper()
+		var got []string
+		deadline := time.After(within)
+		for range n {
+			select {
+			case a := <-answers:
+				got = append(got, a)
+			case <-deadline:
+				t.Fatalf("%d of %d callers have no answer %s after the signal: %v", n-len(got), n, within, got)
+			}
+		}
+		return got
+	}
+
+	waitAtZero()
+	answers := holdCalls()
+	sent := time.Now()
+	p.signalService(t, "gateway", syscall.SIGTERM)
+	got := collect(answers, 10*time.Second)
+	t.Logf("SIGTERM: %d callers answered in %s: %s", n, time.Since(sent).Round(time.Millisecond), got[0])
+	for _, a := range got {
+		if a != `503 Retry-After "1"` {
+			t.Errorf("a caller waiting through a SIGTERM got %s, want 503 with Retry-After", a)
+		}
+	}
+	testenv.Eventually(t, 2*time.Minute, "a call answered by the gateway make dev started again", func() (bool, string) {
+		a := call(p.base, tok, tenant, fn)
+		return a.status == 200, fmt.Sprintf("%d %s %s", a.status, a.body, a.transportFail)
+	})
+
+	waitAtZero()
+	answers = holdCalls()
+	sent = time.Now()
+	p.killService(t, "gateway")
+	got = collect(answers, 10*time.Second)
+	t.Logf("SIGKILL: %d callers answered in %s: %s", n, time.Since(sent).Round(time.Millisecond), got[0])
+	for _, a := range got {
+		if !strings.HasPrefix(a, "error: ") {
+			t.Errorf("a caller waiting through a SIGKILL got %s, want its connection cut", a)
+		}
+	}
+}
