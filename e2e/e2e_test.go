@@ -47,6 +47,7 @@ type platform struct {
 	logs  func() string // what make dev printed so far
 	run   string        // the marker every process of this make dev inherits (runMarker)
 	stop  func()        // Ctrl-C, as a terminal sends it, and wait for make dev to end
+	ops   int           // the first of make dev's ops ports: the gateway's (metrics)
 }
 
 // runMarker is the environment variable that startPlatform gives make dev
@@ -184,12 +185,19 @@ func startPlatform(t testing.TB) *platform {
 	u.Path = "/" + db
 	output := func() string { mu.Lock(); defer mu.Unlock(); return logs.String() }
 	return &platform{db: u.String(), base: rd.Gateway, admin: rd.AdminToken, state: state, amqp: vhost, store: store,
-		pgid: cmd.Process.Pid, logs: output, run: run, stop: stop}
+		pgid: cmd.Process.Pid, logs: output, run: run, stop: stop, ops: opsBase}
 }
 
 // killService SIGKILLs the platform process whose command is bin/<name>
 // (in make dev's process group), as a crash would end it.
 func (p *platform) killService(t *testing.T, name string) int {
+	t.Helper()
+	return p.signalService(t, name, syscall.SIGKILL)
+}
+
+// signalService sends sig to the platform process whose command is
+// bin/<name> (in make dev's process group) and returns its pid.
+func (p *platform) signalService(t *testing.T, name string, sig syscall.Signal) int {
 	t.Helper()
 	dirs, _ := os.ReadDir("/proc")
 	for _, d := range dirs {
@@ -204,8 +212,8 @@ func (p *platform) killService(t *testing.T, name string) int {
 		if pgid, err := syscall.Getpgid(pid); err != nil || pgid != p.pgid {
 			continue
 		}
-		if err := syscall.Kill(pid, syscall.SIGKILL); err != nil {
-			t.Fatalf("kill %s (%d): %v", name, pid, err)
+		if err := syscall.Kill(pid, sig); err != nil {
+			t.Fatalf("signal %s (%d) %v: %v", name, pid, sig, err)
 		}
 		return pid
 	}

@@ -4,15 +4,18 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
+	"io"
 	"net/http"
 	"slices"
 	"strings"
 	"sync"
 	"sync/atomic"
+	"syscall"
 	"testing"
 	"time"
 
 	"github.com/kube5s/sless/pkg/client"
+	"github.com/kube5s/sless/pkg/headers"
 	"github.com/kube5s/sless/pkg/testenv"
 )
 
@@ -95,6 +98,9 @@ func TestScaleToZeroAndWake(t *testing.T) {
 		t.Fatalf("the first call at zero: %d %s %s", first.status, first.body, first.transportFail)
 	}
 	t.Logf("first call at zero: 200 in %s", first.at.Sub(first.sent).Round(time.Millisecond))
+	if first.invocation == "" {
+		t.Fatal("the first call at zero answered without its invocation id")
+	}
 
 	zero("at zero again")
 	const syncCalls, asyncCalls = 200, 2000
@@ -179,6 +185,212 @@ func TestScaleToZeroAndWake(t *testing.T) {
 	for id := range ids {
 		if got[id] == "" {
 			t.Errorf("the sync call %s has no record", id)
+		}
+	}
+	// The first call at zero waited for the wake: a cold start.
+	all, err := client.Invocations(ctx, c, tenant, fn)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, r := range all {
+		if r.Id == first.invocation && !r.ColdStart {
+			t.Errorf("the record of the first call at zero says it was warm")
+		}
+	}
+}
+
+// TestACronFireAtZeroWithPreWarmRunsWarm: a function at zero with a cron
+// trigger that pre-warms it 20 s ahead. The fire's call, through make
+// dev's real scheduler, operator and invoker, starts within 1 s of its
+// scheduled time, and its record says it was warm: the replica started
+// before the call, which did not wait for it.
+func TestACronFireAtZeroWithPreWarmRunsWarm(t *testing.T) {
+	testenv.SteadyServers(t)
+	p := startPlatform(t)
+	ctx := context.Background()
+	const tenant, fn, lead = "prewarm", "nightly", 20 * time.Second
+	path := "/v1/tenants/" + tenant + "/functions/" + fn
+	tok, c := p.newTenant(t, tenant)
+	if _, err := client.Do(c.CreateFunctionWithResponse(ctx, tenant, client.FunctionInput{Name: fn,
+		Runtime: client.FunctionInputRuntimePython311, Entrypoint: "main.handler", TimeoutSec: ptr(int32(60)),
+		MinReplicas: ptr(int32(0)), MaxReplicas: ptr(int32(1)), ScaleDownDelaySeconds: ptr(int32(2))})); err != nil {
+		t.Fatalf("create function: %v", err)
+	}
+	p.deploy(t, tok, c, tenant, fn, "v1")
+	if _, err := client.Do(c.CreateTriggerWithResponse(ctx, tenant, client.TriggerInput{Name: "each-minute", Function: fn,
+		Type: client.TriggerInputTypeCron, Cron: &client.CronTrigger{Schedule: "* * * * *", PreWarmSeconds: ptr(fmt.Sprint(lead.Seconds()))}})); err != nil {
+		t.Fatalf("create trigger: %v", err)
+	}
+	// The fire watched is the first whose pre-warm begins after the
+	// version was seen at zero.
+	testenv.Eventually(t, 2*time.Minute, "at zero outside a pre-warm", func() (bool, string) {
+		if s := time.Now().Second(); s >= 60-int(lead.Seconds())-2 {
+			return false, fmt.Sprintf("%d s past the minute: a floor may be up", s)
+		}
+		return p.atZero(t, tok, path)
+	})
+	fire := time.Now().Truncate(time.Minute).Add(time.Minute)
+	t.Logf("at zero at %s; watching the fire of %s", time.Now().Format(time.TimeOnly), fire.Format(time.TimeOnly))
+
+	var rec client.Invocation
+	testenv.Eventually(t, fire.Add(time.Minute).Sub(time.Now()), "the record of the fire's call", func() (bool, string) {
+		all, err := client.Invocations(ctx, c, tenant, fn)
+		if err != nil {
+			return false, err.Error()
+		}
+		var seen []string
+		for _, r := range all {
+			if r.Trigger == "cron" && !r.StartedAt.Before(fire) && r.StartedAt.Before(fire.Add(time.Minute)) {
+				rec = r
+				return true, ""
+			}
+			seen = append(seen, fmt.Sprintf("%s %s at %s", r.Trigger, r.Status, r.StartedAt.Format(time.TimeOnly+".000")))
+		}
+		return false, fmt.Sprintf("records: %v", seen)
+	})
+	late := rec.StartedAt.Sub(fire)
+	t.Logf("the fire of %s: call started %s after it, status %s, cold_start %v, ran %d ms", fire.Format(time.TimeOnly), late.Round(time.Millisecond), rec.Status, rec.ColdStart, rec.DurationMs)
+	if rec.Status != client.InvocationStatusSucceeded {
+		t.Errorf("the fire's call: %s", rec.Status)
+	}
+	if late > time.Second {
+		t.Errorf("the fire's call started %s after its scheduled time, want within 1 s", late)
+	}
+	if rec.ColdStart {
+		t.Error("the fire's record says cold_start: the pre-warmed replica did not take it warm")
+	}
+}
+
+// slowApp is a function whose every process takes 15 s to load: calls to
+// it at zero wait in the gateway's buffer that long.
+const slowApp = `import time
+time.sleep(15)
+
+def handler(event, context):
+    return {"version": "slow"}
+`
+
+// waitingCalls sends n sync calls to fn and returns where their answers
+// come: a status (with Retry-After) or a transport error, never later than
+// the client's 100 s timeout.
+func waitingCalls(base, tok, tenant, fn string, n int) <-chan string {
+	out := make(chan string, n)
+	hc := &http.Client{Timeout: 100 * time.Second}
+	for range n {
+		go func() {
+			req, _ := http.NewRequest("POST", base+"/v1/tenants/"+tenant+"/functions/"+fn+"/invoke", strings.NewReader(`{}`))
+			req.Header.Set("Authorization", "Bearer "+tok)
+			req.Header.Set("Content-Type", "application/json")
+			resp, err := hc.Do(req)
+			if err != nil {
+				out <- "error: " + err.Error()
+				return
+			}
+			defer resp.Body.Close()
+			_, _ = io.Copy(io.Discard, resp.Body)
+			out <- fmt.Sprintf("%d Retry-After %q", resp.StatusCode, resp.Header.Get("Retry-After"))
+		}()
+	}
+	return out
+}
+
+// buffered reads the gateway's sless_buffered_requests.
+func (p *platform) buffered() (int, string) {
+	resp, err := http.Get(fmt.Sprintf("http://127.0.0.1:%d/metrics", p.ops))
+	if err != nil {
+		return -1, err.Error()
+	}
+	defer resp.Body.Close()
+	b, _ := io.ReadAll(resp.Body)
+	for _, l := range strings.Split(string(b), "\n") {
+		if v, ok := strings.CutPrefix(l, "sless_buffered_requests "); ok {
+			var n int
+			_, _ = fmt.Sscan(v, &n)
+			return n, l
+		}
+	}
+	return -1, "no sless_buffered_requests in the gateway's metrics"
+}
+
+// TestAGatewayStoppedWhileCallsWaitAnswersThem: sync calls wait in the
+// gateway's buffer for a version at zero whose runtime takes 15 s to
+// start. A SIGTERM to the gateway answers every one of them 503 with
+// Retry-After at once (no hang, no cut connection); make dev starts the
+// gateway again and a call then answers 200. A SIGKILL cannot answer: its
+// callers see their connection end without a status (docs/scaling.md),
+// and none of them hangs.
+func TestAGatewayStoppedWhileCallsWaitAnswersThem(t *testing.T) {
+	testenv.SteadyServers(t)
+	p := startPlatform(t)
+	ctx := context.Background()
+	const tenant, fn, n = "restart", "slow", 20
+	path := "/v1/tenants/" + tenant + "/functions/" + fn
+	tok, c := p.newTenant(t, tenant)
+	if _, err := client.Do(c.CreateFunctionWithResponse(ctx, tenant, client.FunctionInput{Name: fn,
+		Runtime: client.FunctionInputRuntimePython311, Entrypoint: "main.handler", TimeoutSec: ptr(int32(120)), Concurrency: ptr(int32(n)),
+		MinReplicas: ptr(int32(0)), MaxReplicas: ptr(int32(1)), ScaleDownDelaySeconds: ptr(int32(2))})); err != nil {
+		t.Fatalf("create function: %v", err)
+	}
+	up, err := client.UploadZip(ctx, c, tenant, fn, zipOf(map[string]string{"main.py": slowApp}))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if r := p.do(t, "GET", path+"?wait=ready&timeout=180s&source_sha256="+up.JSON200.Sha256, tok, "", nil); r.status != 200 || r.header.Get(headers.Wait) != "ready" {
+		t.Fatalf("wait for the deploy: %s", r)
+	}
+	waitAtZero := func() {
+		t.Helper()
+		testenv.Eventually(t, 2*time.Minute, "at zero", func() (bool, string) { return p.atZero(t, tok, path) })
+	}
+	holdCalls := func() <-chan string {
+		t.Helper()
+		answers := waitingCalls(p.base, tok, tenant, fn, n)
+		testenv.Eventually(t, 10*time.Second, fmt.Sprintf("%d calls waiting in the gateway's buffer", n), func() (bool, string) {
+			got, saw := p.buffered()
+			return got == n, saw
+		})
+		return answers
+	}
+	collect := func(answers <-chan string, within time.Duration) []string {
+		t.Helper()
+		var got []string
+		deadline := time.After(within)
+		for range n {
+			select {
+			case a := <-answers:
+				got = append(got, a)
+			case <-deadline:
+				t.Fatalf("%d of %d callers have no answer %s after the signal: %v", n-len(got), n, within, got)
+			}
+		}
+		return got
+	}
+
+	waitAtZero()
+	answers := holdCalls()
+	sent := time.Now()
+	p.signalService(t, "gateway", syscall.SIGTERM)
+	got := collect(answers, 10*time.Second)
+	t.Logf("SIGTERM: %d callers answered in %s: %s", n, time.Since(sent).Round(time.Millisecond), got[0])
+	for _, a := range got {
+		if a != `503 Retry-After "1"` {
+			t.Errorf("a caller waiting through a SIGTERM got %s, want 503 with Retry-After", a)
+		}
+	}
+	testenv.Eventually(t, 2*time.Minute, "a call answered by the gateway make dev started again", func() (bool, string) {
+		a := call(p.base, tok, tenant, fn)
+		return a.status == 200, fmt.Sprintf("%d %s %s", a.status, a.body, a.transportFail)
+	})
+
+	waitAtZero()
+	answers = holdCalls()
+	sent = time.Now()
+	p.killService(t, "gateway")
+	got = collect(answers, 10*time.Second)
+	t.Logf("SIGKILL: %d callers answered in %s: %s", n, time.Since(sent).Round(time.Millisecond), got[0])
+	for _, a := range got {
+		if !strings.HasPrefix(a, "error: ") {
+			t.Errorf("a caller waiting through a SIGKILL got %s, want its connection cut", a)
 		}
 	}
 }

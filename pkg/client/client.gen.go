@@ -525,7 +525,7 @@ type CronTrigger struct {
 	ConcurrencyPolicy *CronTriggerConcurrencyPolicy `json:"concurrency_policy,omitempty"`
 	Payload           interface{}                   `json:"payload,omitempty"`
 
-	// PreWarmSeconds how long before each fire one replica is kept ready (until shortly after the fire), also at min_replicas 0: whole seconds, or auto for 1.5 x the observed p95 cold start (60 s before one is observed); at most 300 s
+	// PreWarmSeconds how long before each fire one replica is kept ready (until the fire's call ended), also at min_replicas 0: whole seconds, or auto for 1.5 x the observed p95 cold start (60 s until 5 are observed); at most 300 s
 	PreWarmSeconds *string `json:"pre_warm_seconds,omitempty"`
 
 	// Schedule five fields, or @hourly, @daily, @every 30s ...

@@ -93,9 +93,12 @@ func NewRequest(ctx context.Context, prop propagation.TextMapPropagator, r Reque
 	return out, nil
 }
 
-// ColdStart tells whether an answer is the first its runtime process
-// served (runtimes/README.md).
-func ColdStart(h http.Header) bool { return h.Get(headers.ColdStart) == "true" }
+// ColdStart tells whether an answer is a cold start: its call waited for
+// its version to wake from zero (woke), and it is the first answer its
+// runtime process served (runtimes/README.md). A process started before
+// its first call (a deploy, a pre-warm before a cron fire, a scale-up)
+// cost that call nothing: its first answer is warm.
+func ColdStart(h http.Header, woke bool) bool { return woke && h.Get(headers.ColdStart) == "true" }
 
 // LimitBody reads at most one byte past limit (0: MaxResponseBytes) of a
 // function's answer, so that an answer over the limit is seen (Answer.Size

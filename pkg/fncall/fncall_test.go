@@ -126,7 +126,8 @@ func TestLimitBodyReadsOneBytePast(t *testing.T) {
 }
 
 func TestColdStart(t *testing.T) {
-	if !ColdStart(http.Header{headers.ColdStart: {"true"}}) || ColdStart(http.Header{}) || ColdStart(http.Header{headers.ColdStart: {"false"}}) {
+	first := http.Header{headers.ColdStart: {"true"}}
+	if !ColdStart(first, true) || ColdStart(first, false) || ColdStart(http.Header{}, true) || ColdStart(http.Header{headers.ColdStart: {"false"}}, true) {
 		t.Error("the cold-start mark misread")
 	}
 }

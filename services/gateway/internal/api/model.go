@@ -397,7 +397,7 @@ type CronTrigger struct {
 	ConcurrencyPolicy       string          `json:"concurrency_policy,omitempty" enum:"Allow,Forbid"`
 	StartingDeadlineSeconds *int64          `json:"starting_deadline_seconds,omitempty" minimum:"0"`
 	Payload                 json.RawMessage `json:"payload,omitempty"`
-	PreWarmSeconds          string          `json:"pre_warm_seconds,omitempty" pattern:"^(auto|[0-9]{1,4})$" doc:"how long before each fire one replica is kept ready (until shortly after the fire), also at min_replicas 0: whole seconds, or auto for 1.5 x the observed p95 cold start (60 s before one is observed); at most 300 s"`
+	PreWarmSeconds          string          `json:"pre_warm_seconds,omitempty" pattern:"^(auto|[0-9]{1,4})$" doc:"how long before each fire one replica is kept ready (until the fire's call ended), also at min_replicas 0: whole seconds, or auto for 1.5 x the observed p95 cold start (60 s until 5 are observed); at most 300 s"`
 }
 
 // QueueTrigger consumes a RabbitMQ queue.

@@ -196,7 +196,8 @@ func (f *Forwarder) Forward(w http.ResponseWriter, r *http.Request, fn *slessv1.
 	if err != nil {
 		return PickFailure(err)
 	}
-	if version.Wake {
+	woke := version.Wake
+	if woke {
 		if version, err = f.wake(r.Context(), fn, version); err != nil {
 			return err
 		}
@@ -294,7 +295,7 @@ func (f *Forwarder) Forward(w http.ResponseWriter, r *http.Request, fn *slessv1.
 		// Over the limit by its Content-Length: refused before a byte is
 		// passed on.
 		fncall.Classify(fncall.Answer{Code: resp.StatusCode, Size: resp.ContentLength, Limit: f.MaxResponseBytes}).Record(rec)
-		rec.ColdStart = fncall.ColdStart(resp.Header)
+		rec.ColdStart = fncall.ColdStart(resp.Header, woke)
 		span.SetStatus(codes.Error, rec.Error)
 		return &Failure{Status: 502, Slug: "response-too-large",
 			Detail: fmt.Sprintf("function %s answered %d bytes; the limit is %d", fn.Name, resp.ContentLength, f.MaxResponseBytes)}
@@ -328,7 +329,7 @@ func (f *Forwarder) Forward(w http.ResponseWriter, r *http.Request, fn *slessv1.
 	copyBufs.Put(buf)
 	rec.ResponseSize = n
 	rec.ResultContentType = resp.Header.Get("Content-Type")
-	rec.ColdStart = fncall.ColdStart(resp.Header)
+	rec.ColdStart = fncall.ColdStart(resp.Header, woke)
 	if capture.complete() {
 		rec.Result = capture.buf.Bytes()
 	}

@@ -240,7 +240,8 @@ func (e *Executor) Execute(ctx context.Context, req *msg.InvocationRequested, at
 		rec.Status, rec.Error = msg.StatusFailed, err.Error()
 		return rec, true
 	}
-	if version.Wake {
+	woke := version.Wake
+	if woke {
 		if version, err = e.wake(ctx, &fn, version); err != nil {
 			rec.Status, rec.Error = msg.StatusFailed, err.Error()
 			return rec, true
@@ -290,7 +291,7 @@ func (e *Executor) Execute(ctx context.Context, req *msg.InvocationRequested, at
 	body, err := io.ReadAll(fncall.LimitBody(resp.Body, e.MaxResponseBytes))
 	rec.ResponseSize = int64(len(body))
 	rec.ResultContentType = resp.Header.Get("Content-Type")
-	rec.ColdStart = fncall.ColdStart(resp.Header)
+	rec.ColdStart = fncall.ColdStart(resp.Header, woke)
 	if rec.ColdStart {
 		e.Metrics.coldStarts.Inc()
 	}

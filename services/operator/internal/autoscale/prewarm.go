@@ -1,6 +1,8 @@
 package autoscale
 
 import (
+	"math"
+	"slices"
 	"strconv"
 	"strings"
 	"time"
@@ -26,7 +28,42 @@ const (
 	// FireGrace keeps the pre-warm floor for a while after the fire time, for
 	// the time between the fire and its call showing up as running.
 	FireGrace = 15 * time.Second
+	// FireWakeHold is how long the invoker holds a fire's delivery for its
+	// version to wake (the invoker's invoke.WakeTimeout): a fire's call
+	// may start this late and still be the fire's.
+	FireWakeHold = 2 * time.Minute
+	// MinColdStarts is how many cold starts ColdStarts needs to have a p95:
+	// fewer say more about one node's luck than about the version.
+	MinColdStarts = 5
+	// keptColdStarts bounds ColdStarts to the most recent observations, so
+	// that a version that got faster (a warm node, a smaller image) leads
+	// by its recent starts.
+	keptColdStarts = 50
 )
+
+// ColdStarts keeps the most recent cold starts observed of one version or
+// function (from zero to a ready replica). Its zero value is empty.
+type ColdStarts struct {
+	recent []time.Duration // at most keptColdStarts, oldest first
+}
+
+// Observe adds one cold start.
+func (c *ColdStarts) Observe(d time.Duration) {
+	if len(c.recent) == keptColdStarts {
+		c.recent = slices.Delete(c.recent, 0, 1)
+	}
+	c.recent = append(c.recent, d)
+}
+
+// P95 is the nearest-rank 95th percentile of the kept cold starts, the
+// p95 PreWarmLead takes; 0 with fewer than MinColdStarts.
+func (c *ColdStarts) P95() time.Duration {
+	if c == nil || len(c.recent) < MinColdStarts {
+		return 0
+	}
+	o := slices.Sorted(slices.Values(c.recent))
+	return o[int(math.Ceil(0.95*float64(len(o))))-1]
+}
 
 // PreWarmLead is how long before a cron fire its version should have a
 // ready replica, from cron.preWarmSeconds: a whole number of seconds, or
@@ -68,6 +105,16 @@ func FloorAt(now, fire time.Time, lead time.Duration, callRunning bool) (floor i
 		return 1, true
 	}
 	return 0, false
+}
+
+// CallMayRun tells whether the call of a fire at fire, of a function
+// whose calls time out after timeout, may still run at now: from the fire
+// until its grace, the longest hold for a wake and the timeout passed. A
+// pre-warm floor outlasts its fire only that long, whatever the history
+// says: a call stuck behind a backlog longer than that wakes its version
+// like any call when it comes.
+func CallMayRun(now, fire time.Time, timeout time.Duration) bool {
+	return !now.Before(fire) && now.Before(fire.Add(FireGrace+FireWakeHold+timeout))
 }
 
 // ServedFire is the fire of s that a pre-warm serves at now: the first one

@@ -2,6 +2,7 @@ package autoscale
 
 import (
 	"math/rand/v2"
+	"slices"
 	"testing"
 	"time"
 
@@ -196,5 +197,56 @@ func TestPreWarmFloorIsUpAtEveryFire(t *testing.T) {
 				t.Errorf("the floor ended %d times in %d fires: it must not hold between fires", ended, fires)
 			}
 		})
+	}
+}
+
+func TestColdStartsP95(t *testing.T) {
+	s := time.Second
+	for _, tc := range []struct {
+		name     string
+		observed []time.Duration
+		want     time.Duration
+	}{
+		{"none", nil, 0},
+		{"fewer than MinColdStarts", []time.Duration{3 * s, 4 * s, 5 * s, 6 * s}, 0},
+		{"MinColdStarts: the slowest", []time.Duration{3 * s, 9 * s, 4 * s, 5 * s, 6 * s}, 9 * s},
+		// Nearest rank over 20: the 19th, so one outlier is left out.
+		{"twenty", append(slices.Repeat([]time.Duration{2 * s}, 18), 4*s, 60*s), 4 * s},
+		// Only the most recent keptColdStarts count: the slow start of a
+		// cold node long ago no longer leads.
+		{"old starts forgotten", append([]time.Duration{90 * s, 90 * s, 90 * s}, slices.Repeat([]time.Duration{2 * s}, keptColdStarts)...), 2 * s},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			var c ColdStarts
+			for _, d := range tc.observed {
+				c.Observe(d)
+			}
+			if got := c.P95(); got != tc.want {
+				t.Errorf("P95 of %v = %v, want %v", tc.observed, got, tc.want)
+			}
+		})
+	}
+	var none *ColdStarts
+	if got := none.P95(); got != 0 {
+		t.Errorf("P95 of nil = %v", got)
+	}
+}
+
+func TestCallMayRun(t *testing.T) {
+	fire := t0.Add(time.Hour)
+	const timeout = 30 * time.Second
+	for _, tc := range []struct {
+		name string
+		now  time.Time
+		want bool
+	}{
+		{"before the fire", fire.Add(-time.Nanosecond), false},
+		{"at the fire", fire, true},
+		{"held for a wake, then run to its timeout", fire.Add(FireGrace + FireWakeHold + timeout - time.Nanosecond), true},
+		{"past every bound", fire.Add(FireGrace + FireWakeHold + timeout), false},
+	} {
+		if got := CallMayRun(tc.now, fire, timeout); got != tc.want {
+			t.Errorf("%s: CallMayRun = %v, want %v", tc.name, got, tc.want)
+		}
 	}
 }

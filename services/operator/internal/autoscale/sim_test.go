@@ -4,7 +4,6 @@ import (
 	"fmt"
 	"math"
 	"math/rand/v2"
-	"slices"
 	"testing"
 	"testing/synctest"
 	"time"
@@ -237,9 +236,6 @@ func TestPreWarmFindsAReadyReplicaAtEveryFire(t *testing.T) {
 			fires    = 100
 			interval = 300 * time.Second
 			callTime = 2 * time.Second
-			// minObserved is how many cold starts the p95 needs; fewer, and
-			// "auto" gets no observation (the default lead).
-			minObserved = 20
 		)
 		rng := rand.New(rand.NewPCG(4344, 1))
 		s := BuiltIn.Apply(Spec{MinReplicas: ptr(0), MaxReplicas: 5, Concurrency: 10})
@@ -247,12 +243,14 @@ func TestPreWarmFindsAReadyReplicaAtEveryFire(t *testing.T) {
 		m.c.coldStart = func() time.Duration {
 			return 3*time.Second + time.Duration(rng.Int64N(int64(5*time.Second)))
 		}
+		var cold ColdStarts // what the operator's scaler keeps of the version
+		seen := 0
 		p95 := func() time.Duration {
-			if len(m.c.observed) < minObserved {
-				return 0
+			for _, d := range m.c.observed[seen:] {
+				cold.Observe(d)
 			}
-			o := slices.Sorted(slices.Values(m.c.observed))
-			return o[int(math.Ceil(0.95*float64(len(o))))-1]
+			seen = len(m.c.observed)
+			return cold.P95()
 		}
 
 		start := time.Now()

@@ -53,8 +53,10 @@ type ObjectStore interface {
 
 // TenantData removes what a tenant or a function owns in PostgreSQL
 // (returning the rows it deleted, by table), and reads a function's builds
-// and large payloads, which the operator removes with it.
+// and large payloads, which the operator removes with it; and whether a
+// cron trigger's last fire still runs (its pre-warm floor holds until then).
 type TenantData interface {
+	FireRuns(ctx context.Context, tenant, trigger string) (bool, error)
 	DeleteTenant(ctx context.Context, tenant string) (map[string]int64, error)
 	DeleteFunction(ctx context.Context, tenant, function string) (map[string]int64, error)
 	Builds(ctx context.Context, tenant, function string) ([]tenantdata.Build, error)

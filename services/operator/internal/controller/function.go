@@ -43,6 +43,9 @@ type FunctionReconciler struct {
 
 	sweepMu sync.Mutex
 	sweptAt map[types.UID]time.Time // the build sweep's last run, by Function
+
+	leadsMu sync.Mutex
+	leads   map[types.UID]map[types.UID]servedLead // pre-warm leads per fire, by Function and Trigger
 }
 
 // SetupWithManager watches Functions and what the driver creates for them,
@@ -281,6 +284,7 @@ func (r *FunctionReconciler) finalize(ctx context.Context, fn *slessv1.Function)
 		return err
 	}
 	r.Scaler.Forget(fn.Namespace, fn.Name)
+	r.keepLeads(fn, nil)
 	tenant := tenantns.Named(fn.Namespace)
 	for _, prefix := range objstore.FunctionPrefixes(tenant, fn.Name) {
 		if _, err := r.Store.DeletePrefix(ctx, prefix); err != nil {

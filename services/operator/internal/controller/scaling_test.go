@@ -115,6 +115,21 @@ func (h *harness) reportLoad(t *testing.T, ns, name string, inFlight float64) (s
 	return func() { close(done); <-ended }
 }
 
+// firstVersion reads version 1 of fn: its Deployment's replicas, its
+// scaling reason in status.serving, and both as text for a failure.
+func (h *harness) firstVersion(t *testing.T, fn *slessv1.Function) (int32, string, string) {
+	var d appsv1.Deployment
+	if err := h.c.Get(t.Context(), client.ObjectKey{Namespace: fn.Namespace, Name: resources.VersionWorkloadName(fn.Name, 1)}, &d); err != nil {
+		return -1, "", err.Error()
+	}
+	h.get(t, fn)
+	var reason string
+	if e := servingEntry(fn, 1); e != nil {
+		reason = e.ScalingReason
+	}
+	return *d.Spec.Replicas, reason, fmt.Sprintf("deployment replicas %d, status.serving %+v", *d.Spec.Replicas, fn.Status.Serving)
+}
+
 func servingEntry(fn *slessv1.Function, n int32) *slessv1.ServingVersion {
 	for i := range fn.Status.Serving {
 		if fn.Status.Serving[i].Number == n {
@@ -231,18 +246,7 @@ func TestACronTriggerPreWarmsAVersionAtZero(t *testing.T) {
 	})
 	h.markAvailable(t, ns, "cronned")
 	h.waitReady(t, fn)
-	state := func() (int32, string, string) {
-		var d appsv1.Deployment
-		if err := h.c.Get(t.Context(), client.ObjectKey{Namespace: ns, Name: resources.VersionWorkloadName("cronned", 1)}, &d); err != nil {
-			return -1, "", err.Error()
-		}
-		h.get(t, fn)
-		var reason string
-		if e := servingEntry(fn, 1); e != nil {
-			reason = e.ScalingReason
-		}
-		return *d.Spec.Replicas, reason, fmt.Sprintf("deployment replicas %d, status.serving %+v", *d.Spec.Replicas, fn.Status.Serving)
-	}
+	state := func() (int32, string, string) { return h.firstVersion(t, fn) }
 	show := func() string { _, _, s := state(); return s }
 	is := func(replicas int32, reason autoscale.Reason) func() bool {
 		return func() bool { n, r, _ := state(); return n == replicas && r == string(reason) }
@@ -272,6 +276,69 @@ func TestACronTriggerPreWarmsAVersionAtZero(t *testing.T) {
 		t.Fatal(err)
 	}
 	h.eventuallyShow(t, "zero again once the trigger is deleted", is(0, autoscale.ReasonZero), show)
+}
+
+// TestAFiresFloorLastsUntilItsCallEnded: a pre-warm floor outlasts its
+// fire's grace while the fire's call runs, and ends when the call ended.
+// The scheduler's part is played by the test: at the fire it records the
+// fire (cron_fires, status.lastFireTime) and, once the call "ended", the
+// invocation's history record, as the invoker writes it. Before the fix,
+// the floor ended FireGrace after the fire and the version went to zero
+// under its call.
+func TestAFiresFloorLastsUntilItsCallEnded(t *testing.T) {
+	h := newHarness(t)
+	tn, ns := h.tenant(t)
+	fn := h.function(t, ns, "long", func(f *slessv1.Function) {
+		f.Spec.Image = image
+		f.Spec.TimeoutSec = 60
+		f.Spec.Scaling = &slessv1.Scaling{MinReplicas: ptr.To[int32](0), MaxReplicas: 1, ScaleDownDelaySeconds: 1}
+	})
+	h.markAvailable(t, ns, "long")
+	h.waitReady(t, fn)
+	state := func() (int32, string, string) {
+		n, r, saw := h.firstVersion(t, fn)
+		return n, r, "at " + time.Now().Format(time.TimeOnly) + ": " + saw
+	}
+	byClock := func(what string, within time.Duration, replicas int32, reason autoscale.Reason) {
+		t.Helper()
+		testenv.Eventually(t, within, what, func() (bool, string) {
+			n, r, saw := state()
+			return n == replicas && r == string(reason), saw
+		})
+	}
+	byClock("zero replicas after the scale-down delay", time.Minute, 0, autoscale.ReasonZero)
+
+	// A lead of 5 s: the floor holds from 55 s past each minute to 15 s
+	// past the next.
+	tr := h.trigger(t, ns, "nightly", slessv1.TriggerSpec{FunctionRef: slessv1.LocalRef{Name: "long"}, Type: slessv1.TriggerCron,
+		Cron: &slessv1.CronTrigger{Schedule: "* * * * *", PreWarmSeconds: "5"}})
+	byClock("pre-warmed before a fire", 100*time.Second, 1, autoscale.ReasonPreWarm)
+	fire := time.Now().Truncate(time.Minute).Add(time.Minute)
+	testenv.Eventually(t, time.Minute, "the fire's time", func() (bool, string) { return !time.Now().Before(fire), time.Now().String() })
+
+	id := msg.CronInvocationID(string(tr.UID), fire)
+	if _, err := h.db.Exec(t.Context(), `INSERT INTO cron_fires (tenant, trigger_name, scheduled_at, outcome, invocation_id) VALUES ($1, $2, $3, 'fired', $4)`,
+		tn.Name, tr.Name, fire, id); err != nil {
+		t.Fatal(err)
+	}
+	if err := h.c.Status().Patch(t.Context(), tr, client.RawPatch(types.MergePatchType,
+		fmt.Appendf(nil, `{"status":{"lastFireTime":%q}}`, fire.UTC().Format(time.RFC3339)))); err != nil {
+		t.Fatal(err)
+	}
+	// Past the grace the call still runs: the floor stays.
+	for time.Now().Before(fire.Add(autoscale.FireGrace + 10*time.Second)) {
+		if n, r, saw := state(); n != 1 || r != string(autoscale.ReasonPreWarm) {
+			t.Fatalf("the floor went while the fire's call runs: %s", saw)
+		}
+		jitter.Wait(t.Context(), 500*time.Millisecond)
+	}
+	// The call ended: its record is written.
+	if _, err := h.db.Exec(t.Context(), `INSERT INTO invocations (id, tenant, function, trigger_kind, trigger_name, status, started_at, finished_at)
+		VALUES ($1, $2, 'long', 'cron', $3, 'succeeded', $4, now())`, id, tn.Name, tr.Name, fire); err != nil {
+		t.Fatal(err)
+	}
+	// Back to zero before the next fire's floor, 55 s past the minute.
+	byClock("zero once the fire's call ended", time.Until(fire.Add(50*time.Second)), 0, autoscale.ReasonZero)
 }
 
 // TestARollbackToAStoppedVersionStartsIt: version 1 of a function at

@@ -10,8 +10,10 @@ import (
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	"k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/types"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	"sigs.k8s.io/controller-runtime/pkg/controller/controllerutil"
+	"sigs.k8s.io/controller-runtime/pkg/log"
 
 	slessv1 "github.com/kube5s/sless/pkg/apis/sless/v1alpha1"
 	"github.com/kube5s/sless/pkg/cronsched"
@@ -271,7 +273,15 @@ func (r *FunctionReconciler) run(ctx context.Context, fn *slessv1.Function, vers
 	// which only the scaler knows.
 	st.MaxBufferedRequests = r.Scaler.Settings(fn, 0).MaxBufferedRequests
 	now := time.Now()
-	preWarm, preWarmAfter, err := r.preWarm(ctx, fn, now)
+	var serves []int32
+	var timeout time.Duration
+	for n, e := range desired {
+		if e.Percent > 0 && versions[n] != nil {
+			serves = append(serves, n)
+			timeout = max(timeout, time.Duration(versions[n].Spec.TimeoutSec)*time.Second)
+		}
+	}
+	preWarm, preWarmAfter, err := r.preWarm(ctx, fn, serves, timeout, now)
 	if err != nil {
 		return out, err
 	}
@@ -480,17 +490,32 @@ func (r *FunctionReconciler) run(ctx context.Context, fn *slessv1.Function, vers
 }
 
 // preWarm reports whether one of fn's cron triggers asks for its pre-warm
-// floor at now (cron.preWarmSeconds; see autoscale.FloorAt), and how long
+// floor at now (cron.preWarmSeconds; see autoscale.FloorAt) for the
+// versions that serve its fires (serves: those with a share of the
+// untagged traffic; timeout: their longest timeoutSec), and how long
 // until one of those floors starts or ends (0: none will), for the
 // reconcile to come back then: nothing else changes the settings at those
 // times. The operator computes the floor, not the scheduler: it reads the
 // Triggers already and owns the replica counts, and pkg/cronsched gives
 // both the same fires.
-func (r *FunctionReconciler) preWarm(ctx context.Context, fn *slessv1.Function, now time.Time) (active bool, after time.Duration, err error) {
+//
+// Past a fire's grace, the floor holds while the fire's call has not
+// ended: its history record is not written yet (the scheduler's own test
+// for concurrencyPolicy Forbid, cronfire.LastRuns), for as long as
+// autoscale.CallMayRun allows. Nothing tells the operator when the record
+// comes; it looks again every fireCheck.
+func (r *FunctionReconciler) preWarm(ctx context.Context, fn *slessv1.Function, serves []int32, timeout time.Duration, now time.Time) (active bool, after time.Duration, err error) {
 	var triggers slessv1.TriggerList
 	if err := r.Client.List(ctx, &triggers, client.InNamespace(fn.Namespace), client.MatchingFields{indexTriggerFunction: fn.Name}); err != nil {
 		return false, 0, fmt.Errorf("list the triggers of %s/%s: %w", fn.Namespace, fn.Name, err)
 	}
+	soonest := func(d time.Duration) {
+		if d > 0 && (after == 0 || d < after) {
+			after = d
+		}
+	}
+	leads := map[types.UID]servedLead{}
+	defer r.keepLeads(fn, leads)
 	for i := range triggers.Items {
 		t := &triggers.Items[i]
 		// The scheduler's rule for a trigger that fires.
@@ -498,11 +523,8 @@ func (r *FunctionReconciler) preWarm(ctx context.Context, fn *slessv1.Function, 
 		if t.Spec.Type != slessv1.TriggerCron || c == nil || c.PreWarmSeconds == "" || !t.IsEnabled() || !t.DeletionTimestamp.IsZero() {
 			continue
 		}
-		// No cold start is observed per version yet: "auto" leads by its
-		// default.
-		lead := autoscale.PreWarmLead(c.PreWarmSeconds, 0)
 		sched, err := cronsched.Parse(c.Schedule, c.TimeZone)
-		if lead <= 0 || err != nil { // a bad schedule never fires; the Trigger reconciler reports it
+		if err != nil { // a bad schedule never fires; the Trigger reconciler reports it
 			continue
 		}
 		since := t.CreationTimestamp.Time
@@ -510,12 +532,33 @@ func (r *FunctionReconciler) preWarm(ctx context.Context, fn *slessv1.Function, 
 			since = t.Status.LastFireTime.Time
 		}
 		fire := autoscale.ServedFire(sched, since, now)
-		if _, on := autoscale.FloorAt(now, fire, lead, false); on {
-			active = true
+		// The lead is fixed once per fire: a p95 that moved while the
+		// floor is up must not take it away under a starting replica.
+		l, known := r.servedLead(fn, t.UID)
+		if !known || !l.fire.Equal(fire) || l.setting != c.PreWarmSeconds {
+			l = servedLead{fire: fire, setting: c.PreWarmSeconds,
+				lead: autoscale.PreWarmLead(c.PreWarmSeconds, r.Scaler.ColdStartP95(fn.Namespace, fn.Name, serves))}
 		}
-		if d := autoscale.FloorChange(now, fire, lead); d > 0 && (after == 0 || d < after) {
-			after = d
+		leads[t.UID] = l
+		if l.lead <= 0 {
+			continue
 		}
+		_, on := autoscale.FloorAt(now, fire, l.lead, false)
+		if last := t.Status.LastFireTime; !on && last != nil && autoscale.CallMayRun(now, last.Time, timeout) {
+			runs, err := r.Data.FireRuns(ctx, tenantns.Named(fn.Namespace), t.Name)
+			if err != nil {
+				// A floor kept a little long costs a replica; one dropped
+				// under a running call may cost its retry a cold start.
+				log.FromContext(ctx).Info("cannot tell whether a cron fire's call ended; its pre-warm floor stays", "trigger", t.Name, "err", err)
+				runs = true
+			}
+			_, on = autoscale.FloorAt(now, fire, l.lead, runs)
+			if runs {
+				soonest(fireCheck)
+			}
+		}
+		active = active || on
+		soonest(autoscale.FloorChange(now, fire, l.lead))
 	}
 	return active, after, nil
 }
@@ -538,6 +581,40 @@ func (r *FunctionReconciler) scheduleFloor(fn *slessv1.Function, now time.Time) 
 		ss = append(ss, autoscale.Schedule{Starts: sched, Duration: time.Duration(s.DurationSeconds) * time.Second, Replicas: s.MinReplicas})
 	}
 	return autoscale.ScheduleFloor(ss, now)
+}
+
+// fireCheck is how often a reconcile looks whether a pre-warmed fire's
+// call ended while its floor holds for it: a floor kept up to this long
+// after its call costs a replica for seconds.
+const fireCheck = 2 * time.Second
+
+// servedLead is the pre-warm lead of one trigger for the fire it serves.
+type servedLead struct {
+	fire    time.Time
+	setting string
+	lead    time.Duration
+}
+
+// servedLead is the lead kept for trigger uid of fn, if any.
+func (r *FunctionReconciler) servedLead(fn *slessv1.Function, uid types.UID) (servedLead, bool) {
+	r.leadsMu.Lock()
+	defer r.leadsMu.Unlock()
+	l, ok := r.leads[fn.UID][uid]
+	return l, ok
+}
+
+// keepLeads replaces the leads kept for fn's triggers (nil: fn is gone).
+func (r *FunctionReconciler) keepLeads(fn *slessv1.Function, leads map[types.UID]servedLead) {
+	r.leadsMu.Lock()
+	defer r.leadsMu.Unlock()
+	if r.leads == nil {
+		r.leads = map[types.UID]map[types.UID]servedLead{}
+	}
+	if len(leads) == 0 {
+		delete(r.leads, fn.UID)
+		return
+	}
+	r.leads[fn.UID] = leads
 }
 
 func sortedKeys(s split) []int32 {

@@ -82,6 +82,7 @@ type Scaler struct {
 	ready     *prometheus.GaugeVec // the ready replicas per version, as the reconciler last saw them
 	woken     prometheus.Counter
 	wakeTime  prometheus.Histogram
+	cold      coldStarts
 	// Log receives a line when a drain to zero waits long for a reporter;
 	// nil logs nothing.
 	Log *slog.Logger
@@ -212,6 +213,7 @@ func (s *Scaler) Replicas(k loadreport.Key, set autoscale.Settings, ready, recor
 	s.ready.WithLabelValues(k.Namespace, k.Function, strconv.Itoa(int(k.Version))).Set(float64(ready))
 	if !v.wokeAt.IsZero() && ready > 0 {
 		s.wakeTime.Observe(now.Sub(v.wokeAt).Seconds())
+		s.cold.observe(k, now.Sub(v.wokeAt))
 		v.wokeAt = time.Time{}
 	}
 	if changed {
@@ -221,10 +223,12 @@ func (s *Scaler) Replicas(k loadreport.Key, set autoscale.Settings, ready, recor
 	return v.decision
 }
 
-// Forget drops the versions of a function (deleted).
+// Forget drops the versions of a function (deleted), and the cold starts
+// observed of it.
 func (s *Scaler) Forget(namespace, function string) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
+	s.cold.forget(namespace, function)
 	for k := range s.versions {
 		if k.Namespace == namespace && k.Function == function {
 			s.forget(k)
@@ -232,9 +236,11 @@ func (s *Scaler) Forget(namespace, function string) {
 	}
 }
 
-// forget drops a version's state and its gauge; s.mu is held.
+// forget drops a version's state, its gauge and its cold starts; s.mu is
+// held.
 func (s *Scaler) forget(k loadreport.Key) {
 	delete(s.versions, k)
+	delete(s.cold.versions, k) // the function's observations stay
 	s.desired.DeleteLabelValues(k.Namespace, k.Function, strconv.Itoa(int(k.Version)))
 	s.ready.DeleteLabelValues(k.Namespace, k.Function, strconv.Itoa(int(k.Version)))
 }

@@ -359,3 +359,57 @@ func TestABacklogWakesAndGrows(t *testing.T) {
 		t.Errorf("after BacklogLife without a depth: %+v; the backlog still counts", d)
 	}
 }
+
+// TestWakesAreTheColdStartsOfAutoPreWarm: each wake from zero, from the
+// decision to the reconcile that finds a replica ready, is a cold start
+// of its version; the p95 for a pre-warm is the version's once it has
+// enough, the function's for a version without its own, and gone with the
+// function.
+func TestWakesAreTheColdStartsOfAutoPreWarm(t *testing.T) {
+	c := &clock{t: time.Unix(1_800_000_000, 0)}
+	s := New(nil, autoscale.BuiltIn)
+	s.now = c.now
+	set := atZeroSettings()
+	v1 := loadreport.Key{Namespace: "sless-fn-a", Function: "f", Version: 1}
+	wake := func(k loadreport.Key, coldStart time.Duration) {
+		t.Helper()
+		s.Replicas(k, set, 0, 0, true)
+		s.Report(&msg.LoadReported{Reporter: "gw-1", Wake: true, Versions: []msg.VersionLoad{
+			{Namespace: k.Namespace, Function: k.Function, Version: k.Version, Buffered: 1}}}, c.t)
+		if d := s.Replicas(k, set, 0, 0, true); d.Replicas != 1 {
+			t.Fatalf("not woken: %+v", d)
+		}
+		c.advance(coldStart)
+		s.Replicas(k, set, 1, 1, false)
+		// Back to zero for the next wake: idle past the delay, the mark
+		// acknowledged.
+		for range 10 {
+			c.advance(time.Second)
+			s.Report(report("gw-1", k), c.t)
+			s.Tick()
+		}
+		if d := s.Replicas(k, set, 1, 1, false); d.Replicas != 0 {
+			t.Fatalf("not back at zero: %+v", d)
+		}
+	}
+	for i := range autoscale.MinColdStarts - 1 {
+		wake(v1, time.Duration(3+i)*time.Second)
+	}
+	if got := s.ColdStartP95("sless-fn-a", "f", []int32{1}); got != 0 {
+		t.Errorf("p95 after %d wakes = %v, want none yet", autoscale.MinColdStarts-1, got)
+	}
+	wake(v1, 9*time.Second)
+	if got := s.ColdStartP95("sless-fn-a", "f", []int32{1}); got != 9*time.Second {
+		t.Errorf("p95 of version 1 = %v, want its slowest wake, 9s", got)
+	}
+	if got := s.ColdStartP95("sless-fn-a", "f", []int32{2}); got != 9*time.Second {
+		t.Errorf("p95 for version 2, never woken = %v, want the function's, 9s", got)
+	}
+	if got := s.ColdStartP95("sless-fn-a", "g", []int32{1}); got != 0 {
+		t.Errorf("p95 of another function = %v", got)
+	}
+	s.Forget("sless-fn-a", "f")
+	if got := s.ColdStartP95("sless-fn-a", "f", []int32{1}); got != 0 {
+		t.Errorf("p95 after the function was deleted = %v", got)
+	}
+}

@@ -3,7 +3,8 @@
 // keys, API tokens, and any table added later that has a tenant column),
 // and what a function owns when its Function is deleted, so that a new
 // tenant or function of the same name starts empty. It also reads the
-// builds of a function, for the operator's build retention.
+// builds of a function, for the operator's build retention, and whether a
+// cron trigger's last fire still runs, for its pre-warm floor.
 package tenantdata
 
 import (
@@ -13,6 +14,7 @@ import (
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgxpool"
 
+	"github.com/kube5s/sless/pkg/cronfire"
 	"github.com/kube5s/sless/pkg/msg"
 )
 
@@ -26,6 +28,12 @@ type Store struct {
 	// Batch is the most rows one statement deletes (default 5000), so that
 	// a tenant with millions of records does not hold one long transaction.
 	Batch int
+}
+
+// FireRuns reports whether trigger's last fire has not ended yet (see
+// cronfire.LastRuns).
+func (s *Store) FireRuns(ctx context.Context, tenant, trigger string) (bool, error) {
+	return cronfire.LastRuns(ctx, s.DB, tenant, trigger)
 }
 
 // DeleteTenant deletes every row of tenant and returns how many, by table.

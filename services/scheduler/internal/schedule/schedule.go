@@ -14,7 +14,6 @@ import (
 	"sync"
 	"time"
 
-	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgxpool"
 	"github.com/prometheus/client_golang/prometheus"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
@@ -23,6 +22,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/reconcile"
 
 	slessv1 "github.com/kube5s/sless/pkg/apis/sless/v1alpha1"
+	"github.com/kube5s/sless/pkg/cronfire"
 	"github.com/kube5s/sless/pkg/cronsched"
 	"github.com/kube5s/sless/pkg/msg"
 	"github.com/kube5s/sless/pkg/tenantns"
@@ -372,17 +372,7 @@ func (s *Scheduler) publish(ctx context.Context, t *slessv1.Trigger, tenant, id 
 // running reports whether the trigger's last fire has no history record
 // yet. An error answers neither way.
 func (s *Scheduler) running(ctx context.Context, tenant, trigger string) (bool, error) {
-	var running bool
-	err := s.DB.QueryRow(ctx, `SELECT NOT EXISTS (SELECT 1 FROM invocations WHERE id = f.invocation_id)
-		FROM cron_fires f WHERE f.tenant = $1 AND f.trigger_name = $2 AND f.outcome IN ('fired', 'pending')
-		ORDER BY f.scheduled_at DESC LIMIT 1`, tenant, trigger).Scan(&running)
-	if errors.Is(err, pgx.ErrNoRows) {
-		return false, nil
-	}
-	if err != nil {
-		return false, fmt.Errorf("ask whether the last fire of %s/%s runs: %w", tenant, trigger, err)
-	}
-	return running, nil
+	return cronfire.LastRuns(ctx, s.DB, tenant, trigger)
 }
 
 // resumePending republishes fires that were recorded but not confirmed for
