@@ -12,12 +12,20 @@ import (
 )
 
 func functionRows(fs []client.Function, now time.Time) output.Rows {
-	r := output.Rows{Header: []string{"NAME", "RUNTIME", "PHASE", "READY", "REPLICAS", "SCALING", "URL", "AGE"}}
+	r := output.Rows{Header: []string{"NAME", "RUNTIME", "PHASE", "READY", "URL", "AGE"}}
 	for _, f := range fs {
-		replicas, scaling := scalingOf(f)
-		r.Rows = append(r.Rows, []string{f.Name, string(f.Runtime), str(f.Status.Phase), fmt.Sprint(f.Status.Ready), replicas, scaling,
-			str(f.Status.Url), ago(f.CreatedAt, now)})
+		r.Rows = append(r.Rows, []string{f.Name, string(f.Runtime), str(f.Status.Phase), fmt.Sprint(f.Status.Ready), str(f.Status.Url), ago(f.CreatedAt, now)})
 	}
+	return r
+}
+
+// functionDetail is fn get's row: fn list's, with the replicas and the
+// scaling reasons of the function's serving versions.
+func functionDetail(f client.Function, now time.Time) output.Rows {
+	r := functionRows([]client.Function{f}, now)
+	replicas, scaling := scalingOf(f)
+	r.Header = append(r.Header[:4:4], append([]string{"REPLICAS", "SCALING"}, r.Header[4:]...)...)
+	r.Rows[0] = append(r.Rows[0][:4:4], append([]string{replicas, scaling}, r.Rows[0][4:]...)...)
 	return r
 }
 
@@ -80,7 +88,7 @@ func (a *app) fnCommand() *cobra.Command {
 			if err != nil {
 				return err
 			}
-			return p.Print(r.Body, functionRows([]client.Function{*r.JSON200}, time.Now()))
+			return p.Print(r.Body, functionDetail(*r.JSON200, time.Now()))
 		},
 	}
 	del := &cobra.Command{
