@@ -112,6 +112,27 @@ func TestLoadReportsScaleTheDeployment(t *testing.T) {
 	h.eventuallyShow(t, "the new maxReplicas", func() bool { n, _ := replicas(); return n == 2 }, func() string { _, s := replicas(); return s })
 }
 
+// scaled reads version 1 of fn: its Deployment's replicas, its entry in
+// status.serving (fn is read again; nil when it serves nothing) and a
+// line saying both, for a wait's failure.
+func (h *harness) scaled(t *testing.T, fn *slessv1.Function) (int32, *slessv1.ServingVersion, string) {
+	t.Helper()
+	var d appsv1.Deployment
+	if err := h.c.Get(t.Context(), client.ObjectKey{Namespace: fn.Namespace, Name: resources.VersionWorkloadName(fn.Name, 1)}, &d); err != nil {
+		return -1, nil, err.Error()
+	}
+	h.get(t, fn)
+	return *d.Spec.Replicas, servingEntry(fn, 1), fmt.Sprintf("deployment replicas %d, status.serving %+v", *d.Spec.Replicas, fn.Status.Serving)
+}
+
+// scalingReason is e's scaling reason; "" when e is nil.
+func scalingReason(e *slessv1.ServingVersion) string {
+	if e == nil {
+		return ""
+	}
+	return e.ScalingReason
+}
+
 func servingEntry(fn *slessv1.Function, n int32) *slessv1.ServingVersion {
 	for i := range fn.Status.Serving {
 		if fn.Status.Serving[i].Number == n {
@@ -229,16 +250,8 @@ func TestACronTriggerPreWarmsAVersionAtZero(t *testing.T) {
 	h.markAvailable(t, ns, "cronned")
 	h.waitReady(t, fn)
 	state := func() (int32, string, string) {
-		var d appsv1.Deployment
-		if err := h.c.Get(t.Context(), client.ObjectKey{Namespace: ns, Name: resources.VersionWorkloadName("cronned", 1)}, &d); err != nil {
-			return -1, "", err.Error()
-		}
-		h.get(t, fn)
-		var reason string
-		if e := servingEntry(fn, 1); e != nil {
-			reason = e.ScalingReason
-		}
-		return *d.Spec.Replicas, reason, fmt.Sprintf("deployment replicas %d, status.serving %+v", *d.Spec.Replicas, fn.Status.Serving)
+		n, e, saw := h.scaled(t, fn)
+		return n, scalingReason(e), saw
 	}
 	show := func() string { _, _, s := state(); return s }
 	is := func(replicas int32, reason autoscale.Reason) func() bool {
