@@ -90,6 +90,12 @@ resource "sless_function" "f" {
   timeout_sec = 10
   max_replicas       = 3
   target_concurrency = 5
+  scaling_schedules = [{
+    cron             = "0 9 * * 1-5"
+    time_zone        = "Europe/Berlin"
+    duration_seconds = 32400
+    min_replicas     = 2
+  }]
   env_vars    = { GREETING = "hello" }
   source_dir  = %q
 }
@@ -199,6 +205,10 @@ func testFunctionLifecycle(t *testing.T, p *platform) {
 					resource.TestCheckResourceAttr("sless_function.f", "max_replicas", "3"),
 					resource.TestCheckResourceAttr("sless_function.f", "target_concurrency", "5"),
 					resource.TestCheckResourceAttr("sless_function.f", "scale_down_delay_seconds", "0"), // 0: the scaler's default
+					resource.TestCheckNoResourceAttr("sless_function.f", "min_replicas"),                // unset: the platform's default
+					resource.TestCheckResourceAttr("sless_function.f", "scaling_schedules.0.cron", "0 9 * * 1-5"),
+					resource.TestCheckResourceAttr("sless_function.f", "scaling_schedules.0.time_zone", "Europe/Berlin"),
+					resource.TestCheckResourceAttr("sless_function.f", "scaling_schedules.0.min_replicas", "2"),
 					resource.TestCheckResourceAttr("sless_function.f", "latest_version", "1"),
 					resource.TestCheckResourceAttrWith("sless_function.f", "last_build_id", func(v string) error {
 						if v == "" {

@@ -37,6 +37,7 @@ type functionDataModel struct {
 	TargetConcurrency types.Int64  `tfsdk:"target_concurrency"`
 	ScaleDownDelay    types.Int64  `tfsdk:"scale_down_delay_seconds"`
 	MaxBuffered       types.Int64  `tfsdk:"max_buffered_requests"`
+	ScalingSchedules  types.List   `tfsdk:"scaling_schedules"`
 	EnvVars           types.Map    `tfsdk:"env_vars"`
 	SourceSHA256      types.String `tfsdk:"source_sha256"`
 	BuiltSourceSHA256 types.String `tfsdk:"built_source_sha256"`
@@ -76,15 +77,17 @@ func (d *functionDataSource) Schema(_ context.Context, _ datasource.SchemaReques
 			"target_concurrency":       n("Calls in flight per replica the scaler plans for (0: the platform's share of concurrency)."),
 			"scale_down_delay_seconds": n("How long lower demand lasts before replicas go down (0: the platform's default)."),
 			"max_buffered_requests":    n("Calls a gateway holds for a version that wakes or is full (0: the platform's default)."),
-			"env_vars":                 schema.MapAttribute{Computed: true, ElementType: types.StringType, Description: "Environment variables."},
-			"source_sha256":            c("The uploaded archive's SHA-256."),
-			"built_source_sha256":      c("The SHA-256 of the archive the running code was built from."),
-			"url":                      c("The invoke URL."),
-			"phase":                    c("Pending, Building, Deploying, Ready or Failed."),
-			"ready":                    schema.BoolAttribute{Computed: true, Description: "Whether it serves."},
-			"message":                  c("What the platform says about its state."),
-			"last_build_id":            c("The last build."),
-			"latest_version":           schema.Int64Attribute{Computed: true, Description: "The newest published version (null before the first build)."},
+			"scaling_schedules": schema.ListAttribute{Computed: true, ElementType: scheduleType,
+				Description: "Floors of replicas from each start of a cron schedule: cron, time_zone, duration_seconds, min_replicas (null: none)."},
+			"env_vars":            schema.MapAttribute{Computed: true, ElementType: types.StringType, Description: "Environment variables."},
+			"source_sha256":       c("The uploaded archive's SHA-256."),
+			"built_source_sha256": c("The SHA-256 of the archive the running code was built from."),
+			"url":                 c("The invoke URL."),
+			"phase":               c("Pending, Building, Deploying, Ready or Failed."),
+			"ready":               schema.BoolAttribute{Computed: true, Description: "Whether it serves."},
+			"message":             c("What the platform says about its state."),
+			"last_build_id":       c("The last build."),
+			"latest_version":      schema.Int64Attribute{Computed: true, Description: "The newest published version (null before the first build)."},
 		},
 	}
 }
@@ -106,6 +109,7 @@ func (d *functionDataSource) Read(ctx context.Context, req datasource.ReadReques
 	m.MemoryMB, m.CPUMillis, m.TimeoutSec, m.Concurrency = i64(f.MemoryMb), i64(f.CpuMillis), i64(f.TimeoutSec), i64(f.Concurrency)
 	m.MinReplicas, m.MaxReplicas = i64(f.MinReplicas), i64(f.MaxReplicas)
 	m.TargetConcurrency, m.ScaleDownDelay, m.MaxBuffered = i64(f.TargetConcurrency), i64(f.ScaleDownDelaySeconds), i64(f.MaxBufferedRequests)
+	m.ScalingSchedules = schedulesState(f.ScalingSchedules, &resp.Diagnostics)
 	env := deref(f.EnvVars)
 	if env == nil {
 		env = map[string]string{}

@@ -3,16 +3,13 @@ package controller
 import (
 	"fmt"
 	"testing"
-	"time"
 
 	amqp "github.com/rabbitmq/amqp091-go"
-	appsv1 "k8s.io/api/apps/v1"
 	corev1 "k8s.io/api/core/v1"
 	"k8s.io/utils/ptr"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	slessv1 "github.com/kube5s/sless/pkg/apis/sless/v1alpha1"
-	"github.com/kube5s/sless/pkg/testenv"
 	"github.com/kube5s/sless/services/operator/internal/autoscale"
 	"github.com/kube5s/sless/services/operator/internal/resources"
 )
@@ -33,14 +30,7 @@ func TestAQueueBacklogWakesAVersionAtZero(t *testing.T) {
 	})
 	h.markAvailable(t, ns, "drainer")
 	h.waitReady(t, fn)
-	state := func() (int32, *slessv1.ServingVersion, string) {
-		var d appsv1.Deployment
-		if err := h.c.Get(t.Context(), client.ObjectKey{Namespace: ns, Name: resources.VersionWorkloadName("drainer", 1)}, &d); err != nil {
-			return -1, nil, err.Error()
-		}
-		h.get(t, fn)
-		return *d.Spec.Replicas, servingEntry(fn, 1), fmt.Sprintf("deployment replicas %d, status.serving %+v", *d.Spec.Replicas, fn.Status.Serving)
-	}
+	state := func() (int32, *slessv1.ServingVersion, string) { return h.scaled(t, fn) }
 	show := func() string { _, _, s := state(); return s }
 	h.eventuallyShow(t, "zero replicas after the scale-down delay", func() bool {
 		n, e, _ := state()
@@ -75,17 +65,16 @@ func TestAQueueBacklogWakesAVersionAtZero(t *testing.T) {
 	// 20 messages over the drain factor of 10 are 2 calls: 3 replicas of
 	// 0.7. The broker refreshes its numbers every 5 s, the poller reads
 	// them every 5 s.
-	within := 30 * time.Second
-	testenv.Eventually(t, within, "the backlog to wake the version and grow it to 3 replicas", func() (bool, string) {
-		n, e, saw := state()
-		return n == 3 && e != nil && !e.Idle, saw
-	})
+	h.eventuallyShow(t, "the backlog to wake the version and grow it to 3 replicas", func() bool {
+		n, e, _ := state()
+		return n == 3 && e != nil && !e.Idle
+	}, show)
 
 	if _, err := ch.QueuePurge("orders", false); err != nil {
 		t.Fatal(err)
 	}
-	testenv.Eventually(t, within, "zero again once the queue is empty", func() (bool, string) {
-		n, e, saw := state()
-		return n == 0 && e != nil && e.Idle, saw
-	})
+	h.eventuallyShow(t, "zero again once the queue is empty", func() bool {
+		n, e, _ := state()
+		return n == 0 && e != nil && e.Idle
+	}, show)
 }

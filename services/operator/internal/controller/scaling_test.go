@@ -115,19 +115,25 @@ func (h *harness) reportLoad(t *testing.T, ns, name string, inFlight float64) (s
 	return func() { close(done); <-ended }
 }
 
-// firstVersion reads version 1 of fn: its Deployment's replicas, its
-// scaling reason in status.serving, and both as text for a failure.
-func (h *harness) firstVersion(t *testing.T, fn *slessv1.Function) (int32, string, string) {
+// scaled reads version 1 of fn: its Deployment's replicas, its entry in
+// status.serving (fn is read again; nil when it serves nothing) and a
+// line saying both, for a wait's failure.
+func (h *harness) scaled(t *testing.T, fn *slessv1.Function) (int32, *slessv1.ServingVersion, string) {
+	t.Helper()
 	var d appsv1.Deployment
 	if err := h.c.Get(t.Context(), client.ObjectKey{Namespace: fn.Namespace, Name: resources.VersionWorkloadName(fn.Name, 1)}, &d); err != nil {
-		return -1, "", err.Error()
+		return -1, nil, err.Error()
 	}
 	h.get(t, fn)
-	var reason string
-	if e := servingEntry(fn, 1); e != nil {
-		reason = e.ScalingReason
+	return *d.Spec.Replicas, servingEntry(fn, 1), fmt.Sprintf("deployment replicas %d, status.serving %+v", *d.Spec.Replicas, fn.Status.Serving)
+}
+
+// scalingReason is e's scaling reason; "" when e is nil.
+func scalingReason(e *slessv1.ServingVersion) string {
+	if e == nil {
+		return ""
 	}
-	return *d.Spec.Replicas, reason, fmt.Sprintf("deployment replicas %d, status.serving %+v", *d.Spec.Replicas, fn.Status.Serving)
+	return e.ScalingReason
 }
 
 func servingEntry(fn *slessv1.Function, n int32) *slessv1.ServingVersion {
@@ -246,7 +252,10 @@ func TestACronTriggerPreWarmsAVersionAtZero(t *testing.T) {
 	})
 	h.markAvailable(t, ns, "cronned")
 	h.waitReady(t, fn)
-	state := func() (int32, string, string) { return h.firstVersion(t, fn) }
+	state := func() (int32, string, string) {
+		n, e, saw := h.scaled(t, fn)
+		return n, scalingReason(e), saw
+	}
 	show := func() string { _, _, s := state(); return s }
 	is := func(replicas int32, reason autoscale.Reason) func() bool {
 		return func() bool { n, r, _ := state(); return n == replicas && r == string(reason) }
@@ -296,8 +305,8 @@ func TestAFiresFloorLastsUntilItsCallEnded(t *testing.T) {
 	h.markAvailable(t, ns, "long")
 	h.waitReady(t, fn)
 	state := func() (int32, string, string) {
-		n, r, saw := h.firstVersion(t, fn)
-		return n, r, "at " + time.Now().Format(time.TimeOnly) + ": " + saw
+		n, e, saw := h.scaled(t, fn)
+		return n, scalingReason(e), "at " + time.Now().Format(time.TimeOnly) + ": " + saw
 	}
 	byClock := func(what string, within time.Duration, replicas int32, reason autoscale.Reason) {
 		t.Helper()

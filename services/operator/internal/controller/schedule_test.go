@@ -1,16 +1,12 @@
 package controller
 
 import (
-	"fmt"
 	"testing"
 
-	appsv1 "k8s.io/api/apps/v1"
 	"k8s.io/utils/ptr"
-	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	slessv1 "github.com/kube5s/sless/pkg/apis/sless/v1alpha1"
 	"github.com/kube5s/sless/services/operator/internal/autoscale"
-	"github.com/kube5s/sless/services/operator/internal/resources"
 )
 
 // TestAScheduleHoldsAFloor: a function at minReplicas 0 with a schedule
@@ -28,16 +24,8 @@ func TestAScheduleHoldsAFloor(t *testing.T) {
 	h.markAvailable(t, ns, "office")
 	h.waitReady(t, fn)
 	state := func() (int32, string, string) {
-		var d appsv1.Deployment
-		if err := h.c.Get(t.Context(), client.ObjectKey{Namespace: ns, Name: resources.VersionWorkloadName("office", 1)}, &d); err != nil {
-			return -1, "", err.Error()
-		}
-		h.get(t, fn)
-		var reason string
-		if e := servingEntry(fn, 1); e != nil {
-			reason = e.ScalingReason
-		}
-		return *d.Spec.Replicas, reason, fmt.Sprintf("deployment replicas %d, status.serving %+v", *d.Spec.Replicas, fn.Status.Serving)
+		n, e, saw := h.scaled(t, fn)
+		return n, scalingReason(e), saw
 	}
 	show := func() string { _, _, s := state(); return s }
 	is := func(replicas int32, reason autoscale.Reason) func() bool {
