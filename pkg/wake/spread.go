@@ -42,7 +42,9 @@ func (w *Waker) Take(ctx context.Context, fn *slessv1.Function, c versionpick.Ch
 	if w == nil {
 		return c.Endpoint, func() {}
 	}
+	// fn is read here only: a held call outlives the caller's copy.
 	k := loadreport.Key{Namespace: fn.Namespace, Function: fn.Name, Version: c.Number}
+	tenant := fn.Namespace
 	perReplica := fn.Spec.Concurrency
 	if perReplica < 1 {
 		perReplica = 1
@@ -57,14 +59,14 @@ func (w *Waker) Take(ctx context.Context, fn *slessv1.Function, c versionpick.Ch
 		endpoint, done, freed := w.spread.take(k, c, perReplica, force)
 		if done != nil {
 			if held {
-				w.unhold(k, fn.Namespace)
+				w.unhold(k, tenant)
 				tick.Stop()
 				deadline.Stop()
 			}
 			return endpoint, done
 		}
 		if !held {
-			if !w.hold(k, fn.Namespace, maxBuffered) {
+			if !w.hold(k, tenant, maxBuffered) {
 				force = true
 				continue
 			}

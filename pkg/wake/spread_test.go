@@ -45,6 +45,7 @@ type taken struct {
 }
 
 func takeAsync(w *Waker, fn *slessv1.Function, c versionpick.Choice, hold time.Duration) <-chan taken {
+	fn = fn.DeepCopy() // the test updates its own copy meanwhile
 	out := make(chan taken, 1)
 	go func() {
 		ep, done := w.Take(context.Background(), fn, c, 10, hold)
