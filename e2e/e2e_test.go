@@ -46,6 +46,7 @@ type platform struct {
 	pgid  int           // make dev's process group
 	logs  func() string // what make dev printed so far
 	run   string        // the marker every process of this make dev inherits (runMarker)
+	ops   int           // the first of the services' ops ports: gateway, builder, operator, invoker, scheduler
 	stop  func()        // Ctrl-C, as a terminal sends it, and wait for make dev to end
 }
 
@@ -184,13 +185,26 @@ func startPlatform(t testing.TB) *platform {
 	u.Path = "/" + db
 	output := func() string { mu.Lock(); defer mu.Unlock(); return logs.String() }
 	return &platform{db: u.String(), base: rd.Gateway, admin: rd.AdminToken, state: state, amqp: vhost, store: store,
-		pgid: cmd.Process.Pid, logs: output, run: run, stop: stop}
+		pgid: cmd.Process.Pid, logs: output, run: run, ops: opsBase, stop: stop}
 }
 
 // killService SIGKILLs the platform process whose command is bin/<name>
 // (in make dev's process group), as a crash would end it.
-func (p *platform) killService(t *testing.T, name string) int {
+func (p *platform) killService(t testing.TB, name string) int {
 	t.Helper()
+	pid := p.servicePID(name)
+	if pid == 0 {
+		t.Fatalf("no %s process in make dev's process group %d", name, p.pgid)
+	}
+	if err := syscall.Kill(pid, syscall.SIGKILL); err != nil {
+		t.Fatalf("kill %s (%d): %v", name, pid, err)
+	}
+	return pid
+}
+
+// servicePID is the PID of the platform process whose command is
+// bin/<name> in make dev's process group, or 0 when none runs.
+func (p *platform) servicePID(name string) int {
 	dirs, _ := os.ReadDir("/proc")
 	for _, d := range dirs {
 		pid, err := strconv.Atoi(d.Name())
@@ -204,12 +218,8 @@ func (p *platform) killService(t *testing.T, name string) int {
 		if pgid, err := syscall.Getpgid(pid); err != nil || pgid != p.pgid {
 			continue
 		}
-		if err := syscall.Kill(pid, syscall.SIGKILL); err != nil {
-			t.Fatalf("kill %s (%d): %v", name, pid, err)
-		}
 		return pid
 	}
-	t.Fatalf("no %s process in make dev's process group %d", name, p.pgid)
 	return 0
 }
 
