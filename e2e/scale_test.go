@@ -21,6 +21,8 @@ import (
 	"time"
 
 	"github.com/jackc/pgx/v5"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/runtime/schema"
 	"k8s.io/client-go/rest"
 	"k8s.io/client-go/tools/clientcmd"
 	"sigs.k8s.io/controller-runtime/pkg/client"
@@ -116,6 +118,7 @@ type scaleRow struct {
 	restRate, restLists, restWatches, others float64
 	listsBy                                  map[string]float64
 	operatorSettle                           time.Duration
+	fnBytes, fnFieldBytes                    int // one Function as JSON, and its managedFields
 }
 
 func newScaleRun(b *testing.B, p *platform) *scaleRun {
@@ -233,8 +236,18 @@ func (s *scaleRun) grow(b *testing.B, n int) scaleRow {
 	}
 	row.invoke = s.invokeP50(b, 30)
 	row.vhostCreate = s.vhostCreate(b, 3)
-	s.broker(b, &row)
+	// The queue triggers' consumers start after their triggers are
+	// reconciled: wait (bounded) until each has its connection.
+	for deadline := time.Now().Add(2 * time.Minute); ; {
+		s.broker(b, &row)
+		if row.invokerConns >= s.queues || time.Now().After(deadline) {
+			break
+		}
+		time.Sleep(time.Second) // polling the management API, a second apart
+	}
 	row.rss = s.rss()
+	row.fnBytes, row.fnFieldBytes = s.functionBytes(b, s.tenant(0), "f1")
+	row.objects = s.countObjects(b)
 	s.apiAtRest(b, &row)
 	return row
 }
@@ -310,6 +323,19 @@ func (s *scaleRun) change(ctx context.Context, tenant, fn string) (time.Duration
 	}
 	at, err := s.seen.wait(ctx, "function/"+tenant+"/"+fn, cur.Generation+1, time.Minute)
 	return at.Sub(t0), err
+}
+
+// functionBytes is the size of one Function as the API server sends it
+// (JSON), and of its managedFields, which every watch cache holds unless
+// it drops them.
+func (s *scaleRun) functionBytes(b *testing.B, tenant, fn string) (int, int) {
+	var f slessv1.Function
+	if err := s.kube.Get(context.Background(), client.ObjectKey{Namespace: s.namespace(tenant), Name: fn}, &f); err != nil {
+		b.Fatal(err)
+	}
+	all, _ := json.Marshal(&f)
+	fields, _ := json.Marshal(f.ManagedFields)
+	return len(all), len(fields)
 }
 
 // namespace is a tenant's namespace, as its Tenant's status names it.
@@ -466,12 +492,6 @@ func (s *scaleRun) apiAtRest(b *testing.B, row *scaleRow) {
 	before := s.apiMetrics(b)
 	time.Sleep(*scaleRest) // the measurement window itself
 	after := s.apiMetrics(b)
-	row.objects = map[string]int64{}
-	for _, m := range after {
-		if m.name == "apiserver_storage_objects" || m.name == "apiserver_resource_objects" {
-			row.objects[m.labels["resource"]] = int64(m.value)
-		}
-	}
 	row.listsBy = map[string]float64{}
 	secs := scaleRest.Seconds()
 	for k, m := range after {
@@ -493,6 +513,27 @@ func (s *scaleRun) apiAtRest(b *testing.B, row *scaleRow) {
 			row.others += d
 		}
 	}
+}
+
+// countObjects counts the API server's objects of the kinds the
+// platform makes, by listing their metadata (before the window at rest).
+func (s *scaleRun) countObjects(b *testing.B) map[string]int64 {
+	out := map[string]int64{}
+	for _, k := range []struct{ res, group, version, kind string }{
+		{"namespaces", "", "v1", "Namespace"}, {"secrets", "", "v1", "Secret"}, {"resourcequotas", "", "v1", "ResourceQuota"},
+		{"networkpolicies", "networking.k8s.io", "v1", "NetworkPolicy"}, {"events", "", "v1", "Event"},
+		{"functions", slessv1.GroupVersion.Group, slessv1.GroupVersion.Version, "Function"},
+		{"tenants", slessv1.GroupVersion.Group, slessv1.GroupVersion.Version, "Tenant"},
+		{"triggers", slessv1.GroupVersion.Group, slessv1.GroupVersion.Version, "Trigger"},
+	} {
+		l := &metav1.PartialObjectMetadataList{}
+		l.SetGroupVersionKind(schema.GroupVersionKind{Group: k.group, Version: k.version, Kind: k.kind + "List"})
+		if err := s.kube.List(context.Background(), l); err != nil {
+			b.Fatalf("count %s: %v", k.res, err)
+		}
+		out[k.res] = int64(len(l.Items))
+	}
+	return out
 }
 
 type sample struct {
@@ -742,9 +783,10 @@ func (s *scaleRun) print(b *testing.B, rows []scaleRow) {
 	line("broker: memory (MiB)", func(r scaleRow) string { return fmt.Sprintf("%d", r.brokerMem>>20) })
 	line("broker: create one vhost (ms)", func(r scaleRow) string { return fmt.Sprintf("%.0f", ms(r.vhostCreate)) })
 	line("invoker: connections into tenant vhosts", func(r scaleRow) string { return strconv.Itoa(r.invokerConns) })
-	for _, res := range []string{"namespaces", "functions.sless.dev", "tenants.sless.dev", "triggers.sless.dev", "secrets", "resourcequotas", "networkpolicies", "events"} {
+	for _, res := range []string{"namespaces", "functions", "tenants", "triggers", "secrets", "resourcequotas", "networkpolicies", "events"} {
 		line("API objects: "+res, func(r scaleRow) string { return objects(r.objects, res) })
 	}
+	line("one Function as JSON / its managedFields (B)", func(r scaleRow) string { return fmt.Sprintf("%d/%d", r.fnBytes, r.fnFieldBytes) })
 	line("API requests/s at rest: all", func(r scaleRow) string { return fmt.Sprintf("%.2f", r.restRate) })
 	line("API requests/s at rest: LIST", func(r scaleRow) string { return fmt.Sprintf("%.2f", r.restLists) })
 	line("API requests/s at rest: other (GET/PUT...)", func(r scaleRow) string { return fmt.Sprintf("%.2f", r.others) })
