@@ -2,13 +2,9 @@ package service
 
 import (
 	"context"
-	"fmt"
 	"io"
 	"testing"
-	"time"
 
-	corev1 "k8s.io/api/core/v1"
-	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"sigs.k8s.io/controller-runtime/pkg/cache"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
@@ -31,23 +27,11 @@ func TestKubeWatchingKeepsNoManagedFields(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	ns := &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: "fields"}}
-	if err := c.Create(ctx, ns); err != nil {
-		t.Fatal(err)
-	}
-	fn := &slessv1.Function{ObjectMeta: metav1.ObjectMeta{Name: "f", Namespace: ns.Name},
-		Spec: slessv1.FunctionSpec{Runtime: slessv1.RuntimePython311, Entrypoint: "main.handler"}}
-	if err := c.Create(ctx, fn); err != nil {
-		t.Fatal(err)
-	}
-	if len(fn.ManagedFields) == 0 {
-		t.Fatal("the API server sent no managedFields with the Function: nothing to drop")
-	}
 	svc, err := New(ctx, "probe", Common{LogLevel: "error", OpsAddr: "127.0.0.1:0"}, func(string) string { return "" }, io.Discard)
 	if err != nil {
 		t.Fatal(err)
 	}
-	_, watch, synced, err := svc.KubeWatching(ctx, kube.Config, map[client.Object]cache.ByObject{&slessv1.Function{}: {}})
+	_, watch, _, err := svc.KubeWatching(ctx, kube.Config, map[client.Object]cache.ByObject{&slessv1.Function{}: {}})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -55,15 +39,5 @@ func TestKubeWatchingKeepsNoManagedFields(t *testing.T) {
 	done := make(chan error, 1)
 	go func() { done <- svc.Run(runCtx) }()
 	t.Cleanup(func() { stop(); <-done })
-	if !synced(ctx) {
-		t.Fatal("the watch cache did not sync")
-	}
-	var cached slessv1.Function
-	testenv.Eventually(t, time.Minute, "the Function in the cache", func() (bool, string) {
-		err := watch.Get(ctx, client.ObjectKeyFromObject(fn), &cached)
-		return err == nil, fmt.Sprint(err)
-	})
-	if n := len(cached.ManagedFields); n != 0 {
-		t.Errorf("the cached Function keeps %d managedFields entries", n)
-	}
+	testenv.CheckCacheKeepsNoManagedFields(t, c, watch)
 }
