@@ -29,6 +29,7 @@ import (
 
 	slessv1 "github.com/kube5s/sless/pkg/apis/sless/v1alpha1"
 	slessclient "github.com/kube5s/sless/pkg/client"
+	"github.com/kube5s/sless/pkg/loadgen"
 	"github.com/kube5s/sless/pkg/tenantns"
 	"github.com/kube5s/sless/pkg/testenv"
 )
@@ -98,6 +99,7 @@ type scaleRun struct {
 	rest   *rest.Config
 	seen   *reconciled
 	warm   struct{ tenant, fn, token string }
+	mgmt   struct{ endpoint, user, password string } // the broker's management API
 
 	tenants, functions, queues, crons int
 	out                               strings.Builder
@@ -139,6 +141,7 @@ func newScaleRun(b *testing.B, p *platform) *scaleRun {
 		b.Fatal(err)
 	}
 	s := &scaleRun{b: b, p: p, prefix: testenv.Name("sc")[:8] + "-", admin: admin, kube: kube, rest: cfg, seen: newReconciled()}
+	s.mgmt.endpoint, s.mgmt.user, s.mgmt.password = testenv.RabbitManagement(b)
 	// The tenants' vhosts and users outlive the platform on the shared
 	// broker: deleted once make dev stopped (its operator would make them
 	// again), a few at a time.
@@ -366,11 +369,11 @@ func (s *scaleRun) vhostCreate(b *testing.B, n int) time.Duration {
 	for i := range n {
 		v := fmt.Sprintf("%sprobe-%d-%d", s.prefix, s.tenants, i)
 		t0 := time.Now()
-		if _, err := brokerAPI(http.MethodPut, "/api/vhosts/"+url.PathEscape(v)); err != nil {
+		if _, err := s.brokerAPI(http.MethodPut, "/api/vhosts/"+url.PathEscape(v)); err != nil {
 			b.Fatal(err)
 		}
 		ds = append(ds, time.Since(t0))
-		if _, err := brokerAPI(http.MethodDelete, "/api/vhosts/"+url.PathEscape(v)); err != nil {
+		if _, err := s.brokerAPI(http.MethodDelete, "/api/vhosts/"+url.PathEscape(v)); err != nil {
 			b.Fatal(err)
 		}
 	}
@@ -393,7 +396,7 @@ func (s *scaleRun) broker(b *testing.B, row *scaleRow) {
 	}
 	for path, v := range map[string]any{"/api/overview": &overview, "/api/nodes?columns=mem_used": &nodes,
 		"/api/vhosts?columns=name": &vhosts, "/api/connections?columns=vhost": &conns} {
-		body, err := brokerAPI(http.MethodGet, path)
+		body, err := s.brokerAPI(http.MethodGet, path)
 		if err == nil {
 			err = json.Unmarshal(body, v)
 		}
@@ -419,13 +422,12 @@ func (s *scaleRun) broker(b *testing.B, row *scaleRow) {
 }
 
 // brokerAPI asks the broker's management API as the test broker's user.
-func brokerAPI(method, path string) ([]byte, error) {
-	endpoint, user, password := testBrokerManagement()
-	req, err := http.NewRequest(method, endpoint+path, nil)
+func (s *scaleRun) brokerAPI(method, path string) ([]byte, error) {
+	req, err := http.NewRequest(method, s.mgmt.endpoint+path, nil)
 	if err != nil {
 		return nil, err
 	}
-	req.SetBasicAuth(user, password)
+	req.SetBasicAuth(s.mgmt.user, s.mgmt.password)
 	resp, err := http.DefaultClient.Do(req)
 	if err != nil {
 		return nil, err
@@ -436,19 +438,6 @@ func brokerAPI(method, path string) ([]byte, error) {
 		return nil, fmt.Errorf("%s %s: %s %s", method, path, resp.Status, body)
 	}
 	return body, err
-}
-
-func testBrokerManagement() (endpoint, user, password string) {
-	endpoint = os.Getenv("SLESS_TEST_RABBITMQ_MANAGEMENT_URL")
-	if endpoint == "" {
-		endpoint = "http://127.0.0.1:15672"
-	}
-	user, password = "guest", "guest"
-	if u, err := url.Parse(os.Getenv("SLESS_TEST_RABBITMQ_URL")); err == nil && u.User != nil {
-		user = u.User.Username()
-		password, _ = u.User.Password()
-	}
-	return endpoint, user, password
 }
 
 // rss reads the resident memory of the five services, etcd and the API
@@ -835,13 +824,9 @@ func loadavg() string {
 
 func ms(d time.Duration) float64 { return float64(d) / float64(time.Millisecond) }
 
-func percentile(ds []time.Duration, p int) time.Duration {
-	if len(ds) == 0 {
-		return 0
-	}
-	s := slices.Clone(ds)
-	slices.Sort(s)
-	return s[min(len(s)-1, (len(s)*p+99)/100-1)]
+// percentile is loadgen's percentile of ds.
+func percentile(ds []time.Duration, p float64) time.Duration {
+	return loadgen.Merge(loadgen.Result{Latencies: ds}, loadgen.Result{}).Percentile(p)
 }
 
 func p5099(ds []time.Duration) string {
