@@ -231,7 +231,7 @@ func (s *scaleRun) grow(b *testing.B, n int) scaleRow {
 			b.Fatal(err)
 		}
 		row.change = append(row.change, d)
-		d, err = s.createFunction(ctx, tenant, fmt.Sprintf("late%d", n+i))
+		d, err = s.createFunction(ctx, tenant, fmt.Sprintf("late-%d-%d", n, i))
 		if err != nil {
 			b.Fatal(err)
 		}
@@ -405,6 +405,7 @@ func (s *scaleRun) broker(b *testing.B, row *scaleRow) {
 		}
 	}
 	mine := slessv1.BrokerVhostFor(s.prefix)
+	row.vhosts, row.invokerConns = 0, 0 // read again until the consumers are in
 	row.conns, row.channels = overview.ObjectTotals.Connections, overview.ObjectTotals.Channels
 	if len(nodes) > 0 {
 		row.brokerMem = nodes[0].MemUsed
