@@ -105,6 +105,18 @@ bench: deps ## run the benchmarks: one table of every ratio against its budget; 
 	(cd pkg && go run ./loadgen/benchtable $$results) || status=1; \
 	exit $$status
 
+.PHONY: bench-scale
+# Not part of make test or make bench: grows one make dev platform to each
+# step of SCALE_STEPS tenants (10 functions each, at rest) and prints the
+# growth table of docs/scale.md; SCALE_ROWS invocation rows (COPY) time
+# the history list and the retention sweep (0 skips them).
+SCALE_STEPS ?= 100,300,1000
+SCALE_ROWS ?= 1000000
+bench-scale: deps ## grow a make dev platform to 100, 300, 1000 tenants and print the growth table (SCALE_STEPS, SCALE_ROWS)
+	@$(DEPS_ENV); echo "load average at start: $$(cut -d' ' -f1-3 /proc/loadavg), $$(nproc) CPUs"; \
+	cd e2e && go test -run '^$$' -bench '^BenchmarkScale$$' -benchtime 1x -timeout 90m . \
+		-args -scale.steps=$(SCALE_STEPS) -scale.rows=$(SCALE_ROWS) $(SCALE_ARGS)
+
 .PHONY: generate
 generate: ## regenerate deepcopy code, CRD manifests (also into the Helm chart), the OpenAPI document and the Go client
 	@cd pkg && go tool controller-gen object paths=./apis/sless/v1alpha1/... \

@@ -46,8 +46,8 @@ type platform struct {
 	pgid  int           // make dev's process group
 	logs  func() string // what make dev printed so far
 	run   string        // the marker every process of this make dev inherits (runMarker)
+	ops   int           // the first of the services' ops ports: gateway, builder, operator, invoker, scheduler
 	stop  func()        // Ctrl-C, as a terminal sends it, and wait for make dev to end
-	ops   int           // the first of make dev's ops ports: the gateway's (metrics)
 }
 
 // runMarker is the environment variable that startPlatform gives make dev
@@ -190,15 +190,28 @@ func startPlatform(t testing.TB) *platform {
 
 // killService SIGKILLs the platform process whose command is bin/<name>
 // (in make dev's process group), as a crash would end it.
-func (p *platform) killService(t *testing.T, name string) int {
+func (p *platform) killService(t testing.TB, name string) int {
 	t.Helper()
 	return p.signalService(t, name, syscall.SIGKILL)
 }
 
 // signalService sends sig to the platform process whose command is
 // bin/<name> (in make dev's process group) and returns its pid.
-func (p *platform) signalService(t *testing.T, name string, sig syscall.Signal) int {
+func (p *platform) signalService(t testing.TB, name string, sig syscall.Signal) int {
 	t.Helper()
+	pid := p.servicePID(name)
+	if pid == 0 {
+		t.Fatalf("no %s process in make dev's process group %d", name, p.pgid)
+	}
+	if err := syscall.Kill(pid, sig); err != nil {
+		t.Fatalf("signal %s (%d) %v: %v", name, pid, sig, err)
+	}
+	return pid
+}
+
+// servicePID is the PID of the platform process whose command is
+// bin/<name> in make dev's process group, or 0 when none runs.
+func (p *platform) servicePID(name string) int {
 	dirs, _ := os.ReadDir("/proc")
 	for _, d := range dirs {
 		pid, err := strconv.Atoi(d.Name())
@@ -212,12 +225,8 @@ func (p *platform) signalService(t *testing.T, name string, sig syscall.Signal) 
 		if pgid, err := syscall.Getpgid(pid); err != nil || pgid != p.pgid {
 			continue
 		}
-		if err := syscall.Kill(pid, sig); err != nil {
-			t.Fatalf("signal %s (%d) %v: %v", name, pid, sig, err)
-		}
 		return pid
 	}
-	t.Fatalf("no %s process in make dev's process group %d", name, p.pgid)
 	return 0
 }
 

@@ -12,7 +12,9 @@ import (
 	"k8s.io/client-go/kubernetes"
 	clientgoscheme "k8s.io/client-go/kubernetes/scheme"
 	"k8s.io/client-go/rest"
+	toolscache "k8s.io/client-go/tools/cache"
 	"k8s.io/client-go/tools/clientcmd"
+	"sigs.k8s.io/controller-runtime/pkg/cache"
 
 	slessv1 "github.com/kube5s/sless/pkg/apis/sless/v1alpha1"
 )
@@ -45,6 +47,16 @@ func Scheme() *runtime.Scheme {
 	}
 	return s
 }
+
+// CacheTransform is the default transform of every sless watch cache (the
+// operator's manager and the services' KubeWatching): it drops each
+// object's managedFields, which no reader uses (server-side apply does not
+// need them in the request) and which are a large part of every cached
+// Function, Trigger and Tenant: a Function written by the gateway and
+// the operator carries an entry per writer listing every field it set.
+// Each cache holds every object of its kinds, so this is paid per object
+// and per process (docs/scale.md).
+func CacheTransform() toolscache.TransformFunc { return cache.TransformStripManagedFields() }
 
 // Check returns a readiness check that asks the API server's /readyz.
 func Check(cfg *rest.Config) (func(context.Context) error, error) {

@@ -155,7 +155,7 @@ func (s *Service) KubeWatching(ctx context.Context, cfg *rest.Config, byObject m
 	if err != nil {
 		return nil, nil, nil, err
 	}
-	watch, err := cache.New(cfg, cache.Options{Scheme: scheme, ByObject: byObject})
+	watch, err := cache.New(cfg, cache.Options{Scheme: scheme, ByObject: byObject, DefaultTransform: kubeclient.CacheTransform()})
 	if err != nil {
 		return nil, nil, nil, fmt.Errorf("watch cache: %w", err)
 	}

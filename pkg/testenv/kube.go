@@ -140,6 +140,35 @@ func TenantNamespace(ctx context.Context, t testing.TB, c client.Client, tenant 
 	return ns.Name
 }
 
+// CheckCacheKeepsNoManagedFields creates a Function through c (in a
+// namespace of its own), which the API server returns with managedFields,
+// and checks that cached, a watch cache (kubeclient.CacheTransform), holds
+// it without them once it holds it.
+func CheckCacheKeepsNoManagedFields(t testing.TB, c client.Client, cached client.Reader) {
+	t.Helper()
+	ctx := t.Context()
+	ns := &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: Name("fields-")}}
+	if err := c.Create(ctx, ns); err != nil {
+		t.Fatal(err)
+	}
+	fn := &v1alpha1.Function{ObjectMeta: metav1.ObjectMeta{Name: "f", Namespace: ns.Name},
+		Spec: v1alpha1.FunctionSpec{Runtime: v1alpha1.RuntimePython311, Entrypoint: "main.handler"}}
+	if err := c.Create(ctx, fn); err != nil {
+		t.Fatal(err)
+	}
+	if len(fn.ManagedFields) == 0 {
+		t.Fatal("the API server sent no managedFields with the Function: nothing to drop")
+	}
+	var got v1alpha1.Function
+	Eventually(t, time.Minute, "the Function in the cache", func() (bool, string) {
+		err := cached.Get(ctx, client.ObjectKeyFromObject(fn), &got)
+		return err == nil, fmt.Sprint(err)
+	})
+	if n := len(got.ManagedFields); n != 0 {
+		t.Errorf("the cached Function keeps %d managedFields entries", n)
+	}
+}
+
 // tail keeps the last max bytes written to it.
 type tail struct {
 	mu  sync.Mutex

@@ -10,7 +10,6 @@ import (
 
 	"github.com/go-logr/logr"
 	ctrl "sigs.k8s.io/controller-runtime"
-	"sigs.k8s.io/controller-runtime/pkg/cache"
 	metricsserver "sigs.k8s.io/controller-runtime/pkg/metrics/server"
 
 	"github.com/kube5s/sless/pkg/health"
@@ -48,7 +47,7 @@ func run(ctx context.Context, getenv func(string) string, stdout io.Writer) erro
 		Logger:                  logr.FromSlogHandler(svc.Log.Handler()),
 		Metrics:                 metricsserver.Options{BindAddress: "0"}, // served on the ops port
 		HealthProbeBindAddress:  "0",
-		Cache:                   cache.Options{ByObject: controller.Watches()},
+		Cache:                   controller.CacheOptions(),
 		LeaderElection:          cfg.LeaderElect,
 		LeaderElectionID:        "sless-operator",
 		LeaderElectionNamespace: cfg.Namespace,

@@ -29,6 +29,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	slessv1 "github.com/kube5s/sless/pkg/apis/sless/v1alpha1"
+	"github.com/kube5s/sless/pkg/kubeclient"
 	"github.com/kube5s/sless/pkg/msg"
 	"github.com/kube5s/sless/pkg/tenantns"
 	"github.com/kube5s/sless/services/operator/internal/autoscale"
@@ -202,10 +203,12 @@ func patchStatus(ctx context.Context, c client.Client, obj, before client.Object
 	return c.Status().Patch(ctx, obj, client.MergeFromWithOptions(before, client.MergeFromWithOptimisticLock{}))
 }
 
-// Watches is the cache configuration the reconcilers need: Namespaces
-// only as far as they are tenant namespaces (pkg/tenantns).
-func Watches() map[client.Object]cache.ByObject {
-	return map[client.Object]cache.ByObject{&corev1.Namespace{}: tenantns.Watch()}
+// CacheOptions is the manager's cache configuration: Namespaces only as
+// far as they are tenant namespaces (pkg/tenantns), no object's
+// managedFields (kubeclient.CacheTransform).
+func CacheOptions() cache.Options {
+	return cache.Options{ByObject: map[client.Object]cache.ByObject{&corev1.Namespace{}: tenantns.Watch()},
+		DefaultTransform: kubeclient.CacheTransform()}
 }
 
 // inTenantNamespace reports whether namespace belongs to a tenant, by its

@@ -15,6 +15,7 @@ import (
 	ctrl "sigs.k8s.io/controller-runtime"
 	"sigs.k8s.io/controller-runtime/pkg/builder"
 	"sigs.k8s.io/controller-runtime/pkg/client"
+	"sigs.k8s.io/controller-runtime/pkg/controller"
 	"sigs.k8s.io/controller-runtime/pkg/controller/controllerutil"
 	"sigs.k8s.io/controller-runtime/pkg/event"
 	"sigs.k8s.io/controller-runtime/pkg/handler"
@@ -53,10 +54,22 @@ type BrokerAdmin interface {
 	RemoveTenant(ctx context.Context, a resources.BrokerAccount) error
 }
 
+// TenantWorkers is how many tenants are reconciled at once. A tenant's
+// reconcile mostly waits: on the API server (a server-side apply per
+// child) and on the broker's management API (vhost, user, permissions,
+// limits, policy: 5 calls, the vhost's creation slower the more vhosts
+// the broker has). One worker made tenants created together, and every
+// tenant after an operator restart, wait in line: make bench-scale
+// measured about 0.5 s per tenant on two shared cores, 8 minutes for
+// 1,000 (docs/scale.md). Reconciles of one tenant never overlap (the
+// work queue holds a key once); different tenants share nothing.
+const TenantWorkers = 4
+
 // SetupWithManager watches Tenants and the children they own.
 func (r *TenantReconciler) SetupWithManager(mgr ctrl.Manager) error {
 	return ctrl.NewControllerManagedBy(mgr).
 		For(&slessv1.Tenant{}).
+		WithOptions(controller.Options{MaxConcurrentReconciles: TenantWorkers}).
 		Owns(&corev1.Namespace{}).
 		Owns(&corev1.ResourceQuota{}).
 		Owns(&corev1.LimitRange{}).

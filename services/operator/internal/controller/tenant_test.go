@@ -2,19 +2,26 @@ package controller
 
 import (
 	"bytes"
+	"context"
+	"errors"
 	"slices"
+	"sync"
+	"sync/atomic"
 	"testing"
+	"time"
 
 	"github.com/google/go-cmp/cmp"
 	corev1 "k8s.io/api/core/v1"
 	networkingv1 "k8s.io/api/networking/v1"
 	"k8s.io/apimachinery/pkg/api/resource"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	ctrl "sigs.k8s.io/controller-runtime"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	slessv1 "github.com/kube5s/sless/pkg/apis/sless/v1alpha1"
 	"github.com/kube5s/sless/pkg/objstore"
 	"github.com/kube5s/sless/pkg/testenv"
+	"github.com/kube5s/sless/services/operator/internal/driver"
 	"github.com/kube5s/sless/services/operator/internal/resources"
 )
 
@@ -202,5 +209,71 @@ func TestQuotaPendingUntilCounted(t *testing.T) {
 	}
 	if msg := pending(); msg != "" {
 		t.Errorf("counted: %q", msg)
+	}
+}
+
+// meetingBroker is the real broker admin, but the first EnsureTenant
+// call waits (up to 30 s, then fails) until a second one has begun:
+// tenants reconciled one after another never meet.
+type meetingBroker struct {
+	BrokerAdmin
+	first, second chan struct{}
+	once, twice   sync.Once
+	met           atomic.Bool
+}
+
+func (b *meetingBroker) EnsureTenant(ctx context.Context, a resources.BrokerAccount) error {
+	first := false
+	b.once.Do(func() { first = true; close(b.first) })
+	if !first {
+		b.twice.Do(func() { close(b.second) })
+		return b.BrokerAdmin.EnsureTenant(ctx, a)
+	}
+	select {
+	case <-b.second:
+		b.met.Store(true)
+	case <-time.After(30 * time.Second):
+		return errors.New("no other tenant's broker account was made while this one's waited")
+	case <-ctx.Done():
+		return ctx.Err()
+	}
+	return b.BrokerAdmin.EnsureTenant(ctx, a)
+}
+
+// TestTenantsAreProvisionedSideBySide: a tenant's reconcile waits on the
+// broker's management API (a vhost, a user, permissions, limits), so
+// tenants created together, or all of them after an operator restart,
+// are reconciled by several workers (TenantWorkers), not one after
+// another: the second tenant's broker account is made while the
+// first's is still under way.
+func TestTenantsAreProvisionedSideBySide(t *testing.T) {
+	var mb *meetingBroker
+	h := newHarnessDeps(t, func(mgr ctrl.Manager) driver.Driver { return &driver.Kubernetes{Client: mgr.GetClient()} },
+		func(d *Deps) {
+			mb = &meetingBroker{BrokerAdmin: d.Broker, first: make(chan struct{}), second: make(chan struct{})}
+			d.Broker = mb
+		})
+	var tenants []*slessv1.Tenant
+	for range 2 {
+		tn := &slessv1.Tenant{ObjectMeta: metav1.ObjectMeta{Name: testenv.Name("t")}}
+		h.ownTenant(tn.Name)
+		if err := h.c.Create(t.Context(), tn); err != nil {
+			t.Fatal(err)
+		}
+		tenants = append(tenants, tn)
+	}
+	// One worker: the first waits its 30 s out and fails, the second
+	// goes next, the first's retry after it; both end Ready, unmet.
+	h.eventually(t, "both tenants Ready", func() bool {
+		for _, tn := range tenants {
+			h.get(t, tn)
+			if tn.Status.Phase != slessv1.TenantReady {
+				return false
+			}
+		}
+		return true
+	})
+	if !mb.met.Load() {
+		t.Fatal("the two tenants' broker accounts were made one after another")
 	}
 }
