@@ -139,6 +139,27 @@ func (u *tenantUser) invocation(ctx context.Context, t *testing.T, what, query s
 	return found
 }
 
+// broker connects to the tenant's broker account (once the platform has
+// made it) and opens a channel; the caller closes the connection.
+func (u *tenantUser) broker(ctx context.Context, t *testing.T) (*amqp.Connection, *amqp.Channel) {
+	t.Helper()
+	var broker struct{ URL string }
+	waitFor(ctx, t, time.Minute, "the tenant's broker account", func() (bool, string) {
+		_, err := getJSON(u.url("/broker"), u.tok, &broker)
+		return err == nil && broker.URL != "", fmt.Sprint(err)
+	})
+	conn, err := amqp.Dial(broker.URL)
+	if err != nil {
+		t.Fatalf("the tenant's broker URL: %v", err)
+	}
+	ch, err := conn.Channel()
+	if err != nil {
+		conn.Close()
+		t.Fatal(err)
+	}
+	return conn, ch
+}
+
 // checkTriggers: a cron schedule and a queue trigger invoke the function,
 // and an async call with a callback delivers a signed result to the
 // callback's receiver (on the node's address, which egress.allowCIDRs
@@ -159,20 +180,8 @@ func checkTriggers(ctx context.Context, t *testing.T, u *tenantUser, fn string) 
 		`{"name":"orders","function":"`+fn+`","type":"queue","queue":{"queue":"orders"}}`); status != 201 {
 		t.Fatalf("queue trigger: %d %s", status, body)
 	}
-	var broker struct{ URL string }
-	waitFor(ctx, t, time.Minute, "the tenant's broker account", func() (bool, string) {
-		_, err := getJSON(u.url("/broker"), u.tok, &broker)
-		return err == nil && broker.URL != "", fmt.Sprint(err)
-	})
-	conn, err := amqp.Dial(broker.URL)
-	if err != nil {
-		t.Fatalf("the tenant's broker URL: %v", err)
-	}
+	conn, ch := u.broker(ctx, t)
 	defer conn.Close()
-	ch, err := conn.Channel()
-	if err != nil {
-		t.Fatal(err)
-	}
 	waitFor(ctx, t, time.Minute, "the trigger's queue", func() (bool, string) {
 		// A passive declare on a channel of its own: a missing queue
 		// closes the channel.
@@ -501,19 +510,8 @@ func checkZero(ctx context.Context, t *testing.T, cs kubernetes.Interface, u *te
 	if before < 0 {
 		t.Fatal(saw)
 	}
-	var broker struct{ URL string }
-	if _, err := getJSON(u.url("/broker"), u.tok, &broker); err != nil {
-		t.Fatal(err)
-	}
-	conn, err := amqp.Dial(broker.URL)
-	if err != nil {
-		t.Fatalf("the tenant's broker URL: %v", err)
-	}
+	conn, ch := u.broker(ctx, t)
 	defer conn.Close()
-	ch, err := conn.Channel()
-	if err != nil {
-		t.Fatal(err)
-	}
 	const backlog = 5
 	start = time.Now()
 	for i := range backlog {
