@@ -2,7 +2,6 @@ package service
 
 import (
 	"context"
-	"io"
 	"testing"
 
 	"sigs.k8s.io/controller-runtime/pkg/cache"
@@ -27,10 +26,7 @@ func TestKubeWatchingKeepsNoManagedFields(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	svc, err := New(ctx, "probe", Common{LogLevel: "error", OpsAddr: "127.0.0.1:0"}, func(string) string { return "" }, io.Discard)
-	if err != nil {
-		t.Fatal(err)
-	}
+	svc := probeService(t)
 	_, watch, _, err := svc.KubeWatching(ctx, kube.Config, map[client.Object]cache.ByObject{&slessv1.Function{}: {}})
 	if err != nil {
 		t.Fatal(err)

@@ -1,8 +1,10 @@
 package service
 
 import (
+	"context"
 	"encoding/json"
 	"strings"
+	"sync"
 	"testing"
 
 	"k8s.io/klog/v2"
@@ -11,13 +13,32 @@ import (
 	"github.com/kube5s/sless/pkg/testenv"
 )
 
+var (
+	probeOnce sync.Once
+	probe     *Service
+	probeErr  error
+	probeLog  = &testenv.SyncBuffer{}
+)
+
+// probeService is this test binary's one Service, logging to probeLog:
+// New sets the process's loggers, and controller-runtime takes only the
+// first it is given, so the tests of this package share one.
+func probeService(t *testing.T) *Service {
+	t.Helper()
+	probeOnce.Do(func() {
+		probe, probeErr = New(context.Background(), "probe", Common{LogLevel: "info", OpsAddr: "127.0.0.1:0"}, func(string) string { return "" }, probeLog)
+	})
+	if probeErr != nil {
+		t.Fatal(probeErr)
+	}
+	return probe
+}
+
 // TestKubernetesLibrariesLogAsJSON: what controller-runtime and client-go
 // (klog) log lands in the service's JSON log, with the service's name.
 func TestKubernetesLibrariesLogAsJSON(t *testing.T) {
-	out := &testenv.SyncBuffer{}
-	if _, err := New(t.Context(), "probe", Common{LogLevel: "info"}, func(string) string { return "" }, out); err != nil {
-		t.Fatal(err)
-	}
+	probeService(t)
+	out := probeLog
 	ctrllog.Log.WithName("reconciler").Error(nil, "reconcile failed", "object", "acme/hello")
 	klog.InfoS("watch restarted", "resource", "functions")
 	klog.Flush()
