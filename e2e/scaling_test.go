@@ -233,7 +233,7 @@ func TestACronFireAtZeroWithPreWarmRunsWarm(t *testing.T) {
 	t.Logf("at zero at %s; watching the fire of %s", time.Now().Format(time.TimeOnly), fire.Format(time.TimeOnly))
 
 	var rec client.Invocation
-	testenv.Eventually(t, fire.Add(time.Minute).Sub(time.Now()), "the record of the fire's call", func() (bool, string) {
+	testenv.Eventually(t, time.Until(fire.Add(time.Minute)), "the record of the fire's call", func() (bool, string) {
 		all, err := client.Invocations(ctx, c, tenant, fn)
 		if err != nil {
 			return false, err.Error()

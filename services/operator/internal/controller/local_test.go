@@ -21,6 +21,7 @@ import (
 
 	slessv1 "github.com/kube5s/sless/pkg/apis/sless/v1alpha1"
 	"github.com/kube5s/sless/pkg/msg"
+	"github.com/kube5s/sless/pkg/testenv"
 	"github.com/kube5s/sless/runtimes/contract"
 	"github.com/kube5s/sless/services/operator/internal/driver"
 )
@@ -325,11 +326,13 @@ func TestLoadRunsSeveralLocalProcessesOfAVersion(t *testing.T) {
 	}
 	stop()
 
-	h.eventuallyShow(t, "one process after the load", func() bool {
+	// The burst put the scaler in panic mode, which holds the count for
+	// its stable window (60 s) after the last report.
+	testenv.Eventually(t, 3*time.Minute, "one process after the load", func() (bool, string) {
 		h.get(t, fn)
 		e := servingEntry(fn, 1)
-		return e != nil && e.ReadyReplicas == 1 && len(e.Endpoints) == 0
-	}, func() string { return functionStatus(fn) })
+		return e != nil && e.ReadyReplicas == 1 && len(e.Endpoints) == 0, functionStatus(fn)
+	})
 	gone := e.Endpoints[1]
 	if gone == servingEntry(fn, 1).Endpoint {
 		gone = e.Endpoints[0]
