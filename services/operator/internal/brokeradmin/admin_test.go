@@ -39,12 +39,8 @@ func TestTenantVhostIsBounded(t *testing.T) {
 		t.Fatalf("a second EnsureTenant: %v", err)
 	}
 
-	platform, err := url.Parse(testenv.RabbitURL(t))
-	if err != nil {
-		t.Fatal(err)
-	}
-	tenantURL := (&url.URL{Scheme: "amqp", User: url.UserPassword(acc.User, acc.Password), Host: platform.Host, Path: "/" + acc.Vhost}).String()
-	conn, err := amqp.Dial(tenantURL)
+	vhostURL := tenantURL(t, acc)
+	conn, err := amqp.Dial(vhostURL)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -95,7 +91,7 @@ func TestTenantVhostIsBounded(t *testing.T) {
 	}
 
 	// The second connection is the last one allowed.
-	second, err := amqp.Dial(tenantURL)
+	second, err := amqp.Dial(vhostURL)
 	if err != nil {
 		t.Fatalf("a second connection: %v", err)
 	}
@@ -103,7 +99,7 @@ func TestTenantVhostIsBounded(t *testing.T) {
 	// The broker counts connections a moment after it accepts them: ask
 	// again for a few seconds before calling the limit broken.
 	testenv.Eventually(t, 5*time.Second, "a third connection to a vhost limited to 2 to be refused", func() (bool, string) {
-		third, err := amqp.Dial(tenantURL)
+		third, err := amqp.Dial(vhostURL)
 		if err != nil {
 			return true, ""
 		}
@@ -143,11 +139,7 @@ func TestQueueDepthsCountUnacked(t *testing.T) {
 	if err := a.EnsureTenant(ctx, acc); err != nil {
 		t.Fatal(err)
 	}
-	platform, err := url.Parse(testenv.RabbitURL(t))
-	if err != nil {
-		t.Fatal(err)
-	}
-	conn, err := amqp.Dial((&url.URL{Scheme: "amqp", User: url.UserPassword(acc.User, acc.Password), Host: platform.Host, Path: "/" + acc.Vhost}).String())
+	conn, err := amqp.Dial(tenantURL(t, acc))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -196,4 +188,15 @@ func TestQueueDepthsCountUnacked(t *testing.T) {
 	if err != nil || len(none) != 0 {
 		t.Errorf("the depths of a vhost that does not exist: %v, %v; want none and no error", none, err)
 	}
+}
+
+// tenantURL is the AMQP URL of acc's vhost as acc's user on the test
+// broker.
+func tenantURL(t *testing.T, acc resources.BrokerAccount) string {
+	t.Helper()
+	platform, err := url.Parse(testenv.RabbitURL(t))
+	if err != nil {
+		t.Fatal(err)
+	}
+	return (&url.URL{Scheme: "amqp", User: url.UserPassword(acc.User, acc.Password), Host: platform.Host, Path: "/" + acc.Vhost}).String()
 }
