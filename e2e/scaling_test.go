@@ -395,12 +395,12 @@ func TestAGatewayStoppedWhileCallsWaitAnswersThem(t *testing.T) {
 	}
 }
 
-// busyApp answers after a second and a half with the runtime process
+// busyApp answers after three seconds with the runtime process
 // that ran it.
 const busyApp = `import os, time
 
 def handler(event, context):
-    time.sleep(1.5)
+    time.sleep(3)  # long enough that a burst on a loaded machine overlaps
     return {"pid": os.getppid()}  # the runtime process, whose workers run calls
 `
 
