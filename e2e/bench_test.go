@@ -23,6 +23,12 @@ import (
 // twice this many per side and round).
 const wakesPerSide = 3
 
+// fromZeroRounds is how many rounds a from-zero figure takes its median
+// of: a round's p50 comes from six starts a side, and one slow start on a
+// shared machine moves it by 0.2-0.4x; three rounds left the median of
+// one run at the mercy of one such round (docs/decisions.md).
+const fromZeroRounds = 5
+
 // BenchmarkWakeFromZero compares the first call of a version at zero,
 // through make dev's real gateway, operator and scaler (from the request
 // to its 200), with a bare spawn of the same runtime process polled until
@@ -154,7 +160,7 @@ func fromZeroAgainstBareSpawn(b *testing.B, what, side string, measure func() ti
 	}
 	bare, platform := sample(func() time.Duration { return bareSpawn(b, runtimes) }), sample(measure)
 	var p50s, p99s []float64
-	for i := range loadgen.Rounds(3) {
+	for i := range loadgen.Rounds(fromZeroRounds) {
 		r := loadgen.ABBA(i, bare, platform)
 		// Merge sorts the latencies, which Percentile needs.
 		bs, ps := loadgen.Merge(r[0], loadgen.Result{}), loadgen.Merge(r[1], loadgen.Result{})
