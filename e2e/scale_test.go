@@ -582,8 +582,8 @@ func parseMetrics(r io.Reader) map[string]sample {
 
 // opsMetrics reads a service's /metrics from its ops port (i: the
 // service's place in make dev's ops block).
-func (s *scaleRun) opsMetrics(i int) (map[string]sample, error) {
-	resp, err := http.Get(fmt.Sprintf("http://127.0.0.1:%d/metrics", s.p.ops+i))
+func (p *platform) opsMetrics(i int) (map[string]sample, error) {
+	resp, err := http.Get(fmt.Sprintf("http://127.0.0.1:%d/metrics", p.ops+i))
 	if err != nil {
 		return nil, err
 	}
@@ -591,7 +591,11 @@ func (s *scaleRun) opsMetrics(i int) (map[string]sample, error) {
 	return parseMetrics(resp.Body), nil
 }
 
-const opsOperator = 2 // make dev's ops ports: gateway, builder, operator, invoker, scheduler
+// make dev's ops ports: gateway, builder, operator, invoker, scheduler.
+const (
+	opsOperator = 2
+	opsInvoker  = 3
+)
 
 // restartOperator kills the operator (make dev starts it again a second
 // later) and returns the time from the kill until it is ready, has
@@ -602,7 +606,7 @@ func (s *scaleRun) restartOperator(b *testing.B) time.Duration {
 	want := float64(s.tenants + 1 + s.functions + 10 + s.queues + s.crons) // +1, +10: the warm tenant, the late functions
 	var settled time.Duration
 	testenv.Eventually(b, 15*time.Minute, "the restarted operator settled", func() (bool, string) {
-		m, err := s.opsMetrics(opsOperator)
+		m, err := s.p.opsMetrics(opsOperator)
 		if err != nil {
 			return false, err.Error()
 		}

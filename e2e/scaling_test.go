@@ -231,6 +231,7 @@ func TestACronFireAtZeroWithPreWarmRunsWarm(t *testing.T) {
 	})
 	fire := time.Now().Truncate(time.Minute).Add(time.Minute)
 	t.Logf("at zero at %s; watching the fire of %s", time.Now().Format(time.TimeOnly), fire.Format(time.TimeOnly))
+	hitsBefore, missesBefore := p.preWarmFires(t)
 
 	var rec client.Invocation
 	testenv.Eventually(t, time.Until(fire.Add(time.Minute)), "the record of the fire's call", func() (bool, string) {
@@ -259,6 +260,31 @@ func TestACronFireAtZeroWithPreWarmRunsWarm(t *testing.T) {
 	if rec.ColdStart {
 		t.Error("the fire's record says cold_start: the pre-warmed replica did not take it warm")
 	}
+	// The invoker counted the fire as a pre-warm hit.
+	if hits, misses := p.preWarmFires(t); hits != hitsBefore+1 || misses != missesBefore {
+		t.Errorf("sless_invoker_prewarm_fires_total: hits %v -> %v, misses %v -> %v; want one hit more, no miss", hitsBefore, hits, missesBefore, misses)
+	}
+}
+
+// preWarmFires reads the invoker's sless_invoker_prewarm_fires_total.
+func (p *platform) preWarmFires(t *testing.T) (hits, misses float64) {
+	t.Helper()
+	m, err := p.opsMetrics(opsInvoker)
+	if err != nil {
+		t.Fatalf("the invoker's metrics: %v", err)
+	}
+	for _, s := range m {
+		if s.name != "sless_invoker_prewarm_fires_total" {
+			continue
+		}
+		switch s.labels["result"] {
+		case "hit":
+			hits = s.value
+		case "miss":
+			misses = s.value
+		}
+	}
+	return hits, misses
 }
 
 // slowApp is a function whose every process takes 15 s to load: calls to

@@ -114,6 +114,10 @@ type InvocationRequested struct {
 	// ReplayOf is the invocation this one runs again (a replay of a kept
 	// request or of a dead letter); its record says so.
 	ReplayOf string `json:"replay_of,omitempty"`
+	// PreWarmed says a cron fire's trigger keeps a replica ready for it
+	// (cron.preWarmSeconds): the call finding its version at zero is a
+	// pre-warm miss, finding it ready a hit.
+	PreWarmed bool `json:"pre_warmed,omitempty"`
 }
 
 // HeaderFunctionVersion is the AMQP header that carries the version a

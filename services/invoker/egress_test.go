@@ -38,17 +38,7 @@ func (w *world) requestWithCallback(t *testing.T, id, function, cb string) {
 	t.Helper()
 	m := &msg.InvocationRequested{InvocationID: id, Tenant: w.tenant, Namespace: w.ns, Function: function, Trigger: msg.TriggerAsync,
 		Request: msg.Request{Method: "POST", Path: "/", Body: []byte("{}")}, CallbackURL: cb, MaxRetries: 3, EnqueuedAt: time.Now().UTC()}
-	p, err := rabbit.Encode(t.Context(), m)
-	if err != nil {
-		t.Fatal(err)
-	}
-	dc, err := w.pub.PublishWithDeferredConfirmWithContext(t.Context(), msg.Exchange, msg.RoutingKey(m), false, false, p)
-	if err != nil {
-		t.Fatal(err)
-	}
-	if ok, err := dc.WaitContext(t.Context()); err != nil || !ok {
-		t.Fatalf("publish %s not confirmed: %v", id, err)
-	}
+	w.publish(t, m)
 }
 
 // TestRedirectIsNotFollowed: a function that answers 307 Location: <another

@@ -237,6 +237,13 @@ func (w *world) requestFor(t *testing.T, tenant, id, function, path string, maxR
 	m := &msg.InvocationRequested{InvocationID: id, Tenant: tenant, Namespace: slessv1.NamespaceFor(tenant), Function: function, Trigger: msg.TriggerAsync,
 		Request:    msg.Request{Method: "POST", Path: path, Body: []byte(body), Headers: map[string][]string{"Content-Type": {"application/json"}}},
 		MaxRetries: maxRetries, EnqueuedAt: time.Now().UTC()}
+	w.publish(t, m)
+}
+
+// publish sends m as the gateway or the scheduler would, and waits for
+// the broker's confirm.
+func (w *world) publish(t *testing.T, m *msg.InvocationRequested) {
+	t.Helper()
 	p, err := rabbit.Encode(t.Context(), m)
 	if err != nil {
 		t.Fatal(err)
@@ -246,7 +253,7 @@ func (w *world) requestFor(t *testing.T, tenant, id, function, path string, maxR
 		t.Fatal(err)
 	}
 	if ok, err := dc.WaitContext(t.Context()); err != nil || !ok {
-		t.Fatalf("publish %s not confirmed: %v", id, err)
+		t.Fatalf("publish %s not confirmed: %v", m.InvocationID, err)
 	}
 }
 

@@ -113,7 +113,15 @@ func TestAQueuedCallWaitsForItsVersionToWake(t *testing.T) {
 		}
 		return false
 	})
-	w.request(t, "inv-sleepy", "sleepy", "/", 0, `{}`)
+	// A cron fire whose trigger pre-warms: finding its version at zero is
+	// a pre-warm miss.
+	fire := func(id string) {
+		t.Helper()
+		w.publish(t, &msg.InvocationRequested{InvocationID: id, Tenant: w.tenant, Namespace: w.ns, Function: "sleepy",
+			Trigger: msg.TriggerCron, TriggerName: "nightly", PreWarmed: true, EnqueuedAt: time.Now().UTC(),
+			Request: msg.Request{Method: "POST", Path: "/", Body: []byte(`{}`)}})
+	}
+	fire("inv-sleepy")
 
 	awaitReport(t, reports, "a wake report for the version at zero", func(r *msg.LoadReported) bool {
 		for _, l := range r.Versions {
@@ -141,6 +149,18 @@ func TestAQueuedCallWaitsForItsVersionToWake(t *testing.T) {
 	}
 	if n := metric(t, w.env["SLESS_OPS_ADDR"], "sless_buffered_requests"); n != 0 {
 		t.Errorf("sless_buffered_requests is %v after the wake, want 0", n)
+	}
+
+	// The next fire finds the version ready: a hit. An async call is
+	// neither.
+	fire("inv-warm-fire")
+	w.request(t, "inv-async", "sleepy", "/", 0, `{}`)
+	w.record(t, "inv-warm-fire", 30*time.Second)
+	w.record(t, "inv-async", 30*time.Second)
+	hits := metric(t, w.env["SLESS_OPS_ADDR"], `sless_invoker_prewarm_fires_total{result="hit"}`)
+	misses := metric(t, w.env["SLESS_OPS_ADDR"], `sless_invoker_prewarm_fires_total{result="miss"}`)
+	if hits != 1 || misses != 1 {
+		t.Errorf("pre-warm fires: %v hits and %v misses, want 1 and 1 (the fire at zero missed, the next hit)", hits, misses)
 	}
 }
 

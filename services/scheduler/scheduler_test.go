@@ -7,7 +7,6 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
-	"slices"
 	"sort"
 	"sync"
 	"syscall"
@@ -36,8 +35,8 @@ type schedWorld struct {
 	ns     string
 	mu     sync.Mutex
 	ids    map[string]int
-	// versions is the function_version of each publish of an id.
-	versions map[string][]int32
+	// sent is every publish of an id, in order.
+	sent map[string][]msg.InvocationRequested
 }
 
 func newSchedWorld(t *testing.T) *schedWorld {
@@ -54,7 +53,7 @@ func newSchedWorld(t *testing.T) *schedWorld {
 	if err != nil {
 		t.Fatal(err)
 	}
-	w := &schedWorld{env: testenv.ServiceEnv(t, kc), ids: map[string]int{}, versions: map[string][]int32{}}
+	w := &schedWorld{env: testenv.ServiceEnv(t, kc), ids: map[string]int{}, sent: map[string][]msg.InvocationRequested{}}
 	w.env["SLESS_RABBITMQ_URL"] = vhost
 	w.env["LOG_LEVEL"] = "warn"
 	if w.kube, err = client.New(kube.Config, client.Options{Scheme: testenv.Scheme()}); err != nil {
@@ -85,7 +84,7 @@ func newSchedWorld(t *testing.T) *schedWorld {
 			if json.Unmarshal(d.Body, &m) == nil {
 				w.mu.Lock()
 				w.ids[m.InvocationID]++
-				w.versions[m.InvocationID] = append(w.versions[m.InvocationID], m.FunctionVersion)
+				w.sent[m.InvocationID] = append(w.sent[m.InvocationID], m)
 				w.mu.Unlock()
 			}
 		}
@@ -100,12 +99,22 @@ func (w *schedWorld) published(id string) int {
 	return w.ids[id]
 }
 
+// publishedAs returns what field says of every publish of invocation id,
+// in order.
+func publishedAs[T any](w *schedWorld, id string, field func(*msg.InvocationRequested) T) []T {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	var out []T
+	for i := range w.sent[id] {
+		out = append(out, field(&w.sent[id][i]))
+	}
+	return out
+}
+
 // publishedVersions returns the function_version of every publish of
 // invocation id, in order.
 func (w *schedWorld) publishedVersions(id string) []int32 {
-	w.mu.Lock()
-	defer w.mu.Unlock()
-	return slices.Clone(w.versions[id])
+	return publishedAs(w, id, func(m *msg.InvocationRequested) int32 { return m.FunctionVersion })
 }
 
 // count returns the number of the tenant's cron_fires rows in outcome.

@@ -67,7 +67,8 @@ func (w *schedWorld) serve(t *testing.T, name string, latest int32, serving ...s
 // between; the next fire, accepted after the change, is pinned to v2. The
 // invoker runs pinned work on its version while it is in status.serving
 // (draining included): TestAsyncCallKeepsItsVersionAcrossRetries
-// (services/invoker).
+// (services/invoker). Each publish also says that the trigger pre-warms
+// (the invoker counts pre-warm hits and misses by it).
 //
 // The scheduler runs in the test (its Reconcile called on a fixed clock,
 // ResumePending as run starts it) against the real PostgreSQL, API server
@@ -88,7 +89,7 @@ func TestCronFireKeepsTheVersionItWasAcceptedOn(t *testing.T) {
 
 	w.serve(t, "f", 1, slessv1.ServingVersion{Number: 1, Percent: 100, Ready: true, Endpoint: "http://f-v1.test:8080"})
 	tr := &slessv1.Trigger{ObjectMeta: metav1.ObjectMeta{Name: "hourly", Namespace: w.ns}, Spec: slessv1.TriggerSpec{
-		FunctionRef: slessv1.LocalRef{Name: "f"}, Type: slessv1.TriggerCron, Cron: &slessv1.CronTrigger{Schedule: "0 * * * *"}}}
+		FunctionRef: slessv1.LocalRef{Name: "f"}, Type: slessv1.TriggerCron, Cron: &slessv1.CronTrigger{Schedule: "0 * * * *", PreWarmSeconds: "auto"}}}
 	if err := w.kube.Create(ctx, tr); err != nil {
 		t.Fatal(err)
 	}
@@ -155,5 +156,10 @@ func TestCronFireKeepsTheVersionItWasAcceptedOn(t *testing.T) {
 	})
 	if got := w.publishedVersions(nextID); !slices.Equal(got, []int32{2}) {
 		t.Errorf("the fire accepted after v2 took the traffic was published with function_version %v, want [2]", got)
+	}
+	for _, id := range []string{id, nextID} {
+		if got := publishedAs(w, id, func(m *msg.InvocationRequested) bool { return m.PreWarmed }); !slices.Equal(got, []bool{true}) {
+			t.Errorf("fire %s of a trigger with preWarmSeconds auto published with pre_warmed %v, want [true]", id, got)
+		}
 	}
 }

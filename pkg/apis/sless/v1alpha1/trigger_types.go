@@ -1,6 +1,9 @@
 package v1alpha1
 
 import (
+	"strconv"
+	"strings"
+
 	apiextensionsv1 "k8s.io/apiextensions-apiserver/pkg/apis/apiextensions/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 )
@@ -241,3 +244,28 @@ type TriggerList struct {
 
 // IsEnabled reports whether the trigger should fire; unset means enabled.
 func (t *Trigger) IsEnabled() bool { return t.Spec.Enabled == nil || *t.Spec.Enabled }
+
+// PreWarmSetting reads a cron.preWarmSeconds value: auto for "auto", else
+// the whole number of seconds it gives. Neither (unset, 0, or anything the
+// schema does not admit) keeps no replica ready for the fires.
+func PreWarmSetting(s string) (auto bool, seconds int) {
+	s = strings.TrimSpace(s)
+	if s == "auto" {
+		return true, 0
+	}
+	n, err := strconv.Atoi(s)
+	if err != nil || n <= 0 {
+		return false, 0
+	}
+	return false, n
+}
+
+// PreWarms tells whether the trigger keeps a replica of its Function ready
+// for each fire (cron.preWarmSeconds, PreWarmSetting).
+func (c *CronTrigger) PreWarms() bool {
+	if c == nil {
+		return false
+	}
+	auto, n := PreWarmSetting(c.PreWarmSeconds)
+	return auto || n > 0
+}

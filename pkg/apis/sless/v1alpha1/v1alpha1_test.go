@@ -224,3 +224,14 @@ func TestMaxBufferedRequests(t *testing.T) {
 		}
 	}
 }
+
+func TestPreWarms(t *testing.T) {
+	for setting, want := range map[string]bool{"": false, "0": false, "-5": false, "soon": false, "0030": true, " 30 ": true, "auto": true, "Auto": false} {
+		if got := (&v1.CronTrigger{PreWarmSeconds: setting}).PreWarms(); got != want {
+			t.Errorf("preWarmSeconds %q: PreWarms() = %v, want %v", setting, got, want)
+		}
+	}
+	if (*v1.CronTrigger)(nil).PreWarms() {
+		t.Error("a trigger without cron settings pre-warms")
+	}
+}

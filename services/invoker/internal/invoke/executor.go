@@ -99,6 +99,7 @@ type Metrics struct {
 	deferred    prometheus.Counter
 	resultsLost prometheus.Counter
 	coldStarts  prometheus.Counter
+	preWarm     *prometheus.CounterVec
 }
 
 // NewMetrics registers the invoker metrics on reg.
@@ -119,8 +120,13 @@ func NewMetrics(reg prometheus.Registerer) *Metrics {
 			Help: "Results over the inline limit that the object store did not take."}),
 		coldStarts: prometheus.NewCounter(prometheus.CounterOpts{Name: "sless_invoker_cold_starts_total",
 			Help: "Invocations that were the first a runtime process served."}),
+		preWarm: prometheus.NewCounterVec(prometheus.CounterOpts{Name: "sless_invoker_prewarm_fires_total",
+			Help: "First attempts of cron fires whose trigger keeps a replica ready (cron.preWarmSeconds), by result: hit (a replica was ready) or miss (the call waited for its version to wake)."},
+			[]string{"result"}),
 	}
-	reg.MustRegister(m.invocations, m.duration, m.queueLag, m.retries, m.deadLetters, m.deferred, m.resultsLost, m.coldStarts)
+	m.preWarm.WithLabelValues("hit")
+	m.preWarm.WithLabelValues("miss")
+	reg.MustRegister(m.invocations, m.duration, m.queueLag, m.retries, m.deadLetters, m.deferred, m.resultsLost, m.coldStarts, m.preWarm)
 	return m
 }
 
@@ -241,6 +247,13 @@ func (e *Executor) Execute(ctx context.Context, req *msg.InvocationRequested, at
 		return rec, true
 	}
 	woke := version.Wake
+	if req.PreWarmed && req.Trigger == msg.TriggerCron && attempt == 1 {
+		result := "hit"
+		if woke {
+			result = "miss"
+		}
+		e.Metrics.preWarm.WithLabelValues(result).Inc()
+	}
 	if woke {
 		if version, err = e.wake(ctx, &fn, version); err != nil {
 			rec.Status, rec.Error = msg.StatusFailed, err.Error()

@@ -3,10 +3,9 @@ package autoscale
 import (
 	"math"
 	"slices"
-	"strconv"
-	"strings"
 	"time"
 
+	slessv1 "github.com/kube5s/sless/pkg/apis/sless/v1alpha1"
 	"github.com/kube5s/sless/pkg/cronsched"
 )
 
@@ -73,17 +72,13 @@ func (c *ColdStarts) P95() time.Duration {
 // observation. Both are capped at MaxPreWarmLead. An empty setting, 0, or
 // anything else (the CRD admits no other value) means no pre-warm.
 func PreWarmLead(setting string, p95 time.Duration) time.Duration {
-	setting = strings.TrimSpace(setting)
-	if setting == "auto" {
-		if p95 <= 0 {
-			return DefaultPreWarmLead
-		}
+	auto, n := slessv1.PreWarmSetting(setting)
+	switch {
+	case auto && p95 <= 0:
+		return DefaultPreWarmLead
+	case auto:
 		lead := time.Duration(float64(p95) * PreWarmFactor)
 		return min(max(lead, MinAutoPreWarmLead), MaxPreWarmLead)
-	}
-	n, err := strconv.Atoi(setting)
-	if err != nil || n <= 0 {
-		return 0
 	}
 	return min(time.Duration(n)*time.Second, MaxPreWarmLead)
 }
