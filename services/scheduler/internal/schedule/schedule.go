@@ -360,7 +360,7 @@ func (s *Scheduler) publish(ctx context.Context, t *slessv1.Trigger, tenant, id 
 	m := &msg.InvocationRequested{InvocationID: id, Tenant: tenant, Namespace: t.Namespace, Function: t.Spec.FunctionRef.Name,
 		Trigger: msg.TriggerCron, TriggerName: t.Name, ScheduledAt: at.UTC(), EnqueuedAt: s.now().UTC(), FunctionVersion: version,
 		PreWarmed: t.Spec.Cron.PreWarms(),
-		Request: msg.Request{Method: "POST", Path: "/", Body: body, Headers: map[string][]string{"Content-Type": {"application/json"}}}}
+		Request:   msg.Request{Method: "POST", Path: "/", Body: body, Headers: map[string][]string{"Content-Type": {"application/json"}}}}
 	if err := s.Publisher.PublishMessage(ctx, m); err != nil {
 		return err
 	}
