@@ -13,6 +13,7 @@ import (
 	"fmt"
 	"log/slog"
 	"os"
+	"slices"
 	"sync"
 	"time"
 
@@ -28,6 +29,14 @@ const Interval = time.Second
 // before it takes a version to zero).
 const Heartbeat = 5 * time.Second
 
+// AckGap is how long after its first acknowledgement of a new idle mark a
+// Reporter sends the second (msg.LoadReported.Ack): the scaler waits for
+// two reports after the mark, so that a call that chose the version just
+// before this replica saw the mark has begun, and counts, by the second.
+// Choosing a version and beginning the call are one code path without a
+// wait between them: a tenth of a second covers a loaded machine's pauses.
+const AckGap = 200 * time.Millisecond
+
 // Key names one version of one function.
 type Key struct {
 	Namespace string
@@ -42,6 +51,8 @@ type Tracker struct {
 	versions sync.Map // Key -> *count
 	wake     chan Key // the first buffered call of a version
 	wakeOnce sync.Once
+	mark     chan struct{} // SetIdle added a version
+	markOnce sync.Once
 
 	idleMu sync.Mutex
 	idle   map[fnKey][]int32 // per function, its versions marked idle that still have replicas
@@ -158,6 +169,10 @@ func (t *Tracker) lock(k Key) *count {
 // desiredReplicas above 0); nil clears them. The component calls it from
 // its watch of Functions, and every report lists them (msg.LoadReported's
 // Idle): the data plane's acknowledgement of the drain mark.
+//
+// A version newly marked asks the Reporter for an acknowledgement at once
+// (and a second AckGap later), instead of at its next interval: the
+// version goes to zero that much sooner after its scale-down delay.
 func (t *Tracker) SetIdle(namespace, function string, versions []int32) {
 	t.idleMu.Lock()
 	defer t.idleMu.Unlock()
@@ -169,7 +184,48 @@ func (t *Tracker) SetIdle(namespace, function string, versions []int32) {
 	if t.idle == nil {
 		t.idle = map[fnKey][]int32{}
 	}
+	added := false
+	for _, v := range versions {
+		added = added || !slices.Contains(t.idle[k], v)
+	}
 	t.idle[k] = append([]int32(nil), versions...)
+	if added {
+		select {
+		case t.marks() <- struct{}{}:
+		default: // an acknowledgement is due already
+		}
+	}
+}
+
+// marks is the channel of new idle marks (the zero Tracker is usable).
+func (t *Tracker) marks() chan struct{} {
+	t.markOnce.Do(func() { t.mark = make(chan struct{}, 1) })
+	return t.mark
+}
+
+// ack is the acknowledgement report of the versions marked idle: each
+// with its calls in flight and waiting, and the peak since the last
+// Snapshot, so that a call that began and ended since the last full
+// report counts as work. Nothing is reset: the next Snapshot reports the
+// interval whole.
+func (t *Tracker) ack(reporter string, now time.Time) *msg.LoadReported {
+	m := &msg.LoadReported{Reporter: reporter, SentAt: now.UTC(), Ack: true, Idle: t.Idle()}
+	for _, i := range m.Idle {
+		k := Key{Namespace: i.Namespace, Function: i.Function, Version: i.Version}
+		v, ok := t.versions.Load(k)
+		if !ok {
+			continue
+		}
+		c := v.(*count)
+		c.mu.Lock()
+		l := msg.VersionLoad{Namespace: k.Namespace, Function: k.Function, Version: k.Version,
+			InFlight: float64(c.inFlight), PeakInFlight: c.peak, Buffered: max(c.buffered, c.peakBuf)}
+		c.mu.Unlock()
+		if l.InFlight > 0 || l.PeakInFlight > 0 || l.Buffered > 0 {
+			m.Versions = append(m.Versions, l)
+		}
+	}
+	return m
 }
 
 // Idle lists the versions SetIdle recorded.
@@ -234,8 +290,9 @@ type Reporter struct {
 }
 
 // Run reports until ctx ends: each Interval while there is load or an
-// idle mark to acknowledge, each Heartbeat otherwise, and at once when
-// calls begin to wait for a version (Wake). A report that cannot be sent
+// idle mark to acknowledge, each Heartbeat otherwise, at once when calls
+// begin to wait for a version (Wake), and at once and AckGap later when
+// a version is newly marked idle (Ack). A report that cannot be sent
 // is dropped and logged once per run of failures: the next one replaces
 // it.
 func (r *Reporter) Run(ctx context.Context) error {
@@ -248,6 +305,7 @@ func (r *Reporter) Run(ctx context.Context) error {
 	defer tick.Stop()
 	failing := false
 	var last time.Time
+	var secondAck <-chan time.Time
 	send := func(m *msg.LoadReported) {
 		sctx, cancel := context.WithTimeout(ctx, Interval)
 		err := r.Signals.Signal(sctx, m)
@@ -275,6 +333,12 @@ func (r *Reporter) Run(ctx context.Context) error {
 				}
 			}
 			send(m)
+		case <-r.Tracker.marks():
+			send(r.Tracker.ack(name, time.Now()))
+			secondAck = time.After(AckGap)
+		case <-secondAck:
+			secondAck = nil
+			send(r.Tracker.ack(name, time.Now()))
 		case now := <-tick.C:
 			loads, idle := r.Tracker.Snapshot(now), r.Tracker.Idle()
 			if len(loads) == 0 && len(idle) == 0 && now.Sub(last) < Heartbeat {

@@ -181,3 +181,66 @@ func TestABufferedCallWakesAtOnceAndHeartbeatsFollow(t *testing.T) {
 		}
 	})
 }
+
+// TestANewIdleMarkIsAcknowledgedAtOnceAndAgain: a version newly marked
+// idle is acknowledged at once and again AckGap later, not at the next
+// interval; the acknowledgement lists what of an idle version runs or
+// began since the last report, and resets nothing: the next regular
+// report still has the interval's calls. A mark seen again is not
+// acknowledged again.
+func TestANewIdleMarkIsAcknowledgedAtOnceAndAgain(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		var tr Tracker
+		rec := &recorder{}
+		ctx, cancel := context.WithCancel(t.Context())
+		defer cancel()
+		r := &Reporter{Tracker: &tr, Signals: rec, Name: "gw-1"}
+		go func() { _ = r.Run(ctx) }()
+		sent := func() []*msg.LoadReported {
+			synctest.Wait()
+			rec.mu.Lock()
+			defer rec.mu.Unlock()
+			return append([]*msg.LoadReported(nil), rec.sent...)
+		}
+		ref := func(v int32) msg.VersionRef {
+			return msg.VersionRef{Namespace: hello.Namespace, Function: hello.Function, Version: v}
+		}
+		time.Sleep(100 * time.Millisecond) // between the intervals
+
+		tr.SetIdle(hello.Namespace, hello.Function, []int32{4})
+		got := sent()
+		if len(got) != 1 || !got[0].Ack || cmp.Diff([]msg.VersionRef{ref(4)}, got[0].Idle) != "" || len(got[0].Versions) != 0 {
+			t.Fatalf("at the mark, sent %+v; want one acknowledgement of version 4 with no work", got)
+		}
+		time.Sleep(AckGap)
+		if got = sent(); len(got) != 2 || !got[1].Ack || cmp.Diff([]msg.VersionRef{ref(4)}, got[1].Idle) != "" {
+			t.Fatalf("AckGap after the mark, sent %+v; want a second acknowledgement", got)
+		}
+		tr.SetIdle(hello.Namespace, hello.Function, []int32{4})
+		if got = sent(); len(got) != 2 {
+			t.Fatalf("the same mark seen again sent %+v; want nothing more", got[2:])
+		}
+
+		// A call that began on version 4 before this replica saw the mark
+		// of version 5: the acknowledgement shows it.
+		k4 := Key{Namespace: hello.Namespace, Function: hello.Function, Version: 4}
+		end := tr.Begin(k4)
+		tr.SetIdle(hello.Namespace, hello.Function, []int32{4, 5})
+		got = sent()
+		if len(got) != 3 || !got[2].Ack || len(got[2].Versions) != 1 || got[2].Versions[0].Version != 4 ||
+			got[2].Versions[0].InFlight != 1 || got[2].Versions[0].PeakInFlight != 1 {
+			t.Fatalf("a new mark with a call in flight on version 4: sent %+v; want an acknowledgement showing that call", got[2:])
+		}
+		end()
+		time.Sleep(AckGap) // the second acknowledgement: the call ended, it still counts as begun
+		if got = sent(); len(got) != 4 || len(got[3].Versions) != 1 || got[3].Versions[0].PeakInFlight != 1 {
+			t.Fatalf("the second acknowledgement after the call ended: %+v; want the call's peak", got[3:])
+		}
+		time.Sleep(time.Second) // the regular report: the interval's call, whole
+		got = sent()
+		last := got[len(got)-1]
+		if last.Ack || len(last.Versions) != 1 || last.Versions[0].Completions != 1 || last.Versions[0].PeakInFlight != 1 {
+			t.Fatalf("the regular report after the acknowledgements: %+v; want the call's completion and peak", last)
+		}
+	})
+}

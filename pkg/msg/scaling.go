@@ -34,6 +34,13 @@ type LoadReported struct {
 	// Wake is set on a report sent at once, outside the interval, because
 	// calls began to wait for a version at zero.
 	Wake bool `json:"wake,omitempty"`
+	// Ack is set on a report sent at once, outside the interval, because
+	// this reporter saw a new idle mark, and once more loadreport.AckGap
+	// later: Idle as usual, and Versions only for the idle versions, with
+	// what of them is in flight, waiting, or began since the last full
+	// report. Its counts are not an interval's: the scaler takes it for
+	// the handshake only.
+	Ack bool `json:"ack,omitempty"`
 }
 
 // VersionRef names one version of one function.

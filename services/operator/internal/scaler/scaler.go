@@ -282,6 +282,9 @@ func (s *Scaler) Report(m msg.Message, at time.Time) {
 			}
 			rep.busy[k] = true
 		}
+		if r.Ack {
+			continue // not an interval's counts: the window takes full reports
+		}
 		v := s.versions[k]
 		if v == nil {
 			if l.Buffered == 0 {
@@ -297,6 +300,15 @@ func (s *Scaler) Report(m msg.Message, at time.Time) {
 		if l.Buffered > 0 && v.decision.Replicas == 0 && v.settings != (autoscale.Settings{}) {
 			// Calls wait for a version at zero: decide now, not at the tick.
 			if s.decide(k, v, s.now()) {
+				s.pend(k)
+			}
+		}
+	}
+	if r.Ack {
+		// An acknowledgement may be the last one a drain waits for:
+		// decide now, not at the next tick.
+		for k := range rep.idle {
+			if v := s.versions[k]; v != nil && !v.markedAt.IsZero() && v.settings != (autoscale.Settings{}) && s.decide(k, v, s.now()) {
 				s.pend(k)
 			}
 		}

@@ -201,6 +201,90 @@ func TestZeroTakesTheDrainHandshake(t *testing.T) {
 	}
 }
 
+// TestAcknowledgementsTakeAVersionToZeroAtOnce: the data plane's
+// acknowledgements of a new mark (msg.LoadReported.Ack, sent at once and
+// loadreport.AckGap later) take the version to zero as soon as the last
+// one arrives, without waiting for a tick; an acknowledgement that shows
+// a call of the version keeps the replica; and an acknowledgement's
+// counts do not enter the window.
+func TestAcknowledgementsTakeAVersionToZeroAtOnce(t *testing.T) {
+	c := &clock{t: time.Unix(1_800_000_000, 0)}
+	s := New(nil, autoscale.BuiltIn)
+	s.now = c.now
+	k := loadreport.Key{Namespace: "sless-fn-a", Function: "f", Version: 2}
+	set := atZeroSettings()
+	s.Replicas(k, set, 1, 1, false)
+	s.Report(report("gw-1"), c.t)
+	s.Report(report("inv-1"), c.t)
+	c.advance(3 * time.Second)
+	s.Tick()
+	if d := s.versions[k].decision; d.Replicas != 1 || !d.Idle {
+		t.Fatalf("idle past the delay: %+v; want marked idle with its replica", d)
+	}
+	ack := func(r string, busy bool) *msg.LoadReported {
+		m := report(r, k)
+		m.Ack = true
+		if busy {
+			m.Versions = []msg.VersionLoad{{Namespace: k.Namespace, Function: k.Function, Version: k.Version, PeakInFlight: 1}}
+		}
+		return m
+	}
+
+	// The invoker had begun a call: its acknowledgements show it.
+	before := s.versions[k].window.Load(c.t)
+	c.advance(50 * time.Millisecond)
+	s.Report(ack("gw-1", false), c.t)
+	s.Report(ack("inv-1", true), c.t)
+	c.advance(loadreport.AckGap)
+	s.Report(ack("gw-1", false), c.t)
+	s.Report(ack("inv-1", true), c.t)
+	if d := s.versions[k].decision; d.Replicas != 1 {
+		t.Fatalf("an acknowledgement with a call of the version: %+v; want the replica kept", d)
+	}
+	if l := s.versions[k].window.Load(c.t); l != before {
+		t.Fatalf("acknowledgements entered the window: %+v, before them %+v", l, before)
+	}
+
+	// The call ended; the invoker's next regular report has it, and
+	// the drain starts over at the tick, as for any work between the
+	// steps.
+	c.advance(time.Second)
+	full := report("inv-1", k)
+	full.Versions = []msg.VersionLoad{{Namespace: k.Namespace, Function: k.Function, Version: k.Version, PeakInFlight: 1, Completions: 1, InFlight: 0.3}}
+	s.Report(full, c.t)
+	s.Report(report("gw-1", k), c.t)
+	s.Tick()
+	if d := s.versions[k].decision; d.Replicas != 1 || d.Idle {
+		t.Fatalf("the call in the invoker's report: %+v; want the replica, no longer idle", d)
+	}
+
+	// Idle for the delay again: marked, then two clean acknowledgements
+	// from each reporter.
+	c.advance(3 * time.Second)
+	s.Report(report("gw-1"), c.t)
+	s.Report(report("inv-1"), c.t)
+	s.Tick()
+	if d := s.versions[k].decision; d.Replicas != 1 || !d.Idle {
+		t.Fatalf("idle past the delay again: %+v; want marked idle", d)
+	}
+	c.advance(50 * time.Millisecond)
+	s.Report(ack("gw-1", false), c.t)
+	s.Report(ack("inv-1", false), c.t)
+	if d := s.versions[k].decision; d.Replicas != 1 {
+		t.Fatalf("one clean acknowledgement each: %+v; want the replica until a second", d)
+	}
+	c.advance(loadreport.AckGap)
+	s.takePending()
+	s.Report(ack("gw-1", false), c.t)
+	s.Report(ack("inv-1", false), c.t)
+	if d := s.versions[k].decision; d.Replicas != 0 || d.Reason != autoscale.ReasonZero {
+		t.Fatalf("two clean acknowledgements from every reporter, no tick: %+v; want zero at once", d)
+	}
+	if got := s.takePending(); len(got) != 1 || got[0].Name != "f" {
+		t.Errorf("zero at an acknowledgement asked for reconciles of %v; want f's", got)
+	}
+}
+
 // TestACallWaitingWakesAtOnce: a report with calls buffered for a version
 // at zero decides at once (not at the next tick) and asks for a
 // reconcile; the wake rate per tenant holds the versions past it at zero
