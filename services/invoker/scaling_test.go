@@ -3,6 +3,7 @@ package main
 import (
 	"encoding/json"
 	"fmt"
+	"strings"
 	"testing"
 	"time"
 
@@ -141,6 +142,17 @@ func TestAQueuedCallWaitsForItsVersionToWake(t *testing.T) {
 	if err := w.db.QueryRow(t.Context(), `SELECT count(*) FROM invocations WHERE id = $1`, "inv-sleepy").Scan(&count); err != nil || count != 0 {
 		t.Fatalf("a record before the call ran: %d, %v", count, err)
 	}
+	// Its delivery is held, not acked: the broker still has it. (The
+	// broker's counts lag by its statistics interval, 5 s; nothing
+	// changes while the version is at zero.)
+	vhost := w.vhost[strings.LastIndex(w.vhost, "/")+1:]
+	testenv.Eventually(t, 20*time.Second, "the held delivery unacknowledged on the broker", func() (bool, string) {
+		n := queueCounts(t, vhost)[msg.QueueInvocationRequest]
+		return n == [2]int{0, 1}, fmt.Sprintf("the invocation queue has %d ready, %d unacknowledged", n[0], n[1])
+	})
+	if n := counter.of("inv-sleepy"); n != 0 {
+		t.Fatalf("the function ran %d times while its version was at zero", n)
+	}
 
 	serve(slessv1.ServingVersion{Number: 1, Percent: 100, Ready: true, Endpoint: endpoint})
 	r := w.record(t, "inv-sleepy", 30*time.Second)
@@ -150,6 +162,12 @@ func TestAQueuedCallWaitsForItsVersionToWake(t *testing.T) {
 	if n := metric(t, w.env["SLESS_OPS_ADDR"], "sless_buffered_requests"); n != 0 {
 		t.Errorf("sless_buffered_requests is %v after the wake, want 0", n)
 	}
+
+	// Acked once it ran and was recorded.
+	testenv.Eventually(t, 30*time.Second, "the delivery acked after its record", func() (bool, string) {
+		n := queueCounts(t, vhost)[msg.QueueInvocationRequest]
+		return n == [2]int{}, fmt.Sprintf("%d ready, %d unacknowledged", n[0], n[1])
+	})
 
 	// The next fire finds the version ready: a hit. An async call is
 	// neither.
