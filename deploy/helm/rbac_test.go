@@ -6,6 +6,7 @@ import (
 	"time"
 
 	appsv1 "k8s.io/api/apps/v1"
+	autoscalingv1 "k8s.io/api/autoscaling/v1"
 	batchv1 "k8s.io/api/batch/v1"
 	corev1 "k8s.io/api/core/v1"
 	networkingv1 "k8s.io/api/networking/v1"
@@ -53,6 +54,19 @@ func refused(t *testing.T, what string, err error) {
 	if !apierrors.IsForbidden(err) {
 		t.Errorf("%s: not refused (err %v); the role is wider than needed", what, err)
 	}
+}
+
+// replicasAreTheOperators: the data plane, which reports load, cannot set
+// a function's replica count itself (the operator's scaler is its one
+// writer): neither a Deployment's scale nor the Deployment.
+func replicasAreTheOperators(t *testing.T, c client.Client, cs kubernetes.Interface, ns string) {
+	t.Helper()
+	ctx := t.Context()
+	_, err := cs.AppsV1().Deployments(ns).UpdateScale(ctx, "f-v1", &autoscalingv1.Scale{ObjectMeta: metav1.ObjectMeta{Name: "f-v1", Namespace: ns},
+		Spec: autoscalingv1.ScaleSpec{Replicas: 5}}, metav1.UpdateOptions{DryRun: []string{metav1.DryRunAll}})
+	refused(t, "scale a deployment", err)
+	refused(t, "patch a deployment", c.Patch(ctx, &appsv1.Deployment{ObjectMeta: metav1.ObjectMeta{Name: "f-v1", Namespace: ns}},
+		client.RawPatch("application/merge-patch+json", []byte(`{"spec":{"replicas":5}}`)), client.DryRunAll))
 }
 
 // TestRBACIsSufficientAndMinimal applies the chart's ServiceAccounts and
@@ -165,6 +179,7 @@ func TestRBACIsSufficientAndMinimal(t *testing.T) {
 		allowed(t, "read a function's pod logs", err)
 		refused(t, "delete a pod", c.Delete(ctx, &corev1.Pod{ObjectMeta: metav1.ObjectMeta{Name: "none", Namespace: ns}}))
 		refused(t, "exec into a pod", cs.CoreV1().RESTClient().Post().Namespace(ns).Resource("pods").Name("none").SubResource("exec").Do(context.Background()).Error())
+		replicasAreTheOperators(t, c, cs, ns)
 	})
 	t.Run("builder", func(t *testing.T) {
 		c, cs := as(t, "builder")
@@ -181,7 +196,7 @@ func TestRBACIsSufficientAndMinimal(t *testing.T) {
 		refused(t, "create a job elsewhere", c.Create(ctx, job, client.DryRunAll))
 	})
 	t.Run("invoker", func(t *testing.T) {
-		c, _ := as(t, "invoker")
+		c, cs := as(t, "invoker")
 		eventuallyAllowed(t, "list functions", func() error { return c.List(ctx, &slessv1.FunctionList{}) })
 		allowed(t, "list triggers", c.List(ctx, &slessv1.TriggerList{}))
 		allowed(t, "watch tenants (their invocation quota)", c.List(ctx, &slessv1.TenantList{}))
@@ -192,6 +207,7 @@ func TestRBACIsSufficientAndMinimal(t *testing.T) {
 		refused(t, "create a namespace", c.Create(ctx, &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: testenv.Name("inv-ns")}}, client.DryRunAll))
 		refused(t, "create a function", c.Create(ctx, &slessv1.Function{ObjectMeta: metav1.ObjectMeta{Name: "x", Namespace: ns},
 			Spec: slessv1.FunctionSpec{Runtime: "python3.11", Entrypoint: "main.handler"}}, client.DryRunAll))
+		replicasAreTheOperators(t, c, cs, ns)
 	})
 	t.Run("scheduler", func(t *testing.T) {
 		c, _ := as(t, "scheduler")
