@@ -266,14 +266,28 @@ func routePattern(r *http.Request) string {
 type ctxKey int
 
 const (
-	keyRequestID ctxKey = iota
-	keyRequest
-	keyPrincipal
-	keyOwnHost
-	keyLog
+	keyCall      ctxKey = iota // *call, set by requestID
+	keyPrincipal               // principal, set by ServeAs before the router
+	keyOwnHost                 // bool, set by ServeHTTP before the router
 )
 
-// requestID gives every request an id, in the response and in errors.
+// call is what the middleware learn about one request, kept in one
+// context value: every further value or request copy would cost each
+// call of a function an allocation (the sync invoke budget,
+// docs/benchmarks.md).
+type call struct {
+	id  string
+	log *slog.Logger
+	// r is the request as the middleware last saw it: authenticate reads
+	// its Authorization header and peer address.
+	r         *http.Request
+	principal principal
+	authed    bool // principal is set
+	ownHost   bool // the request came to the tenant's own host (ServeHTTP)
+}
+
+// requestID gives every request an id, in the response and in errors,
+// and the context its call.
 func (s *Server) requestID(next http.Handler) http.Handler {
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		id := r.Header.Get("X-Request-Id")
@@ -281,24 +295,36 @@ func (s *Server) requestID(next http.Handler) http.Handler {
 			id = newID(8)
 		}
 		w.Header().Set("X-Request-Id", id)
-		ctx := context.WithValue(context.WithValue(r.Context(), keyRequestID, id), keyLog, s.Log)
-		r = r.WithContext(ctx)
-		// Handlers read the Authorization header through the request.
-		next.ServeHTTP(w, r.WithContext(context.WithValue(ctx, keyRequest, r)))
+		c := &call{id: id, log: s.Log}
+		ctx := r.Context()
+		// Read here, where the context is short: the console's caller
+		// (ServeAs) and the tenant's own host (ServeHTTP).
+		c.principal, c.authed = ctx.Value(keyPrincipal).(principal)
+		c.ownHost, _ = ctx.Value(keyOwnHost).(bool)
+		r = r.WithContext(context.WithValue(ctx, keyCall, c))
+		c.r = r
+		next.ServeHTTP(w, r)
 	})
+}
+
+func callOf(ctx context.Context) *call {
+	c, _ := ctx.Value(keyCall).(*call)
+	return c
 }
 
 // RequestID returns the request id of ctx.
 func RequestID(ctx context.Context) string {
-	id, _ := ctx.Value(keyRequestID).(string)
-	return id
+	if c := callOf(ctx); c != nil {
+		return c.id
+	}
+	return ""
 }
 
 // logOf is the logger of the request of ctx, for problemOf, which huma
 // calls without the server at hand.
 func logOf(ctx context.Context) *slog.Logger {
-	if l, ok := ctx.Value(keyLog).(*slog.Logger); ok && l != nil {
-		return l
+	if c := callOf(ctx); c != nil && c.log != nil {
+		return c.log
 	}
 	return slog.Default() // outside a request: nothing else to log to
 }
