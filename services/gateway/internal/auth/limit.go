@@ -88,12 +88,15 @@ func (l *Limiter) Allow(ctx context.Context, tenant, bucket string) error {
 		l.m[bucket] = lim
 	}
 	l.mu.Unlock()
-	res := lim.Reserve()
-	if d := res.Delay(); d > 0 {
-		res.Cancel()
-		return &RateLimited{Tenant: tenant, PerSecond: perSec, RetryAfter: int(math.Ceil(d.Seconds()))}
+	if lim.Allow() { // no reservation made: the common case allocates nothing
+		return nil
 	}
-	return nil
+	// Only to say when to retry: a reservation of the next token, given
+	// back.
+	res := lim.Reserve()
+	d := res.Delay()
+	res.Cancel()
+	return &RateLimited{Tenant: tenant, PerSecond: perSec, RetryAfter: max(int(math.Ceil(d.Seconds())), 1)}
 }
 
 // RateLimited is a request over its tenant's rate; the API answers 429
