@@ -37,6 +37,9 @@ func NewHTTPMetrics(reg prometheus.Registerer, service string) *HTTPMetrics {
 	return m
 }
 
+// serverSpan is the option of every request's span, made once.
+var serverSpan = trace.WithSpanKind(trace.SpanKindServer)
+
 // RouteFunc names the route of a request for metrics and span names, such as
 // the router's pattern; it is called after the handler ran.
 type RouteFunc func(*http.Request) string
@@ -48,12 +51,15 @@ func Middleware(tracer trace.Tracer, prop propagation.TextMapPropagator, m *HTTP
 		return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 			start := time.Now()
 			ctx := prop.Extract(r.Context(), propagation.HeaderCarrier(r.Header))
-			ctx, span := tracer.Start(ctx, r.Method, trace.WithSpanKind(trace.SpanKindServer),
-				trace.WithAttributes(
-					semconv.HTTPRequestMethodKey.String(r.Method),
-					semconv.URLPath(r.URL.Path),
-				))
+			ctx, span := tracer.Start(ctx, r.Method, serverSpan)
 			defer span.End()
+			// Attributes are built for a span that records only: they cost
+			// every request allocations, and no sampler the platform
+			// configures reads them at the start.
+			recording := span.IsRecording()
+			if recording {
+				span.SetAttributes(semconv.HTTPRequestMethodKey.String(r.Method), semconv.URLPath(r.URL.Path))
+			}
 			// The caller can look its request up in the traces backend.
 			w.Header().Set("X-Trace-Id", span.SpanContext().TraceID().String())
 			sw := &statusWriter{ResponseWriter: w, code: http.StatusOK}
@@ -64,8 +70,10 @@ func Middleware(tracer trace.Tracer, prop propagation.TextMapPropagator, m *HTTP
 			if name == "" {
 				name = "unmatched"
 			}
-			span.SetName(r.Method + " " + name)
-			span.SetAttributes(semconv.HTTPRoute(name), semconv.HTTPResponseStatusCode(sw.code), attribute.Int64("http.response.body.size", sw.n))
+			if recording {
+				span.SetName(r.Method + " " + name)
+				span.SetAttributes(semconv.HTTPRoute(name), semconv.HTTPResponseStatusCode(sw.code), attribute.Int64("http.response.body.size", sw.n))
+			}
 			if sw.code >= 500 {
 				span.SetStatus(codes.Error, http.StatusText(sw.code))
 			}
