@@ -108,14 +108,7 @@ func (f *Failure) Error() string { return f.Detail }
 
 // Hidden tells whether a request header is kept from the function
 // (hop-by-hop headers and the platform's own).
-func Hidden(name string) bool {
-	for _, h := range dropRequest {
-		if h == name {
-			return true
-		}
-	}
-	return false
-}
+func Hidden(name string) bool { return hiddenRequest[name] }
 
 // DefaultTransport is the shared transport to functions: many idle
 // keep-alive connections per endpoint, no compression, HTTP/1.1.
@@ -137,6 +130,9 @@ func DefaultTransport() *http.Transport {
 var dropRequest = []string{"Connection", "Keep-Alive", "Proxy-Connection", "Transfer-Encoding", "Te", "Trailer", "Upgrade",
 	"Authorization", "Prefer", "Idempotency-Key", "X-Callback-Url", headers.InvocationID, headers.Trigger, headers.Route, headers.Affinity, "Traceparent", "Tracestate"}
 
+// hiddenRequest is dropRequest as a set.
+var hiddenRequest = setOf(dropRequest)
+
 // dropResponse: hop-by-hop headers, and the cold-start mark, which is
 // recorded, not passed on (runtimes/README.md).
 var dropResponse = []string{"Connection", "Keep-Alive", "Transfer-Encoding", "Trailer", "Upgrade", "Content-Length", headers.ColdStart}
@@ -150,6 +146,53 @@ var dropResponse = []string{"Connection", "Keep-Alive", "Transfer-Encoding", "Tr
 var originWide = []string{"Set-Cookie", "Set-Cookie2", "Strict-Transport-Security", "Service-Worker-Allowed", "Clear-Site-Data",
 	"Alt-Svc", "Nel", "Report-To", "Reporting-Endpoints", "Accept-Ch", "Critical-Ch", "Origin-Agent-Cluster",
 	"Public-Key-Pins", "Public-Key-Pins-Report-Only", "Expect-Ct"}
+
+// The response headers not passed on: on the platform's origin, and on a
+// tenant's own host.
+var (
+	droppedOnPlatform = setOf(dropResponse, originWide)
+	droppedOnOwnHost  = setOf(dropResponse)
+)
+
+func setOf(lists ...[]string) map[string]bool {
+	m := map[string]bool{}
+	for _, l := range lists {
+		for _, k := range l {
+			m[k] = true
+		}
+	}
+	return m
+}
+
+// requestHeader is the header the function receives of in: a copy
+// without dropRequest, made in two allocations (as Header.Clone), with
+// room for the headers fncall.NewRequest adds. The keys of a server's
+// request are canonical, as the set's are.
+func requestHeader(in http.Header) http.Header {
+	n := 0
+	for k, v := range in {
+		if !hiddenRequest[k] {
+			n += len(v)
+		}
+	}
+	vals := make([]string, n)
+	out := make(http.Header, len(in)+4)
+	for k, v := range in {
+		switch {
+		case hiddenRequest[k]:
+		case v == nil:
+			out[k] = nil // kept as Header.Clone keeps it
+		default:
+			c := copy(vals, v)
+			out[k] = vals[:c:c]
+			vals = vals[c:]
+		}
+	}
+	return out
+}
+
+// clientSpan is the option of every forwarded call's span, made once.
+var clientSpan = trace.WithSpanKind(trace.SpanKindClient)
 
 // unsent is the request body on its way to the function: it counts what
 // was read, and the transport's Close after a failed attempt does not end
@@ -212,10 +255,16 @@ func (f *Forwarder) Forward(w http.ResponseWriter, r *http.Request, fn *slessv1.
 	}
 	start := time.Now()
 	id := msg.NewInvocationID()
-	ctx, span := f.Tracer.Start(r.Context(), "invoke "+fn.Name, trace.WithSpanKind(trace.SpanKindClient), trace.WithAttributes(
-		attribute.String("faas.invoked_name", fn.Name), attribute.String("faas.invocation_id", id),
-		attribute.String("faas.trigger", "http"), attribute.String("sless.tenant", tenant), attribute.Int("sless.function_version", int(version.Number))))
+	ctx, span := f.Tracer.Start(r.Context(), "invoke "+fn.Name, clientSpan)
 	defer span.End()
+	// Attributes are built for a span that records only: they cost every
+	// call allocations, and no sampler the platform configures reads them
+	// at the start.
+	recording := span.IsRecording()
+	if recording {
+		span.SetAttributes(attribute.String("faas.invoked_name", fn.Name), attribute.String("faas.invocation_id", id),
+			attribute.String("faas.trigger", "http"), attribute.String("sless.tenant", tenant), attribute.Int("sless.function_version", int(version.Number)))
+	}
 	ctx, cancel := context.WithTimeout(ctx, fncall.Deadline(fn.Spec.TimeoutSec))
 	defer cancel()
 
@@ -225,10 +274,7 @@ func (f *Forwarder) Forward(w http.ResponseWriter, r *http.Request, fn *slessv1.
 		sent = &headWriter{max: msg.MaxKeptBody}
 		body.r = io.TeeReader(body.r, sent)
 	}
-	header := r.Header.Clone()
-	for _, h := range dropRequest {
-		header.Del(h)
-	}
+	header := requestHeader(r.Header)
 	// Without a body the request is sent with http.NoBody, which makes it
 	// replayable: the transport sends it again on a new connection when a
 	// kept-alive one turns out closed by the function (a runtime worker
@@ -301,15 +347,13 @@ func (f *Forwarder) Forward(w http.ResponseWriter, r *http.Request, fn *slessv1.
 			Detail: fmt.Sprintf("function %s answered %d bytes; the limit is %d", fn.Name, resp.ContentLength, f.MaxResponseBytes)}
 	}
 	h := w.Header()
+	dropped := droppedOnPlatform
+	if c.OwnHost {
+		dropped = droppedOnOwnHost
+	}
 	for k, v := range resp.Header {
-		h[k] = v
-	}
-	for _, k := range dropResponse {
-		h.Del(k)
-	}
-	if !c.OwnHost {
-		for _, k := range originWide {
-			h.Del(k)
+		if !dropped[k] {
+			h[k] = v
 		}
 	}
 	h.Set(headers.InvocationID, id)
@@ -336,7 +380,9 @@ func (f *Forwarder) Forward(w http.ResponseWriter, r *http.Request, fn *slessv1.
 	o := fncall.Classify(fncall.Answer{Code: resp.StatusCode, Head: rec.Result, Size: n, Limit: f.MaxResponseBytes, BodyErr: err,
 		TimedOut: errors.Is(ctx.Err(), context.DeadlineExceeded)})
 	o.Record(rec)
-	span.SetAttributes(attribute.Int("http.response.status_code", resp.StatusCode))
+	if recording {
+		span.SetAttributes(attribute.Int("http.response.status_code", resp.StatusCode))
+	}
 	if o.Status != msg.StatusSucceeded {
 		span.SetStatus(codes.Error, rec.Error)
 	}
