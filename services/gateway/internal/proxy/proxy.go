@@ -195,21 +195,52 @@ func requestHeader(in http.Header) http.Header {
 var clientSpan = trace.WithSpanKind(trace.SpanKindClient)
 
 // unsent is the request body on its way to the function: it counts what
-// was read, and the transport's Close after a failed attempt does not end
-// it, so that a request refused before any byte left can be sent again
-// (the server closes the incoming body itself).
+// was read, keeps a copy of its head in keep (when not nil), and the
+// transport's Close after a failed attempt does not end it, so that a
+// request refused before any byte left can be sent again (the server
+// closes the incoming body itself).
 type unsent struct {
-	r io.Reader
-	n int64
+	r    io.Reader
+	n    int64
+	keep *headWriter
 }
 
 func (u *unsent) Read(p []byte) (int, error) {
 	n, err := u.r.Read(p)
 	u.n += int64(n)
+	if n > 0 && u.keep != nil {
+		_, _ = u.keep.Write(p[:n])
+	}
 	return n, err
 }
 
 func (u *unsent) Close() error { return nil }
+
+// captured is the function's answer on its way to the caller: it keeps
+// a copy of its head in keep.
+type captured struct {
+	r    io.Reader
+	keep *headWriter
+}
+
+func (c *captured) Read(p []byte) (int, error) {
+	n, err := c.r.Read(p)
+	if n > 0 {
+		_, _ = c.keep.Write(p[:n])
+	}
+	return n, err
+}
+
+// streams are the readers and writers of one call, made in one
+// allocation, with room for the head of a small body and answer.
+type streams struct {
+	body        unsent
+	sent        headWriter // what the function read of the body, kept if the call fails
+	answer      captured
+	head        headWriter // the start of the answer, for the record
+	sentSmall   [64]byte
+	answerSmall [128]byte
+}
 
 // MaxBody is the largest request body forwarded to a function.
 const MaxBody = 6 << 20
@@ -268,11 +299,14 @@ func (f *Forwarder) Forward(w http.ResponseWriter, r *http.Request, fn *slessv1.
 	ctx, cancel := context.WithTimeout(ctx, fncall.Deadline(fn.Spec.TimeoutSec))
 	defer cancel()
 
-	body := &unsent{r: http.MaxBytesReader(w, r.Body, MaxBody)}
+	st := &streams{}
+	body := &st.body
+	body.r = http.MaxBytesReader(w, r.Body, MaxBody)
 	var sent *headWriter // what the function read of the body, kept if the call fails
 	if f.Keep != nil && r.ContentLength != 0 {
-		sent = &headWriter{max: msg.MaxKeptBody}
-		body.r = io.TeeReader(body.r, sent)
+		sent = &st.sent
+		sent.max, sent.buf = msg.MaxKeptBody, st.sentSmall[:0]
+		body.keep = sent
 	}
 	header := requestHeader(r.Header)
 	// Without a body the request is sent with http.NoBody, which makes it
@@ -367,15 +401,17 @@ func (f *Forwarder) Forward(w http.ResponseWriter, r *http.Request, fn *slessv1.
 		h.Set("Content-Length", strconv.FormatInt(resp.ContentLength, 10))
 	}
 	w.WriteHeader(resp.StatusCode)
-	capture := &headWriter{max: f.MaxInlineResult}
+	capture := &st.head
+	capture.max, capture.buf = f.MaxInlineResult, st.answerSmall[:0]
+	st.answer = captured{r: fncall.LimitBody(resp.Body, f.MaxResponseBytes), keep: capture}
 	buf := copyBufs.Get().(*[]byte)
-	n, err := io.CopyBuffer(w, io.TeeReader(fncall.LimitBody(resp.Body, f.MaxResponseBytes), capture), *buf)
+	n, err := io.CopyBuffer(w, &st.answer, *buf)
 	copyBufs.Put(buf)
 	rec.ResponseSize = n
 	rec.ResultContentType = resp.Header.Get("Content-Type")
 	rec.ColdStart = fncall.ColdStart(resp.Header, woke)
 	if capture.complete() {
-		rec.Result = capture.buf.Bytes()
+		rec.Result = capture.bytes()
 	}
 	o := fncall.Classify(fncall.Answer{Code: resp.StatusCode, Head: rec.Result, Size: n, Limit: f.MaxResponseBytes, BodyErr: err,
 		TimedOut: errors.Is(ctx.Err(), context.DeadlineExceeded)})
@@ -420,7 +456,6 @@ func (f *Forwarder) wake(ctx context.Context, fn *slessv1.Function, c versionpic
 	return c, PickFailure(err)
 }
 
-// headWriter keeps the first max bytes of a stream.
 // copyBufs are the buffers responses are copied through: io.Copy would
 // allocate 32 KiB per response, since neither side of this copy has a
 // ReadFrom/WriteTo shortcut.
@@ -439,7 +474,7 @@ func keptRequest(r *http.Request, path string, sentHeader http.Header, read int6
 	}
 	req := msg.Request{Method: r.Method, Path: path, Query: r.URL.RawQuery, Headers: hdr}
 	if sent != nil {
-		req.Body = sent.buf.Bytes()
+		req.Body = sent.bytes()
 	}
 	kr := req.Kept()
 	size := max(read, r.ContentLength, 0)
@@ -479,19 +514,29 @@ func (f *Forwarder) keep(rec *msg.InvocationCompleted, kr msg.KeptRequest) {
 	}()
 }
 
+// headWriter keeps the first max bytes of a stream, or notes that it was
+// longer.
 type headWriter struct {
-	buf  bytes.Buffer
+	buf  []byte
 	max  int
 	over bool
 }
 
 func (h *headWriter) Write(p []byte) (int, error) {
-	if h.buf.Len()+len(p) > h.max {
+	if len(h.buf)+len(p) > h.max {
 		h.over = true
 		return len(p), nil
 	}
-	h.buf.Write(p)
+	h.buf = append(h.buf, p...)
 	return len(p), nil
+}
+
+// bytes is what was kept; nil for nothing.
+func (h *headWriter) bytes() []byte {
+	if len(h.buf) == 0 {
+		return nil
+	}
+	return h.buf
 }
 
 func (h *headWriter) complete() bool { return !h.over }
