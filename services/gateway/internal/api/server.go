@@ -29,6 +29,7 @@ import (
 	"go.opentelemetry.io/otel/trace"
 	corev1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/util/validation"
+	toolscache "k8s.io/client-go/tools/cache"
 	"sigs.k8s.io/controller-runtime/pkg/cache"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
@@ -120,6 +121,7 @@ type Server struct {
 	kept      keptReplayer                // enqueue.Replayer: kept requests
 	history   historyStore                // store.Store
 	letters   deadLetterStore             // store.Store
+	functions toolscache.Indexer          // the watch cache's store of Functions (nil: read through Cache)
 	fnWatch   watcher                     // Functions, for ?wait=ready and a create's wait for the cache
 	nsWatch   watcher                     // tenant Namespaces, for a tenant's create
 	loaded    func() bool                 // whether the watch cache of Functions and Triggers has synced
@@ -158,6 +160,9 @@ func New(d Deps) *Server {
 	}
 	if s.nsWatch, err = watchObjects(d.Cache, &corev1.Namespace{}); err != nil {
 		panic(fmt.Sprintf("watch namespaces: %v", err)) // the cache was built with a Namespace informer; a programming error
+	}
+	if s.functions, err = storeOf(d.Cache, &slessv1.Function{}); err != nil {
+		panic(fmt.Sprintf("watch functions: %v", err)) // as above
 	}
 	if s.loaded, err = cacheSynced(d.Cache, &slessv1.Function{}, &slessv1.Trigger{}); err != nil {
 		panic(fmt.Sprintf("watch functions and triggers: %v", err)) // as above
