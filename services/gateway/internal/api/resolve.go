@@ -65,26 +65,52 @@ func (s *Server) function(ctx context.Context, tenant, name string) (*slessv1.Fu
 	if !s.loaded() {
 		return nil, errNotLoaded
 	}
-	ns := slessv1.NamespaceFor(tenant)
-	if s.functions != nil {
-		// The informer's store itself: Cache.Get would find the informer
-		// by reflection and copy the object into one allocated per call.
-		obj, ok, err := s.functions.GetByKey(ns + "/" + name)
+	return cached[slessv1.Function](ctx, s.Cache, s.functions, client.ObjectKey{Namespace: slessv1.NamespaceFor(tenant), Name: name}, notFound)
+}
+
+// tenantRate is a tenant's invocationsPerSecond from the watch cache (0:
+// unknown), for the rate limit of every call.
+func (s *Server) tenantRate(ctx context.Context, tenant string) int32 {
+	if s.Cache == nil {
+		return 0
+	}
+	t, err := cached[slessv1.Tenant](ctx, s.Cache, s.tenants, client.ObjectKey{Name: tenant}, func() error { return errNotLoaded })
+	if err != nil {
+		return 0
+	}
+	return t.Spec.Quotas.InvocationsPerSecond
+}
+
+// cached returns the object of the watch cache under key, without a
+// copy, from the informer's store itself: Cache.Get would find the
+// informer by reflection and copy the object into one allocated per call.
+// Without a store (nil) it is read through Cache.Get. The caller only
+// reads it. notFound is the error of a key the store does not hold.
+func cached[T any, P interface {
+	*T
+	client.Object
+}](ctx context.Context, c cache.Cache, store toolscache.Indexer, key client.ObjectKey, notFound func() error) (P, error) {
+	if store != nil {
+		k := key.Name
+		if key.Namespace != "" {
+			k = key.Namespace + "/" + key.Name
+		}
+		obj, ok, err := store.GetByKey(k)
 		if err != nil {
 			return nil, err
 		}
 		if !ok {
 			return nil, notFound()
 		}
-		if fn, isFn := obj.(*slessv1.Function); isFn {
-			return fn, nil
+		if o, isT := obj.(P); isT {
+			return o, nil
 		}
 	}
-	var fn slessv1.Function
-	if err := s.Cache.Get(ctx, client.ObjectKey{Namespace: ns, Name: name}, &fn, client.UnsafeDisableDeepCopy); err != nil {
+	o := P(new(T))
+	if err := c.Get(ctx, key, o, client.UnsafeDisableDeepCopy); err != nil {
 		return nil, err
 	}
-	return &fn, nil
+	return o, nil
 }
 
 // storeOf returns the store of the informer of obj in c; nil when its

@@ -122,6 +122,7 @@ type Server struct {
 	history   historyStore                // store.Store
 	letters   deadLetterStore             // store.Store
 	functions toolscache.Indexer          // the watch cache's store of Functions (nil: read through Cache)
+	tenants   toolscache.Indexer          // the same of Tenants
 	fnWatch   watcher                     // Functions, for ?wait=ready and a create's wait for the cache
 	nsWatch   watcher                     // tenant Namespaces, for a tenant's create
 	loaded    func() bool                 // whether the watch cache of Functions and Triggers has synced
@@ -142,7 +143,7 @@ func New(d Deps) *Server {
 	tokens := auth.NewTokens(d.DB, 30*time.Second, d.Log)
 	s.tokens, s.issuer, s.listen = tokens, tokens, tokens.Listen
 	s.uses = func(ctx context.Context) error { return tokens.RecordUses(ctx, auth.UseFlush) }
-	s.limits = auth.NewLimiter(d.Cache)
+	s.limits = auth.NewLimiter(s.tenantRate)
 	s.guesses = auth.NewFailures(auth.FailedLookupsPerSecond, auth.FailedLookupsBurst)
 	if s.Transport == nil {
 		s.Transport = proxy.DefaultTransport()
@@ -163,6 +164,9 @@ func New(d Deps) *Server {
 	}
 	if s.functions, err = storeOf(d.Cache, &slessv1.Function{}); err != nil {
 		panic(fmt.Sprintf("watch functions: %v", err)) // as above
+	}
+	if s.tenants, err = storeOf(d.Cache, &slessv1.Tenant{}); err != nil {
+		panic(fmt.Sprintf("watch tenants: %v", err)) // the cache was built with a Tenant informer; as above
 	}
 	if s.loaded, err = cacheSynced(d.Cache, &slessv1.Function{}, &slessv1.Trigger{}); err != nil {
 		panic(fmt.Sprintf("watch functions and triggers: %v", err)) // as above
