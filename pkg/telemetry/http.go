@@ -3,6 +3,7 @@ package telemetry
 import (
 	"net/http"
 	"strconv"
+	"sync"
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
@@ -17,6 +18,35 @@ import (
 type HTTPMetrics struct {
 	requests *prometheus.CounterVec
 	duration *prometheus.HistogramVec
+
+	mu     sync.RWMutex
+	series map[routeKey]routeSeries // the vectors' children, found once (no series is ever deleted)
+}
+
+type routeKey struct {
+	route, method string
+	code          int
+}
+
+type routeSeries struct {
+	requests prometheus.Counter
+	duration prometheus.Observer
+}
+
+// of returns the series of a route, method and status code. The vectors'
+// own lookup hashes and validates every label on every request.
+func (m *HTTPMetrics) of(route, method string, code int) routeSeries {
+	k := routeKey{route: route, method: method, code: code}
+	m.mu.RLock()
+	s, ok := m.series[k]
+	m.mu.RUnlock()
+	if !ok {
+		s = routeSeries{requests: m.requests.WithLabelValues(route, method, strconv.Itoa(code)), duration: m.duration.WithLabelValues(route, method)}
+		m.mu.Lock()
+		m.series[k] = s
+		m.mu.Unlock()
+	}
+	return s
 }
 
 // NewHTTPMetrics registers sless_<service>_http_requests_total and
@@ -32,6 +62,7 @@ func NewHTTPMetrics(reg prometheus.Registerer, service string) *HTTPMetrics {
 			Help:    "HTTP request latency, by route pattern and method.",
 			Buckets: prometheus.ExponentialBuckets(0.0005, 2, 16),
 		}, []string{"route", "method"}),
+		series: map[routeKey]routeSeries{},
 	}
 	reg.MustRegister(m.requests, m.duration)
 	return m
@@ -77,8 +108,9 @@ func Middleware(tracer trace.Tracer, prop propagation.TextMapPropagator, m *HTTP
 			if sw.code >= 500 {
 				span.SetStatus(codes.Error, http.StatusText(sw.code))
 			}
-			m.requests.WithLabelValues(name, r.Method, strconv.Itoa(sw.code)).Inc()
-			m.duration.WithLabelValues(name, r.Method).Observe(time.Since(start).Seconds())
+			series := m.of(name, r.Method, sw.code)
+			series.requests.Inc()
+			series.duration.Observe(time.Since(start).Seconds())
 		})
 	}
 }
