@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
+	"runtime"
 	"strconv"
 	"strings"
 	"time"
@@ -115,12 +116,21 @@ func (c CPU) PerRequest(requests int) string {
 }
 
 // WithCPU wraps a side of a comparison: its Result carries the CPU the
-// machine's broker, PostgreSQL and this process spent during it.
+// machine's broker, PostgreSQL and this process spent during it, and the
+// heap allocations of this process.
 func WithCPU(side func() Result) func() Result {
 	return func() Result {
-		before := SampleCPU()
+		before, allocs := SampleCPU(), mallocs()
 		r := side()
 		r.CPU = SampleCPU().Sub(before)
+		r.Allocs = mallocs() - allocs
 		return r
 	}
+}
+
+// mallocs is the count of heap allocations this process made so far.
+func mallocs() uint64 {
+	var m runtime.MemStats
+	runtime.ReadMemStats(&m)
+	return m.Mallocs
 }

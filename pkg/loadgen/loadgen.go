@@ -22,6 +22,10 @@ type Result struct {
 	// CPU is what the broker, PostgreSQL and this process spent during
 	// the run, when it was measured (WithCPU).
 	CPU CPU
+	// Allocs is the heap allocations this process made during the run,
+	// when it was measured (WithCPU): steadier than CPU time on a loaded
+	// machine.
+	Allocs uint64
 }
 
 // Throughput is successful requests per second.
@@ -41,6 +45,9 @@ func (r Result) String() string {
 		r.Throughput(), float64(r.Percentile(50).Microseconds()), float64(r.Percentile(99).Microseconds()), r.Errors)
 	if r.CPU != nil {
 		s += "  " + r.CPU.PerRequest(r.Requests)
+	}
+	if r.Allocs > 0 && r.Requests > 0 {
+		s += fmt.Sprintf("  allocs/req %.0f", float64(r.Allocs)/float64(r.Requests))
 	}
 	return s
 }

@@ -46,7 +46,8 @@ func Merge(x, y Result) Result {
 	if x.CPU != nil || y.CPU != nil {
 		cpu = x.CPU.Add(y.CPU)
 	}
-	return Result{Requests: x.Requests + y.Requests, Errors: x.Errors + y.Errors, Duration: x.Duration + y.Duration, Latencies: lat, CPU: cpu}
+	return Result{Requests: x.Requests + y.Requests, Errors: x.Errors + y.Errors, Duration: x.Duration + y.Duration, Latencies: lat, CPU: cpu,
+		Allocs: x.Allocs + y.Allocs}
 }
 
 // Median is the median of v (0 for none).

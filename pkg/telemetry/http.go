@@ -3,6 +3,7 @@ package telemetry
 import (
 	"net/http"
 	"strconv"
+	"sync"
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
@@ -17,6 +18,35 @@ import (
 type HTTPMetrics struct {
 	requests *prometheus.CounterVec
 	duration *prometheus.HistogramVec
+
+	mu     sync.RWMutex
+	series map[routeKey]routeSeries // the vectors' children, found once (no series is ever deleted)
+}
+
+type routeKey struct {
+	route, method string
+	code          int
+}
+
+type routeSeries struct {
+	requests prometheus.Counter
+	duration prometheus.Observer
+}
+
+// of returns the series of a route, method and status code. The vectors'
+// own lookup hashes and validates every label on every request.
+func (m *HTTPMetrics) of(route, method string, code int) routeSeries {
+	k := routeKey{route: route, method: method, code: code}
+	m.mu.RLock()
+	s, ok := m.series[k]
+	m.mu.RUnlock()
+	if !ok {
+		s = routeSeries{requests: m.requests.WithLabelValues(route, method, strconv.Itoa(code)), duration: m.duration.WithLabelValues(route, method)}
+		m.mu.Lock()
+		m.series[k] = s
+		m.mu.Unlock()
+	}
+	return s
 }
 
 // NewHTTPMetrics registers sless_<service>_http_requests_total and
@@ -32,10 +62,14 @@ func NewHTTPMetrics(reg prometheus.Registerer, service string) *HTTPMetrics {
 			Help:    "HTTP request latency, by route pattern and method.",
 			Buckets: prometheus.ExponentialBuckets(0.0005, 2, 16),
 		}, []string{"route", "method"}),
+		series: map[routeKey]routeSeries{},
 	}
 	reg.MustRegister(m.requests, m.duration)
 	return m
 }
+
+// serverSpan is the option of every request's span, made once.
+var serverSpan = trace.WithSpanKind(trace.SpanKindServer)
 
 // RouteFunc names the route of a request for metrics and span names, such as
 // the router's pattern; it is called after the handler ran.
@@ -48,12 +82,15 @@ func Middleware(tracer trace.Tracer, prop propagation.TextMapPropagator, m *HTTP
 		return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 			start := time.Now()
 			ctx := prop.Extract(r.Context(), propagation.HeaderCarrier(r.Header))
-			ctx, span := tracer.Start(ctx, r.Method, trace.WithSpanKind(trace.SpanKindServer),
-				trace.WithAttributes(
-					semconv.HTTPRequestMethodKey.String(r.Method),
-					semconv.URLPath(r.URL.Path),
-				))
+			ctx, span := tracer.Start(ctx, r.Method, serverSpan)
 			defer span.End()
+			// Attributes are built for a span that records only: they cost
+			// every request allocations, and no sampler the platform
+			// configures reads them at the start.
+			recording := span.IsRecording()
+			if recording {
+				span.SetAttributes(semconv.HTTPRequestMethodKey.String(r.Method), semconv.URLPath(r.URL.Path))
+			}
 			// The caller can look its request up in the traces backend.
 			w.Header().Set("X-Trace-Id", span.SpanContext().TraceID().String())
 			sw := &statusWriter{ResponseWriter: w, code: http.StatusOK}
@@ -64,13 +101,16 @@ func Middleware(tracer trace.Tracer, prop propagation.TextMapPropagator, m *HTTP
 			if name == "" {
 				name = "unmatched"
 			}
-			span.SetName(r.Method + " " + name)
-			span.SetAttributes(semconv.HTTPRoute(name), semconv.HTTPResponseStatusCode(sw.code), attribute.Int64("http.response.body.size", sw.n))
+			if recording {
+				span.SetName(r.Method + " " + name)
+				span.SetAttributes(semconv.HTTPRoute(name), semconv.HTTPResponseStatusCode(sw.code), attribute.Int64("http.response.body.size", sw.n))
+			}
 			if sw.code >= 500 {
 				span.SetStatus(codes.Error, http.StatusText(sw.code))
 			}
-			m.requests.WithLabelValues(name, r.Method, strconv.Itoa(sw.code)).Inc()
-			m.duration.WithLabelValues(name, r.Method).Observe(time.Since(start).Seconds())
+			series := m.of(name, r.Method, sw.code)
+			series.requests.Inc()
+			series.duration.Observe(time.Since(start).Seconds())
 		})
 	}
 }

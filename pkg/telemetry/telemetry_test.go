@@ -8,6 +8,7 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/google/go-cmp/cmp"
 	"github.com/prometheus/client_golang/prometheus/testutil"
 	sdktrace "go.opentelemetry.io/otel/sdk/trace"
 	"go.opentelemetry.io/otel/sdk/trace/tracetest"
@@ -35,6 +36,16 @@ func TestMiddlewareContinuesTraceAndCountsRequests(t *testing.T) {
 	}
 	if s.Name() != "GET /v1/things/{id}" {
 		t.Errorf("span name %q", s.Name())
+	}
+	// Set after the start, on a span that records only: still all there.
+	got := map[string]string{}
+	for _, kv := range s.Attributes() {
+		got[string(kv.Key)] = kv.Value.String()
+	}
+	want := map[string]string{"http.request.method": "GET", "url.path": "/v1/things/7", "http.route": "/v1/things/{id}",
+		"http.response.status_code": "418", "http.response.body.size": "0"}
+	if d := cmp.Diff(want, got); d != "" {
+		t.Errorf("span attributes (-want +got):\n%s", d)
 	}
 	if n := testutil.ToFloat64(m.requests.WithLabelValues("/v1/things/{id}", "GET", "418")); n != 1 {
 		t.Errorf("requests counter = %v, want 1", n)

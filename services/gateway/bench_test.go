@@ -141,7 +141,11 @@ func BenchmarkSyncInvoke(b *testing.B) {
 				return float64(s.CPU[loadgen.CPUSelf])/float64(s.Requests) - float64(d.CPU[loadgen.CPUSelf])/float64(d.Requests)
 			}
 			cpu = append(cpu, own(x)/own(p))
-			fmt.Printf("sync invoke round %d  CPU per call over the direct call: bare proxy %.0f µs, gateway %.0f µs\n", i+1, own(p)/1e3, own(x)/1e3)
+			allocs := func(s loadgen.Result) float64 {
+				return float64(s.Allocs)/float64(s.Requests) - float64(d.Allocs)/float64(d.Requests)
+			}
+			fmt.Printf("sync invoke round %d  CPU per call over the direct call: bare proxy %.0f µs, gateway %.0f µs; allocations: bare proxy %.0f, gateway %.0f\n",
+				i+1, own(p)/1e3, own(x)/1e3, allocs(p), allocs(x))
 			thrDirect = append(thrDirect, x.Throughput()/d.Throughput())
 			latDirect = append(latDirect, float64(x.Percentile(50))/float64(d.Percentile(50)))
 			proxyDirect = append(proxyDirect, p.Throughput()/d.Throughput())

@@ -79,10 +79,14 @@ func (s *Server) authenticate(r *http.Request) principal {
 
 // principalOf is the caller of ctx, authenticated once per request.
 func (s *Server) principalOf(ctx context.Context) principal {
-	if p, ok := ctx.Value(keyPrincipal).(principal); ok {
-		return p
+	c := callOf(ctx)
+	if c == nil { // outside the router: no request to authenticate
+		return s.authenticate(&http.Request{Header: http.Header{}})
 	}
-	return s.authenticate(requestOf(ctx))
+	if !c.authed {
+		c.principal, c.authed = s.authenticate(c.r), true
+	}
+	return c.principal
 }
 
 // authenticateFirst authenticates a /v1 request that carries a body before
@@ -95,23 +99,20 @@ func (s *Server) authenticateFirst(next http.Handler) http.Handler {
 			next.ServeHTTP(w, r)
 			return
 		}
-		p, ok := r.Context().Value(keyPrincipal).(principal) // the console's caller (ServeAs)
-		if !ok {
-			p = s.authenticate(r)
-		}
-		ctx := context.WithValue(r.Context(), keyPrincipal, p)
+		c := callOf(r.Context())
+		c.r = r
+		p := s.principalOf(r.Context())
 		// The tenant the path names ("", "v1", "tenants", t, ...); POST
 		// /v1/tenants names none and is the admin's.
 		tenant := ""
-		if parts := strings.Split(r.URL.Path, "/"); len(parts) >= 4 && parts[2] == "tenants" {
-			tenant = parts[3]
+		if rest, ok := strings.CutPrefix(r.URL.Path, "/v1/tenants/"); ok {
+			tenant, _, _ = strings.Cut(rest, "/")
 		}
-		if err := s.authorize(ctx, p, tenant); err != nil {
+		if err := s.authorize(r.Context(), p, tenant); err != nil {
 			s.writeError(w, r, err)
 			return
 		}
-		r = r.WithContext(ctx)
-		next.ServeHTTP(w, r.WithContext(context.WithValue(ctx, keyRequest, r)))
+		next.ServeHTTP(w, r)
 	})
 }
 
@@ -122,14 +123,6 @@ func clientAddr(r *http.Request) string {
 		return host
 	}
 	return r.RemoteAddr
-}
-
-func requestOf(ctx context.Context) *http.Request {
-	r, _ := ctx.Value(keyRequest).(*http.Request)
-	if r == nil {
-		r = &http.Request{Header: http.Header{}}
-	}
-	return r
 }
 
 // authorize allows p to act on tenant ("" = an admin operation).

@@ -45,7 +45,7 @@ func TestErrorWriterKeepsCausesOutOfDetailAndLogsThem(t *testing.T) {
 			var log bytes.Buffer
 			s := &Server{Deps: Deps{Log: slog.New(slog.NewJSONHandler(&log, nil))}}
 			r := httptest.NewRequest(http.MethodPost, "/v1/tenants/t/functions/f/invoke", nil)
-			r = r.WithContext(context.WithValue(context.WithValue(r.Context(), keyRequestID, "req-1"), keyLog, s.Log))
+			r = r.WithContext(context.WithValue(r.Context(), keyCall, &call{id: "req-1", log: s.Log}))
 			w := httptest.NewRecorder()
 			s.writeError(w, r, c.err)
 

@@ -205,8 +205,9 @@ type Forwarder interface {
 // forward passes the call to the Forwarder and writes the failure it
 // returns.
 func (s *Server) forward(w http.ResponseWriter, r *http.Request, fn *slessv1.Function, c proxy.Call) {
-	c.RequestID = RequestID(r.Context())
-	c.OwnHost, _ = r.Context().Value(keyOwnHost).(bool)
+	if rc := callOf(r.Context()); rc != nil {
+		c.RequestID, c.OwnHost = rc.id, rc.ownHost
+	}
 	if err := s.forwarder.Forward(w, r, fn, c); err != nil {
 		s.writeError(w, r, err)
 	}

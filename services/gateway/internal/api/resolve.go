@@ -8,6 +8,7 @@ import (
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/apimachinery/pkg/util/validation"
+	toolscache "k8s.io/client-go/tools/cache"
 	"sigs.k8s.io/controller-runtime/pkg/cache"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
@@ -52,21 +53,80 @@ func cacheSynced(c cache.Cache, objs ...client.Object) (func() bool, error) {
 	}, nil
 }
 
-// function reads a Function from the watch cache, without a copy.
+// function reads a Function from the watch cache, without a copy: the
+// object the informer holds, which its callers only read.
 func (s *Server) function(ctx context.Context, tenant, name string) (*slessv1.Function, error) {
+	notFound := func() error {
+		return apierrors.NewNotFound(slessv1.GroupVersion.WithResource("functions").GroupResource(), name)
+	}
 	if len(validation.IsDNS1123Label(tenant)) > 0 || len(validation.IsDNS1123Subdomain(name)) > 0 {
-		// No such object can exist.
-		return nil, apierrors.NewNotFound(slessv1.GroupVersion.WithResource("functions").GroupResource(), name)
+		return nil, notFound() // no such object can exist
 	}
 	if !s.loaded() {
 		return nil, errNotLoaded
 	}
-	var fn slessv1.Function
-	key := client.ObjectKey{Namespace: slessv1.NamespaceFor(tenant), Name: name}
-	if err := s.Cache.Get(ctx, key, &fn, client.UnsafeDisableDeepCopy); err != nil {
+	return cached[slessv1.Function](ctx, s.Cache, s.functions, client.ObjectKey{Namespace: slessv1.NamespaceFor(tenant), Name: name}, notFound)
+}
+
+// tenantRate is a tenant's invocationsPerSecond from the watch cache (0:
+// unknown), for the rate limit of every call.
+func (s *Server) tenantRate(ctx context.Context, tenant string) int32 {
+	if s.Cache == nil {
+		return 0
+	}
+	t, err := cached[slessv1.Tenant](ctx, s.Cache, s.tenants, client.ObjectKey{Name: tenant}, func() error { return errNotLoaded })
+	if err != nil {
+		return 0
+	}
+	return t.Spec.Quotas.InvocationsPerSecond
+}
+
+// cached returns the object of the watch cache under key, without a
+// copy, from the informer's store itself: Cache.Get would find the
+// informer by reflection and copy the object into one allocated per call.
+// Without a store (nil) it is read through Cache.Get. The caller only
+// reads it. notFound is the error of a key the store does not hold.
+func cached[T any, P interface {
+	*T
+	client.Object
+}](ctx context.Context, c cache.Cache, store toolscache.Indexer, key client.ObjectKey, notFound func() error) (P, error) {
+	if store != nil {
+		k := key.Name
+		if key.Namespace != "" {
+			k = key.Namespace + "/" + key.Name
+		}
+		obj, ok, err := store.GetByKey(k)
+		if err != nil {
+			return nil, err
+		}
+		if !ok {
+			return nil, notFound()
+		}
+		if o, isT := obj.(P); isT {
+			return o, nil
+		}
+	}
+	o := P(new(T))
+	if err := c.Get(ctx, key, o, client.UnsafeDisableDeepCopy); err != nil {
 		return nil, err
 	}
-	return &fn, nil
+	return o, nil
+}
+
+// storeOf returns the store of the informer of obj in c; nil when its
+// informer does not expose one (a test's fake).
+func storeOf(c cache.Cache, obj client.Object) (toolscache.Indexer, error) {
+	if c == nil {
+		return nil, nil
+	}
+	inf, err := c.GetInformer(context.Background(), obj, cache.BlockUntilSynced(false))
+	if err != nil {
+		return nil, err
+	}
+	if i, ok := inf.(interface{ GetIndexer() toolscache.Indexer }); ok {
+		return i.GetIndexer(), nil
+	}
+	return nil, nil
 }
 
 // triggerFor returns the trigger that serves sub of tenant's public paths

@@ -29,6 +29,7 @@ import (
 	"go.opentelemetry.io/otel/trace"
 	corev1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/util/validation"
+	toolscache "k8s.io/client-go/tools/cache"
 	"sigs.k8s.io/controller-runtime/pkg/cache"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
@@ -120,6 +121,8 @@ type Server struct {
 	kept      keptReplayer                // enqueue.Replayer: kept requests
 	history   historyStore                // store.Store
 	letters   deadLetterStore             // store.Store
+	functions toolscache.Indexer          // the watch cache's store of Functions (nil: read through Cache)
+	tenants   toolscache.Indexer          // the same of Tenants
 	fnWatch   watcher                     // Functions, for ?wait=ready and a create's wait for the cache
 	nsWatch   watcher                     // tenant Namespaces, for a tenant's create
 	loaded    func() bool                 // whether the watch cache of Functions and Triggers has synced
@@ -140,7 +143,7 @@ func New(d Deps) *Server {
 	tokens := auth.NewTokens(d.DB, 30*time.Second, d.Log)
 	s.tokens, s.issuer, s.listen = tokens, tokens, tokens.Listen
 	s.uses = func(ctx context.Context) error { return tokens.RecordUses(ctx, auth.UseFlush) }
-	s.limits = auth.NewLimiter(d.Cache)
+	s.limits = auth.NewLimiter(s.tenantRate)
 	s.guesses = auth.NewFailures(auth.FailedLookupsPerSecond, auth.FailedLookupsBurst)
 	if s.Transport == nil {
 		s.Transport = proxy.DefaultTransport()
@@ -158,6 +161,12 @@ func New(d Deps) *Server {
 	}
 	if s.nsWatch, err = watchObjects(d.Cache, &corev1.Namespace{}); err != nil {
 		panic(fmt.Sprintf("watch namespaces: %v", err)) // the cache was built with a Namespace informer; a programming error
+	}
+	if s.functions, err = storeOf(d.Cache, &slessv1.Function{}); err != nil {
+		panic(fmt.Sprintf("watch functions: %v", err)) // as above
+	}
+	if s.tenants, err = storeOf(d.Cache, &slessv1.Tenant{}); err != nil {
+		panic(fmt.Sprintf("watch tenants: %v", err)) // the cache was built with a Tenant informer; as above
 	}
 	if s.loaded, err = cacheSynced(d.Cache, &slessv1.Function{}, &slessv1.Trigger{}); err != nil {
 		panic(fmt.Sprintf("watch functions and triggers: %v", err)) // as above
@@ -266,14 +275,28 @@ func routePattern(r *http.Request) string {
 type ctxKey int
 
 const (
-	keyRequestID ctxKey = iota
-	keyRequest
-	keyPrincipal
-	keyOwnHost
-	keyLog
+	keyCall      ctxKey = iota // *call, set by requestID
+	keyPrincipal               // principal, set by ServeAs before the router
+	keyOwnHost                 // bool, set by ServeHTTP before the router
 )
 
-// requestID gives every request an id, in the response and in errors.
+// call is what the middleware learn about one request, kept in one
+// context value: every further value or request copy would cost each
+// call of a function an allocation (the sync invoke budget,
+// docs/benchmarks.md).
+type call struct {
+	id  string
+	log *slog.Logger
+	// r is the request as the middleware last saw it: authenticate reads
+	// its Authorization header and peer address.
+	r         *http.Request
+	principal principal
+	authed    bool // principal is set
+	ownHost   bool // the request came to the tenant's own host (ServeHTTP)
+}
+
+// requestID gives every request an id, in the response and in errors,
+// and the context its call.
 func (s *Server) requestID(next http.Handler) http.Handler {
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		id := r.Header.Get("X-Request-Id")
@@ -281,24 +304,36 @@ func (s *Server) requestID(next http.Handler) http.Handler {
 			id = newID(8)
 		}
 		w.Header().Set("X-Request-Id", id)
-		ctx := context.WithValue(context.WithValue(r.Context(), keyRequestID, id), keyLog, s.Log)
-		r = r.WithContext(ctx)
-		// Handlers read the Authorization header through the request.
-		next.ServeHTTP(w, r.WithContext(context.WithValue(ctx, keyRequest, r)))
+		c := &call{id: id, log: s.Log}
+		ctx := r.Context()
+		// Read here, where the context is short: the console's caller
+		// (ServeAs) and the tenant's own host (ServeHTTP).
+		c.principal, c.authed = ctx.Value(keyPrincipal).(principal)
+		c.ownHost, _ = ctx.Value(keyOwnHost).(bool)
+		r = r.WithContext(context.WithValue(ctx, keyCall, c))
+		c.r = r
+		next.ServeHTTP(w, r)
 	})
+}
+
+func callOf(ctx context.Context) *call {
+	c, _ := ctx.Value(keyCall).(*call)
+	return c
 }
 
 // RequestID returns the request id of ctx.
 func RequestID(ctx context.Context) string {
-	id, _ := ctx.Value(keyRequestID).(string)
-	return id
+	if c := callOf(ctx); c != nil {
+		return c.id
+	}
+	return ""
 }
 
 // logOf is the logger of the request of ctx, for problemOf, which huma
 // calls without the server at hand.
 func logOf(ctx context.Context) *slog.Logger {
-	if l, ok := ctx.Value(keyLog).(*slog.Logger); ok && l != nil {
-		return l
+	if c := callOf(ctx); c != nil && c.log != nil {
+		return c.log
 	}
 	return slog.Default() // outside a request: nothing else to log to
 }

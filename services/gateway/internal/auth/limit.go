@@ -7,10 +7,6 @@ import (
 	"sync"
 
 	"golang.org/x/time/rate"
-	"sigs.k8s.io/controller-runtime/pkg/cache"
-	"sigs.k8s.io/controller-runtime/pkg/client"
-
-	slessv1 "github.com/kube5s/sless/pkg/apis/sless/v1alpha1"
 )
 
 // Failed token lookups a client address may make: a burst, then one a
@@ -63,22 +59,24 @@ func (f *Failures) Fail(addr string) {
 // `auth: none` triggers from one of their own, so that strangers cannot
 // starve the tenant's own use of its API.
 type Limiter struct {
-	cache cache.Cache
-	mu    sync.Mutex
-	m     map[string]*rate.Limiter
+	perSecond func(ctx context.Context, tenant string) int32
+	mu        sync.Mutex
+	m         map[string]*rate.Limiter
 }
 
-// NewLimiter reads the tenants' rates from c (nil: 100 a second).
-func NewLimiter(c cache.Cache) *Limiter { return &Limiter{cache: c, m: map[string]*rate.Limiter{}} }
+// NewLimiter reads a tenant's invocationsPerSecond with perSecond (0 or
+// nil: 100 a second).
+func NewLimiter(perSecond func(ctx context.Context, tenant string) int32) *Limiter {
+	return &Limiter{perSecond: perSecond, m: map[string]*rate.Limiter{}}
+}
 
 // Allow takes one request of tenant from bucket, or returns a
 // *RateLimited.
 func (l *Limiter) Allow(ctx context.Context, tenant, bucket string) error {
 	perSec := 100
-	if l.cache != nil {
-		var t slessv1.Tenant
-		if err := l.cache.Get(ctx, client.ObjectKey{Name: tenant}, &t, client.UnsafeDisableDeepCopy); err == nil && t.Spec.Quotas.InvocationsPerSecond > 0 {
-			perSec = int(t.Spec.Quotas.InvocationsPerSecond)
+	if l.perSecond != nil {
+		if n := l.perSecond(ctx, tenant); n > 0 {
+			perSec = int(n)
 		}
 	}
 	l.mu.Lock()
@@ -88,12 +86,15 @@ func (l *Limiter) Allow(ctx context.Context, tenant, bucket string) error {
 		l.m[bucket] = lim
 	}
 	l.mu.Unlock()
-	res := lim.Reserve()
-	if d := res.Delay(); d > 0 {
-		res.Cancel()
-		return &RateLimited{Tenant: tenant, PerSecond: perSec, RetryAfter: int(math.Ceil(d.Seconds()))}
+	if lim.Allow() { // no reservation made: the common case allocates nothing
+		return nil
 	}
-	return nil
+	// Only to say when to retry: a reservation of the next token, given
+	// back.
+	res := lim.Reserve()
+	d := res.Delay()
+	res.Cancel()
+	return &RateLimited{Tenant: tenant, PerSecond: perSec, RetryAfter: max(int(math.Ceil(d.Seconds())), 1)}
 }
 
 // RateLimited is a request over its tenant's rate; the API answers 429

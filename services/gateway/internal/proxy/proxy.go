@@ -108,14 +108,7 @@ func (f *Failure) Error() string { return f.Detail }
 
 // Hidden tells whether a request header is kept from the function
 // (hop-by-hop headers and the platform's own).
-func Hidden(name string) bool {
-	for _, h := range dropRequest {
-		if h == name {
-			return true
-		}
-	}
-	return false
-}
+func Hidden(name string) bool { return hiddenRequest[name] }
 
 // DefaultTransport is the shared transport to functions: many idle
 // keep-alive connections per endpoint, no compression, HTTP/1.1.
@@ -137,6 +130,9 @@ func DefaultTransport() *http.Transport {
 var dropRequest = []string{"Connection", "Keep-Alive", "Proxy-Connection", "Transfer-Encoding", "Te", "Trailer", "Upgrade",
 	"Authorization", "Prefer", "Idempotency-Key", "X-Callback-Url", headers.InvocationID, headers.Trigger, headers.Route, headers.Affinity, "Traceparent", "Tracestate"}
 
+// hiddenRequest is dropRequest as a set.
+var hiddenRequest = setOf(dropRequest)
+
 // dropResponse: hop-by-hop headers, and the cold-start mark, which is
 // recorded, not passed on (runtimes/README.md).
 var dropResponse = []string{"Connection", "Keep-Alive", "Transfer-Encoding", "Trailer", "Upgrade", "Content-Length", headers.ColdStart}
@@ -151,22 +147,100 @@ var originWide = []string{"Set-Cookie", "Set-Cookie2", "Strict-Transport-Securit
 	"Alt-Svc", "Nel", "Report-To", "Reporting-Endpoints", "Accept-Ch", "Critical-Ch", "Origin-Agent-Cluster",
 	"Public-Key-Pins", "Public-Key-Pins-Report-Only", "Expect-Ct"}
 
+// The response headers not passed on: on the platform's origin, and on a
+// tenant's own host.
+var (
+	droppedOnPlatform = setOf(dropResponse, originWide)
+	droppedOnOwnHost  = setOf(dropResponse)
+)
+
+func setOf(lists ...[]string) map[string]bool {
+	m := map[string]bool{}
+	for _, l := range lists {
+		for _, k := range l {
+			m[k] = true
+		}
+	}
+	return m
+}
+
+// requestHeader is the header the function receives of in: a copy
+// without dropRequest, made in two allocations (as Header.Clone), with
+// room for the headers fncall.NewRequest adds. The keys of a server's
+// request are canonical, as the set's are.
+func requestHeader(in http.Header) http.Header {
+	n := 0
+	for k, v := range in {
+		if !hiddenRequest[k] {
+			n += len(v)
+		}
+	}
+	vals := make([]string, n)
+	out := make(http.Header, len(in)+4)
+	for k, v := range in {
+		switch {
+		case hiddenRequest[k]:
+		case v == nil:
+			out[k] = nil // kept as Header.Clone keeps it
+		default:
+			c := copy(vals, v)
+			out[k] = vals[:c:c]
+			vals = vals[c:]
+		}
+	}
+	return out
+}
+
+// clientSpan is the option of every forwarded call's span, made once.
+var clientSpan = trace.WithSpanKind(trace.SpanKindClient)
+
 // unsent is the request body on its way to the function: it counts what
-// was read, and the transport's Close after a failed attempt does not end
-// it, so that a request refused before any byte left can be sent again
-// (the server closes the incoming body itself).
+// was read, keeps a copy of its head in keep (when not nil), and the
+// transport's Close after a failed attempt does not end it, so that a
+// request refused before any byte left can be sent again (the server
+// closes the incoming body itself).
 type unsent struct {
-	r io.Reader
-	n int64
+	r    io.Reader
+	n    int64
+	keep *headWriter
 }
 
 func (u *unsent) Read(p []byte) (int, error) {
 	n, err := u.r.Read(p)
 	u.n += int64(n)
+	if n > 0 && u.keep != nil {
+		_, _ = u.keep.Write(p[:n])
+	}
 	return n, err
 }
 
 func (u *unsent) Close() error { return nil }
+
+// captured is the function's answer on its way to the caller: it keeps
+// a copy of its head in keep.
+type captured struct {
+	r    io.Reader
+	keep *headWriter
+}
+
+func (c *captured) Read(p []byte) (int, error) {
+	n, err := c.r.Read(p)
+	if n > 0 {
+		_, _ = c.keep.Write(p[:n])
+	}
+	return n, err
+}
+
+// streams are the readers and writers of one call, made in one
+// allocation, with room for the head of a small body and answer.
+type streams struct {
+	body        unsent
+	sent        headWriter // what the function read of the body, kept if the call fails
+	answer      captured
+	head        headWriter // the start of the answer, for the record
+	sentSmall   [64]byte
+	answerSmall [128]byte
+}
 
 // MaxBody is the largest request body forwarded to a function.
 const MaxBody = 6 << 20
@@ -212,23 +286,29 @@ func (f *Forwarder) Forward(w http.ResponseWriter, r *http.Request, fn *slessv1.
 	}
 	start := time.Now()
 	id := msg.NewInvocationID()
-	ctx, span := f.Tracer.Start(r.Context(), "invoke "+fn.Name, trace.WithSpanKind(trace.SpanKindClient), trace.WithAttributes(
-		attribute.String("faas.invoked_name", fn.Name), attribute.String("faas.invocation_id", id),
-		attribute.String("faas.trigger", "http"), attribute.String("sless.tenant", tenant), attribute.Int("sless.function_version", int(version.Number))))
+	ctx, span := f.Tracer.Start(r.Context(), "invoke "+fn.Name, clientSpan)
 	defer span.End()
+	// Attributes are built for a span that records only: they cost every
+	// call allocations, and no sampler the platform configures reads them
+	// at the start.
+	recording := span.IsRecording()
+	if recording {
+		span.SetAttributes(attribute.String("faas.invoked_name", fn.Name), attribute.String("faas.invocation_id", id),
+			attribute.String("faas.trigger", "http"), attribute.String("sless.tenant", tenant), attribute.Int("sless.function_version", int(version.Number)))
+	}
 	ctx, cancel := context.WithTimeout(ctx, fncall.Deadline(fn.Spec.TimeoutSec))
 	defer cancel()
 
-	body := &unsent{r: http.MaxBytesReader(w, r.Body, MaxBody)}
+	st := &streams{}
+	body := &st.body
+	body.r = http.MaxBytesReader(w, r.Body, MaxBody)
 	var sent *headWriter // what the function read of the body, kept if the call fails
 	if f.Keep != nil && r.ContentLength != 0 {
-		sent = &headWriter{max: msg.MaxKeptBody}
-		body.r = io.TeeReader(body.r, sent)
+		sent = &st.sent
+		sent.max, sent.buf = msg.MaxKeptBody, st.sentSmall[:0]
+		body.keep = sent
 	}
-	header := r.Header.Clone()
-	for _, h := range dropRequest {
-		header.Del(h)
-	}
+	header := requestHeader(r.Header)
 	// Without a body the request is sent with http.NoBody, which makes it
 	// replayable: the transport sends it again on a new connection when a
 	// kept-alive one turns out closed by the function (a runtime worker
@@ -301,15 +381,13 @@ func (f *Forwarder) Forward(w http.ResponseWriter, r *http.Request, fn *slessv1.
 			Detail: fmt.Sprintf("function %s answered %d bytes; the limit is %d", fn.Name, resp.ContentLength, f.MaxResponseBytes)}
 	}
 	h := w.Header()
+	dropped := droppedOnPlatform
+	if c.OwnHost {
+		dropped = droppedOnOwnHost
+	}
 	for k, v := range resp.Header {
-		h[k] = v
-	}
-	for _, k := range dropResponse {
-		h.Del(k)
-	}
-	if !c.OwnHost {
-		for _, k := range originWide {
-			h.Del(k)
+		if !dropped[k] {
+			h[k] = v
 		}
 	}
 	h.Set(headers.InvocationID, id)
@@ -323,20 +401,24 @@ func (f *Forwarder) Forward(w http.ResponseWriter, r *http.Request, fn *slessv1.
 		h.Set("Content-Length", strconv.FormatInt(resp.ContentLength, 10))
 	}
 	w.WriteHeader(resp.StatusCode)
-	capture := &headWriter{max: f.MaxInlineResult}
+	capture := &st.head
+	capture.max, capture.buf = f.MaxInlineResult, st.answerSmall[:0]
+	st.answer = captured{r: fncall.LimitBody(resp.Body, f.MaxResponseBytes), keep: capture}
 	buf := copyBufs.Get().(*[]byte)
-	n, err := io.CopyBuffer(w, io.TeeReader(fncall.LimitBody(resp.Body, f.MaxResponseBytes), capture), *buf)
+	n, err := io.CopyBuffer(w, &st.answer, *buf)
 	copyBufs.Put(buf)
 	rec.ResponseSize = n
 	rec.ResultContentType = resp.Header.Get("Content-Type")
 	rec.ColdStart = fncall.ColdStart(resp.Header, woke)
 	if capture.complete() {
-		rec.Result = capture.buf.Bytes()
+		rec.Result = capture.bytes()
 	}
 	o := fncall.Classify(fncall.Answer{Code: resp.StatusCode, Head: rec.Result, Size: n, Limit: f.MaxResponseBytes, BodyErr: err,
 		TimedOut: errors.Is(ctx.Err(), context.DeadlineExceeded)})
 	o.Record(rec)
-	span.SetAttributes(attribute.Int("http.response.status_code", resp.StatusCode))
+	if recording {
+		span.SetAttributes(attribute.Int("http.response.status_code", resp.StatusCode))
+	}
 	if o.Status != msg.StatusSucceeded {
 		span.SetStatus(codes.Error, rec.Error)
 	}
@@ -374,7 +456,6 @@ func (f *Forwarder) wake(ctx context.Context, fn *slessv1.Function, c versionpic
 	return c, PickFailure(err)
 }
 
-// headWriter keeps the first max bytes of a stream.
 // copyBufs are the buffers responses are copied through: io.Copy would
 // allocate 32 KiB per response, since neither side of this copy has a
 // ReadFrom/WriteTo shortcut.
@@ -393,7 +474,7 @@ func keptRequest(r *http.Request, path string, sentHeader http.Header, read int6
 	}
 	req := msg.Request{Method: r.Method, Path: path, Query: r.URL.RawQuery, Headers: hdr}
 	if sent != nil {
-		req.Body = sent.buf.Bytes()
+		req.Body = sent.bytes()
 	}
 	kr := req.Kept()
 	size := max(read, r.ContentLength, 0)
@@ -433,19 +514,29 @@ func (f *Forwarder) keep(rec *msg.InvocationCompleted, kr msg.KeptRequest) {
 	}()
 }
 
+// headWriter keeps the first max bytes of a stream, or notes that it was
+// longer.
 type headWriter struct {
-	buf  bytes.Buffer
+	buf  []byte
 	max  int
 	over bool
 }
 
 func (h *headWriter) Write(p []byte) (int, error) {
-	if h.buf.Len()+len(p) > h.max {
+	if len(h.buf)+len(p) > h.max {
 		h.over = true
 		return len(p), nil
 	}
-	h.buf.Write(p)
+	h.buf = append(h.buf, p...)
 	return len(p), nil
+}
+
+// bytes is what was kept; nil for nothing.
+func (h *headWriter) bytes() []byte {
+	if len(h.buf) == 0 {
+		return nil
+	}
+	return h.buf
 }
 
 func (h *headWriter) complete() bool { return !h.over }

@@ -16,6 +16,8 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/testutil"
 	"go.opentelemetry.io/otel/propagation"
+	sdktrace "go.opentelemetry.io/otel/sdk/trace"
+	"go.opentelemetry.io/otel/sdk/trace/tracetest"
 	"go.opentelemetry.io/otel/trace/noop"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
@@ -258,5 +260,75 @@ sless_gateway_invocations_total{function="f",function_version="4",status="succee
 `
 	if err := testutil.GatherAndCompare(reg, strings.NewReader(want), "sless_gateway_invocations_total"); err != nil {
 		t.Error(err)
+	}
+}
+
+// TestForwardKeepsThePlatformsHeadersToItself: the function receives the
+// caller's headers without the hop-by-hop ones, the credentials and the
+// platform's own, plus the contract headers and the trace context; the
+// caller receives the function's headers without the hop-by-hop ones and,
+// on the platform's origin, without the origin-wide ones. The span of the
+// call carries its attributes.
+func TestForwardKeepsThePlatformsHeadersToItself(t *testing.T) {
+	seen := make(chan http.Header, 2)
+	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		seen <- r.Header.Clone()
+		w.Header().Set("Set-Cookie", "session=1")
+		w.Header().Set("Strict-Transport-Security", "max-age=60")
+		w.Header().Set("X-Sless-Cold-Start", "true")
+		w.Header().Set("X-Own", "kept")
+		w.Header().Set("Content-Type", "text/plain")
+		_, _ = io.WriteString(w, "ok")
+	}))
+	defer srv.Close()
+	for _, own := range []bool{false, true} {
+		spans := tracetest.NewSpanRecorder()
+		tp := sdktrace.NewTracerProvider(sdktrace.WithSpanProcessor(spans))
+		f := &Forwarder{Transport: DefaultTransport(), Tracer: tp.Tracer("test"), Prop: propagation.TraceContext{},
+			Recorder: &records{}, Metrics: nobody{}, Log: slog.New(slog.NewTextHandler(io.Discard, nil)), MaxResponseBytes: 1 << 20}
+		r := httptest.NewRequest(http.MethodPost, "/v1/tenants/t/functions/f/invoke", strings.NewReader("{}"))
+		for k, v := range map[string]string{"Authorization": "Bearer slt_x", "Prefer": "return=minimal", "Idempotency-Key": "k",
+			"X-Callback-Url": "http://x", "X-Sless-Route": "7", "X-Sless-Invocation-Id": "forged", "Te": "trailers",
+			"Content-Type": "application/json", "X-Caller": "kept"} {
+			r.Header.Set(k, v)
+		}
+		w := httptest.NewRecorder()
+		if err := f.Forward(w, r, readyFunction(srv.URL), Call{Tenant: "t", Path: "/", Kind: msg.TriggerHTTP, OwnHost: own}); err != nil {
+			t.Fatal(err)
+		}
+		got := <-seen
+		id := w.Header().Get("X-Sless-Invocation-Id")
+		if id == "" || got.Get("X-Sless-Invocation-Id") != id || got.Get("X-Sless-Trigger") != "http" || got.Get("Traceparent") == "" {
+			t.Errorf("own host %v: the function got invocation id %q (the caller %q), trigger %q, traceparent %q",
+				own, got.Get("X-Sless-Invocation-Id"), id, got.Get("X-Sless-Trigger"), got.Get("Traceparent"))
+		}
+		for _, h := range []string{"Authorization", "Prefer", "Idempotency-Key", "X-Callback-Url", "X-Sless-Route", "Te"} {
+			if v := got.Get(h); v != "" {
+				t.Errorf("own host %v: the function got %s: %q", own, h, v)
+			}
+		}
+		if got.Get("Content-Type") != "application/json" || got.Get("X-Caller") != "kept" {
+			t.Errorf("own host %v: the function lost the caller's headers: %v", own, got)
+		}
+		h := w.Header()
+		if h.Get("X-Own") != "kept" || h.Get("Content-Type") != "text/plain" || h.Get("Content-Length") != "2" || h.Get("X-Sless-Cold-Start") != "" {
+			t.Errorf("own host %v: the caller got %v", own, h)
+		}
+		if passed := h.Get("Set-Cookie") != "" && h.Get("Strict-Transport-Security") != ""; passed != own {
+			t.Errorf("own host %v: origin-wide headers passed: %v", own, passed)
+		}
+		ended := spans.Ended()
+		if len(ended) != 1 || ended[0].Name() != "invoke f" {
+			t.Fatalf("own host %v: spans %v, want one named invoke f", own, ended)
+		}
+		attrs := map[string]string{}
+		for _, kv := range ended[0].Attributes() {
+			attrs[string(kv.Key)] = kv.Value.String()
+		}
+		want := map[string]string{"faas.invoked_name": "f", "faas.invocation_id": id, "faas.trigger": "http", "sless.tenant": "t",
+			"sless.function_version": "0", "http.response.status_code": "200"}
+		if d := cmp.Diff(want, attrs); d != "" {
+			t.Errorf("own host %v: span attributes (-want +got):\n%s", own, d)
+		}
 	}
 }

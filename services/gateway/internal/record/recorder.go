@@ -126,6 +126,20 @@ type Metrics struct {
 	invocations   *prometheus.CounterVec
 	duration      *prometheus.HistogramVec
 	asyncAccepted prometheus.Counter
+
+	mu     sync.RWMutex
+	series map[seriesKey]series // the vectors' children, found once (no series is ever deleted)
+}
+
+type seriesKey struct {
+	tenant, function string
+	version          int32
+	status           string
+}
+
+type series struct {
+	invocations prometheus.Counter
+	duration    prometheus.Observer
 }
 
 // NewMetrics registers the invocation metrics with reg.
@@ -139,16 +153,29 @@ func NewMetrics(reg prometheus.Registerer) *Metrics {
 		asyncAccepted: prometheus.NewCounter(prometheus.CounterOpts{Name: "sless_gateway_async_accepted_total",
 			Help: "Asynchronous invocations accepted (202)."}),
 	}
+	m.series = map[seriesKey]series{}
 	reg.MustRegister(m.invocations, m.duration, m.asyncAccepted)
 	return m
 }
 
 // Observe counts one synchronous invocation of a function version (0: a
-// function from before versions) and its latency.
+// function from before versions) and its latency. The series of a
+// function version and outcome are looked up in the vectors once: their
+// lookup hashes and validates every label on every call.
 func (m *Metrics) Observe(tenant, function string, version int32, status string, d time.Duration) {
-	v := strconv.Itoa(int(version))
-	m.invocations.WithLabelValues(tenant, function, v, status).Inc()
-	m.duration.WithLabelValues(tenant, function, v).Observe(d.Seconds())
+	k := seriesKey{tenant: tenant, function: function, version: version, status: status}
+	m.mu.RLock()
+	s, ok := m.series[k]
+	m.mu.RUnlock()
+	if !ok {
+		v := strconv.Itoa(int(version))
+		s = series{invocations: m.invocations.WithLabelValues(tenant, function, v, status), duration: m.duration.WithLabelValues(tenant, function, v)}
+		m.mu.Lock()
+		m.series[k] = s
+		m.mu.Unlock()
+	}
+	s.invocations.Inc()
+	s.duration.Observe(d.Seconds())
 }
 
 // AsyncAccepted counts one asynchronous invocation accepted (202).

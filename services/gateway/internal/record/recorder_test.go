@@ -4,12 +4,14 @@ import (
 	"context"
 	"io"
 	"log/slog"
+	"strings"
 	"sync"
 	"testing"
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/testutil"
+	dto "github.com/prometheus/client_model/go"
 
 	"github.com/kube5s/sless/pkg/msg"
 )
@@ -71,5 +73,39 @@ func TestRecorderDropsWhenFullAndCounts(t *testing.T) {
 	}
 	if pub.records != 5 {
 		t.Fatalf("published %d records, want 5 (the first and the 4 buffered)", pub.records)
+	}
+}
+
+// TestMetricsCountEachSeries: each tenant, function, version and outcome
+// is a series of its own, counted on every call.
+func TestMetricsCountEachSeries(t *testing.T) {
+	reg := prometheus.NewRegistry()
+	m := NewMetrics(reg)
+	m.Observe("t", "f", 2, "succeeded", time.Millisecond)
+	m.Observe("t", "f", 2, "succeeded", time.Millisecond)
+	m.Observe("t", "f", 2, "failed", time.Millisecond)
+	m.Observe("t", "f", 3, "succeeded", time.Millisecond)
+	m.Observe("u", "f", 2, "succeeded", time.Millisecond)
+	want := `
+# HELP sless_gateway_invocations_total Synchronous invocations by tenant, function, version and outcome.
+# TYPE sless_gateway_invocations_total counter
+sless_gateway_invocations_total{function="f",function_version="2",status="failed",tenant="t"} 1
+sless_gateway_invocations_total{function="f",function_version="2",status="succeeded",tenant="t"} 2
+sless_gateway_invocations_total{function="f",function_version="2",status="succeeded",tenant="u"} 1
+sless_gateway_invocations_total{function="f",function_version="3",status="succeeded",tenant="t"} 1
+`
+	if err := testutil.GatherAndCompare(reg, strings.NewReader(want), "sless_gateway_invocations_total"); err != nil {
+		t.Error(err)
+	}
+	if n := testutil.CollectAndCount(m.duration); n != 3 {
+		t.Errorf("%d duration series, want 3 (tenant, function and version)", n)
+	}
+	h := m.duration.WithLabelValues("t", "f", "2").(prometheus.Histogram)
+	if got := testutil.ToFloat64(m.invocations.WithLabelValues("t", "f", "2", "succeeded")); got != 2 {
+		t.Errorf("succeeded calls of t/f v2: %v, want 2", got)
+	}
+	var dm dto.Metric
+	if err := h.Write(&dm); err != nil || dm.GetHistogram().GetSampleCount() != 3 {
+		t.Errorf("latencies of t/f v2: %v (%v), want 3", dm.GetHistogram().GetSampleCount(), err)
 	}
 }
