@@ -10,6 +10,7 @@ import (
 	"log/slog"
 	"net"
 	"net/http"
+	"sync"
 	"time"
 
 	"github.com/go-logr/logr"
@@ -74,6 +75,9 @@ type Service struct {
 	crMetrics bool // controller-runtime's registry is among the gatherers
 }
 
+// kubeLogs sends the Kubernetes libraries' logs to the first service's log.
+var kubeLogs sync.Once
+
 // New builds the shared parts of a service.
 func New(ctx context.Context, name string, cfg Common, getenv func(string) string, stdout io.Writer) (*Service, error) {
 	log := telemetry.NewLogger(stdout, name, cfg.LogLevel)
@@ -81,9 +85,16 @@ func New(ctx context.Context, name string, cfg Common, getenv func(string) strin
 	// errors, leader election) and klog (client-go: watch errors). Both go
 	// to the service's JSON log; otherwise controller-runtime drops its logs
 	// and prints a stack trace about it after 30 s.
-	kl := logr.FromSlogHandler(log.Handler())
-	ctrllog.SetLogger(kl)
-	klog.SetLogger(kl)
+	//
+	// Once per process: a process runs one service, and a test that
+	// starts several in one process keeps the first one's (controller-
+	// runtime keeps only the first logger it is given anyway, and
+	// client-go's goroutines read klog's without a lock).
+	kubeLogs.Do(func() {
+		kl := logr.FromSlogHandler(log.Handler())
+		ctrllog.SetLogger(kl)
+		klog.SetLogger(kl)
+	})
 	tp, err := telemetry.NewTracerProvider(ctx, name, getenv)
 	if err != nil {
 		return nil, err
