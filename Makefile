@@ -109,13 +109,21 @@ bench: deps ## run the benchmarks: one table of every ratio against its budget; 
 # Not part of make test or make bench: grows one make dev platform to each
 # step of SCALE_STEPS tenants (10 functions each, at rest) and prints the
 # growth table of docs/scale.md; SCALE_ROWS invocation rows (COPY) time
-# the history list and the retention sweep (0 skips them).
+# the history list and the retention sweep (0 skips them). Then grows a
+# private RabbitMQ node to each step of BROKER_STEPS tenant vhosts and
+# times its restart at each (empty BROKER_STEPS skips it).
 SCALE_STEPS ?= 100,300,1000
 SCALE_ROWS ?= 1000000
-bench-scale: deps ## grow a make dev platform to 100, 300, 1000 tenants and print the growth table (SCALE_STEPS, SCALE_ROWS)
+BROKER_STEPS ?= $(SCALE_STEPS)
+bench-scale: deps ## grow a make dev platform to 100, 300, 1000 tenants and print the growth table, then time a broker's restart with as many vhosts (SCALE_STEPS, SCALE_ROWS, BROKER_STEPS)
 	@$(DEPS_ENV); echo "load average at start: $$(cut -d' ' -f1-3 /proc/loadavg), $$(nproc) CPUs"; \
-	cd e2e && go test -run '^$$' -bench '^BenchmarkScale$$' -benchtime 1x -timeout 90m . \
-		-args -scale.steps=$(SCALE_STEPS) -scale.rows=$(SCALE_ROWS) $(SCALE_ARGS)
+	(cd e2e && go test -run '^$$' -bench '^BenchmarkScale$$' -benchtime 1x -timeout 90m . \
+		-args -scale.steps=$(SCALE_STEPS) -scale.rows=$(SCALE_ROWS) $(SCALE_ARGS)) || exit 1; \
+	if [ -n "$(BROKER_STEPS)" ]; then \
+		echo "load average before the broker restarts: $$(cut -d' ' -f1-3 /proc/loadavg)"; \
+		cd services/operator && go test -run '^$$' -bench '^BenchmarkBrokerRestart$$' -benchtime 1x -timeout 90m ./internal/brokeradmin \
+			-args -broker.vhosts=$(BROKER_STEPS) $(BROKER_ARGS); \
+	fi
 
 .PHONY: generate
 generate: ## regenerate deepcopy code, CRD manifests (also into the Helm chart), the OpenAPI document and the Go client

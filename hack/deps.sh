@@ -13,6 +13,8 @@
 #                        PostgreSQL/RabbitMQ only if it started them)
 #   hack/deps.sh postgres stop|start   for the database outage tests
 #   hack/deps.sh postgres up | rabbitmq up   only that server (the fallback test)
+#   hack/deps.sh rabbitmq stop   stop the private node of SLESS_RABBITMQ_PORT
+#                        (the broker restart benchmark; never the machine's)
 #   hack/deps.sh registry up   build and start only the registry
 #   hack/deps.sh chromium   install Debian's chromium when missing (the
 #                        console's browser test; up and up-core do it too)
@@ -23,8 +25,11 @@
 # answers, a private one is installed (Debian packages) and started.
 # SLESS_PG_PORT and SLESS_RABBITMQ_PORT move them off 5432 and 5672, and
 # SLESS_STATE_DIR moves their state, so that the fallback can be tested
-# next to the machine's own servers. Every step is idempotent and quiet when
-# there is nothing to do.
+# next to the machine's own servers; SLESS_RABBITMQ_MANAGEMENT_PORT moves
+# the management API off 15672 and gives a private RabbitMQ node the
+# management plugin (it has none otherwise), and
+# SLESS_RABBITMQ_START_TIMEOUT (seconds, 120) bounds its start. Every step is
+# idempotent and quiet when there is nothing to do.
 set -euo pipefail
 
 ROOT=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
@@ -40,7 +45,7 @@ TOFU_VERSION=$(awk '/^require github.com\/opentofu\/opentofu/ {print $3}' "$ROOT
 
 PG_PORT=${SLESS_PG_PORT:-5432}
 RABBIT_PORT=${SLESS_RABBITMQ_PORT:-5672}
-RABBIT_MGMT_PORT=15672
+RABBIT_MGMT_PORT=${SLESS_RABBITMQ_MANAGEMENT_PORT:-15672}
 # The management API listens on loopback only, whoever enables the plugin.
 RABBIT_MGMT_LISTENER="[{ip,\"127.0.0.1\"},{port,$RABBIT_MGMT_PORT}]"
 MINIO_PORT=${SLESS_MINIO_PORT:-9100}
@@ -323,8 +328,9 @@ rabbitmq_management() {
 }
 
 # rabbit_private runs a RabbitMQ command (within RABBIT_TIMEOUT seconds) for the private node of
-# RABBIT_PORT: a node of its own (name, state, cookie, config, no plugins),
-# so that it runs beside the machine's node and touches nothing of it. It
+# RABBIT_PORT: a node of its own (name, state, cookie, config; no plugins,
+# or only the management plugin on SLESS_RABBITMQ_MANAGEMENT_PORT when that
+# is set), so that it runs beside the machine's node and touches nothing of it. It
 # runs as the calling user, whose state directory it is; the tests'
 # rabbitmqctl calls need the machine's node, so 5672 keeps that one.
 rabbit_private() {
@@ -333,9 +339,14 @@ rabbit_private() {
 	# RabbitMQ's own default is the AMQP port + 20000, when that is a port.
 	[ -n "$dist" ] || dist=$((RABBIT_PORT <= 45535 ? RABBIT_PORT + 20000 : RABBIT_PORT - 1))
 	mkdir -p "$dir/mnesia" "$dir/log"
-	[ -f "$dir/enabled_plugins" ] || echo '[].' >"$dir/enabled_plugins"
 	[ -f "$dir/rabbitmq-env.conf" ] || : >"$dir/rabbitmq-env.conf"
 	printf 'listeners.tcp.local = 127.0.0.1:%s\n' "$RABBIT_PORT" >"$dir/rabbitmq.conf"
+	if [ -n "${SLESS_RABBITMQ_MANAGEMENT_PORT:-}" ]; then
+		echo '[rabbitmq_management].' >"$dir/enabled_plugins"
+		printf 'management.tcp.ip = 127.0.0.1\nmanagement.tcp.port = %s\n' "$RABBIT_MGMT_PORT" >>"$dir/rabbitmq.conf"
+	else
+		echo '[].' >"$dir/enabled_plugins"
+	fi
 	HOME=$dir RABBITMQ_NODENAME=sless-$RABBIT_PORT@localhost RABBITMQ_NODE_IP_ADDRESS=127.0.0.1 RABBITMQ_NODE_PORT=$RABBIT_PORT \
 		RABBITMQ_DIST_PORT=$dist RABBITMQ_MNESIA_BASE=$dir/mnesia RABBITMQ_LOG_BASE=$dir/log \
 		RABBITMQ_ENABLED_PLUGINS_FILE=$dir/enabled_plugins RABBITMQ_CONFIG_FILE=$dir/rabbitmq.conf RABBITMQ_CONF_ENV_FILE=$dir/rabbitmq-env.conf \
@@ -344,7 +355,7 @@ rabbit_private() {
 }
 
 rabbitmq_private_up() {
-	local i pid
+	local i pid wait=${SLESS_RABBITMQ_START_TIMEOUT:-120}
 	say "starting a private RabbitMQ node on 127.0.0.1:$RABBIT_PORT (state in $STATE/rabbitmq-$RABBIT_PORT)"
 	mkdir -p "$STATE/rabbitmq-$RABBIT_PORT"
 	# In the background like MinIO (-detached would lose the node's errors).
@@ -352,13 +363,36 @@ rabbitmq_private_up() {
 	pid=$!
 	disown
 	touch "$STATE/rabbitmq-$RABBIT_PORT.ours"
-	for ((i = 0; i < 1200; i++)); do
+	# A node with many vhosts recovers each before it listens: the
+	# broker restart benchmark raises SLESS_RABBITMQ_START_TIMEOUT.
+	for ((i = 0; i < wait * 10; i++)); do
 		listening "$RABBIT_PORT" && break
 		kill -0 "$pid" 2>/dev/null || rabbitmq_die "the private RabbitMQ node exited"
 		sleep 0.1
 	done
-	listening "$RABBIT_PORT" || rabbitmq_die "RabbitMQ did not start listening on 127.0.0.1:$RABBIT_PORT within 120s"
-	RABBIT_TIMEOUT=60 rabbit_private rabbitmqctl -q await_startup >/dev/null 2>&1 || rabbitmq_die "RabbitMQ did not finish starting"
+	listening "$RABBIT_PORT" || rabbitmq_die "RabbitMQ did not start listening on 127.0.0.1:$RABBIT_PORT within ${wait}s"
+	RABBIT_TIMEOUT=$((wait > 60 ? wait : 60)) rabbit_private rabbitmqctl -q await_startup >/dev/null 2>&1 || rabbitmq_die "RabbitMQ did not finish starting"
+	if [ -n "${SLESS_RABBITMQ_MANAGEMENT_PORT:-}" ]; then
+		wait_port "$RABBIT_MGMT_PORT" "$wait" "RabbitMQ management" rabbitmq_die
+	fi
+}
+
+# rabbitmq_private_stop: stop the private node of RABBIT_PORT (its state
+# stays for the next up) and wait until its process ended.
+rabbitmq_private_stop() {
+	local dir=$STATE/rabbitmq-$RABBIT_PORT pid i
+	[ "$RABBIT_PORT" != 5672 ] || die "rabbitmq stop stops a private node only: set SLESS_RABBITMQ_PORT"
+	pid=$(cat "$dir/pid" 2>/dev/null) || pid=
+	if ! listening "$RABBIT_PORT" && ! { [ -n "$pid" ] && kill -0 "$pid" 2>/dev/null; }; then return 0; fi
+	RABBIT_TIMEOUT=300 rabbit_private rabbitmqctl -q stop >&2 || say "rabbitmqctl stop failed: stopping the node's process"
+	rm -f "$STATE/rabbitmq-$RABBIT_PORT.ours"
+	[ -n "$pid" ] || return 0
+	for ((i = 0; i < 600; i++)); do
+		kill -0 "$pid" 2>/dev/null || break
+		[ "$i" = 300 ] && kill -TERM "$pid" 2>/dev/null
+		sleep 0.1
+	done
+	if kill -0 "$pid" 2>/dev/null; then die "the private RabbitMQ node (pid $pid) did not stop within 60s"; fi
 }
 
 # rabbitmq_gc: delete the vhosts of test binaries that died before their
@@ -585,8 +619,11 @@ postgres)
 	esac
 	;;
 rabbitmq)
-	[ "${2:-}" = up ] || die "usage: hack/deps.sh rabbitmq up"
-	rabbitmq_up
+	case "${2:-}" in
+	up) rabbitmq_up ;;
+	stop) rabbitmq_private_stop ;;
+	*) die "usage: hack/deps.sh rabbitmq up|stop" ;;
+	esac
 	;;
 jaeger)
 	[ "${2:-}" = up ] || die "usage: hack/deps.sh jaeger up"
@@ -598,5 +635,5 @@ registry)
 	registry_up
 	;;
 down) down ;;
-*) die "usage: hack/deps.sh [up|up-core|env|build|build-late|tofu|chromium|down|postgres ...|rabbitmq up|registry up|jaeger up]" ;;
+*) die "usage: hack/deps.sh [up|up-core|env|build|build-late|tofu|chromium|down|postgres ...|rabbitmq up|stop|registry up|jaeger up]" ;;
 esac

@@ -213,6 +213,8 @@ func TestSchemaRejectsBadValues(t *testing.T) {
 		"scaling target of 0":   {"scaling": map[string]any{"defaults": map[string]any{"targetConcurrencyPercent": 0}}},
 		"scaling delay as text": {"scaling": map[string]any{"defaults": map[string]any{"scaleDownDelaySeconds": "2m"}}},
 		"scaling unknown key":   {"scaling": map[string]any{"defaults": map[string]any{"minReplica": 0}}},
+		"kube QPS of 0":         {"operator": map[string]any{"kubeAPI": map[string]any{"qps": 0, "burst": 400}}},
+		"kube burst as text":    {"operator": map[string]any{"kubeAPI": map[string]any{"qps": 200, "burst": "lots"}}},
 	} {
 		t.Run(name, func(t *testing.T) {
 			if _, err := render(c, vals); err == nil {
@@ -345,6 +347,30 @@ func TestScalingDefaultsReachTheOperator(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
+	got := operatorEnv(t, manifest, "SLESS_SCALING_DEFAULT_")
+	want := map[string]string{"SLESS_SCALING_DEFAULT_MIN_REPLICAS": "0", "SLESS_SCALING_DEFAULT_MAX_REPLICAS": "4",
+		"SLESS_SCALING_DEFAULT_TARGET_PERCENT": "50", "SLESS_SCALING_DEFAULT_SCALE_DOWN_DELAY_SECONDS": "300",
+		"SLESS_SCALING_DEFAULT_MAX_BUFFERED_REQUESTS": "200"}
+	if diff := cmp.Diff(want, got); diff != "" {
+		t.Errorf("the operator's scaling defaults (-want +got):\n%s", diff)
+	}
+}
+
+func TestKubeAPIRateReachesTheOperator(t *testing.T) {
+	manifest, err := render(load(t), map[string]any{"operator": map[string]any{"kubeAPI": map[string]any{"qps": 500, "burst": 1000}}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	want := map[string]string{"SLESS_KUBE_QPS": "500", "SLESS_KUBE_BURST": "1000"}
+	if diff := cmp.Diff(want, operatorEnv(t, manifest, "SLESS_KUBE_")); diff != "" {
+		t.Errorf("the operator's client rate (-want +got):\n%s", diff)
+	}
+}
+
+// operatorEnv is the operator container's environment variables whose
+// names start with prefix.
+func operatorEnv(t *testing.T, manifest, prefix string) map[string]string {
+	t.Helper()
 	got := map[string]string{}
 	for _, o := range objects(t, manifest) {
 		if o.GetKind() != "Deployment" || o.GetName() != "sless-operator" {
@@ -355,16 +381,11 @@ func TestScalingDefaultsReachTheOperator(t *testing.T) {
 			env, _, _ := unstructured.NestedSlice(c.(map[string]any), "env")
 			for _, e := range env {
 				e := e.(map[string]any)
-				if name, _ := e["name"].(string); strings.HasPrefix(name, "SLESS_SCALING_DEFAULT_") {
+				if name, _ := e["name"].(string); strings.HasPrefix(name, prefix) {
 					got[name], _ = e["value"].(string)
 				}
 			}
 		}
 	}
-	want := map[string]string{"SLESS_SCALING_DEFAULT_MIN_REPLICAS": "0", "SLESS_SCALING_DEFAULT_MAX_REPLICAS": "4",
-		"SLESS_SCALING_DEFAULT_TARGET_PERCENT": "50", "SLESS_SCALING_DEFAULT_SCALE_DOWN_DELAY_SECONDS": "300",
-		"SLESS_SCALING_DEFAULT_MAX_BUFFERED_REQUESTS": "200"}
-	if diff := cmp.Diff(want, got); diff != "" {
-		t.Errorf("the operator's scaling defaults (-want +got):\n%s", diff)
-	}
+	return got
 }

@@ -17,10 +17,36 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/cache"
 
 	slessv1 "github.com/kube5s/sless/pkg/apis/sless/v1alpha1"
+	"github.com/kube5s/sless/pkg/envconf"
 )
 
-// Config loads kubeconfig, or the in-cluster configuration when it is empty.
-func Config(kubeconfig string, qps float32, burst int) (*rest.Config, error) {
+// Rate bounds one process's requests to the API server: client-go's token
+// bucket, QPS requests a second on average and up to Burst at once. The
+// API server's priority and fairness protects it from all its clients;
+// this keeps one busy process of a shared cluster to its share, and is
+// what bounds the operator's bulk work (docs/scale.md).
+type Rate struct {
+	QPS   int
+	Burst int
+}
+
+// DefaultRate is the default of the services that read through watch
+// caches and write little (gateway, invoker, scheduler).
+var DefaultRate = Rate{QPS: 50, Burst: 100}
+
+// ReadRate reads SLESS_KUBE_QPS and SLESS_KUBE_BURST, each def's when
+// unset; zero, negative and non-integer values are errors (client-go
+// would take a zero QPS for its own default of 5).
+func ReadRate(r *envconf.Reader, def Rate) Rate {
+	return Rate{
+		QPS:   r.Int("SLESS_KUBE_QPS", def.QPS, 1, 100_000),
+		Burst: r.Int("SLESS_KUBE_BURST", def.Burst, 1, 100_000),
+	}
+}
+
+// Config loads kubeconfig, or the in-cluster configuration when it is
+// empty, and limits its clients to rate.
+func Config(kubeconfig string, rate Rate) (*rest.Config, error) {
 	var cfg *rest.Config
 	var err error
 	if kubeconfig != "" {
@@ -31,9 +57,7 @@ func Config(kubeconfig string, qps float32, burst int) (*rest.Config, error) {
 	if err != nil {
 		return nil, fmt.Errorf("kubernetes client config: %w", err)
 	}
-	if qps > 0 {
-		cfg.QPS, cfg.Burst = qps, burst
-	}
+	cfg.QPS, cfg.Burst = float32(rate.QPS), rate.Burst
 	return cfg, nil
 }
 

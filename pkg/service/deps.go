@@ -36,21 +36,30 @@ import (
 // Deps are the settings of the dependencies every service has, read the
 // same way by each (embedded in its config).
 type Deps struct {
-	Kubeconfig  string // KUBECONFIG: empty in a cluster
+	Kubeconfig string // KUBECONFIG: empty in a cluster
+	// KubeRate bounds the service's requests to the Kubernetes API
+	// (SLESS_KUBE_QPS, SLESS_KUBE_BURST; each service has its default).
+	KubeRate    kubeclient.Rate
 	RabbitURL   string // SLESS_RABBITMQ_URL
 	PostgresURL string // SLESS_POSTGRES_URL
 	Migrate     bool   // SLESS_MIGRATE: apply migrations at start
 }
 
-// ReadDeps reads the shared dependency settings.
-func ReadDeps(r *envconf.Reader) Deps {
+// ReadDeps reads the shared dependency settings; kubeRate is the
+// service's default client rate.
+func ReadDeps(r *envconf.Reader, kubeRate kubeclient.Rate) Deps {
 	return Deps{
 		Kubeconfig:  r.String("KUBECONFIG", ""),
+		KubeRate:    kubeclient.ReadRate(r, kubeRate),
 		RabbitURL:   r.URL("SLESS_RABBITMQ_URL", "amqp://guest:guest@127.0.0.1:5672/", "amqp", "amqps"),
 		PostgresURL: r.URL("SLESS_POSTGRES_URL", "postgres://postgres@127.0.0.1:5432/sless?sslmode=disable", "postgres", "postgresql"),
 		Migrate:     r.Bool("SLESS_MIGRATE", true),
 	}
 }
+
+// RESTConfig is the Kubernetes client configuration of d: its kubeconfig
+// (the in-cluster one when empty) with its rate.
+func (d Deps) RESTConfig() (*rest.Config, error) { return kubeclient.Config(d.Kubeconfig, d.KubeRate) }
 
 // Postgres opens the database pool of d, first bringing the schema up to
 // date when d.Migrate says so, and makes it part of readiness. The caller

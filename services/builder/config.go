@@ -11,6 +11,7 @@ import (
 	slessv1 "github.com/kube5s/sless/pkg/apis/sless/v1alpha1"
 	"github.com/kube5s/sless/pkg/archive"
 	"github.com/kube5s/sless/pkg/envconf"
+	"github.com/kube5s/sless/pkg/kubeclient"
 	"github.com/kube5s/sless/pkg/objstore"
 	"github.com/kube5s/sless/pkg/service"
 	"github.com/kube5s/sless/services/builder/internal/kubejob"
@@ -34,11 +35,15 @@ type config struct {
 	Kube              kubejob.Config
 }
 
+// builderKubeRate is the builder's default client rate: it creates a
+// build's Job and Secret and reads quotas, a few requests per build.
+var builderKubeRate = kubeclient.Rate{QPS: 20, Burst: 40}
+
 func loadConfig(getenv func(string) string) (config, error) {
 	r := envconf.New(getenv)
 	c := config{
 		Common:           service.ReadCommon(r, ":9091"),
-		Deps:             service.ReadDeps(r),
+		Deps:             service.ReadDeps(r, builderKubeRate),
 		Driver:           r.OneOf("SLESS_BUILD_DRIVER", "local", "local", "kubernetes"),
 		S3:               objstore.ReadConfig(r),
 		Concurrency:      r.Int("SLESS_BUILD_CONCURRENCY", 2, 1, 64),

@@ -41,7 +41,7 @@ func run(ctx context.Context, getenv func(string) string, stdout io.Writer) erro
 	var kube client.Client
 	var clientset kubernetes.Interface
 	if cfg.Driver == "kubernetes" || cfg.Kubeconfig != "" {
-		kcfg, err := kubeclient.Config(cfg.Kubeconfig, 20, 40)
+		kcfg, err := cfg.RESTConfig()
 		if err != nil {
 			return err
 		}

@@ -10,6 +10,7 @@ import (
 	"github.com/kube5s/sless/pkg/egress"
 	"github.com/kube5s/sless/pkg/envconf"
 	"github.com/kube5s/sless/pkg/fncall"
+	"github.com/kube5s/sless/pkg/kubeclient"
 	"github.com/kube5s/sless/pkg/objstore"
 	"github.com/kube5s/sless/pkg/service"
 	"github.com/kube5s/sless/services/gateway/internal/api"
@@ -48,7 +49,7 @@ func loadConfig(getenv func(string) string) (config, error) {
 	r := envconf.New(getenv)
 	c := config{
 		Common:           service.ReadCommon(r, ":9090"),
-		Deps:             service.ReadDeps(r),
+		Deps:             service.ReadDeps(r, kubeclient.DefaultRate),
 		HTTPAddr:         r.String("SLESS_HTTP_ADDR", ":8080"),
 		AdminToken:       r.Required("SLESS_ADMIN_TOKEN", "the installation's admin token"),
 		PublicURL:        strings.TrimSuffix(r.URL("SLESS_PUBLIC_URL", "http://127.0.0.1:8080", "http", "https"), "/"),

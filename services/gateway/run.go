@@ -15,7 +15,6 @@ import (
 	"github.com/kube5s/sless/migrations"
 	slessv1 "github.com/kube5s/sless/pkg/apis/sless/v1alpha1"
 	"github.com/kube5s/sless/pkg/egress"
-	"github.com/kube5s/sless/pkg/kubeclient"
 	"github.com/kube5s/sless/pkg/rabbit"
 	"github.com/kube5s/sless/pkg/service"
 	"github.com/kube5s/sless/pkg/tenantns"
@@ -47,7 +46,7 @@ func run(ctx context.Context, getenv func(string) string, stdout io.Writer) erro
 		return nil
 	}
 
-	kcfg, err := kubeclient.Config(cfg.Kubeconfig, 50, 100)
+	kcfg, err := cfg.RESTConfig()
 	if err != nil {
 		return err
 	}

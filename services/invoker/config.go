@@ -7,6 +7,7 @@ import (
 	"github.com/kube5s/sless/pkg/egress"
 	"github.com/kube5s/sless/pkg/envconf"
 	"github.com/kube5s/sless/pkg/fncall"
+	"github.com/kube5s/sless/pkg/kubeclient"
 	"github.com/kube5s/sless/pkg/objstore"
 	"github.com/kube5s/sless/pkg/service"
 )
@@ -29,7 +30,7 @@ func loadConfig(getenv func(string) string) (config, error) {
 	r := envconf.New(getenv)
 	c := config{
 		Common:           service.ReadCommon(r, ":9093"),
-		Deps:             service.ReadDeps(r),
+		Deps:             service.ReadDeps(r, kubeclient.DefaultRate),
 		Concurrency:      r.Int("SLESS_INVOKER_CONCURRENCY", 64, 1, 4096),
 		HistoryPrefetch:  r.Int("SLESS_HISTORY_PREFETCH", 512, 1, 65535),
 		MaxResponseBytes: r.Int("SLESS_MAX_RESPONSE_BYTES", fncall.MaxResponseBytes, 1024, 1<<30),

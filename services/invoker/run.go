@@ -13,7 +13,6 @@ import (
 
 	slessv1 "github.com/kube5s/sless/pkg/apis/sless/v1alpha1"
 	"github.com/kube5s/sless/pkg/egress"
-	"github.com/kube5s/sless/pkg/kubeclient"
 	"github.com/kube5s/sless/pkg/msg"
 	"github.com/kube5s/sless/pkg/rabbit"
 	"github.com/kube5s/sless/pkg/service"
@@ -34,7 +33,7 @@ func run(ctx context.Context, getenv func(string) string, stdout io.Writer) erro
 		return err
 	}
 
-	kcfg, err := kubeclient.Config(cfg.Kubeconfig, 50, 100)
+	kcfg, err := cfg.RESTConfig()
 	if err != nil {
 		return err
 	}

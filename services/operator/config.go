@@ -9,6 +9,7 @@ import (
 
 	slessv1 "github.com/kube5s/sless/pkg/apis/sless/v1alpha1"
 	"github.com/kube5s/sless/pkg/envconf"
+	"github.com/kube5s/sless/pkg/kubeclient"
 	"github.com/kube5s/sless/pkg/objstore"
 	"github.com/kube5s/sless/pkg/rabbit"
 	"github.com/kube5s/sless/pkg/service"
@@ -76,11 +77,19 @@ type config struct {
 	RegistryInsecure bool
 }
 
+// operatorKubeRate is the operator's default client rate. Its bulk work
+// (many tenants or functions created at once, every object reconciled
+// after a restart) is bounded by it: a function's creation costs two
+// writes (the finalizer, the status), a tenant's about ten. At the former
+// fixed 50/100 the 1,000-tenant step of make bench-scale ran at the limit
+// with work waiting in both queues (docs/scale.md).
+var operatorKubeRate = kubeclient.Rate{QPS: 200, Burst: 400}
+
 func loadConfig(getenv func(string) string) (config, error) {
 	r := envconf.New(getenv)
 	c := config{
 		Common:          service.ReadCommon(r, ":9092"),
-		Deps:            service.ReadDeps(r),
+		Deps:            service.ReadDeps(r, operatorKubeRate),
 		ExecutionDriver: r.OneOf("SLESS_EXECUTION_DRIVER", "local", "local", "kubernetes"),
 		LeaderElect:     r.Bool("SLESS_LEADER_ELECT", false),
 		Namespace:       r.String("SLESS_NAMESPACE", "sless-system"),

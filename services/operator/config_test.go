@@ -1,6 +1,9 @@
 package main
 
 import (
+	"maps"
+	"os"
+	"path/filepath"
 	"strings"
 	"testing"
 	"time"
@@ -104,5 +107,61 @@ func TestConfigScalingDefaults(t *testing.T) {
 		if err == nil || !strings.Contains(err.Error(), want) {
 			t.Errorf("error does not name %s: %v", want, err)
 		}
+	}
+}
+
+// TestConfigKubeRateReachesTheClient: SLESS_KUBE_QPS and SLESS_KUBE_BURST
+// reach the rest.Config run builds its manager from; unset, the
+// operator's default is above the former fixed QPS 50 / burst 100, which
+// bounded the bulk creation of a thousand tenants (docs/scale.md).
+func TestConfigKubeRateReachesTheClient(t *testing.T) {
+	kubeconfig := filepath.Join(t.TempDir(), "kubeconfig")
+	if err := os.WriteFile(kubeconfig, []byte(`apiVersion: v1
+kind: Config
+clusters: [{name: c, cluster: {server: "https://127.0.0.1:1"}}]
+users: [{name: u, user: {token: t}}]
+contexts: [{name: c, context: {cluster: c, user: u}}]
+current-context: c
+`), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	base := map[string]string{"SLESS_RUNTIMES_DIR": "../../runtimes", "SLESS_RABBITMQ_URL": "amqp://u:p@127.0.0.1:5672/",
+		"SLESS_S3_ENDPOINT": "127.0.0.1:9", "SLESS_S3_ACCESS_KEY": "a", "SLESS_S3_SECRET_KEY": "b", "KUBECONFIG": kubeconfig}
+	for _, tc := range []struct {
+		name       string
+		qps, burst string
+		wantQPS    float32
+		wantBurst  int
+		wrong      []string // the settings the error must name; none: no error
+	}{
+		{name: "default", wantQPS: 200, wantBurst: 400},
+		{name: "set", qps: "500", burst: "1000", wantQPS: 500, wantBurst: 1000},
+		{name: "zero", qps: "0", burst: "0", wrong: []string{"SLESS_KUBE_QPS", "SLESS_KUBE_BURST"}},
+		{name: "negative", qps: "-1", wrong: []string{"SLESS_KUBE_QPS"}},
+		{name: "not a number", qps: "lots", burst: "100.5", wrong: []string{"SLESS_KUBE_QPS", "SLESS_KUBE_BURST"}},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			env := maps.Clone(base)
+			env["SLESS_KUBE_QPS"], env["SLESS_KUBE_BURST"] = tc.qps, tc.burst
+			c, err := loadConfig(func(k string) string { return env[k] })
+			if len(tc.wrong) > 0 {
+				for _, k := range tc.wrong {
+					if err == nil || !strings.Contains(err.Error(), k+"=") {
+						t.Errorf("error does not name %s: %v", k, err)
+					}
+				}
+				return
+			}
+			if err != nil {
+				t.Fatal(err)
+			}
+			kcfg, err := c.RESTConfig()
+			if err != nil {
+				t.Fatal(err)
+			}
+			if kcfg.QPS != tc.wantQPS || kcfg.Burst != tc.wantBurst {
+				t.Errorf("rest.Config QPS %v burst %d, want %v and %d", kcfg.QPS, kcfg.Burst, tc.wantQPS, tc.wantBurst)
+			}
+		})
 	}
 }

@@ -38,7 +38,7 @@ func run(ctx context.Context, getenv func(string) string, stdout io.Writer) erro
 	}
 	svc.ServeControllerRuntimeMetrics()
 
-	kcfg, err := kubeclient.Config(cfg.Kubeconfig, 50, 100)
+	kcfg, err := cfg.RESTConfig()
 	if err != nil {
 		return err
 	}

@@ -14,7 +14,6 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/source"
 
 	slessv1 "github.com/kube5s/sless/pkg/apis/sless/v1alpha1"
-	"github.com/kube5s/sless/pkg/kubeclient"
 	"github.com/kube5s/sless/pkg/rabbit"
 	"github.com/kube5s/sless/pkg/service"
 	"github.com/kube5s/sless/pkg/tenantns"
@@ -32,7 +31,7 @@ func run(ctx context.Context, getenv func(string) string, stdout io.Writer) erro
 		return err
 	}
 
-	kcfg, err := kubeclient.Config(cfg.Kubeconfig, 50, 100)
+	kcfg, err := cfg.RESTConfig()
 	if err != nil {
 		return err
 	}
