@@ -151,10 +151,6 @@ func (s Settings) WithFloor(n int32, reason Reason) Settings {
 	return s
 }
 
-// NoQuota is the pods left of a tenant whose quota is not known (its
-// Tenant is not in the cache, or sets none): nothing is clamped.
-const NoQuota int32 = -1
-
 // ClampToQuota lowers s.MaxReplicas to podsAllowed, the pods the tenant's
 // quota leaves for this version, and records ReasonQuota as why; a max
 // within the quota is kept as it is.

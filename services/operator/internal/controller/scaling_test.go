@@ -8,7 +8,6 @@ import (
 	"time"
 
 	appsv1 "k8s.io/api/apps/v1"
-	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/utils/ptr"
 	"sigs.k8s.io/controller-runtime/pkg/client"
@@ -89,62 +88,6 @@ func TestLoadReportsScaleTheDeployment(t *testing.T) {
 		t.Fatal(err)
 	}
 	h.eventuallyShow(t, "the new maxReplicas", func() bool { n, _ := replicas(); return n == 2 }, func() string { _, s := replicas(); return s })
-}
-
-// TestATenantsPodsQuotaIsSharedByItsFunctions: the tenant's pods quota
-// bounds its functions' replicas together, not each function's: with a
-// quota of 3 and two functions of minReplicas 2, the second runs what the
-// first leaves (one replica), and its status says so (reason QuotaPods,
-// maxReplicas 1) instead of a Deployment whose pods the quota refuses.
-func TestATenantsPodsQuotaIsSharedByItsFunctions(t *testing.T) {
-	h := newHarness(t)
-	tn, ns := h.tenant(t)
-	if err := h.c.Patch(t.Context(), tn, client.RawPatch(types.MergePatchType, []byte(`{"spec":{"quotas":{"maxPods":3}}}`))); err != nil {
-		t.Fatal(err)
-	}
-	h.eventually(t, "the quota of 3 in the operator's cache", func() bool {
-		var got slessv1.Tenant
-		return h.c.Get(t.Context(), client.ObjectKeyFromObject(tn), &got) == nil && got.Spec.Quotas.MaxPods == 3
-	})
-	state := func(name string) (int32, *slessv1.ServingVersion, string) {
-		var d appsv1.Deployment
-		f := &slessv1.Function{ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: name}}
-		h.get(t, f)
-		if err := h.c.Get(t.Context(), client.ObjectKey{Namespace: ns, Name: resources.VersionWorkloadName(name, 1)}, &d); err != nil {
-			return -1, nil, err.Error()
-		}
-		return *d.Spec.Replicas, servingEntry(f, 1), fmt.Sprintf("%s: deployment replicas %d, status.serving %+v", name, *d.Spec.Replicas, f.Status.Serving)
-	}
-	for _, name := range []string{"first", "second"} {
-		h.function(t, ns, name, func(f *slessv1.Function) {
-			f.Spec.Image = image
-			f.Spec.Scaling = &slessv1.Scaling{MinReplicas: ptr.To[int32](2), MaxReplicas: 5}
-		})
-		h.markAvailable(t, ns, name)
-		if name == "first" {
-			h.eventuallyShow(t, "the first function at its minimum of 2", func() bool {
-				n, e, _ := state(name)
-				return n == 2 && e != nil && e.DesiredReplicas == 2
-			}, func() string { _, _, s := state(name); return s })
-		}
-	}
-	h.eventuallyShow(t, "the second function at what the quota leaves, saying why", func() bool {
-		n, e, _ := state("second")
-		return n == 1 && e != nil && e.DesiredReplicas == 1 && e.MaxReplicas == 1 && e.ScalingReason == string(autoscale.ReasonQuota)
-	}, func() string { _, _, s := state("second"); return s })
-	if n, _, saw := state("first"); n != 2 {
-		t.Errorf("the first function after the second came: %s; want its 2", saw)
-	}
-
-	// The quota used up: a third function starts no replica, and says why.
-	h.function(t, ns, "third", func(f *slessv1.Function) {
-		f.Spec.Image = image
-		f.Spec.Scaling = &slessv1.Scaling{MinReplicas: ptr.To[int32](1), MaxReplicas: 5}
-	})
-	h.eventuallyShow(t, "the third function at no replica, saying why", func() bool {
-		n, e, _ := state("third")
-		return n == 0 && e != nil && e.DesiredReplicas == 0 && e.MaxReplicas == 0 && e.ScalingReason == string(autoscale.ReasonQuota)
-	}, func() string { _, _, s := state("third"); return s })
 }
 
 // reportLoad sends one load report a second for version 1 of function

@@ -262,14 +262,16 @@ func (r *FunctionReconciler) run(ctx context.Context, fn *slessv1.Function, vers
 	for _, e := range st.Serving {
 		recorded[e.Number] = e
 	}
-	podsLeft, err := r.podsQuota(ctx, fn, recorded, decisions)
-	if err != nil {
-		return out, err
+	// The tenant's pods quota bounds every version's maximum (0: the
+	// Tenant is not in the cache; its quota then bounds nothing here).
+	var tenant slessv1.Tenant
+	if err := r.Client.Get(ctx, client.ObjectKey{Name: tenantns.Named(fn.Namespace)}, &tenant); err != nil && !apierrors.IsNotFound(err) {
+		return out, fmt.Errorf("read the tenant of %s/%s: %w", fn.Namespace, fn.Name, err)
 	}
 	// The data plane holds calls for a version that wakes up to this
 	// bound; what the function leaves unset is the platform's default,
 	// which only the scaler knows.
-	st.MaxBufferedRequests = r.Scaler.Settings(fn, autoscale.NoQuota).MaxBufferedRequests
+	st.MaxBufferedRequests = r.Scaler.Settings(fn, 0).MaxBufferedRequests
 	now := time.Now()
 	var serves []int32
 	var timeout time.Duration
@@ -300,7 +302,7 @@ func (r *FunctionReconciler) run(ctx context.Context, fn *slessv1.Function, vers
 		// reconcile is what it knows of the replicas.
 		key := loadreport.Key{Namespace: fn.Namespace, Function: fn.Name, Version: n}
 		rec := recorded[n]
-		set := r.Scaler.Settings(view, podsLeft(n))
+		set := r.Scaler.Settings(view, tenant.Spec.Quotas.MaxPods)
 		// Business hours and the like (scaling.schedules) hold for every
 		// running version: the floor is a minimum, as minReplicas is.
 		set = set.WithFloor(scheduled, autoscale.ReasonSchedule)
@@ -485,53 +487,6 @@ func (r *FunctionReconciler) run(ctx context.Context, fn *slessv1.Function, vers
 		}
 	}
 	return out, firstErr
-}
-
-// podsQuota returns what the tenant's pods quota leaves for version n of
-// fn (autoscale.NoQuota when the Tenant is not in the cache or sets no
-// quota): the quota less the replicas the tenant's other functions run
-// (their status.serving's desired counts) and fn's other versions, as
-// decided in this reconcile (decisions) or last recorded. The quota is the
-// tenant's, not each version's: versions that together ask for more than
-// it would have pods refused, and retried forever. Reconciles of
-// Functions run one at a time (one worker), so the counts of the other
-// functions are those their last reconcile wrote.
-func (r *FunctionReconciler) podsQuota(ctx context.Context, fn *slessv1.Function, recorded map[int32]slessv1.ServingVersion, decisions map[int32]scaler.Decision) (func(n int32) int32, error) {
-	var tenant slessv1.Tenant
-	if err := r.Client.Get(ctx, client.ObjectKey{Name: tenantns.Named(fn.Namespace)}, &tenant); err != nil && !apierrors.IsNotFound(err) {
-		return nil, fmt.Errorf("read the tenant of %s/%s: %w", fn.Namespace, fn.Name, err)
-	}
-	quota := tenant.Spec.Quotas.MaxPods
-	if quota <= 0 {
-		return func(int32) int32 { return autoscale.NoQuota }, nil
-	}
-	var fns slessv1.FunctionList
-	if err := r.Client.List(ctx, &fns, client.InNamespace(fn.Namespace)); err != nil {
-		return nil, fmt.Errorf("list the functions of %s: %w", fn.Namespace, err)
-	}
-	var elsewhere int32
-	for i := range fns.Items {
-		if fns.Items[i].Name == fn.Name {
-			continue
-		}
-		for _, e := range fns.Items[i].Status.Serving {
-			elsewhere += e.DesiredReplicas
-		}
-	}
-	return func(n int32) int32 {
-		used := elsewhere
-		for m, d := range decisions {
-			if m != n {
-				used += d.Replicas
-			}
-		}
-		for m, e := range recorded {
-			if _, decided := decisions[m]; !decided && m != n {
-				used += e.DesiredReplicas
-			}
-		}
-		return max(quota-used, 0)
-	}, nil
 }
 
 // preWarm reports whether one of fn's cron triggers asks for its pre-warm

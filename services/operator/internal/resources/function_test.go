@@ -153,7 +153,7 @@ func TestVersionDeploymentIsTheHardenedPodOfTheFunction(t *testing.T) {
 		t.Run(tc.name, func(t *testing.T) {
 			// The count the scaler starts a new version at.
 			sc := scaler.New(nil, autoscale.BuiltIn)
-			start := sc.Replicas(loadreport.Key{Namespace: "sless-fn-acme", Function: "hello", Version: 1}, sc.Settings(tc.fn, autoscale.NoQuota), 0, 0, false)
+			start := sc.Replicas(loadreport.Key{Namespace: "sless-fn-acme", Function: "hello", Version: 1}, sc.Settings(tc.fn, 0), 0, 0, false)
 			got := VersionDeployment(tc.fn, 1, "registry.local/acme/hello:abc", start.Replicas)
 			if diff := cmp.Diff(tc.want, got); diff != "" {
 				t.Errorf("Deployment (-want +got):\n%s", diff)

@@ -162,11 +162,10 @@ func (s *Scaler) Events() <-chan event.TypedGenericEvent[*slessv1.Function] { re
 
 // Settings are the scaling settings of fn (a version view: its
 // concurrency is the version's) with the scaler's defaults applied, and
-// maxReplicas clamped to podsLeft, the pods the tenant's quota leaves for
-// the version (autoscale.NoQuota: none known), with the reason QuotaPods:
-// more replicas than the quota allows would be refused pods, retried
-// forever.
-func (s *Scaler) Settings(fn *slessv1.Function, podsLeft int32) autoscale.Settings {
+// maxReplicas clamped to maxPods, the tenant's pods quota (0: none known),
+// with the reason QuotaPods: more replicas than the quota allows would be
+// refused pods, retried forever.
+func (s *Scaler) Settings(fn *slessv1.Function, maxPods int32) autoscale.Settings {
 	sp := autoscale.Spec{Concurrency: fn.Spec.Concurrency}
 	if sc := fn.Spec.Scaling; sc != nil {
 		sp.MinReplicas, sp.MaxReplicas = sc.MinReplicas, sc.MaxReplicas
@@ -174,10 +173,9 @@ func (s *Scaler) Settings(fn *slessv1.Function, podsLeft int32) autoscale.Settin
 		sp.ScaleDownDelaySeconds, sp.MaxBufferedRequests = sc.ScaleDownDelaySeconds, sc.MaxBufferedRequests
 	}
 	set := s.defaults.Apply(sp)
-	if podsLeft != autoscale.NoQuota {
-		// The minimum stays: the decision is clamped to the maximum, and
-		// says QuotaPods when the quota is what holds it below the minimum.
-		set = autoscale.ClampToQuota(set, podsLeft)
+	if maxPods > 0 {
+		set = autoscale.ClampToQuota(set, maxPods)
+		set.MinReplicas = min(set.MinReplicas, set.MaxReplicas)
 	}
 	return set
 }
@@ -200,11 +198,7 @@ func (s *Scaler) Replicas(k loadreport.Key, set autoscale.Settings, ready, recor
 		case atZero:
 			v.decision = Decision{Decision: autoscale.Decision{Replicas: 0, Reason: autoscale.ReasonZero}, Idle: true}
 		default:
-			most := max(set.MaxReplicas, 1)
-			if set.MaxReason == autoscale.ReasonQuota {
-				most = set.MaxReplicas // a quota used up starts nothing
-			}
-			start := min(max(recorded, set.MinReplicas, set.Floor, 1), most)
+			start := min(max(recorded, set.MinReplicas, set.Floor, 1), max(set.MaxReplicas, 1))
 			v.decision = Decision{Decision: autoscale.Decision{Replicas: start, Reason: autoscale.ReasonMinReplicas}}
 			if recorded > set.MinReplicas {
 				v.decision.Reason = autoscale.ReasonScaleDownDelay

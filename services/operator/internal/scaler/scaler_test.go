@@ -29,34 +29,32 @@ func TestSettings(t *testing.T) {
 	for _, tc := range []struct {
 		name     string
 		fn       *slessv1.Function
-		podsLeft int32
+		maxPods  int32
 		want     got
 		platform bool // the platform's defaults are not the built-in ones
 	}{
-		{"no scaling: one replica, 0.7 x concurrency", fn(10, nil), autoscale.NoQuota, got{1, 1, 7, 120 * time.Second, 1000, autoscale.ReasonMaxReplicas}, false},
-		{"min 0 allows zero", fn(10, &slessv1.Scaling{MinReplicas: ptr.To[int32](0), MaxReplicas: 4}), autoscale.NoQuota, got{0, 4, 7, 120 * time.Second, 1000, autoscale.ReasonMaxReplicas}, false},
-		{"the settings as given", fn(4, &slessv1.Scaling{MinReplicas: ptr.To[int32](2), MaxReplicas: 9, TargetConcurrency: 3, ScaleDownDelaySeconds: 30, MaxBufferedRequests: 50}), autoscale.NoQuota,
+		{"no scaling: one replica, 0.7 x concurrency", fn(10, nil), 0, got{1, 1, 7, 120 * time.Second, 1000, autoscale.ReasonMaxReplicas}, false},
+		{"min 0 allows zero", fn(10, &slessv1.Scaling{MinReplicas: ptr.To[int32](0), MaxReplicas: 4}), 0, got{0, 4, 7, 120 * time.Second, 1000, autoscale.ReasonMaxReplicas}, false},
+		{"the settings as given", fn(4, &slessv1.Scaling{MinReplicas: ptr.To[int32](2), MaxReplicas: 9, TargetConcurrency: 3, ScaleDownDelaySeconds: 30, MaxBufferedRequests: 50}), 0,
 			got{2, 9, 3, 30 * time.Second, 50, autoscale.ReasonMaxReplicas}, false},
-		{"a target above the concurrency is the concurrency", fn(4, &slessv1.Scaling{MinReplicas: ptr.To[int32](1), MaxReplicas: 2, TargetConcurrency: 40}), autoscale.NoQuota,
+		{"a target above the concurrency is the concurrency", fn(4, &slessv1.Scaling{MinReplicas: ptr.To[int32](1), MaxReplicas: 2, TargetConcurrency: 40}), 0,
 			got{1, 2, 4, 120 * time.Second, 1000, autoscale.ReasonMaxReplicas}, false},
 		{"the pods quota clamps the maximum and says so", fn(10, &slessv1.Scaling{MinReplicas: ptr.To[int32](1), MaxReplicas: 50}), 8,
 			got{1, 8, 7, 120 * time.Second, 1000, autoscale.ReasonQuota}, false},
-		{"the minimum stays (the decision is clamped)", fn(10, &slessv1.Scaling{MinReplicas: ptr.To[int32](5), MaxReplicas: 50}), 3,
-			got{5, 3, 7, 120 * time.Second, 1000, autoscale.ReasonQuota}, false},
+		{"and the minimum with it", fn(10, &slessv1.Scaling{MinReplicas: ptr.To[int32](5), MaxReplicas: 50}), 3,
+			got{3, 3, 7, 120 * time.Second, 1000, autoscale.ReasonQuota}, false},
 		{"a quota above the maximum changes nothing", fn(10, &slessv1.Scaling{MinReplicas: ptr.To[int32](1), MaxReplicas: 3}), 100,
 			got{1, 3, 7, 120 * time.Second, 1000, autoscale.ReasonMaxReplicas}, false},
-		{"nothing left of the quota: no replica", fn(10, &slessv1.Scaling{MinReplicas: ptr.To[int32](1), MaxReplicas: 3}), 0,
-			got{1, 0, 7, 120 * time.Second, 1000, autoscale.ReasonQuota}, false},
-		{"the platform's defaults fill what is unset", fn(10, &slessv1.Scaling{MaxReplicas: 3}), autoscale.NoQuota,
+		{"the platform's defaults fill what is unset", fn(10, &slessv1.Scaling{MaxReplicas: 3}), 0,
 			got{0, 3, 5, 30 * time.Second, 200, autoscale.ReasonMaxReplicas}, true},
-		{"and no scaling at all", fn(10, nil), autoscale.NoQuota, got{0, 5, 5, 30 * time.Second, 200, autoscale.ReasonMaxReplicas}, true},
+		{"and no scaling at all", fn(10, nil), 0, got{0, 5, 5, 30 * time.Second, 200, autoscale.ReasonMaxReplicas}, true},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			d := autoscale.BuiltIn
 			if tc.platform {
 				d = autoscale.Defaults{MinReplicas: 0, MaxReplicas: 5, TargetPercent: 50, ScaleDownDelay: 30 * time.Second, MaxBufferedRequests: 200}
 			}
-			s := New(nil, d).Settings(tc.fn, tc.podsLeft)
+			s := New(nil, d).Settings(tc.fn, tc.maxPods)
 			if diff := cmp.Diff(tc.want, got{s.MinReplicas, s.MaxReplicas, s.TargetConcurrency, s.ScaleDownDelay, s.MaxBufferedRequests, s.MaxReason}); diff != "" {
 				t.Errorf("settings (-want +got):\n%s", diff)
 			}
@@ -71,7 +69,7 @@ func TestReportsOfUnknownVersionsAreIgnored(t *testing.T) {
 	reg := prometheus.NewRegistry()
 	s := New(reg, autoscale.BuiltIn)
 	k := loadreport.Key{Namespace: "sless-fn-a", Function: "f", Version: 1}
-	set := New(nil, autoscale.BuiltIn).Settings(&slessv1.Function{Spec: slessv1.FunctionSpec{Concurrency: 10, Scaling: &slessv1.Scaling{MinReplicas: ptr.To[int32](1), MaxReplicas: 5}}}, autoscale.NoQuota)
+	set := New(nil, autoscale.BuiltIn).Settings(&slessv1.Function{Spec: slessv1.FunctionSpec{Concurrency: 10, Scaling: &slessv1.Scaling{MinReplicas: ptr.To[int32](1), MaxReplicas: 5}}}, 0)
 	s.Replicas(k, set, 1, 0, false)
 	s.Report(&msg.LoadReported{Reporter: "gw", Versions: []msg.VersionLoad{{Namespace: "sless-fn-a", Function: "other", Version: 1, InFlight: 1000, PeakInFlight: 1000}}}, time.Now())
 	if changed := s.Tick(); len(changed) != 0 {
@@ -118,7 +116,7 @@ func report(r string, idle ...loadreport.Key) *msg.LoadReported {
 
 func atZeroSettings() autoscale.Settings {
 	return New(nil, autoscale.BuiltIn).Settings(&slessv1.Function{Spec: slessv1.FunctionSpec{Concurrency: 4,
-		Scaling: &slessv1.Scaling{MinReplicas: ptr.To[int32](0), MaxReplicas: 3, ScaleDownDelaySeconds: 2}}}, autoscale.NoQuota)
+		Scaling: &slessv1.Scaling{MinReplicas: ptr.To[int32](0), MaxReplicas: 3, ScaleDownDelaySeconds: 2}}}, 0)
 }
 
 // TestZeroTakesTheDrainHandshake: an idle version is marked idle first and
