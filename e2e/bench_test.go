@@ -112,6 +112,7 @@ func BenchmarkRollback(b *testing.B) {
 func rollbackFromZero(b *testing.B, p *platform, tok, tenant, fn string) {
 	path := "/v1/tenants/" + tenant + "/functions/" + fn
 	p.json(b, "PATCH", path, tok, map[string]any{"min_replicas": 0, "scale_down_delay_seconds": 1}, 200)
+	var flips, firsts []time.Duration
 	fromZeroAgainstBareSpawn(b, "rollback to a version at zero", "rollback to first 200", func() time.Duration {
 		p.json(b, "PUT", path+"/traffic", tok, map[string]any{"traffic": []map[string]any{{"latest": true, "percent": 100}}}, 200)
 		testenv.Eventually(b, 2*time.Minute, "v1 stopped after its drain", func() (bool, string) {
@@ -127,12 +128,20 @@ func rollbackFromZero(b *testing.B, p *platform, tok, tenant, fn string) {
 		if r := p.do(b, "POST", path+"/rollback", tok, "application/json", []byte(`{"to":1}`), "Prefer", "wait"); r.status != 200 {
 			b.Fatalf("rollback to 1 at zero: %s", r)
 		}
+		answered := time.Since(start)
 		a := call(p.base, tok, tenant, fn)
 		if a.status != 200 || a.header != "1" {
 			b.Fatalf("the first call after a rollback to v1 at zero: %d, version %q %s %s", a.status, a.header, a.body, a.transportFail)
 		}
+		flips, firsts = append(flips, answered), append(firsts, a.at.Sub(a.sent))
 		return a.at.Sub(start)
 	})
+	// Where the time goes: the rollback's answer (the target started and
+	// ready, the flip written and seen by the gateway) and the first call.
+	// Merge sorts the latencies, which Percentile needs.
+	answers, calls := loadgen.Merge(loadgen.Result{Latencies: flips}, loadgen.Result{}), loadgen.Merge(loadgen.Result{Latencies: firsts}, loadgen.Result{})
+	fmt.Printf("rollback to a version at zero: the rollback answered after p50 %s, the first call then took p50 %s\n",
+		answers.Percentile(50).Round(time.Millisecond), calls.Percentile(50).Round(time.Millisecond))
 }
 
 // fromZeroAgainstBareSpawn runs ABBA rounds of wakesPerSide starts a side:

@@ -430,8 +430,15 @@ func TestUserJourney(t *testing.T) {
 	}
 	testenv.Eventually(t, 60*time.Second, "function Ready", func() (bool, string) { return p.status(t, fn, tok, "Ready") })
 
-	// Sync invoke.
-	r := p.do(t, "POST", fn+"/invoke", tok, "application/json", []byte(`{"x":1}`))
+	// Sync invoke. The status above is read from the API server, the
+	// invoke's route from this gateway's watch cache, which can be a
+	// moment behind on a loaded machine: until it has the ready version,
+	// a call answers 503 not-ready (docs/troubleshooting.md).
+	var r res
+	testenv.Eventually(t, 10*time.Second, "the gateway's watch cache to route to the ready version", func() (bool, string) {
+		r = p.do(t, "POST", fn+"/invoke", tok, "application/json", []byte(`{"x":1}`))
+		return r.status != 503 || !strings.Contains(string(r.body), "/problems/not-ready"), r.String()
+	})
 	if r.status != 200 || r.obj(t)["version"] != "v1" || r.obj(t)["trigger"] != "http" {
 		t.Fatalf("sync invoke: %d %s", r.status, r.body)
 	}

@@ -19,27 +19,35 @@ import (
 	"github.com/kube5s/sless/pkg/testenv"
 )
 
-// atZero reads whether version 1 of the function is at zero replicas,
-// idle, as the REST API shows it.
-func (p *platform) atZero(t testing.TB, tok, path string) (bool, string) {
+// onlyVersion reads the one serving version of the function as the REST
+// API shows it: whether it is marked idle, its scaling reason, and what
+// it shows (or what went wrong) for a failure message. ok is false when
+// the read failed or more or fewer than one version serves.
+func (p *platform) onlyVersion(t testing.TB, tok, path string) (s client.ServingVersion, idle bool, reason, saw string, ok bool) {
 	r := p.do(t, "GET", path, tok, "", nil)
 	if r.status != 200 {
-		return false, r.String()
+		return s, false, "", r.String(), false
 	}
 	var f client.Function
 	if err := json.Unmarshal(r.body, &f); err != nil {
-		return false, err.Error()
+		return s, false, "", err.Error(), false
 	}
 	if f.Status.Serving == nil || len(*f.Status.Serving) != 1 {
-		return false, string(r.body)
+		return s, false, "", string(r.body), false
 	}
-	s := (*f.Status.Serving)[0]
-	idle, reason := s.Idle != nil && *s.Idle, ""
+	s = (*f.Status.Serving)[0]
+	idle = s.Idle != nil && *s.Idle
 	if s.ScalingReason != nil {
 		reason = *s.ScalingReason
 	}
-	return idle && s.DesiredReplicas == 0 && s.ReadyReplicas == 0 && reason == "ScaledToZero",
-		fmt.Sprintf("idle %v, desired %d, ready %d (%v), reason %s", idle, s.DesiredReplicas, s.ReadyReplicas, s.Ready, reason)
+	return s, idle, reason, fmt.Sprintf("idle %v, desired %d, ready %d (%v), reason %s", idle, s.DesiredReplicas, s.ReadyReplicas, s.Ready, reason), true
+}
+
+// atZero reads whether version 1 of the function is at zero replicas,
+// idle, as the REST API shows it.
+func (p *platform) atZero(t testing.TB, tok, path string) (bool, string) {
+	s, idle, reason, saw, ok := p.onlyVersion(t, tok, path)
+	return ok && idle && s.DesiredReplicas == 0 && s.ReadyReplicas == 0 && reason == "ScaledToZero", saw
 }
 
 // records reads every invocation record of fn: id -> status.
@@ -56,8 +64,9 @@ func records(ctx context.Context, c *client.ClientWithResponses, tenant, fn stri
 // make dev's real operator, gateway and invoker: a function at
 // min_replicas 0 goes to zero after its scale-down delay (the drain
 // handshake with the real data plane), its first sync call answers 200,
-// and a burst at zero of 200 sync and 2,000 async calls loses nothing: no
-// 5xx, and exactly 2,200 records, all succeeded.
+// calls injected between the drain's steps are answered, and a burst at
+// zero of 200 sync and 2,000 async calls loses nothing: no 5xx, and
+// exactly 2,200 records (and those of the calls before), all succeeded.
 func TestScaleToZeroAndWake(t *testing.T) {
 	testenv.SteadyServers(t)
 	p := startPlatform(t)
@@ -100,6 +109,23 @@ func TestScaleToZeroAndWake(t *testing.T) {
 	t.Logf("first call at zero: 200 in %s", first.at.Sub(first.sent).Round(time.Millisecond))
 	if first.invocation == "" {
 		t.Fatal("the first call at zero answered without its invocation id")
+	}
+
+	// Calls injected between the drain's steps: once the REST API (the
+	// gateway's own view) shows the version marked idle, with its replica
+	// still there, a call goes at once. The drain started over or the
+	// version woke again; either way the call is answered.
+	const injected = 3
+	for i := range injected {
+		testenv.Eventually(t, 90*time.Second, "the version marked idle, its replica still there", func() (bool, string) {
+			s, idle, reason, saw, ok := p.onlyVersion(t, tok, path)
+			return ok && idle && reason == "DrainingToZero" && s.DesiredReplicas > 0, saw
+		})
+		a := call(p.base, tok, tenant, fn)
+		if a.status != 200 || a.code != "v1" {
+			t.Fatalf("call %d injected between the drain's steps: %d %s %s", i, a.status, a.body, a.transportFail)
+		}
+		t.Logf("call %d injected between the drain's steps: 200 in %s", i, a.at.Sub(a.sent).Round(time.Millisecond))
 	}
 
 	zero("at zero again")
@@ -169,11 +195,11 @@ func TestScaleToZeroAndWake(t *testing.T) {
 		if err != nil {
 			return false, err.Error()
 		}
-		// The first call at zero has its record too.
-		return len(got) >= syncCalls+asyncCalls+1, fmt.Sprintf("%d records", len(got))
+		// The first call at zero and the injected ones have theirs too.
+		return len(got) >= syncCalls+asyncCalls+1+injected, fmt.Sprintf("%d records", len(got))
 	})
-	if len(got) != syncCalls+asyncCalls+1 {
-		t.Errorf("%d records, want exactly %d", len(got), syncCalls+asyncCalls+1)
+	if len(got) != syncCalls+asyncCalls+1+injected {
+		t.Errorf("%d records, want exactly %d", len(got), syncCalls+asyncCalls+1+injected)
 	}
 	statuses := map[string]int{}
 	for _, s := range got {
