@@ -2,6 +2,7 @@ package e2e
 
 import (
 	"context"
+	"encoding/json"
 	"fmt"
 	"net"
 	"net/http"
@@ -112,7 +113,8 @@ func BenchmarkRollback(b *testing.B) {
 func rollbackFromZero(b *testing.B, p *platform, tok, tenant, fn string) {
 	path := "/v1/tenants/" + tenant + "/functions/" + fn
 	p.json(b, "PATCH", path, tok, map[string]any{"min_replicas": 0, "scale_down_delay_seconds": 1}, 200)
-	var flips, firsts []time.Duration
+	var flips, firsts, listening, loaded, after []time.Duration
+	bareSplit.listening, bareSplit.loaded, bareSplit.after = nil, nil, nil
 	fromZeroAgainstBareSpawn(b, "rollback to a version at zero", "rollback to first 200", func() time.Duration {
 		p.json(b, "PUT", path+"/traffic", tok, map[string]any{"traffic": []map[string]any{{"latest": true, "percent": 100}}}, 200)
 		testenv.Eventually(b, 2*time.Minute, "v1 stopped after its drain", func() (bool, string) {
@@ -129,6 +131,10 @@ func rollbackFromZero(b *testing.B, p *platform, tok, tenant, fn string) {
 			b.Fatalf("rollback to 1 at zero: %s", r)
 		}
 		answered := time.Since(start)
+		if l, h, ok := startLog(filepath.Join(p.state, "functions", "sless-fn-"+tenant+"_"+fn+".log"), 1, start); ok {
+			listening, loaded = append(listening, l.Sub(start)), append(loaded, h.Sub(l))
+			after = append(after, start.Add(answered).Sub(h))
+		}
 		a := call(p.base, tok, tenant, fn)
 		if a.status != 200 || a.header != "1" {
 			b.Fatalf("the first call after a rollback to v1 at zero: %d, version %q %s %s", a.status, a.header, a.body, a.transportFail)
@@ -138,10 +144,45 @@ func rollbackFromZero(b *testing.B, p *platform, tok, tenant, fn string) {
 	})
 	// Where the time goes: the rollback's answer (the target started and
 	// ready, the flip written and seen by the gateway) and the first call.
-	// Merge sorts the latencies, which Percentile needs.
-	answers, calls := loadgen.Merge(loadgen.Result{Latencies: flips}, loadgen.Result{}), loadgen.Merge(loadgen.Result{Latencies: firsts}, loadgen.Result{})
-	fmt.Printf("rollback to a version at zero: the rollback answered after p50 %s, the first call then took p50 %s\n",
-		answers.Percentile(50).Round(time.Millisecond), calls.Percentile(50).Round(time.Millisecond))
+	// The runtime's own log splits the answer: from the rollback call to
+	// the runtime listening (the reconcile, the spawn, Python's start), to
+	// its handler loaded, and from there to the answer (the health probe,
+	// the flip's reconcile and status, the gateway's watch).
+	p50 := func(ds []time.Duration) time.Duration {
+		// Merge sorts the latencies, which Percentile needs.
+		return loadgen.Merge(loadgen.Result{Latencies: ds}, loadgen.Result{}).Percentile(50).Round(time.Millisecond)
+	}
+	fmt.Printf("rollback to a version at zero: the rollback answered after p50 %s (listening after %s, handler loaded %s later, answered %s after that), the first call then took p50 %s\n",
+		p50(flips), p50(listening), p50(loaded), p50(after), p50(firsts))
+	fmt.Printf("rollback to a version at zero: the bare spawns: listening after p50 %s, handler loaded %s later, the first 200 %s after that\n",
+		p50(bareSplit.listening), p50(bareSplit.loaded), p50(bareSplit.after))
+}
+
+// startLog reads the times at which the runtime of version n logged
+// "listening" and then "handler loaded" after since, from a function's
+// log file.
+func startLog(file string, n int, since time.Time) (listening, loaded time.Time, ok bool) {
+	raw, err := os.ReadFile(file)
+	if err != nil {
+		return listening, loaded, false
+	}
+	for _, line := range strings.Split(string(raw), "\n") {
+		var l struct {
+			Time    time.Time `json:"time"`
+			Version int       `json:"version"`
+			Msg     string    `json:"msg"`
+		}
+		if json.Unmarshal([]byte(line), &l) != nil || l.Version != n || l.Time.Before(since) {
+			continue
+		}
+		switch {
+		case l.Msg == "listening" && listening.IsZero():
+			listening = l.Time
+		case l.Msg == "handler loaded" && !listening.IsZero() && loaded.IsZero():
+			loaded = l.Time
+		}
+	}
+	return listening, loaded, !loaded.IsZero()
 }
 
 // fromZeroAgainstBareSpawn runs ABBA rounds of wakesPerSide starts a side:
@@ -189,6 +230,10 @@ func fromZeroAgainstBareSpawn(b *testing.B, what, side string, measure func() ti
 	}
 }
 
+// bareSplit is how the bare spawns' starts split, from their runtime's
+// log: to listening, to the handler loaded, to the first 200.
+var bareSplit struct{ listening, loaded, after []time.Duration }
+
 // bareSpawn starts the Python runtime on the bench handler and polls it
 // until its first 200: the time a bare process takes to answer.
 func bareSpawn(b *testing.B, runtimes string) time.Duration {
@@ -203,6 +248,12 @@ func bareSpawn(b *testing.B, runtimes string) time.Duration {
 	cmd.Env = append(os.Environ(), "PORT="+strconv.Itoa(port), "SLESS_HOST=127.0.0.1", "SLESS_CODE_DIR="+filepath.Join(runtimes, "bench"),
 		"SLESS_ENTRYPOINT=hello.handler")
 	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true}
+	logf, err := os.Create(filepath.Join(b.TempDir(), "runtime.log"))
+	if err != nil {
+		b.Fatal(err)
+	}
+	defer logf.Close()
+	cmd.Stdout, cmd.Stderr = logf, logf
 	if err := cmd.Start(); err != nil {
 		b.Fatal(err)
 	}
@@ -213,7 +264,13 @@ func bareSpawn(b *testing.B, runtimes string) time.Duration {
 		if resp, err := http.Post(url, "application/json", nil); err == nil {
 			resp.Body.Close()
 			if resp.StatusCode == 200 {
-				return time.Since(t0)
+				d := time.Since(t0)
+				// The bare runtime logs no version.
+				if l, h, ok := startLog(logf.Name(), 0, t0); ok {
+					bareSplit.listening, bareSplit.loaded = append(bareSplit.listening, l.Sub(t0)), append(bareSplit.loaded, h.Sub(l))
+					bareSplit.after = append(bareSplit.after, t0.Add(d).Sub(h))
+				}
+				return d
 			}
 		}
 		if time.Now().After(deadline) {
