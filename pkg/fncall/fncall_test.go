@@ -116,6 +116,71 @@ func TestNewRequest(t *testing.T) {
 	}
 }
 
+// TestNewRequestWithURLsAsParsed: a request made from an endpoint's kept
+// URL is the one the whole URL parses into, for every byte in the path
+// and the query and for endpoints of every shape; what cannot be made
+// from the parts is parsed (or refused) as before.
+func TestNewRequestWithURLsAsParsed(t *testing.T) {
+	endpoints := []string{"http://f.ns.svc:8080", "http://10.1.2.3:8080/", "https://f/base", "http://[::1]:80", "HTTP://F:80",
+		"http://f:", "http://u:p@f", "http://f/a%20b", "http://f/a b", "http://f?x=1", "http://f#x", "http://f/%zz", "f:80", "//f", "http://f\x7f", ""}
+	var paths, queries []string
+	for c := range 256 {
+		paths = append(paths, "/a"+string(rune(c))+"b", "/"+string([]byte{byte(c)}))
+		queries = append(queries, "x="+string([]byte{byte(c)})+"y")
+	}
+	paths = append(paths, "", "/", "a/b", "//x", "/a/../b", "/%41", "/a?b", "/é")
+	queries = append(queries, "", "?", "a?", "x=1&y=%20", "x#y")
+	keep := &URLs{}
+	ctx := context.Background()
+	for _, e := range endpoints {
+		for _, list := range [][2][]string{{paths, {"", "x=1"}}, {{"/", "/p"}, queries}} {
+			for _, p := range list[0] {
+				for _, q := range list[1] {
+					for _, m := range []string{"", "GET", "PROPFIND", "bad method"} {
+						r := func(urls *URLs) Request {
+							return Request{Endpoint: e, Method: m, Path: p, Query: q, Header: http.Header{"X": {"y"}}, Body: io.MultiReader(strings.NewReader("{}")),
+								ContentLength: 2, InvocationID: "id", Trigger: msg.TriggerHTTP, URLs: urls}
+						}
+						want, werr := NewRequest(ctx, propagation.TraceContext{}, r(nil))
+						got, gerr := NewRequest(ctx, propagation.TraceContext{}, r(keep))
+						if (werr != nil) != (gerr != nil) {
+							t.Fatalf("%q %q %q %q: error %v, want %v", e, m, p, q, gerr, werr)
+						}
+						if werr != nil {
+							continue
+						}
+						gu, wu := *got.URL, *want.URL
+						if gu.User.String() != wu.User.String() {
+							t.Fatalf("%q %q %q %q: user %v, want %v", e, m, p, q, gu.User, wu.User)
+						}
+						gu.User, wu.User = nil, nil
+						if gu != wu || got.Host != want.Host || got.Method != want.Method || got.Proto != want.Proto ||
+							got.ContentLength != want.ContentLength || (got.GetBody == nil) != (want.GetBody == nil) || got.Context() != want.Context() {
+							t.Fatalf("%q %q %q %q: got %s %#v (host %q), want %s %#v (host %q)", e, m, p, q, got.Method, got.URL, got.Host, want.Method, want.URL, want.Host)
+						}
+						if diff := cmp.Diff(want.Header, got.Header); diff != "" {
+							t.Fatalf("%q %q %q %q: headers (-want +got):\n%s", e, m, p, q, diff)
+						}
+					}
+				}
+			}
+		}
+	}
+	// Past maxURLs endpoints the kept ones are dropped, not mixed up.
+	for i := range 2*maxURLs + 1 {
+		e := fmt.Sprintf("http://f%d:8080", i%(maxURLs+7))
+		r, err := NewRequest(ctx, propagation.TraceContext{}, Request{Endpoint: e, Path: "/p", URLs: keep})
+		if err != nil || r.URL.String() != e+"/p" {
+			t.Fatalf("%s: %v %v", e, r.URL, err)
+		}
+	}
+	for _, k := range []string{headers.InvocationID, headers.Trigger} {
+		if http.CanonicalHeaderKey(k) != k {
+			t.Errorf("%s is not canonical: NewRequest sets it as it is", k)
+		}
+	}
+}
+
 // TestLimitBodyReadsOneBytePast: the reader shows an answer over the
 // limit, and reads no further.
 func TestLimitBodyReadsOneBytePast(t *testing.T) {

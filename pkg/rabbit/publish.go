@@ -2,7 +2,6 @@ package rabbit
 
 import (
 	"context"
-	"encoding/json"
 	"errors"
 	"fmt"
 	"sync"
@@ -108,9 +107,9 @@ func (p *Publisher) PublishMessage(ctx context.Context, m msg.Message) error {
 	return p.Publish(ctx, msg.Exchange, msg.RoutingKey(m), pub)
 }
 
-// Encode builds the AMQP publishing for a message.
+// Encode builds the AMQP publishing for a message (msg.Marshal).
 func Encode(ctx context.Context, m msg.Message) (amqp.Publishing, error) {
-	body, err := json.Marshal(m)
+	body, err := msg.Marshal(m)
 	if err != nil {
 		return amqp.Publishing{}, fmt.Errorf("encode %s: %w", m.Type(), err)
 	}

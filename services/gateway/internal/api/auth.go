@@ -47,7 +47,10 @@ func (s *Server) authenticate(r *http.Request) principal {
 		return principal{none: true}
 	}
 	tok, ok := strings.CutPrefix(h, "Bearer ")
-	if ok && tok != "" && subtle.ConstantTimeCompare([]byte(tok), []byte(s.Config.AdminToken)) == 1 {
+	// ConstantTimeCompare answers at once for tokens of another length;
+	// the check before it only spares every tenant call two copies of the
+	// tokens.
+	if ok && tok != "" && len(tok) == len(s.Config.AdminToken) && subtle.ConstantTimeCompare([]byte(tok), []byte(s.Config.AdminToken)) == 1 {
 		return principal{admin: true}
 	}
 	if tenant, known := s.tokens.Known(tok); known {

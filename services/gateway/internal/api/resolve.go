@@ -55,17 +55,39 @@ func cacheSynced(c cache.Cache, objs ...client.Object) (func() bool, error) {
 
 // function reads a Function from the watch cache, without a copy: the
 // object the informer holds, which its callers only read.
+//
+// The names are checked only when the cache has no such function: what
+// the cache holds the API server admitted, so its names are valid, and
+// the check (two regular expressions) cost every call of a function a
+// share of its CPU (docs/benchmarks.md). On a miss it tells a name that
+// cannot exist (404 at once, even before the cache has synced) from one
+// the cache may not hold yet.
 func (s *Server) function(ctx context.Context, tenant, name string) (*slessv1.Function, error) {
 	notFound := func() error {
 		return apierrors.NewNotFound(slessv1.GroupVersion.WithResource("functions").GroupResource(), name)
 	}
-	if len(validation.IsDNS1123Label(tenant)) > 0 || len(validation.IsDNS1123Subdomain(name)) > 0 {
+	loaded := s.loaded != nil && s.loaded()
+	if loaded {
+		fn, err := cached[slessv1.Function](ctx, s.Cache, s.functions, client.ObjectKey{Namespace: slessv1.NamespaceFor(tenant), Name: name}, notFound)
+		if err == nil {
+			return fn, nil
+		}
+		if validFunctionName(tenant, name) {
+			return nil, err
+		}
+		return nil, notFound()
+	}
+	if !validFunctionName(tenant, name) {
 		return nil, notFound() // no such object can exist
 	}
-	if !s.loaded() {
-		return nil, errNotLoaded
-	}
-	return cached[slessv1.Function](ctx, s.Cache, s.functions, client.ObjectKey{Namespace: slessv1.NamespaceFor(tenant), Name: name}, notFound)
+	return nil, errNotLoaded
+}
+
+// validFunctionName tells whether a function of that name and tenant can
+// exist: the tenant is its namespace's suffix and a DNS label, the
+// function's name a DNS subdomain.
+func validFunctionName(tenant, name string) bool {
+	return len(validation.IsDNS1123Label(tenant)) == 0 && len(validation.IsDNS1123Subdomain(name)) == 0
 }
 
 // tenantRate is a tenant's invocationsPerSecond from the watch cache (0:

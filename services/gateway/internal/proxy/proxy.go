@@ -66,6 +66,7 @@ type Forwarder struct {
 
 	keepingOnce sync.Once
 	keeping     chan struct{} // the uploads of kept requests under way
+	urls        fncall.URLs   // the endpoints' parsed URLs
 }
 
 // Keeper stores objects (objstore.Store).
@@ -276,8 +277,13 @@ func (f *Forwarder) Forward(w http.ResponseWriter, r *http.Request, fn *slessv1.
 			return err
 		}
 	}
+	// The values of the headers the platform sets on the answer, in one
+	// allocation (one each with Header.Set): the version (set now, so
+	// that a failure names it too), the invocation id and the length.
+	own := make([]string, 3)
 	if version.Number != 0 {
-		w.Header().Set(headers.Version, strconv.Itoa(int(version.Number)))
+		own[0] = strconv.Itoa(int(version.Number))
+		w.Header()[headers.Version] = own[0:1:1]
 	}
 	endpoint, done := f.Wake.Take(r.Context(), fn, version, fn.MaxBufferedRequests(), time.Duration(fn.Spec.TimeoutSec)*time.Second)
 	defer done()
@@ -286,8 +292,19 @@ func (f *Forwarder) Forward(w http.ResponseWriter, r *http.Request, fn *slessv1.
 	}
 	start := time.Now()
 	id := msg.NewInvocationID()
-	ctx, span := f.Tracer.Start(r.Context(), "invoke "+fn.Name, clientSpan)
-	defer span.End()
+	ctx, span := r.Context(), trace.SpanFromContext(r.Context())
+	// The call has a span of its own when its request's span records, or
+	// there is none. Under a request span that does not record, a span
+	// of the call would not record either with any sampler the platform
+	// configures (telemetry.NewTracerProvider: NeverSample, or the SDK's
+	// from OTEL_TRACES_SAMPLER, all decided by the parent or the trace
+	// id), and starting one cost every call its ids, its context and a
+	// share of the CPU (docs/benchmarks.md); the function receives the
+	// request span's trace context instead, of the same trace.
+	if span.IsRecording() || !span.SpanContext().IsValid() {
+		ctx, span = f.Tracer.Start(ctx, "invoke "+fn.Name, clientSpan)
+		defer span.End()
+	}
 	// Attributes are built for a span that records only: they cost every
 	// call allocations, and no sampler the platform configures reads them
 	// at the start.
@@ -315,7 +332,7 @@ func (f *Forwarder) Forward(w http.ResponseWriter, r *http.Request, fn *slessv1.
 	// that recycles after a timeout closes its idle connections) instead
 	// of failing it with a 502.
 	out, err := fncall.NewRequest(ctx, f.Prop, fncall.Request{Endpoint: endpoint, Method: r.Method, Path: path, Query: r.URL.RawQuery,
-		Header: header, Body: body, ContentLength: r.ContentLength, InvocationID: id, Trigger: kind})
+		Header: header, Body: body, ContentLength: r.ContentLength, InvocationID: id, Trigger: kind, URLs: &f.urls})
 	if err != nil {
 		return &Failure{Status: 502, Detail: fmt.Sprintf("function %s has an unusable endpoint", fn.Name), Cause: err}
 	}
@@ -390,15 +407,17 @@ func (f *Forwarder) Forward(w http.ResponseWriter, r *http.Request, fn *slessv1.
 			h[k] = v
 		}
 	}
-	h.Set(headers.InvocationID, id)
 	// Over whatever the function set: the platform says which version
-	// answered.
-	h.Del(headers.Version)
+	// answered. The keys are canonical, as Header.Set would make them.
+	own[1] = id
+	h[headers.InvocationID] = own[1:2:2]
+	delete(h, headers.Version)
 	if version.Number != 0 {
-		h.Set(headers.Version, strconv.Itoa(int(version.Number)))
+		h[headers.Version] = own[0:1:1]
 	}
 	if resp.ContentLength >= 0 {
-		h.Set("Content-Length", strconv.FormatInt(resp.ContentLength, 10))
+		own[2] = strconv.FormatInt(resp.ContentLength, 10)
+		h["Content-Length"] = own[2:3:3]
 	}
 	w.WriteHeader(resp.StatusCode)
 	capture := &st.head

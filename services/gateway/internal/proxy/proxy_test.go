@@ -24,6 +24,7 @@ import (
 	slessv1 "github.com/kube5s/sless/pkg/apis/sless/v1alpha1"
 	"github.com/kube5s/sless/pkg/loadreport"
 	"github.com/kube5s/sless/pkg/msg"
+	"github.com/kube5s/sless/pkg/telemetry"
 	"github.com/kube5s/sless/services/gateway/internal/record"
 )
 
@@ -331,4 +332,133 @@ func TestForwardKeepsThePlatformsHeadersToItself(t *testing.T) {
 			t.Errorf("own host %v: span attributes (-want +got):\n%s", own, d)
 		}
 	}
+}
+
+// TestForwardCarriesTheTraceContext: behind the request span of the
+// telemetry middleware, a caller's sampled traceparent makes both spans
+// record, and the function receives the call's span as its parent; a
+// request span that does not record (an unsampled caller, or a platform
+// that samples nothing) gets no span of the call, and the function
+// receives the request span's context: the same trace, not sampled.
+func TestForwardCarriesTheTraceContext(t *testing.T) {
+	seen := make(chan string, 1)
+	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		seen <- r.Header.Get("Traceparent")
+		_, _ = io.WriteString(w, "ok")
+	}))
+	defer srv.Close()
+	const caller = "4bf92f3577b34da6a3ce929d0e0e4736"
+	for _, c := range []struct {
+		name        string
+		sampler     sdktrace.Sampler
+		traceparent string
+		spans       []string // recorded, in the order they ended
+	}{
+		{"sampled caller", sdktrace.ParentBased(sdktrace.NeverSample()), "00-" + caller + "-00f067aa0ba902b7-01", []string{"invoke f", "POST /invoke"}},
+		{"unsampled caller", sdktrace.ParentBased(sdktrace.AlwaysSample()), "00-" + caller + "-00f067aa0ba902b7-00", nil},
+		{"a platform that samples nothing", sdktrace.NeverSample(), "00-" + caller + "-00f067aa0ba902b7-01", nil},
+		{"no caller's trace, sampled", sdktrace.AlwaysSample(), "", []string{"invoke f", "POST /invoke"}},
+		{"no caller's trace, not sampled", sdktrace.NeverSample(), "", nil},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			spans := tracetest.NewSpanRecorder()
+			tp := sdktrace.NewTracerProvider(sdktrace.WithSampler(c.sampler), sdktrace.WithSpanProcessor(spans))
+			prop := telemetry.Propagator()
+			rec := &records{}
+			f := &Forwarder{Transport: DefaultTransport(), Tracer: tp.Tracer("test"), Prop: prop,
+				Recorder: rec, Metrics: nobody{}, Log: slog.New(slog.NewTextHandler(io.Discard, nil)), MaxResponseBytes: 1 << 20}
+			h := telemetry.Middleware(tp.Tracer("test"), prop, telemetry.NewHTTPMetrics(prometheus.NewRegistry(), "test"),
+				func(*http.Request) string { return "/invoke" })(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+				if err := f.Forward(w, r, readyFunction(srv.URL), Call{Tenant: "t", Path: "/", Kind: msg.TriggerHTTP}); err != nil {
+					t.Error(err)
+				}
+			}))
+			r := httptest.NewRequest(http.MethodPost, "/v1/tenants/t/functions/f/invoke", strings.NewReader("{}"))
+			if c.traceparent != "" {
+				r.Header.Set("Traceparent", c.traceparent)
+			}
+			w := httptest.NewRecorder()
+			h.ServeHTTP(w, r)
+			got := strings.Split(<-seen, "-")
+			if len(got) != 4 {
+				t.Fatalf("the function got traceparent %q", strings.Join(got, "-"))
+			}
+			traceID := w.Header().Get("X-Trace-Id")
+			if c.traceparent != "" && traceID != caller {
+				t.Errorf("X-Trace-Id %s, want the caller's trace %s", traceID, caller)
+			}
+			if got[1] != traceID || rec.got[0].TraceID != traceID {
+				t.Errorf("the function got trace %s, the record has %s, the caller was told %s", got[1], rec.got[0].TraceID, traceID)
+			}
+			var names []string
+			for _, s := range spans.Ended() {
+				names = append(names, s.Name())
+			}
+			if diff := cmp.Diff(c.spans, names); diff != "" {
+				t.Errorf("spans (-want +got):\n%s", diff)
+			}
+			flags := "00"
+			if len(c.spans) > 0 {
+				flags = "01"
+				if parent := spans.Ended()[0].SpanContext().SpanID().String(); got[2] != parent {
+					t.Errorf("the function's parent span is %s, want the call's span %s", got[2], parent)
+				}
+			}
+			if got[3] != flags || got[2] == "00f067aa0ba902b7" {
+				t.Errorf("the function got traceparent %s, want flags %s under a span of the gateway", strings.Join(got, "-"), flags)
+			}
+		})
+	}
+}
+
+// fromMemory is a function that answers from memory, with no connection:
+// what a call allocates is the Forwarder's, and the same on every call.
+type fromMemory struct{}
+
+func (fromMemory) RoundTrip(r *http.Request) (*http.Response, error) {
+	_, _ = io.Copy(io.Discard, r.Body)
+	return &http.Response{StatusCode: 200, Header: http.Header{"Content-Type": {"text/plain"}}, ContentLength: 12,
+		Body: io.NopCloser(strings.NewReader("hello, world"))}, nil
+}
+
+// answer is a ResponseWriter that keeps nothing but its header map.
+type answer struct{ h http.Header }
+
+func (a *answer) Header() http.Header         { return a.h }
+func (a *answer) Write(p []byte) (int, error) { return len(p), nil }
+func (a *answer) WriteHeader(int)             {}
+
+// TestForwardAllocations pins what forwarding one call allocates, under a
+// request span that does not record (the platform without a traces
+// backend), with the metrics and the record: each allocation costs every
+// sync invoke (docs/benchmarks.md, "Where the time goes"), and one added
+// shows here before a benchmark. The figure counts the transport's
+// response above too.
+func TestForwardAllocations(t *testing.T) {
+	tp := sdktrace.NewTracerProvider(sdktrace.WithSampler(sdktrace.NeverSample()))
+	ctx, span := tp.Tracer("test").Start(t.Context(), "POST")
+	defer span.End()
+	f := &Forwarder{Transport: fromMemory{}, Tracer: tp.Tracer("test"), Prop: telemetry.Propagator(), Recorder: &records{},
+		Metrics: record.NewMetrics(prometheus.NewRegistry()), Log: slog.New(slog.NewTextHandler(io.Discard, nil)),
+		MaxResponseBytes: 1 << 20, MaxInlineResult: 1024}
+	fn := readyFunction("http://10.1.2.3:8080")
+	body := strings.NewReader(`{"n":1}`)
+	r := httptest.NewRequestWithContext(ctx, http.MethodPost, "/v1/tenants/t/functions/f/invoke", body)
+	r.Header.Set("Content-Type", "application/json")
+	r.Header.Set("Authorization", "Bearer slt_x")
+	w := &answer{h: http.Header{}}
+	rec := f.Recorder.(*records)
+	got := testing.AllocsPerRun(200, func() {
+		body.Reset(`{"n":1}`)
+		clear(w.h)
+		rec.got = rec.got[:0]
+		if err := f.Forward(w, r, fn, Call{Tenant: "t", Path: "/", Kind: msg.TriggerHTTP}); err != nil {
+			t.Fatal(err)
+		}
+	})
+	const want = 29 // 27 on Go 1.26, and room for the pool the race detector empties at random
+	if got > want {
+		t.Errorf("a forwarded call allocates %v times, more than the %d it did", got, want)
+	}
+	t.Logf("a forwarded call allocates %v times", got)
 }

@@ -4,11 +4,13 @@ import (
 	"context"
 	"io"
 	"log/slog"
+	"strconv"
 	"strings"
 	"sync"
 	"testing"
 	"time"
 
+	"github.com/google/go-cmp/cmp"
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/testutil"
 	dto "github.com/prometheus/client_model/go"
@@ -73,6 +75,60 @@ func TestRecorderDropsWhenFullAndCounts(t *testing.T) {
 	}
 	if pub.records != 5 {
 		t.Fatalf("published %d records, want 5 (the first and the 4 buffered)", pub.records)
+	}
+}
+
+// batchPublisher keeps the records of every batch published, and says
+// when one was.
+type batchPublisher struct {
+	published chan struct{}
+	mu        sync.Mutex
+	sizes     []int
+	ids       []string
+}
+
+func (p *batchPublisher) PublishMessage(_ context.Context, m msg.Message) error {
+	p.mu.Lock()
+	b := m.(*msg.InvocationBatch)
+	p.sizes = append(p.sizes, len(b.Records))
+	for _, r := range b.Records {
+		p.ids = append(p.ids, r.InvocationID)
+	}
+	p.mu.Unlock()
+	p.published <- struct{}{}
+	return nil
+}
+
+// TestRecorderBatchesWhatIsBuffered: a batch takes what the buffer holds,
+// up to maxBatch, and what comes within batchWait after it started;
+// every record is published once, in order.
+func TestRecorderBatchesWhatIsBuffered(t *testing.T) {
+	pub := &batchPublisher{published: make(chan struct{}, 10)}
+	r := NewRecorder(pub, slog.New(slog.NewTextHandler(io.Discard, nil)), prometheus.NewRegistry(), 1000, 1)
+	var want []string
+	for i := range maxBatch + 44 { // buffered before the worker starts
+		want = append(want, strconv.Itoa(i))
+		r.Record(&msg.InvocationCompleted{InvocationID: want[i]})
+	}
+	ctx, cancel := context.WithCancel(t.Context())
+	done := make(chan error)
+	go func() { done <- r.Run(ctx) }()
+	for range 2 {
+		select {
+		case <-pub.published:
+		case <-time.After(time.Minute):
+			t.Fatal("two batches were not published within a minute")
+		}
+	}
+	cancel()
+	if err := <-done; err != nil {
+		t.Fatal(err)
+	}
+	if diff := cmp.Diff([]int{maxBatch, 44}, pub.sizes); diff != "" {
+		t.Errorf("batch sizes (-want +got):\n%s", diff)
+	}
+	if diff := cmp.Diff(want, pub.ids); diff != "" {
+		t.Errorf("records published (-want +got):\n%s", diff)
 	}
 }
 
