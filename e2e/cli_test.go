@@ -85,7 +85,8 @@ func buildCLI(t *testing.T) string {
 // binary only: log in, create a tenant and its token, init, deploy (the
 // progress lines and the streamed build log), invoke, logs -f, the
 // invocation in the list, a redeploy that uploads nothing, -o json against
-// the API's own objects, a build that fails, delete.
+// the API's own objects, sless.yaml's scaling settings shown back by fn get
+// (and one the API refuses), a build that fails, delete.
 func TestCLIJourney(t *testing.T) {
 	testenv.SteadyServers(t)
 	p := startPlatform(t)
@@ -250,6 +251,48 @@ func TestCLIJourney(t *testing.T) {
 	out = c.show(t, "deploy", dir)
 	if !strings.Contains(out, "Source unchanged") || strings.Contains(out, "Uploaded") || strings.Contains(out, "Building") || !strings.Contains(out, "Settings unchanged") {
 		t.Errorf("a redeploy without changes: %q; want no upload and no build", out)
+	}
+
+	// The scaling settings in sless.yaml: a deploy sends each, fn get
+	// shows it back; a value the API refuses fails the deploy with the
+	// 422 naming it, and changes nothing.
+	project := filepath.Join(dir, "sless.yaml")
+	plain, err := os.ReadFile(project)
+	if err != nil {
+		t.Fatal(err)
+	}
+	scaling := "min_replicas: 1\nmax_replicas: 3\ntarget_concurrency: 2\nscale_down_delay_seconds: 90\nmax_buffered_requests: 40\n"
+	if err := os.WriteFile(project, append(plain, scaling...), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	out = c.show(t, "deploy", dir)
+	if !strings.Contains(out, "Updated settings of hello") || strings.Contains(out, "Uploaded") {
+		t.Errorf("a deploy of new scaling settings: %q; want the settings updated and nothing uploaded", out)
+	}
+	wantScaling := map[string]any{"min_replicas": 1.0, "max_replicas": 3.0, "target_concurrency": 2.0, "scale_down_delay_seconds": 90.0, "max_buffered_requests": 40.0}
+	scalingOf := func() map[string]any {
+		t.Helper()
+		var f map[string]any
+		if err := json.Unmarshal([]byte(c.ok(t, "fn", "get", "hello", "-o", "json")), &f); err != nil {
+			t.Fatal(err)
+		}
+		got := map[string]any{}
+		for k := range wantScaling {
+			got[k] = f[k]
+		}
+		return got
+	}
+	if got := scalingOf(); !reflect.DeepEqual(got, wantScaling) {
+		t.Errorf("fn get after the deploy of sless.yaml's scaling: %v, want %v", got, wantScaling)
+	}
+	if err := os.WriteFile(project, append(plain, strings.Replace(scaling, "max_buffered_requests: 40", "max_buffered_requests: -1", 1)...), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	if r := c.run(t, "", "deploy", dir); r.code != 1 || !strings.Contains(r.stderr, "(422)") || !strings.Contains(r.stderr, "body.max_buffered_requests") {
+		t.Errorf("a deploy of max_buffered_requests -1: exit %d, stderr %q; want 1 with the 422 naming the field", r.code, r.stderr)
+	}
+	if got := scalingOf(); !reflect.DeepEqual(got, wantScaling) {
+		t.Errorf("fn get after a refused deploy: %v, want %v", got, wantScaling)
 	}
 
 	// A syntax error: exit 1, the reason and the log's tail.

@@ -9,6 +9,7 @@ import (
 	"maps"
 	"net"
 	"net/http"
+	"slices"
 	"sort"
 	"strconv"
 	"strings"
@@ -803,6 +804,130 @@ func TestLookupsWithBytesPostgresRefuses(t *testing.T) {
 	expect(t, r2, 202, "the same key again")
 	if r1.json(t)["invocation_id"] != r2.json(t)["invocation_id"] {
 		t.Errorf("the same key gave two invocations: %s %s", r1.body, r2.body)
+	}
+}
+
+// TestScalingSettingsRoundTrip: each scaling setting given through the
+// API (create, PATCH, PUT) reaches the Function's spec.scaling as the
+// operator reads it, and GET shows it back. A value out of range is
+// refused with a 422 that names the field as the API names it (the API's
+// schema refuses it on a create, the custom resource's schema on a
+// PATCH) and changes nothing. A target above the concurrency is no error:
+// the scaler caps it at the concurrency (scaler.Settings).
+func TestScalingSettingsRoundTrip(t *testing.T) {
+	g := gateway(t)
+	ten, tok := g.tenant(t, nil)
+	base := "/v1/tenants/" + ten + "/functions"
+	fields := []string{"min_replicas", "max_replicas", "target_concurrency", "scale_down_delay_seconds", "max_buffered_requests"}
+	// check compares the scaling fields of an answer and the Function's
+	// spec.scaling with want (the API's numbers; nil: absent).
+	check := func(t *testing.T, what string, r resp, want map[string]any) {
+		t.Helper()
+		got := map[string]any{}
+		f := r.json(t)
+		for _, k := range fields {
+			got[k] = f[k]
+		}
+		if diff := cmp.Diff(want, got); diff != "" {
+			t.Errorf("%s: the answer's scaling (-want +got):\n%s", what, diff)
+		}
+		var fn slessv1.Function
+		if err := g.kube.Get(t.Context(), client.ObjectKey{Namespace: slessv1.NamespaceFor(ten), Name: "tuned"}, &fn); err != nil {
+			t.Fatal(err)
+		}
+		num := func(k string) int32 { v, _ := want[k].(float64); return int32(v) }
+		wantSpec := &slessv1.Scaling{MaxReplicas: num("max_replicas"), TargetConcurrency: num("target_concurrency"),
+			ScaleDownDelaySeconds: num("scale_down_delay_seconds"), MaxBufferedRequests: num("max_buffered_requests")}
+		if want["min_replicas"] != nil {
+			minReplicas := num("min_replicas")
+			wantSpec.MinReplicas = &minReplicas
+		}
+		if diff := cmp.Diff(wantSpec, fn.Spec.Scaling); diff != "" {
+			t.Errorf("%s: spec.scaling (-want +got):\n%s", what, diff)
+		}
+	}
+	patch := func(body string) resp {
+		return g.call(t, "PATCH", base+"/tuned", tok, body, "Content-Type", "application/merge-patch+json")
+	}
+
+	r := g.call(t, "POST", base, tok, map[string]any{"name": "tuned", "runtime": "python3.11", "entrypoint": "main.handler", "concurrency": 8,
+		"min_replicas": 0, "max_replicas": 5, "target_concurrency": 6, "scale_down_delay_seconds": 45, "max_buffered_requests": 250})
+	expect(t, r, 201, "create with every scaling setting")
+	want := map[string]any{"min_replicas": 0.0, "max_replicas": 5.0, "target_concurrency": 6.0, "scale_down_delay_seconds": 45.0, "max_buffered_requests": 250.0}
+	check(t, "create", r, want)
+	r = g.call(t, "GET", base+"/tuned", tok, nil)
+	expect(t, r, 200, "get")
+	check(t, "GET after the create", r, want)
+
+	// Each setting alone by PATCH: the others stay.
+	for _, step := range []struct {
+		field string
+		value float64
+	}{{"min_replicas", 2}, {"max_replicas", 7}, {"target_concurrency", 3}, {"scale_down_delay_seconds", 3600}, {"max_buffered_requests", 100000}} {
+		r = patch(fmt.Sprintf(`{%q: %v}`, step.field, step.value))
+		expect(t, r, 200, "PATCH "+step.field)
+		want[step.field] = step.value
+		check(t, "PATCH "+step.field, r, want)
+		r = g.call(t, "GET", base+"/tuned", tok, nil)
+		expect(t, r, 200, "get")
+		check(t, "GET after the PATCH of "+step.field, r, want)
+	}
+	// A target above the concurrency is kept as given; the scaler plans
+	// for the concurrency.
+	r = patch(`{"target_concurrency": 20}`)
+	expect(t, r, 200, "PATCH a target above the concurrency")
+	want["target_concurrency"] = 20.0
+	check(t, "a target above the concurrency", r, want)
+	// PUT back what GET shows changes nothing.
+	r = g.call(t, "GET", base+"/tuned", tok, nil)
+	r = g.call(t, "PUT", base+"/tuned", tok, r.body)
+	expect(t, r, 200, "PUT what GET shows")
+	check(t, "PUT what GET shows", r, want)
+
+	bad := []struct {
+		field string
+		value int64
+	}{
+		{"min_replicas", -1}, {"min_replicas", 101},
+		{"max_replicas", 101},
+		{"target_concurrency", -1}, {"target_concurrency", 1001},
+		{"scale_down_delay_seconds", -1}, {"scale_down_delay_seconds", 3601},
+		{"max_buffered_requests", -1}, {"max_buffered_requests", 100001}, {"max_buffered_requests", 1 << 40},
+	}
+	for _, b := range bad {
+		what := fmt.Sprintf("%s %d", b.field, b.value)
+		body := fmt.Sprintf(`{"name":"refused","runtime":"python3.11","entrypoint":"main.handler",%q:%d}`, b.field, b.value)
+		for _, r := range []resp{g.call(t, "POST", base, tok, body), patch(fmt.Sprintf(`{%q: %d}`, b.field, b.value))} {
+			if r.status != 422 {
+				t.Errorf("%s: status %d, want 422: %s", what, r.status, r.body)
+				continue
+			}
+			expect(t, r, 422, what)
+			var located []string
+			errs, _ := r.json(t)["errors"].([]any)
+			for _, e := range errs {
+				if e, ok := e.(map[string]any); ok {
+					located = append(located, fmt.Sprint(e["location"]))
+				}
+			}
+			if !slices.Contains(located, "body."+b.field) {
+				t.Errorf("%s: the problem names %v, want body.%s: %s", what, located, b.field, r.body)
+			}
+		}
+	}
+	r = g.call(t, "GET", base+"/tuned", tok, nil)
+	expect(t, r, 200, "get")
+	check(t, "after the refused values", r, want)
+	expect(t, g.call(t, "GET", base+"/refused", tok, nil), 404, "a refused create")
+
+	// Left out of a PUT, the settings go back to unset: the platform's
+	// defaults (the operator's).
+	r = g.call(t, "PUT", base+"/tuned", tok, map[string]any{"runtime": "python3.11", "entrypoint": "main.handler"})
+	expect(t, r, 200, "PUT without scaling")
+	for _, k := range fields {
+		if v, ok := r.json(t)[k]; ok {
+			t.Errorf("PUT without scaling: %s is %v, want absent", k, v)
+		}
 	}
 }
 

@@ -159,14 +159,21 @@ type calls struct {
 }
 
 // callCounter serves a function that counts its calls by invocation id,
-// works for work, and answers ok.
+// works for work, and answers ok; it marks the answer to its first
+// invocation as a runtime process does (headers.ColdStart; a health probe
+// is no invocation).
 func callCounter(t testing.TB, work time.Duration) (*calls, string) {
 	c := &calls{n: map[string]int{}}
+	var answered atomic.Bool
 	return c, serveFunction(t, func(rw http.ResponseWriter, r *http.Request) {
+		id := r.Header.Get(headers.InvocationID)
 		c.mu.Lock()
-		c.n[r.Header.Get(headers.InvocationID)]++
+		c.n[id]++
 		c.mu.Unlock()
 		time.Sleep(work)
+		if id != "" && !answered.Swap(true) {
+			rw.Header().Set(headers.ColdStart, "true")
+		}
 		_, _ = rw.Write([]byte("ok"))
 	})
 }

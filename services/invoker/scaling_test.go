@@ -85,7 +85,9 @@ func TestAQueuedCallIsReportedToTheScaler(t *testing.T) {
 // TestAQueuedCallWaitsForItsVersionToWake: a queued call for a version at
 // zero (status.serving idle) sends a wake report at once and waits, its
 // delivery unacked and the function not called; once the version serves,
-// it runs once and is recorded as one succeeded attempt on that version.
+// it runs once and is recorded as one succeeded attempt on that version,
+// and as a cold start (it waited, and was its process's first answer):
+// sless_invoker_cold_starts_total counts it, and no call after it.
 func TestAQueuedCallWaitsForItsVersionToWake(t *testing.T) {
 	w := newWorld(t)
 	reports := signals(t, w)
@@ -138,6 +140,9 @@ func TestAQueuedCallWaitsForItsVersionToWake(t *testing.T) {
 	if n := metric(t, w.env["SLESS_OPS_ADDR"], "sless_buffered_requests"); n != 1 {
 		t.Errorf("sless_buffered_requests is %v while the call waits, want 1", n)
 	}
+	if n := metric(t, w.env["SLESS_OPS_ADDR"], "sless_invoker_cold_starts_total"); n != 0 {
+		t.Errorf("sless_invoker_cold_starts_total is %v before any call ran, want 0", n)
+	}
 	var count int
 	if err := w.db.QueryRow(t.Context(), `SELECT count(*) FROM invocations WHERE id = $1`, "inv-sleepy").Scan(&count); err != nil || count != 0 {
 		t.Fatalf("a record before the call ran: %d, %v", count, err)
@@ -179,6 +184,31 @@ func TestAQueuedCallWaitsForItsVersionToWake(t *testing.T) {
 	misses := metric(t, w.env["SLESS_OPS_ADDR"], `sless_invoker_prewarm_fires_total{result="miss"}`)
 	if hits != 1 || misses != 1 {
 		t.Errorf("pre-warm fires: %v hits and %v misses, want 1 and 1 (the fire at zero missed, the next hit)", hits, misses)
+	}
+
+	// The call that waited for the wake was the process's first answer:
+	// a cold start, in its record and the counter; the calls after it
+	// found the version ready.
+	var cold []string
+	rows, err := w.db.Query(t.Context(), `SELECT id FROM invocations WHERE tenant = $1 AND function = 'sleepy' AND cold_start ORDER BY id`, w.tenant)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for rows.Next() {
+		var id string
+		if err := rows.Scan(&id); err != nil {
+			t.Fatal(err)
+		}
+		cold = append(cold, id)
+	}
+	if err := rows.Err(); err != nil {
+		t.Fatal(err)
+	}
+	if len(cold) != 1 || cold[0] != "inv-sleepy" {
+		t.Errorf("records with cold_start: %v, want only inv-sleepy", cold)
+	}
+	if n := metric(t, w.env["SLESS_OPS_ADDR"], "sless_invoker_cold_starts_total"); n != 1 {
+		t.Errorf("sless_invoker_cold_starts_total is %v, want 1 (the call that waited for the wake)", n)
 	}
 }
 

@@ -209,6 +209,15 @@ func fromKube(ctx context.Context, what string, err error) error {
 func restField(f string) string {
 	f = strings.TrimPrefix(f, "spec.")
 	f = strings.TrimPrefix(f, "metadata.")
+	// The REST function flattens spec.scaling: its settings are fields of
+	// their own, its schedules scaling_schedules. A rule on the whole
+	// (spec.scaling: min above max) keeps the name scaling.
+	if rest, ok := strings.CutPrefix(f, "scaling."); ok {
+		f = rest
+		if strings.HasPrefix(f, "schedules") {
+			f = "scaling_" + f
+		}
+	}
 	var b strings.Builder
 	for i, r := range f {
 		if r >= 'A' && r <= 'Z' {

@@ -170,3 +170,25 @@ func TestEveryErrorGoesThroughTheWriter(t *testing.T) {
 		})
 	}
 }
+
+// TestRestFieldNamesTheAPIsField: a field the Kubernetes API refuses is
+// named as the REST API names it, the flattened scaling settings
+// included.
+func TestRestFieldNamesTheAPIsField(t *testing.T) {
+	for crd, want := range map[string]string{
+		"spec.memoryMB":                         "body.memory_mb",
+		"spec.versioning.retain":                "body.versioning.retain",
+		"spec.scaling":                          "body.scaling",
+		"spec.scaling.minReplicas":              "body.min_replicas",
+		"spec.scaling.maxBufferedRequests":      "body.max_buffered_requests",
+		"spec.scaling.scaleDownDelaySeconds":    "body.scale_down_delay_seconds",
+		"spec.scaling.schedules[0].minReplicas": "body.scaling_schedules[0].min_replicas",
+		"spec.scaling.schedules[1].timeZone":    "body.scaling_schedules[1].time_zone",
+		"spec.cron.startingDeadlineSeconds":     "body.cron.starting_deadline_seconds",
+		"metadata.name":                         "body.name",
+	} {
+		if got := restField(crd); got != want {
+			t.Errorf("restField(%q) = %q, want %q", crd, got, want)
+		}
+	}
+}

@@ -3,6 +3,7 @@ package api
 import (
 	"context"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"strings"
 
@@ -303,7 +304,14 @@ func mergePatch[T any](ctx context.Context, current any, in *PatchIn, spec *T) e
 	dec := json.NewDecoder(strings.NewReader(string(merged)))
 	dec.DisallowUnknownFields()
 	if err := dec.Decode(spec); err != nil {
-		return withID(ctx, problem(422, "", "the patched object is invalid: %v", err))
+		p := problem(422, "", "the patched object is invalid: %v", err)
+		var te *json.UnmarshalTypeError
+		if errors.As(err, &te) && te.Field != "" {
+			// A number out of the field's type (an int32 given 2^40):
+			// named as the schema's checks name a field.
+			p.field("body."+te.Field, fmt.Sprintf("expected %s, not %s", te.Type, te.Value))
+		}
+		return withID(ctx, p)
 	}
 	return nil
 }

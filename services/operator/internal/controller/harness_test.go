@@ -84,6 +84,9 @@ type harness struct {
 	stop   func()
 	local  *driver.Local  // the local driver, when the harness runs one
 	scaler *scaler.Scaler // fed by the load reports on the broker
+	// metrics is the registry of the scaler's metrics, as run's registry
+	// is the operator's.
+	metrics *prometheus.Registry
 	// beforeVersionDelete, when set, is Deps.BeforeVersionDelete.
 	beforeVersionDelete atomic.Pointer[func(*slessv1.FunctionVersion)]
 	// deps, when set, changes the Deps the reconcilers get.
@@ -134,7 +137,9 @@ func newHarnessDeps(t *testing.T, mkDriver func(ctrl.Manager) driver.Driver, dep
 	if err != nil {
 		t.Fatal(err)
 	}
-	h := &harness{c: c, mq: mq, pub: rabbit.NewPublisher(mq), store: store, broker: broker, db: db, scaler: scaler.New(nil, autoscale.BuiltIn), deps: deps}
+	reg := prometheus.NewRegistry()
+	h := &harness{c: c, mq: mq, pub: rabbit.NewPublisher(mq), store: store, broker: broker, db: db, scaler: scaler.New(reg, autoscale.BuiltIn),
+		metrics: reg, deps: deps}
 	ctx, cancel := context.WithCancel(context.Background())
 	var wg sync.WaitGroup
 	wg.Go(func() { _ = mq.Run(ctx) })

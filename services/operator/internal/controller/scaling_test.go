@@ -151,7 +151,8 @@ func servingEntry(fn *slessv1.Function, n int32) *slessv1.ServingVersion {
 // mark; once it has, twice, the Deployment goes to zero, the Function
 // stays Ready and the version keeps its endpoint, marked idle. A wake
 // report (calls waiting) brings it back to one replica at once, and the
-// mark goes when a replica is ready.
+// mark goes when a replica is ready; the wake is counted once in
+// sless_operator_wakes_total and timed once in sless_operator_wake_seconds.
 func TestAVersionGoesToZeroAndWakes(t *testing.T) {
 	h := newHarness(t)
 	_, ns := h.tenant(t)
@@ -220,10 +221,16 @@ func TestAVersionGoesToZeroAndWakes(t *testing.T) {
 		return fn.Status.Phase == slessv1.FunctionReady && e != nil && e.Idle && e.Endpoint != "" && !e.Ready && e.ReadyReplicas == 0
 	}, show)
 
+	// Going to zero is no wake, nor is the version's first start.
+	if n, count, _ := h.wakeMetrics(t); n != 0 || count != 0 {
+		t.Fatalf("before any wake: sless_operator_wakes_total %v, sless_operator_wake_seconds count %d; want 0 and 0", n, count)
+	}
+
 	// Calls wait at a gateway: one wake report; then they run (which
 	// keeps the version awake while the test looks).
 	acks.Store(false)
 	busy.Store(true)
+	sent := time.Now()
 	if err := signals.Signal(t.Context(), &msg.LoadReported{Reporter: reporter, SentAt: time.Now(), Wake: true,
 		Versions: []msg.VersionLoad{{Namespace: ns, Function: "sleepy", Version: 1, Buffered: 3}}}); err != nil {
 		t.Fatal(err)
@@ -232,6 +239,49 @@ func TestAVersionGoesToZeroAndWakes(t *testing.T) {
 		n, e, _ := state()
 		return n == 1 && e != nil && e.Ready && !e.Idle
 	}, show)
+
+	// The wake is counted once, and timed once a reconcile has seen the
+	// ready replica: no longer than the test saw it take.
+	testenv.Eventually(t, 30*time.Second, "the wake counted and timed", func() (bool, string) {
+		n, count, _ := h.wakeMetrics(t)
+		return n == 1 && count == 1, fmt.Sprintf("sless_operator_wakes_total %v, sless_operator_wake_seconds count %d", n, count)
+	})
+	took := time.Since(sent)
+	if _, _, sum := h.wakeMetrics(t); sum <= 0 || sum > took.Seconds() {
+		t.Errorf("sless_operator_wake_seconds observed %vs; want more than 0 and at most the %v from the wake report to now", sum, took)
+	}
+}
+
+// wakeMetrics reads the scaler's wake metrics from the harness's
+// registry: sless_operator_wakes_total, and the count and sum of
+// sless_operator_wake_seconds. Neither may have labels: a series per
+// tenant or version would grow with them.
+func (h *harness) wakeMetrics(t *testing.T) (woken float64, count uint64, sum float64) {
+	t.Helper()
+	mfs, err := h.metrics.Gather()
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, mf := range mfs {
+		switch mf.GetName() {
+		case "sless_operator_wakes_total", "sless_operator_wake_seconds":
+		default:
+			continue
+		}
+		if len(mf.GetMetric()) != 1 {
+			t.Fatalf("%s has %d series; want one", mf.GetName(), len(mf.GetMetric()))
+		}
+		m := mf.GetMetric()[0]
+		if len(m.GetLabel()) != 0 {
+			t.Fatalf("%s has labels %v; want none", mf.GetName(), m.GetLabel())
+		}
+		if hist := m.GetHistogram(); hist != nil {
+			count, sum = hist.GetSampleCount(), hist.GetSampleSum()
+		} else {
+			woken = m.GetCounter().GetValue()
+		}
+	}
+	return woken, count, sum
 }
 
 // TestACronTriggerPreWarmsAVersionAtZero: a version at zero (minReplicas 0,

@@ -140,9 +140,9 @@ func New(reg prometheus.Registerer, d autoscale.Defaults) *Scaler {
 		ready: prometheus.NewGaugeVec(prometheus.GaugeOpts{Name: "sless_operator_version_ready_replicas",
 			Help: "The replicas of each running function version that pass their health check."}, []string{"namespace", "function", "version"}),
 		woken: prometheus.NewCounter(prometheus.CounterOpts{Name: "sless_operator_wakes_total",
-			Help: "Versions woken from zero replicas by calls that waited for them."}),
+			Help: "Versions woken from zero replicas: for calls waiting, a queue's backlog, a pre-warm floor or a rollback."}),
 		wakeTime: prometheus.NewHistogram(prometheus.HistogramOpts{Name: "sless_operator_wake_seconds",
-			Help:    "From the first call waiting for a version at zero to its first ready replica.",
+			Help:    "From the scaler's decision to wake a version at zero to the first reconcile that reports a ready replica of it.",
 			Buckets: []float64{.1, .25, .5, 1, 2, 5, 10, 30, 60}}),
 	}
 	if reg != nil {

@@ -1,6 +1,7 @@
 package scaler
 
 import (
+	"strings"
 	"testing"
 	"time"
 
@@ -495,5 +496,98 @@ func TestWakesAreTheColdStartsOfAutoPreWarm(t *testing.T) {
 	s.Forget("sless-fn-a", "f")
 	if got := s.ColdStartP95("sless-fn-a", "f", []int32{1}); got != 0 {
 		t.Errorf("p95 after the function was deleted = %v", got)
+	}
+}
+
+// TestEachWakeIsCountedAndTimed: every wake from zero counts once in
+// sless_operator_wakes_total, whatever woke it (calls waiting, a queue's
+// backlog, a pre-warm floor), and sless_operator_wake_seconds observes
+// the time from the decision to the first reconcile that reports a ready
+// replica, once per wake. A version a deploy starts, or one held at zero
+// by the wake rate, is neither. Neither metric has a label: versions of
+// any number of tenants add no series.
+func TestEachWakeIsCountedAndTimed(t *testing.T) {
+	c := &clock{t: time.Unix(1_800_000_000, 0)}
+	reg := prometheus.NewRegistry()
+	s := New(reg, autoscale.BuiltIn)
+	s.now = c.now
+	set := atZeroSettings()
+
+	// Started by a deploy, not woken.
+	deployed := loadreport.Key{Namespace: "sless-fn-a", Function: "fresh", Version: 1}
+	s.Replicas(deployed, set, 0, 0, false)
+	c.advance(time.Second)
+	s.Replicas(deployed, set, 1, 1, false)
+
+	// Calls wait: ready 3 s after the decision, with a reconcile between
+	// that saw no replica ready.
+	calls := loadreport.Key{Namespace: "sless-fn-a", Function: "f", Version: 1}
+	s.Replicas(calls, set, 0, 0, true)
+	s.Report(&msg.LoadReported{Reporter: "gw-1", Wake: true, Versions: []msg.VersionLoad{
+		{Namespace: calls.Namespace, Function: calls.Function, Version: calls.Version, Buffered: 2}}}, c.t)
+	c.advance(1500 * time.Millisecond)
+	if d := s.Replicas(calls, set, 0, 1, false); d.Replicas != 1 {
+		t.Fatalf("calls waiting did not wake the version: %+v", d)
+	}
+	c.advance(1500 * time.Millisecond)
+	s.Replicas(calls, set, 1, 1, false)
+	c.advance(time.Second)
+	s.Replicas(calls, set, 1, 1, false) // still ready: the same wake
+
+	// A queue's backlog, in another tenant: ready after 12 s.
+	queued := loadreport.Key{Namespace: "sless-fn-b", Function: "g", Version: 3}
+	s.Replicas(queued, set, 0, 0, true)
+	s.Backlog(queued, "queue:sless-t-b/orders", 4, c.t)
+	c.advance(12 * time.Second)
+	if d := s.Replicas(queued, set, 1, 1, false); d.Replicas != 1 {
+		t.Fatalf("a backlog did not wake the version: %+v", d)
+	}
+
+	// A pre-warm floor: ready after 40 s.
+	warmed := loadreport.Key{Namespace: "sless-fn-c", Function: "nightly", Version: 2}
+	s.Replicas(warmed, set, 0, 0, true)
+	floor := set.WithFloor(1, autoscale.ReasonPreWarm)
+	if d := s.Replicas(warmed, floor, 0, 0, true); d.Replicas != 1 || d.Reason != autoscale.ReasonPreWarm {
+		t.Fatalf("a pre-warm floor did not wake the version: %+v", d)
+	}
+	c.advance(40 * time.Second)
+	s.Replicas(warmed, floor, 1, 1, false)
+
+	// Past the tenant's wake rate: held at zero, not woken.
+	limited := loadreport.Key{Namespace: "sless-fn-d", Function: "h", Version: 1}
+	wake := &msg.LoadReported{Reporter: "gw-1", Wake: true}
+	for i := range WakeBurst + 1 {
+		k := limited
+		k.Version = int32(i + 1)
+		s.Replicas(k, set, 0, 0, true)
+		wake.Versions = append(wake.Versions, msg.VersionLoad{Namespace: k.Namespace, Function: k.Function, Version: k.Version, Buffered: 1})
+	}
+	s.Report(wake, c.t)
+	if d := s.versions[loadreport.Key{Namespace: limited.Namespace, Function: limited.Function, Version: WakeBurst + 1}].decision; d.Reason != autoscale.ReasonWakeLimited {
+		t.Fatalf("the version past the wake burst: %+v; want WakeLimited", d)
+	}
+	// The burst's versions woke but none is ready yet: counted, not timed.
+
+	const want = `
+# HELP sless_operator_wake_seconds From the scaler's decision to wake a version at zero to the first reconcile that reports a ready replica of it.
+# TYPE sless_operator_wake_seconds histogram
+sless_operator_wake_seconds_bucket{le="0.1"} 0
+sless_operator_wake_seconds_bucket{le="0.25"} 0
+sless_operator_wake_seconds_bucket{le="0.5"} 0
+sless_operator_wake_seconds_bucket{le="1"} 0
+sless_operator_wake_seconds_bucket{le="2"} 0
+sless_operator_wake_seconds_bucket{le="5"} 1
+sless_operator_wake_seconds_bucket{le="10"} 1
+sless_operator_wake_seconds_bucket{le="30"} 2
+sless_operator_wake_seconds_bucket{le="60"} 3
+sless_operator_wake_seconds_bucket{le="+Inf"} 3
+sless_operator_wake_seconds_sum 55
+sless_operator_wake_seconds_count 3
+# HELP sless_operator_wakes_total Versions woken from zero replicas: for calls waiting, a queue's backlog, a pre-warm floor or a rollback.
+# TYPE sless_operator_wakes_total counter
+sless_operator_wakes_total 23
+`
+	if err := testutil.CollectAndCompare(reg, strings.NewReader(want), "sless_operator_wake_seconds", "sless_operator_wakes_total"); err != nil {
+		t.Error(err)
 	}
 }
