@@ -15,7 +15,9 @@ import (
 	"testing"
 	"time"
 
+	slessv1 "github.com/kube5s/sless/pkg/apis/sless/v1alpha1"
 	"github.com/kube5s/sless/pkg/client"
+	"github.com/kube5s/sless/pkg/funclog"
 	"github.com/kube5s/sless/pkg/loadgen"
 	"github.com/kube5s/sless/pkg/testenv"
 )
@@ -113,9 +115,10 @@ func BenchmarkRollback(b *testing.B) {
 func rollbackFromZero(b *testing.B, p *platform, tok, tenant, fn string) {
 	path := "/v1/tenants/" + tenant + "/functions/" + fn
 	p.json(b, "PATCH", path, tok, map[string]any{"min_replicas": 0, "scale_down_delay_seconds": 1}, 200)
-	var flips, firsts, listening, loaded, after []time.Duration
-	bareSplit.listening, bareSplit.loaded, bareSplit.after = nil, nil, nil
-	fromZeroAgainstBareSpawn(b, "rollback to a version at zero", "rollback to first 200", func() time.Duration {
+	var flips, firsts []time.Duration
+	var platform startSplits
+	logFile := funclog.Path(filepath.Join(p.state, "functions"), slessv1.NamespaceFor(tenant), fn)
+	bare := fromZeroAgainstBareSpawn(b, "rollback to a version at zero", "rollback to first 200", func() time.Duration {
 		p.json(b, "PUT", path+"/traffic", tok, map[string]any{"traffic": []map[string]any{{"latest": true, "percent": 100}}}, 200)
 		testenv.Eventually(b, 2*time.Minute, "v1 stopped after its drain", func() (bool, string) {
 			s := p.serving(b, tok, path)
@@ -130,16 +133,14 @@ func rollbackFromZero(b *testing.B, p *platform, tok, tenant, fn string) {
 		if r := p.do(b, "POST", path+"/rollback", tok, "application/json", []byte(`{"to":1}`), "Prefer", "wait"); r.status != 200 {
 			b.Fatalf("rollback to 1 at zero: %s", r)
 		}
-		answered := time.Since(start)
-		if l, h, ok := startLog(filepath.Join(p.state, "functions", "sless-fn-"+tenant+"_"+fn+".log"), 1, start); ok {
-			listening, loaded = append(listening, l.Sub(start)), append(loaded, h.Sub(l))
-			after = append(after, start.Add(answered).Sub(h))
-		}
+		answered := time.Now()
 		a := call(p.base, tok, tenant, fn)
 		if a.status != 200 || a.header != "1" {
 			b.Fatalf("the first call after a rollback to v1 at zero: %d, version %q %s %s", a.status, a.header, a.body, a.transportFail)
 		}
-		flips, firsts = append(flips, answered), append(firsts, a.at.Sub(a.sent))
+		// The log is read once the start is timed.
+		platform.add(logFile, 1, start, answered)
+		flips, firsts = append(flips, answered.Sub(start)), append(firsts, a.at.Sub(a.sent))
 		return a.at.Sub(start)
 	})
 	// Where the time goes: the rollback's answer (the target started and
@@ -148,14 +149,32 @@ func rollbackFromZero(b *testing.B, p *platform, tok, tenant, fn string) {
 	// the runtime listening (the reconcile, the spawn, Python's start), to
 	// its handler loaded, and from there to the answer (the health probe,
 	// the flip's reconcile and status, the gateway's watch).
-	p50 := func(ds []time.Duration) time.Duration {
-		// Merge sorts the latencies, which Percentile needs.
-		return loadgen.Merge(loadgen.Result{Latencies: ds}, loadgen.Result{}).Percentile(50).Round(time.Millisecond)
+	fmt.Printf("rollback to a version at zero: the rollback answered after p50 %s (%s), the first call then took p50 %s\n",
+		p50(flips), platform, p50(firsts))
+	fmt.Printf("rollback to a version at zero: the bare spawns' first 200 (%s)\n", bare)
+}
+
+// p50 is the median of ds, to the millisecond.
+func p50(ds []time.Duration) time.Duration {
+	// Merge sorts the latencies, which Percentile needs.
+	return loadgen.Merge(loadgen.Result{Latencies: ds}, loadgen.Result{}).Percentile(50).Round(time.Millisecond)
+}
+
+// startSplits is how starts of a runtime split, from its own log lines:
+// to "listening", then to "handler loaded", then to the answer.
+type startSplits struct{ listening, loaded, after []time.Duration }
+
+// add splits one start, from start to answered, of the runtime of
+// version n (0: one that logs no version) that logs to file; a start the
+// log does not show is left out.
+func (s *startSplits) add(file string, n int, start, answered time.Time) {
+	if l, h, ok := startLog(file, n, start); ok {
+		s.listening, s.loaded, s.after = append(s.listening, l.Sub(start)), append(s.loaded, h.Sub(l)), append(s.after, answered.Sub(h))
 	}
-	fmt.Printf("rollback to a version at zero: the rollback answered after p50 %s (listening after %s, handler loaded %s later, answered %s after that), the first call then took p50 %s\n",
-		p50(flips), p50(listening), p50(loaded), p50(after), p50(firsts))
-	fmt.Printf("rollback to a version at zero: the bare spawns: listening after p50 %s, handler loaded %s later, the first 200 %s after that\n",
-		p50(bareSplit.listening), p50(bareSplit.loaded), p50(bareSplit.after))
+}
+
+func (s startSplits) String() string {
+	return fmt.Sprintf("p50: listening after %s, handler loaded %s later, answered %s after that", p50(s.listening), p50(s.loaded), p50(s.after))
 }
 
 // startLog reads the times at which the runtime of version n logged
@@ -190,8 +209,8 @@ func startLog(file string, n int, since time.Time) (listening, loaded time.Time,
 // against measure, one start through the platform timed to its first 200,
 // and records the p50 and p99 ratios of what (the "side" of the platform
 // named in the ratio) against the from-zero budget of ARCHITECTURE 10: p50
-// at most 1.25x, p99 at most 2x.
-func fromZeroAgainstBareSpawn(b *testing.B, what, side string, measure func() time.Duration) {
+// at most 1.25x, p99 at most 2x. It returns how the bare spawns split.
+func fromZeroAgainstBareSpawn(b *testing.B, what, side string, measure func() time.Duration) startSplits {
 	runtimes, err := filepath.Abs(filepath.Join("..", "runtimes"))
 	if err != nil {
 		b.Fatal(err)
@@ -208,7 +227,8 @@ func fromZeroAgainstBareSpawn(b *testing.B, what, side string, measure func() ti
 			return r
 		}
 	}
-	bare, platform := sample(func() time.Duration { return bareSpawn(b, runtimes) }), sample(measure)
+	var splits startSplits
+	bare, platform := sample(func() time.Duration { return bareSpawn(b, runtimes, &splits) }), sample(measure)
 	var p50s, p99s []float64
 	for i := range loadgen.Rounds(fromZeroRounds) {
 		r := loadgen.ABBA(i, bare, platform)
@@ -228,15 +248,13 @@ func fromZeroAgainstBareSpawn(b *testing.B, what, side string, measure func() ti
 			b.Error(err)
 		}
 	}
+	return splits
 }
 
-// bareSplit is how the bare spawns' starts split, from their runtime's
-// log: to listening, to the handler loaded, to the first 200.
-var bareSplit struct{ listening, loaded, after []time.Duration }
-
 // bareSpawn starts the Python runtime on the bench handler and polls it
-// until its first 200: the time a bare process takes to answer.
-func bareSpawn(b *testing.B, runtimes string) time.Duration {
+// until its first 200: the time a bare process takes to answer, split
+// into splits once timed.
+func bareSpawn(b *testing.B, runtimes string, splits *startSplits) time.Duration {
 	ln, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
 		b.Fatal(err)
@@ -264,13 +282,10 @@ func bareSpawn(b *testing.B, runtimes string) time.Duration {
 		if resp, err := http.Post(url, "application/json", nil); err == nil {
 			resp.Body.Close()
 			if resp.StatusCode == 200 {
-				d := time.Since(t0)
+				answered := time.Now()
 				// The bare runtime logs no version.
-				if l, h, ok := startLog(logf.Name(), 0, t0); ok {
-					bareSplit.listening, bareSplit.loaded = append(bareSplit.listening, l.Sub(t0)), append(bareSplit.loaded, h.Sub(l))
-					bareSplit.after = append(bareSplit.after, t0.Add(d).Sub(h))
-				}
-				return d
+				splits.add(logf.Name(), 0, t0, answered)
+				return answered.Sub(t0)
 			}
 		}
 		if time.Now().After(deadline) {
