@@ -81,15 +81,16 @@ func Middleware(tracer trace.Tracer, prop propagation.TextMapPropagator, m *HTTP
 	return func(next http.Handler) http.Handler {
 		return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 			start := time.Now()
+			method := methodLabel(r.Method)
 			ctx := prop.Extract(r.Context(), propagation.HeaderCarrier(r.Header))
-			ctx, span := tracer.Start(ctx, r.Method, serverSpan)
+			ctx, span := tracer.Start(ctx, method, serverSpan)
 			defer span.End()
 			// Attributes are built for a span that records only: they cost
 			// every request allocations, and no sampler the platform
 			// configures reads them at the start.
 			recording := span.IsRecording()
 			if recording {
-				span.SetAttributes(semconv.HTTPRequestMethodKey.String(r.Method), semconv.URLPath(r.URL.Path))
+				span.SetAttributes(semconv.HTTPRequestMethodKey.String(method), semconv.URLPath(r.URL.Path))
 			}
 			// The caller can look its request up in the traces backend.
 			w.Header().Set("X-Trace-Id", span.SpanContext().TraceID().String())
@@ -102,17 +103,30 @@ func Middleware(tracer trace.Tracer, prop propagation.TextMapPropagator, m *HTTP
 				name = "unmatched"
 			}
 			if recording {
-				span.SetName(r.Method + " " + name)
+				span.SetName(method + " " + name)
 				span.SetAttributes(semconv.HTTPRoute(name), semconv.HTTPResponseStatusCode(sw.code), attribute.Int64("http.response.body.size", sw.n))
 			}
 			if sw.code >= 500 {
 				span.SetStatus(codes.Error, http.StatusText(sw.code))
 			}
-			series := m.of(name, r.Method, sw.code)
+			series := m.of(name, method, sw.code)
 			series.requests.Inc()
 			series.duration.Observe(time.Since(start).Seconds())
 		})
 	}
+}
+
+// methodLabel is the request's method as the metrics and spans name it:
+// one of HTTP's own, or _OTHER (OpenTelemetry's name for the rest). A
+// caller chooses the method, and each new label value would be a series
+// kept for the life of the process.
+func methodLabel(m string) string {
+	switch m {
+	case http.MethodGet, http.MethodHead, http.MethodPost, http.MethodPut, http.MethodPatch,
+		http.MethodDelete, http.MethodConnect, http.MethodOptions, http.MethodTrace:
+		return m
+	}
+	return "_OTHER"
 }
 
 type statusWriter struct {

@@ -3,6 +3,7 @@ package telemetry
 import (
 	"bytes"
 	"encoding/json"
+	"fmt"
 	"net/http"
 	"net/http/httptest"
 	"strings"
@@ -49,6 +50,30 @@ func TestMiddlewareContinuesTraceAndCountsRequests(t *testing.T) {
 	}
 	if n := testutil.ToFloat64(m.requests.WithLabelValues("/v1/things/{id}", "GET", "418")); n != 1 {
 		t.Errorf("requests counter = %v, want 1", n)
+	}
+}
+
+// TestMethodsACallerMakesUpShareOneSeries: the method is the caller's
+// choice, so a thousand made-up methods must not make a thousand series.
+func TestMethodsACallerMakesUpShareOneSeries(t *testing.T) {
+	reg := NewRegistry()
+	m := NewHTTPMetrics(reg, "test")
+	rec := tracetest.NewSpanRecorder()
+	tp := sdktrace.NewTracerProvider(sdktrace.WithSpanProcessor(rec))
+	h := Middleware(tp.Tracer("t"), Propagator(), m, func(*http.Request) string { return "/x" })(
+		http.HandlerFunc(func(http.ResponseWriter, *http.Request) {}))
+	for i := range 1000 {
+		h.ServeHTTP(httptest.NewRecorder(), httptest.NewRequest(fmt.Sprintf("M%d", i), "/x", nil))
+	}
+	h.ServeHTTP(httptest.NewRecorder(), httptest.NewRequest(http.MethodDelete, "/x", nil))
+	if n := testutil.CollectAndCount(m.requests); n != 2 {
+		t.Errorf("%d request series, want 2 (_OTHER and DELETE)", n)
+	}
+	if n := testutil.ToFloat64(m.requests.WithLabelValues("/x", "_OTHER", "200")); n != 1000 {
+		t.Errorf("_OTHER counted %v requests, want 1000", n)
+	}
+	if got := rec.Ended()[0].Name(); got != "_OTHER /x" {
+		t.Errorf("span name %q, want _OTHER /x", got)
 	}
 }
 

@@ -889,7 +889,7 @@ func TestScalingSettingsRoundTrip(t *testing.T) {
 		value int64
 	}{
 		{"min_replicas", -1}, {"min_replicas", 101},
-		{"max_replicas", 101},
+		{"max_replicas", 0}, {"max_replicas", 101},
 		{"target_concurrency", -1}, {"target_concurrency", 1001},
 		{"scale_down_delay_seconds", -1}, {"scale_down_delay_seconds", 3601},
 		{"max_buffered_requests", -1}, {"max_buffered_requests", 100001}, {"max_buffered_requests", 1 << 40},

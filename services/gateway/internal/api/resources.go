@@ -5,7 +5,9 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"reflect"
 	"strings"
+	"sync"
 
 	"github.com/danielgtaylor/huma/v2"
 	jsonpatch "github.com/evanphx/json-patch/v5"
@@ -301,6 +303,26 @@ func mergePatch[T any](ctx context.Context, current any, in *PatchIn, spec *T) e
 		delete(m, ro)
 	}
 	merged, _ = json.Marshal(m)
+	// The result meets the schema a POST or PUT body meets (ranges,
+	// patterns, enums): a patch is no way around them.
+	var doc any
+	_ = json.Unmarshal(merged, &doc)
+	ps := schemaOf[T]()
+	pb := huma.NewPathBuffer([]byte{}, 0)
+	pb.Push("body")
+	res := &huma.ValidateResult{}
+	huma.Validate(ps.reg, ps.schema, pb, huma.ModeWriteToServer, doc, res)
+	if len(res.Errors) > 0 {
+		p := problem(422, "", "the patched object is invalid")
+		for _, e := range res.Errors {
+			if d, ok := e.(*huma.ErrorDetail); ok {
+				p.field(d.Location, d.Message)
+			} else {
+				p.field("body", e.Error())
+			}
+		}
+		return withID(ctx, p)
+	}
 	dec := json.NewDecoder(strings.NewReader(string(merged)))
 	dec.DisallowUnknownFields()
 	if err := dec.Decode(spec); err != nil {
@@ -314,6 +336,27 @@ func mergePatch[T any](ctx context.Context, current any, in *PatchIn, spec *T) e
 		return withID(ctx, p)
 	}
 	return nil
+}
+
+// specSchema is the schema of a REST spec type, in a registry of its own:
+// the API's registry holds only what its operations name, and it is not
+// written once the server serves.
+type specSchema struct {
+	reg    huma.Registry
+	schema *huma.Schema
+}
+
+var specSchemas sync.Map // reflect.Type: specSchema
+
+// schemaOf is the schema huma checks a T against, built once.
+func schemaOf[T any]() specSchema {
+	t := reflect.TypeFor[T]()
+	if v, ok := specSchemas.Load(t); ok {
+		return v.(specSchema)
+	}
+	reg := huma.NewMapRegistry("#/components/schemas/", huma.DefaultSchemaNamer)
+	v, _ := specSchemas.LoadOrStore(t, specSchema{reg: reg, schema: reg.Schema(t, false, "")})
+	return v.(specSchema)
 }
 
 func register[I, O any](s *Server, op huma.Operation, h func(context.Context, *I) (*O, error)) {
