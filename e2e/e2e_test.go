@@ -535,6 +535,16 @@ func TestUserJourney(t *testing.T) {
 	// A new source version is served without failed requests during the switch.
 	var failed, served atomic.Int64
 	var sawV2 atomic.Bool
+	var failMu sync.Mutex
+	var failures []string // the first few, for the diagnosis
+	fail := func(what string) {
+		failed.Add(1)
+		failMu.Lock()
+		if len(failures) < 5 {
+			failures = append(failures, time.Now().UTC().Format(time.RFC3339Nano)+" "+what)
+		}
+		failMu.Unlock()
+	}
 	stop := make(chan struct{})
 	var wg sync.WaitGroup
 	for range 3 {
@@ -549,13 +559,13 @@ func TestUserJourney(t *testing.T) {
 				req.Header.Set("Authorization", "Bearer "+tok)
 				resp, err := http.DefaultClient.Do(req)
 				if err != nil {
-					failed.Add(1)
+					fail(err.Error())
 					continue
 				}
 				b, _ := io.ReadAll(resp.Body)
 				resp.Body.Close()
 				if resp.StatusCode != 200 {
-					failed.Add(1)
+					fail(fmt.Sprintf("%d %s", resp.StatusCode, b))
 					continue
 				}
 				served.Add(1)
@@ -582,7 +592,21 @@ func TestUserJourney(t *testing.T) {
 	wg.Wait()
 	t.Logf("source switch under load: %d served, %d failed", served.Load(), failed.Load())
 	if failed.Load() != 0 {
-		t.Errorf("%d requests failed during the switch", failed.Load())
+		t.Errorf("%d requests failed during the switch: %s", failed.Load(), strings.Join(failures, "; "))
+		// The function's log goes with the tenant at the end of the test:
+		// what its versions said around the failures is kept here.
+		b, _ := os.ReadFile(logFile)
+		t.Logf("function log of app (tail):\n%s", tail(string(b), 60))
+		for _, svc := range []string{"gateway", "operator"} {
+			g, _ := os.ReadFile(filepath.Join(p.state, "logs", svc+".log"))
+			var lines []string
+			for l := range strings.SplitSeq(string(g), "\n") {
+				if strings.Contains(l, "acme") || strings.Contains(l, "request failed") {
+					lines = append(lines, l)
+				}
+			}
+			t.Logf("the %s's log of tenant acme (tail):\n%s", svc, tail(strings.Join(lines, "\n"), 40))
+		}
 	}
 
 	// A timeout answers 504, and the next call works.
