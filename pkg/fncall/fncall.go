@@ -81,7 +81,7 @@ func NewRequest(ctx context.Context, prop propagation.TextMapPropagator, r Reque
 		body = http.NoBody
 	}
 	var u *url.URL
-	if standardMethod(method) && !knownLength(body) {
+	if headers.StandardMethod(method) && !knownLength(body) {
 		u = r.URLs.join(r.Endpoint, path, r.Query)
 	}
 	var out *http.Request
@@ -121,17 +121,6 @@ func NewRequest(ctx context.Context, prop propagation.TextMapPropagator, r Reque
 	out.Header[headers.Trigger] = own[1:2:2]
 	prop.Inject(ctx, propagation.HeaderCarrier(out.Header))
 	return out, nil
-}
-
-// standardMethod tells whether m is one of the methods of RFC 9110,
-// which http.NewRequestWithContext accepts; it checks any other.
-func standardMethod(m string) bool {
-	switch m {
-	case http.MethodGet, http.MethodHead, http.MethodPost, http.MethodPut, http.MethodPatch, http.MethodDelete,
-		http.MethodOptions, http.MethodConnect, http.MethodTrace:
-		return true
-	}
-	return false
 }
 
 // knownLength tells whether http.NewRequestWithContext reads the length

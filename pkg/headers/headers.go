@@ -1,7 +1,10 @@
 // Package headers names the platform's own HTTP headers (X-Sless-*), once
-// for the services, the CLI and the tests. The function's side of them is
+// for the services, the CLI and the tests, and tells HTTP's standard
+// methods from made-up ones. The function's side of them is
 // written down in runtimes/README.md; the API's in the OpenAPI document.
 package headers
+
+import "net/http"
 
 // The function contract: what a function is sent and answers.
 const (
@@ -42,3 +45,16 @@ const (
 	// reach the same version while the split holds; never passed on.
 	Affinity = "X-Sless-Affinity"
 )
+
+// StandardMethod tells whether m is one of the methods of RFC 9110. Any
+// other is a name the caller made up: the platform passes it on, but
+// neither parses a request of it ahead (http.NewRequestWithContext checks
+// it) nor makes a metric label of it.
+func StandardMethod(m string) bool {
+	switch m {
+	case http.MethodGet, http.MethodHead, http.MethodPost, http.MethodPut, http.MethodPatch, http.MethodDelete,
+		http.MethodOptions, http.MethodConnect, http.MethodTrace:
+		return true
+	}
+	return false
+}

@@ -74,10 +74,7 @@ func (m *InvocationCompleted) appendJSON(dst []byte) ([]byte, bool) {
 	dst = appendString(dst, m.Function)
 	dst = append(dst, `,"trigger":`...)
 	dst = appendString(dst, string(m.Trigger))
-	if m.TriggerName != "" {
-		dst = append(dst, `,"trigger_name":`...)
-		dst = appendString(dst, m.TriggerName)
-	}
+	dst = appendOptional(dst, `,"trigger_name":`, m.TriggerName)
 	dst = append(dst, `,"status":`...)
 	dst = appendString(dst, string(m.Status))
 	if m.HTTPStatus != 0 {
@@ -110,27 +107,15 @@ func (m *InvocationCompleted) appendJSON(dst []byte) ([]byte, bool) {
 	dst = strconv.AppendInt(dst, m.RequestSize, 10)
 	dst = append(dst, `,"response_size":`...)
 	dst = strconv.AppendInt(dst, m.ResponseSize, 10)
-	if m.Error != "" {
-		dst = append(dst, `,"error":`...)
-		dst = appendString(dst, m.Error)
-	}
-	if m.TraceID != "" {
-		dst = append(dst, `,"trace_id":`...)
-		dst = appendString(dst, m.TraceID)
-	}
+	dst = appendOptional(dst, `,"error":`, m.Error)
+	dst = appendOptional(dst, `,"trace_id":`, m.TraceID)
 	if len(m.Result) > 0 {
 		dst = append(dst, `,"result":"`...)
 		dst = base64.StdEncoding.AppendEncode(dst, m.Result)
 		dst = append(dst, '"')
 	}
-	if m.ResultKey != "" {
-		dst = append(dst, `,"result_key":`...)
-		dst = appendString(dst, m.ResultKey)
-	}
-	if m.ResultContentType != "" {
-		dst = append(dst, `,"result_content_type":`...)
-		dst = appendString(dst, m.ResultContentType)
-	}
+	dst = appendOptional(dst, `,"result_key":`, m.ResultKey)
+	dst = appendOptional(dst, `,"result_content_type":`, m.ResultContentType)
 	if m.Job != nil {
 		dst = append(dst, `,"job":{"name":`...)
 		dst = appendString(dst, m.Job.Name)
@@ -145,14 +130,8 @@ func (m *InvocationCompleted) appendJSON(dst []byte) ([]byte, bool) {
 	if m.VersionFallback {
 		dst = append(dst, `,"version_fallback":true`...)
 	}
-	if m.RequestKey != "" {
-		dst = append(dst, `,"request_key":`...)
-		dst = appendString(dst, m.RequestKey)
-	}
-	if m.ReplayOf != "" {
-		dst = append(dst, `,"replay_of":`...)
-		dst = appendString(dst, m.ReplayOf)
-	}
+	dst = appendOptional(dst, `,"request_key":`, m.RequestKey)
+	dst = appendOptional(dst, `,"replay_of":`, m.ReplayOf)
 	return append(dst, '}'), true
 }
 
@@ -165,6 +144,15 @@ func appendTime(dst []byte, t time.Time) ([]byte, bool) {
 		return dst, false
 	}
 	return append(dst, '"'), true
+}
+
+// appendOptional appends key and s as a JSON string, unless s is empty
+// (omitempty).
+func appendOptional(dst []byte, key, s string) []byte {
+	if s == "" {
+		return dst
+	}
+	return appendString(append(dst, key...), s)
 }
 
 const hexDigits = "0123456789abcdef"

@@ -12,6 +12,8 @@ import (
 	"go.opentelemetry.io/otel/propagation"
 	semconv "go.opentelemetry.io/otel/semconv/v1.26.0"
 	"go.opentelemetry.io/otel/trace"
+
+	"github.com/kube5s/sless/pkg/headers"
 )
 
 // HTTPMetrics are the request metrics of one service's HTTP server.
@@ -121,9 +123,7 @@ func Middleware(tracer trace.Tracer, prop propagation.TextMapPropagator, m *HTTP
 // caller chooses the method, and each new label value would be a series
 // kept for the life of the process.
 func methodLabel(m string) string {
-	switch m {
-	case http.MethodGet, http.MethodHead, http.MethodPost, http.MethodPut, http.MethodPatch,
-		http.MethodDelete, http.MethodConnect, http.MethodOptions, http.MethodTrace:
+	if headers.StandardMethod(m) {
 		return m
 	}
 	return "_OTHER"

@@ -90,19 +90,24 @@ func installErrors() {
 			p.cause = errors.Join(errs...)
 			return problemOf(ctx, p)
 		}
-		for _, e := range errs {
-			if e == nil {
-				continue
-			}
-			var d *huma.ErrorDetail
-			if errors.As(e, &d) {
-				p.Errors = append(p.Errors, &ProblemField{Location: d.Location, Message: d.Message, Value: d.Value})
-			} else {
-				p.Errors = append(p.Errors, &ProblemField{Message: e.Error()})
-			}
-		}
-		return problemOf(ctx, p)
+		return problemOf(ctx, p.fields(errs...))
 	}
+}
+
+// fields adds huma's validation errors to p, each with where it is.
+func (p *Problem) fields(errs ...error) *Problem {
+	for _, e := range errs {
+		if e == nil {
+			continue
+		}
+		var d *huma.ErrorDetail
+		if errors.As(e, &d) {
+			p.Errors = append(p.Errors, &ProblemField{Location: d.Location, Message: d.Message, Value: d.Value})
+		} else {
+			p.Errors = append(p.Errors, &ProblemField{Message: e.Error()})
+		}
+	}
+	return p
 }
 
 // internal returns a problem whose detail says only what failed: the

@@ -313,15 +313,7 @@ func mergePatch[T any](ctx context.Context, current any, in *PatchIn, spec *T) e
 	res := &huma.ValidateResult{}
 	huma.Validate(ps.reg, ps.schema, pb, huma.ModeWriteToServer, doc, res)
 	if len(res.Errors) > 0 {
-		p := problem(422, "", "the patched object is invalid")
-		for _, e := range res.Errors {
-			if d, ok := e.(*huma.ErrorDetail); ok {
-				p.field(d.Location, d.Message)
-			} else {
-				p.field("body", e.Error())
-			}
-		}
-		return withID(ctx, p)
+		return withID(ctx, problem(422, "", "the patched object is invalid").fields(res.Errors...))
 	}
 	dec := json.NewDecoder(strings.NewReader(string(merged)))
 	dec.DisallowUnknownFields()
