@@ -126,14 +126,23 @@ bench-scale: deps ## grow a make dev platform to 100, 300, 1000 tenants and prin
 	fi
 
 .PHONY: generate
+# Everything is generated into a temporary directory first, and a file of
+# the tree is written only when its content changes: make verify runs
+# beside the module tests (hack/test.sh), whose compiles must never read a
+# generated file half written.
 generate: ## regenerate deepcopy code, CRD manifests (also into the Helm chart), the OpenAPI document and the Go client
-	@cd pkg && go tool controller-gen object paths=./apis/sless/v1alpha1/... \
-		crd:crdVersions=v1 output:crd:artifacts:config=apis/sless/crds
-	@cp pkg/apis/sless/crds/*.yaml deploy/helm/sless/files/crds/
-	@# The gateway's own document, built in-process from its operations,
-	@# and the typed client generated from it (oapi-codegen, a go tool of pkg).
-	@cd services/gateway && go run ./cmd/openapi > ../../pkg/client/openapi.yaml.tmp && mv ../../pkg/client/openapi.yaml.tmp ../../pkg/client/openapi.yaml
-	@cd pkg/client && go tool oapi-codegen -config oapi-codegen.yaml openapi.yaml
+	@set -e; tmp=$$(mktemp -d); trap 'rm -rf "$$tmp"' EXIT; \
+	(cd pkg && go tool controller-gen object output:object:dir="$$tmp" paths=./apis/sless/v1alpha1/... \
+		crd:crdVersions=v1 output:crd:artifacts:config="$$tmp/crds"); \
+	: "the gateway's own document, built in-process from its operations, and the typed client generated from it"; \
+	(cd services/gateway && go run ./cmd/openapi > "$$tmp/openapi.yaml"); \
+	sed "s|^output: .*|output: $$tmp/client.gen.go|" pkg/client/oapi-codegen.yaml > "$$tmp/oapi-codegen.yaml"; \
+	(cd pkg/client && go tool oapi-codegen -config "$$tmp/oapi-codegen.yaml" "$$tmp/openapi.yaml"); \
+	put() { cmp -s "$$1" "$$2" || cp "$$1" "$$2"; }; \
+	put "$$tmp/zz_generated.deepcopy.go" pkg/apis/sless/v1alpha1/zz_generated.deepcopy.go; \
+	for f in "$$tmp"/crds/*.yaml; do put "$$f" pkg/apis/sless/crds/$${f##*/}; put "$$f" deploy/helm/sless/files/crds/$${f##*/}; done; \
+	put "$$tmp/openapi.yaml" pkg/client/openapi.yaml; \
+	put "$$tmp/client.gen.go" pkg/client/client.gen.go
 
 .PHONY: verify
 verify: fmt-check imports-check vet staticcheck ## fail when generated code is stale, code is unformatted or unlinted

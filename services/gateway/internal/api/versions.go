@@ -211,23 +211,30 @@ func (s *Server) waitFunction(ctx context.Context, fn *slessv1.Function, within 
 }
 
 // setTraffic writes the function's spec.traffic, retrying on conflicts.
+// fn is the function as just read from the API server (tenantFunction):
+// the first try writes over it without reading it again, one round trip
+// less before a rollback starts its target; a conflict reads it again.
 func (s *Server) setTraffic(ctx context.Context, fn *slessv1.Function, traffic []slessv1.TrafficTarget) (*slessv1.Function, error) {
 	key := client.ObjectKeyFromObject(fn)
-	var cur slessv1.Function
+	cur := fn.DeepCopy()
+	fresh := true
 	err := retry.RetryOnConflict(retry.DefaultRetry, func() error {
-		if err := s.Kube.Get(ctx, key, &cur); err != nil {
-			return err
+		if !fresh {
+			if err := s.Kube.Get(ctx, key, cur); err != nil {
+				return err
+			}
 		}
+		fresh = false
 		if cur.UID != fn.UID {
 			return apierrors.NewNotFound(slessv1.GroupVersion.WithResource("functions").GroupResource(), fn.Name)
 		}
 		cur.Spec.Traffic = traffic
-		return s.Kube.Update(ctx, &cur)
+		return s.Kube.Update(ctx, cur)
 	})
 	if err != nil {
 		return nil, fromKube(ctx, "function "+fn.Name, err)
 	}
-	return &cur, nil
+	return cur, nil
 }
 
 func preferWait(prefer string) bool {

@@ -151,6 +151,9 @@ func (r *FunctionReconciler) Reconcile(ctx context.Context, req ctrl.Request) (r
 	if err := patchStatus(ctx, r.Client, &fn, before, before.Status, fn.Status); err != nil {
 		return requeueIfStale(ctx, err)
 	}
+	if err := run.writeVersions(ctx, r.Client); err != nil {
+		return requeueIfStale(ctx, err)
+	}
 	if driverErr != nil {
 		return ctrl.Result{}, driverErr
 	}

@@ -235,11 +235,30 @@ type running struct {
 	problem string // why spec.traffic does not apply
 	pending bool   // spec.traffic waits for its targets to be ready
 	after   time.Duration
+	// versions are the FunctionVersions whose status run changed (with
+	// their status before), written by writeVersions once the Function's
+	// own status is: the data plane routes by the Function's, and a flip
+	// waits for no other write.
+	versions []versionStatus
+}
+
+type versionStatus struct{ v, before *slessv1.FunctionVersion }
+
+// writeVersions writes the statuses run changed; a version deleted
+// meanwhile is skipped.
+func (out running) writeVersions(ctx context.Context, c client.Client) error {
+	for _, w := range out.versions {
+		if err := patchStatus(ctx, c, w.v, w.before, w.before.Status, w.v.Status); err != nil && !apierrors.IsNotFound(err) {
+			return err
+		}
+	}
+	return nil
 }
 
 // run runs every version that status.serving keeps (the effective split,
-// tag routes, drains), stops the others, writes each version's status and
-// fn's status.serving, endpoint and replica count.
+// tag routes, drains), stops the others, sets fn's status.serving,
+// endpoint and replica count, and each version's status for
+// running.writeVersions.
 func (r *FunctionReconciler) run(ctx context.Context, fn *slessv1.Function, versions map[int32]*slessv1.FunctionVersion) (running, error) {
 	st := &fn.Status
 	var out running
@@ -482,9 +501,7 @@ func (r *FunctionReconciler) run(ctx context.Context, fn *slessv1.Function, vers
 				slessv1.SetCondition(&vs.Conditions, v.Generation, slessv1.ConditionDraining, metav1.ConditionFalse, slessv1.ReasonStopped, "drained and stopped")
 			}
 		}
-		if err := patchStatus(ctx, r.Client, v, before, before.Status, v.Status); err != nil && !apierrors.IsNotFound(err) {
-			return out, err
-		}
+		out.versions = append(out.versions, versionStatus{v: v, before: before})
 	}
 	return out, firstErr
 }
