@@ -127,9 +127,8 @@ bench-scale: deps ## grow a make dev platform to 100, 300, 1000 tenants and prin
 
 .PHONY: generate
 # Everything is generated into a temporary directory first, and a file of
-# the tree is written only when its content changes: make verify runs
-# beside the module tests (hack/test.sh), whose compiles must never read a
-# generated file half written.
+# the tree is written only when its content changes: a current tree is
+# never written, so make verify can run beside compiles of the same files.
 generate: ## regenerate deepcopy code, CRD manifests (also into the Helm chart), the OpenAPI document and the Go client
 	@set -e; tmp=$$(mktemp -d); trap 'rm -rf "$$tmp"' EXIT; \
 	(cd pkg && go tool controller-gen object output:object:dir="$$tmp" paths=./apis/sless/v1alpha1/... \

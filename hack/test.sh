@@ -6,20 +6,17 @@
 # network while the runtime bases are fetched) while the module tests
 # need the CPU:
 #
-#   modules   the tests of pkg and the invoker, with make verify beside
-#             them (it needs no server); then the other modules' tests in
-#             two rows side by side: the operator's, and the rest in turn
-#             (the builder's wait for the runtime bases, which its image
-#             test runs on);
+#   modules   the tests of pkg and the invoker, verify, then the other
+#             modules' tests in turn (the builder's wait for the runtime
+#             bases, which its image test runs on);
 #   platform  from the first second (beside the servers' builds): the
 #             runtime bases and the runtime wrappers' own tests, Jaeger and
 #             OpenTofu (all cached by version); once the servers are up,
-#             the bases' push, then three things at once: e2e, the other
-#             tests that need no cluster (the Terraform provider's
-#             acceptance tests, the chart's and the scheduler's), and the
-#             one-node cluster's programs and the platform images (make
-#             test-images); last the cluster test (the Helm chart on the
-#             cluster), alone.
+#             the bases' push, then two things at once: the tests that need
+#             no cluster (e2e, the Terraform provider's acceptance tests,
+#             the chart's and the scheduler's), and the one-node cluster's
+#             programs and the platform images (make test-images); last the
+#             cluster test (the Helm chart on the cluster), alone.
 #
 # The few module tests that stop a shared server (the broker's
 # application, PostgreSQL) and the platform-wide tests take one
@@ -27,12 +24,7 @@
 # the middle of a platform-wide test. The platform lane's output is kept
 # in a file and printed when it ends; after a failure of the module lane
 # it starts no new step. Each step prints its time, and a table of them
-# closes the run. What runs beside a lane's own steps writes a log of its
-# own, printed when the run ends.
-#
-# The module tests after pkg and the invoker run side by side only once
-# those two are done: their outage tests stop servers that the others use
-# without the outage lock.
+# closes the run.
 #
 #   hack/test.sh          both lanes (what make test runs)
 set -euo pipefail
@@ -50,23 +42,18 @@ export CGO_ENABLED=0 GOFLAGS="${GOFLAGS:+$GOFLAGS }-trimpath"
 
 # Every module of the Makefile's MODULES is in exactly one lane.
 # The modules whose tests stop shared servers (pkg, the invoker) go first,
-# with make verify beside them, so that their outages come while the
-# platform lane builds and runs the cluster test's first half, which holds
-# no lock.
+# before make verify, so that their outages come while the platform lane
+# builds and runs the cluster test's first half, which holds no lock.
 MODULE_LANE_FIRST="pkg services/invoker"
-# The other modules in two rows of about the same length (cold: the
-# operator's 496 s; 540 s for the rest).
-MODULE_LANE_BESIDE="services/operator"
-MODULE_LANE="services/gateway services/builder migrations runtimes cli hack/devcluster"
+MODULE_LANE="migrations runtimes services/gateway services/builder services/operator cli hack/devcluster"
 # The platform lane's tests: those that need no cluster (run beside the
-# cluster's builds, e2e in a row of its own), then the cluster's.
-PLATFORM_TESTS_E2E="e2e"
-PLATFORM_TESTS="terraform deploy/helm services/scheduler"
-PLATFORM_LANE="$PLATFORM_TESTS_E2E $PLATFORM_TESTS hack/cluster"
+# cluster's builds), then the cluster's.
+PLATFORM_TESTS="e2e terraform deploy/helm services/scheduler"
+PLATFORM_LANE="$PLATFORM_TESTS hack/cluster"
 modules=$(make -s --no-print-directory print-modules)
 [ -n "$modules" ] || { echo "hack/test.sh: make print-modules printed nothing" >&2; exit 1; }
 for m in $modules; do
-	case " $MODULE_LANE_FIRST $MODULE_LANE_BESIDE $MODULE_LANE $PLATFORM_LANE " in
+	case " $MODULE_LANE_FIRST $MODULE_LANE $PLATFORM_LANE " in
 	*" $m "*) ;;
 	*) echo "hack/test.sh: module $m (Makefile MODULES) is in neither lane" >&2; exit 1 ;;
 	esac
@@ -132,26 +119,22 @@ platform_lane() {
 	# The tests that need no cluster wait mostly on their servers, the
 	# cluster's builds on the CPU: side by side, with an output of their own
 	# (printed after this lane's).
-	row() {
-		for m in "$@"; do
+	(
+		for m in $PLATFORM_TESTS; do
 			go_on || exit 1
 			step "go test $m" gotest "$m" || { touch "$TESTS_FAILED"; exit 1; }
 		done
-	}
-	row $PLATFORM_TESTS_E2E >"$TESTS_LOG" 2>&1 &
-	e2e=$!
-	row $PLATFORM_TESTS >"$TESTS_LOG.2" 2>&1 &
-	others=$!
+	) >"$TESTS_LOG" 2>&1 &
+	tests=$!
 	# However this lane ends, the tests beside it end first (the main
 	# script's wait is on this lane only).
-	trap 'wait "$e2e" "$others" 2>/dev/null || true' EXIT
+	trap 'wait "$tests" 2>/dev/null || true' EXIT
 	go_on || exit 1
 	step "build the cluster's programs" hack/cluster.sh build
 	go_on || exit 1
 	step "make test-images" make --no-print-directory test-images
 	waited=$SECONDS
-	wait "$e2e" || exit 1
-	wait "$others" || exit 1
+	wait "$tests" || exit 1
 	printf '== waited %d s for the tests beside the builds\n' $((SECONDS - waited))
 	go_on || exit 1
 	step "go test hack/cluster" gotest hack/cluster
@@ -165,8 +148,7 @@ fi
 begin=$SECONDS
 work=$(mktemp -d)
 export MAIN=$$ TIMES=$work/times BASES_DONE=$work/bases.done MODULES_FAILED=$work/modules.failed \
-	CORE_DONE=$work/core.done TESTS_FAILED=$work/tests.failed TESTS_LOG=$work/platform-tests.log \
-	VERIFY_LOG=$work/verify.log BESIDE_LOG=$work/modules-beside.log
+	CORE_DONE=$work/core.done TESTS_FAILED=$work/tests.failed TESTS_LOG=$work/platform-tests.log
 : >"$TIMES"
 lane=
 # On an interrupt the platform lane is stopped at once (its tests' servers
@@ -192,34 +174,21 @@ touch "$CORE_DONE"
 
 modules() {
 	# (set -e does not act inside a function called as a condition)
-	# make verify needs no server, and writes no file that the tests
-	# compile unless it changed (make generate).
-	step "make verify" make --no-print-directory verify >"$VERIFY_LOG" 2>&1 &
-	local verify=$! m
 	for m in $MODULE_LANE_FIRST; do
-		step "go test $m" gotest "$m" || { wait "$verify"; return 1; }
+		step "go test $m" gotest "$m" || return 1
 	done
-	wait "$verify" || return 1
-	(
-		for m in $MODULE_LANE_BESIDE; do
-			[ ! -e "$MODULES_FAILED" ] || exit 1
-			step "go test $m" gotest "$m" || { touch "$MODULES_FAILED"; exit 1; }
-		done
-	) >"$BESIDE_LOG" 2>&1 &
-	local beside=$!
+	step "make verify" make --no-print-directory verify || return 1
 	for m in $MODULE_LANE; do
 		if [ "$m" = services/builder ] && [ ! -e "$BASES_DONE" ]; then
 			local waited=$SECONDS
 			until [ -e "$BASES_DONE" ]; do
-				kill -0 "$lane" 2>/dev/null || { echo "== the platform lane ended before the runtime bases were built"; wait "$beside"; return 1; }
+				kill -0 "$lane" 2>/dev/null || { echo "== the platform lane ended before the runtime bases were built"; return 1; }
 				sleep 2
 			done
 			printf '== waited %d s for the runtime bases\n' $((SECONDS - waited))
 		fi
-		[ ! -e "$MODULES_FAILED" ] || { wait "$beside"; return 1; }
-		step "go test $m" gotest "$m" || { wait "$beside"; return 1; }
+		step "go test $m" gotest "$m" || return 1
 	done
-	wait "$beside"
 }
 
 status=0
@@ -234,13 +203,10 @@ lane=
 [ $status = 0 ] && printf '== the module lane waited %d s for the platform lane\n' $((SECONDS - waited))
 echo "== the platform lane's output"
 cat "$work/platform.log"
-for log in "$VERIFY_LOG:make verify, beside the tests of pkg and the invoker" "$BESIDE_LOG:the module tests beside the others" \
-	"$TESTS_LOG:e2e, beside the cluster's builds" "$TESTS_LOG.2:the platform lane's other tests beside the cluster's builds"; do
-	if [ -s "${log%%:*}" ]; then
-		echo "== the output of ${log#*:}"
-		cat "${log%%:*}"
-	fi
-done
+if [ -s "$TESTS_LOG" ]; then
+	echo "== the output of the platform lane's tests beside the cluster's builds"
+	cat "$TESTS_LOG"
+fi
 echo
 echo "== times (s; the two lanes overlap)"
 awk -F'\t' '{printf "  %-40s %6s %s\n", $1, $2, $3}' "$TIMES"
