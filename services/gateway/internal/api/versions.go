@@ -215,21 +215,19 @@ func (s *Server) waitFunction(ctx context.Context, fn *slessv1.Function, within 
 // the first try writes over it without reading it again, one round trip
 // less before a rollback starts its target; a conflict reads it again.
 func (s *Server) setTraffic(ctx context.Context, fn *slessv1.Function, traffic []slessv1.TrafficTarget) (*slessv1.Function, error) {
-	key := client.ObjectKeyFromObject(fn)
 	cur := fn.DeepCopy()
-	fresh := true
 	err := retry.RetryOnConflict(retry.DefaultRetry, func() error {
-		if !fresh {
-			if err := s.Kube.Get(ctx, key, cur); err != nil {
-				return err
-			}
-		}
-		fresh = false
 		if cur.UID != fn.UID {
 			return apierrors.NewNotFound(slessv1.GroupVersion.WithResource("functions").GroupResource(), fn.Name)
 		}
 		cur.Spec.Traffic = traffic
-		return s.Kube.Update(ctx, cur)
+		err := s.Kube.Update(ctx, cur)
+		if apierrors.IsConflict(err) {
+			if gerr := s.Kube.Get(ctx, client.ObjectKeyFromObject(fn), cur); gerr != nil {
+				return gerr
+			}
+		}
+		return err
 	})
 	if err != nil {
 		return nil, fromKube(ctx, "function "+fn.Name, err)
