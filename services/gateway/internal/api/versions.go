@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"slices"
 	"strings"
+	"sync"
 	"time"
 
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
@@ -86,22 +87,68 @@ func versionREST(v *slessv1.FunctionVersion, fn *slessv1.Function) Version {
 // tenantFunction reads a tenant's function from the API server: the only
 // Function a tenant's version call can name (its own namespace).
 func (s *Server) tenantFunction(ctx context.Context, in *NamedPath) (*slessv1.Function, error) {
-	if err := s.requireTenant(ctx, in.Tenant); err != nil {
-		return nil, err
-	}
-	ns, err := s.namespace(ctx, in.Tenant)
-	if err != nil {
-		return nil, err
-	}
-	var fn slessv1.Function
-	if err := s.Kube.Get(ctx, client.ObjectKey{Namespace: ns, Name: in.Name}, &fn); err != nil {
-		return nil, fromKube(ctx, "function "+in.Name, err)
-	}
-	return &fn, nil
+	fn, _, err := s.readFunction(ctx, in, false)
+	return fn, err
 }
 
-// versionsOf lists the function's published versions, oldest first: the
-// FunctionVersions of its namespace labelled and owned by it.
+// tenantFunctionVersions is tenantFunction with the function's published
+// versions (the FunctionVersions labelled with its name and owned by it,
+// oldest first), read from the API server beside it rather than
+// after it: a rollback's reads are on its way to the first call of the
+// target.
+func (s *Server) tenantFunctionVersions(ctx context.Context, in *NamedPath) (*slessv1.Function, []slessv1.FunctionVersion, error) {
+	return s.readFunction(ctx, in, true)
+}
+
+// readFunction checks the caller, then reads the tenant (namespace), the
+// function and, with versions, the FunctionVersions of its namespace
+// labelled with its name, at once: the namespace's name follows from the
+// tenant's. The errors keep their order: the tenant's first.
+func (s *Server) readFunction(ctx context.Context, in *NamedPath, versions bool) (*slessv1.Function, []slessv1.FunctionVersion, error) {
+	if err := s.requireTenant(ctx, in.Tenant); err != nil {
+		return nil, nil, err
+	}
+	ns := slessv1.NamespaceFor(in.Tenant)
+	var (
+		fn           slessv1.Function
+		list         slessv1.FunctionVersionList
+		fnErr, vsErr error
+		wg           sync.WaitGroup
+	)
+	wg.Go(func() { fnErr = s.Kube.Get(ctx, client.ObjectKey{Namespace: ns, Name: in.Name}, &fn) })
+	if versions {
+		wg.Go(func() {
+			vsErr = s.Kube.List(ctx, &list, client.InNamespace(ns), client.MatchingLabels{slessv1.LabelFunction: in.Name})
+		})
+	}
+	_, nsErr := s.namespace(ctx, in.Tenant)
+	wg.Wait()
+	switch {
+	case nsErr != nil:
+		return nil, nil, nsErr
+	case fnErr != nil:
+		return nil, nil, fromKube(ctx, "function "+in.Name, fnErr)
+	case vsErr != nil:
+		return nil, nil, fromKube(ctx, "versions of function "+in.Name, vsErr)
+	case !versions:
+		return &fn, nil, nil
+	}
+	return &fn, ownVersions(&fn, list.Items), nil
+}
+
+// ownVersions keeps the versions of items that are fn's (labelled with its
+// name and owned by it, not by an earlier namesake), oldest first.
+func ownVersions(fn *slessv1.Function, items []slessv1.FunctionVersion) []slessv1.FunctionVersion {
+	out := items[:0]
+	for _, v := range items {
+		if v.Spec.Function == fn.Name && ownedBy(&v, fn) {
+			out = append(out, v)
+		}
+	}
+	slices.SortFunc(out, func(a, b slessv1.FunctionVersion) int { return int(a.Spec.Number - b.Spec.Number) })
+	return out
+}
+
 // numbers is the set of the published version numbers of vs.
 func numbers(vs []slessv1.FunctionVersion) map[int32]bool {
 	known := make(map[int32]bool, len(vs))
@@ -109,21 +156,6 @@ func numbers(vs []slessv1.FunctionVersion) map[int32]bool {
 		known[v.Spec.Number] = true
 	}
 	return known
-}
-
-func (s *Server) versionsOf(ctx context.Context, fn *slessv1.Function) ([]slessv1.FunctionVersion, error) {
-	var list slessv1.FunctionVersionList
-	if err := s.Kube.List(ctx, &list, client.InNamespace(fn.Namespace), client.MatchingLabels{slessv1.LabelFunction: fn.Name}); err != nil {
-		return nil, fromKube(ctx, "versions of function "+fn.Name, err)
-	}
-	out := list.Items[:0]
-	for _, v := range list.Items {
-		if v.Spec.Function == fn.Name && ownedBy(&v, fn) {
-			out = append(out, v)
-		}
-	}
-	slices.SortFunc(out, func(a, b slessv1.FunctionVersion) int { return int(a.Spec.Number - b.Spec.Number) })
-	return out, nil
 }
 
 // ownedBy: a version of an earlier function of the same name (deleted and
@@ -260,11 +292,7 @@ func mostTraffic(fn *slessv1.Function) int32 {
 
 func (s *Server) registerVersions() {
 	register(s, s.route("list-versions"), func(ctx context.Context, in *NamedPath) (*ListOut[Version], error) {
-		fn, err := s.tenantFunction(ctx, in)
-		if err != nil {
-			return nil, err
-		}
-		vs, err := s.versionsOf(ctx, fn)
+		fn, vs, err := s.tenantFunctionVersions(ctx, in)
 		if err != nil {
 			return nil, err
 		}
@@ -332,11 +360,7 @@ func (s *Server) registerVersions() {
 		NamedPath
 		Body TrafficInput
 	}) (*One[Function], error) {
-		fn, err := s.tenantFunction(ctx, &in.NamedPath)
-		if err != nil {
-			return nil, err
-		}
-		vs, err := s.versionsOf(ctx, fn)
+		fn, vs, err := s.tenantFunctionVersions(ctx, &in.NamedPath)
 		if err != nil {
 			return nil, err
 		}
@@ -355,11 +379,7 @@ func (s *Server) registerVersions() {
 		Prefer string         `header:"Prefer" doc:"wait: answer once status.serving has flipped (200), or 202 after 30s"`
 		Body   *RollbackInput `required:"false"`
 	}) (*FunctionWaitOut, error) {
-		fn, err := s.tenantFunction(ctx, &in.NamedPath)
-		if err != nil {
-			return nil, err
-		}
-		vs, err := s.versionsOf(ctx, fn)
+		fn, vs, err := s.tenantFunctionVersions(ctx, &in.NamedPath)
 		if err != nil {
 			return nil, err
 		}
