@@ -384,6 +384,33 @@ func TestRedeliveryOfRecordedInvocationDoesNotRunAgain(t *testing.T) {
 	}
 }
 
+// TestRepublishedCronFireDoesNotRunAgain: a cron fire published a second
+// time under its invocation id (the scheduler that takes a pending fire
+// over publishes it again when its first scheduler died after the broker's
+// confirm, before marking it fired) is not run again once the first copy
+// was recorded; it is not a redelivery for the broker.
+func TestRepublishedCronFireDoesNotRunAgain(t *testing.T) {
+	w := newWorld(t)
+	calls, ep := callCounter(t, 0)
+	w.readyFunction(t, "ticked", ep, 5)
+	w.waitSeen(t, w.tenant, "ticked")
+	fire := func() {
+		w.publish(t, &msg.InvocationRequested{InvocationID: "cron-once", Tenant: w.tenant, Namespace: w.ns, Function: "ticked",
+			Trigger: msg.TriggerCron, TriggerName: "tick", ScheduledAt: time.Now().UTC().Truncate(time.Second), EnqueuedAt: time.Now().UTC(), MaxRetries: 2,
+			Request: msg.Request{Method: "POST", Path: "/", Headers: map[string][]string{"Content-Type": {"application/json"}}}})
+	}
+	fire()
+	w.record(t, "cron-once", 20*time.Second)
+	fire()
+	w.waitQueueDrained(t, msg.QueueInvocationRequest)
+	if n := calls.of("cron-once"); n != 1 {
+		t.Errorf("the function ran %d times; a republished cron fire that was recorded ran again", n)
+	}
+	if n := w.count(t, "id = 'cron-once'"); n != 1 {
+		t.Errorf("%d records of one cron fire", n)
+	}
+}
+
 // waitQueueDrained waits until queue of the world's vhost holds no message,
 // ready or unacked: everything in it was handled and acked.
 func (w *world) waitQueueDrained(t *testing.T, queue string) {

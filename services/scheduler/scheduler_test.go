@@ -203,13 +203,18 @@ func TestTwoSchedulersFireOnceAndOnTime(t *testing.T) {
 			first = at
 		}
 		last, n = at, n+1
+		// A fire taken over was published by the victim too when it died
+		// between the broker's confirm and marking the fire fired: twice
+		// under one invocation id, which the invoker runs once
+		// (services/invoker TestRepublishedCronFireDoesNotRunAgain).
+		takenOver := time.Duration(l*float64(time.Second)) >= schedule.PendingStale
 		switch p := w.published(id); {
 		case p == 0:
 			unpublished = append(unpublished, at.Format(time.TimeOnly))
-		case p > 1:
+		case p > 2, p == 2 && !takenOver:
 			doubled = append(doubled, fmt.Sprintf("%s x%d", at.Format(time.TimeOnly), p))
 		}
-		if time.Duration(l*float64(time.Second)) >= schedule.PendingStale {
+		if takenOver {
 			resumed = append(resumed, at.Format(time.TimeOnly)) // left pending by the victim, taken over
 			continue
 		}
@@ -225,7 +230,7 @@ func TestTwoSchedulersFireOnceAndOnTime(t *testing.T) {
 		t.Errorf("%d fires from %s to %s, want one every second (%d) across the %s window", n, first.Format(time.TimeOnly), last.Format(time.TimeOnly), want, window)
 	}
 	if len(unpublished) > 0 || len(doubled) > 0 {
-		t.Errorf("fires never published: %v; published more than once: %v", unpublished, doubled)
+		t.Errorf("fires never published: %v; published more than once (a fire taken over: more than twice): %v", unpublished, doubled)
 	}
 	if len(resumed) > 1 {
 		t.Errorf("%d fires taken over after the kill (%v); the victim can leave at most the one it was firing", len(resumed), resumed)

@@ -143,8 +143,12 @@ func (e *Executor) Handle(ctx context.Context, d *amqp.Delivery) error {
 		return rabbit.Permanent(fmt.Errorf("undecodable %s: %v", msg.TypeInvocationRequested, err))
 	}
 	attempt := rabbit.Attempt(d)
-	if (d.Redelivered || attempt > 1) && e.HasRecord(ctx, req.InvocationID) {
-		return nil // a redelivery of an invocation that finished and was recorded
+	// A redelivery, a retry, or a cron fire (which the scheduler that took
+	// it over publishes again when its first scheduler died between the
+	// broker's confirm and marking it fired) of an invocation that
+	// finished and was recorded is not run again.
+	if (d.Redelivered || attempt > 1 || req.Trigger == msg.TriggerCron) && e.HasRecord(ctx, req.InvocationID) {
+		return nil
 	}
 	if e.Slots != nil {
 		release, ok := e.Slots.Acquire(ctx, req.Tenant)

@@ -1,7 +1,10 @@
 // Package schedule fires cron Triggers on time, once: each fire is a row
 // unique on (tenant, trigger, scheduled time) inserted before the
 // invocation is published, so several scheduler replicas never fire twice
-// (leader election is only an optimisation). Missed fires are caught up or
+// (leader election is only an optimisation). A fire whose replica died
+// after the broker confirmed it and before marking it fired is published
+// again, under the same invocation id, by the replica that takes it over;
+// the invoker does not run a recorded one again. Missed fires are caught up or
 // recorded as missed by startingDeadlineSeconds, and concurrencyPolicy
 // Forbid skips a fire while the previous one runs.
 package schedule
