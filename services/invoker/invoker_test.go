@@ -388,7 +388,8 @@ func TestRedeliveryOfRecordedInvocationDoesNotRunAgain(t *testing.T) {
 // time under its invocation id (the scheduler that takes a pending fire
 // over publishes it again when its first scheduler died after the broker's
 // confirm, before marking it fired) is not run again once the first copy
-// was recorded; it is not a redelivery for the broker.
+// was recorded; it is not a redelivery for the broker. (A copy that comes
+// while the first still runs does run: docs/decisions.md.)
 func TestRepublishedCronFireDoesNotRunAgain(t *testing.T) {
 	w := newWorld(t)
 	calls, ep := callCounter(t, 0)
@@ -405,9 +406,6 @@ func TestRepublishedCronFireDoesNotRunAgain(t *testing.T) {
 	w.waitQueueDrained(t, msg.QueueInvocationRequest)
 	if n := calls.of("cron-once"); n != 1 {
 		t.Errorf("the function ran %d times; a republished cron fire that was recorded ran again", n)
-	}
-	if n := w.count(t, "id = 'cron-once'"); n != 1 {
-		t.Errorf("%d records of one cron fire", n)
 	}
 }
 

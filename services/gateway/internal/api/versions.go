@@ -133,7 +133,18 @@ func (s *Server) readFunction(ctx context.Context, in *NamedPath, versions bool)
 	case !versions:
 		return &fn, nil, nil
 	}
-	return &fn, ownVersions(&fn, list.Items), nil
+	vs := ownVersions(&fn, list.Items)
+	if n := len(vs); fn.Status.LatestVersion > 0 && (n == 0 || vs[n-1].Spec.Number < fn.Status.LatestVersion) {
+		// The list was answered before a publish that the function's
+		// status already shows (the operator creates the version, then
+		// sets latestVersion; retention never removes the latest): read it
+		// again, after the function, as a version call read them before.
+		if err := s.Kube.List(ctx, &list, client.InNamespace(ns), client.MatchingLabels{slessv1.LabelFunction: in.Name}); err != nil {
+			return nil, nil, fromKube(ctx, "versions of function "+in.Name, err)
+		}
+		vs = ownVersions(&fn, list.Items)
+	}
+	return &fn, vs, nil
 }
 
 // ownVersions keeps the versions of items that are fn's (labelled with its
