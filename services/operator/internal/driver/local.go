@@ -14,6 +14,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"slices"
 	"sort"
 	"strconv"
 	"sync"
@@ -386,7 +387,10 @@ func (l *Local) start(name types.NamespacedName, key string, cmd []string, dir s
 			return nil, err
 		}
 	}
-	p := &proc{l: l, name: name, key: key, cmd: cmd, dir: dir, env: append(env, "PORT="+strconv.Itoa(port)),
+	// env is shared by the processes an Ensure starts: each gets its own
+	// copy with its port (appending to env itself would write every
+	// process's port into the one spare slot of its array).
+	p := &proc{l: l, name: name, key: key, cmd: cmd, dir: dir, env: append(slices.Clip(env), "PORT="+strconv.Itoa(port)),
 		memoryMB: memoryMB, grace: time.Duration(timeoutSec)*time.Second + 5*time.Second,
 		port: port, endpoint: fmt.Sprintf("http://127.0.0.1:%d", port), stopCh: make(chan struct{}), done: make(chan struct{})}
 	go p.supervise()

@@ -1,17 +1,64 @@
 package driver
 
 import (
+	"context"
 	"fmt"
+	"io"
+	"log/slog"
 	"net/http"
 	"net/http/httptest"
+	"path/filepath"
+	"slices"
 	"sync/atomic"
 	"testing"
 	"time"
 
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"sigs.k8s.io/controller-runtime/pkg/event"
 
+	slessv1 "github.com/kube5s/sless/pkg/apis/sless/v1alpha1"
 	"github.com/kube5s/sless/pkg/testenv"
 )
+
+// TestReplicasStartedTogetherServe: the processes of one Ensure (three
+// replicas at once, as a scaling schedule's floor asks) each listen on
+// the port the driver chose for it, and all three serve. They once shared
+// the environment's array, and every process got the last one's port:
+// a function with a scaling schedule's floor of 2 at a schedule's start.
+func TestReplicasStartedTogetherServe(t *testing.T) {
+	l := NewLocal(LocalCommands("python3", "node", runtimesDir), nil, t.TempDir(), slog.New(slog.NewTextHandler(io.Discard, nil)))
+	defer l.Shutdown()
+	fn := &slessv1.Function{ObjectMeta: metav1.ObjectMeta{Name: "three", Namespace: "sless-fn-t"},
+		Spec: slessv1.FunctionSpec{Runtime: slessv1.RuntimePython311, Entrypoint: "hello.handler", TimeoutSec: 5, Concurrency: 4,
+			// A variable of the user's: the environment's array then has
+			// room to spare, which the processes shared.
+			Env: []slessv1.EnvVar{{Name: "GREETING", Value: "hello"}}}}
+	v := Version{Number: 1, Replicas: 3, Artifact: Artifact{Dir: filepath.Join(runtimesDir, "bench")}}
+	var st State
+	testenv.Eventually(t, 60*time.Second, "three replicas ready", func() (bool, string) {
+		var err error
+		if st, err = l.Ensure(context.Background(), fn, v); err != nil {
+			t.Fatal(err)
+		}
+		return st.ReadyReplicas == 3, fmt.Sprintf("%d ready (%s: %s)", st.ReadyReplicas, st.Reason, st.Message)
+	})
+	eps := slices.Clone(st.Endpoints)
+	slices.Sort(eps)
+	if len(slices.Compact(eps)) != 3 {
+		t.Fatalf("endpoints %v, want three different ones", st.Endpoints)
+	}
+	for _, ep := range st.Endpoints {
+		resp, err := http.Get(ep + "/")
+		if err != nil {
+			t.Fatalf("GET %s: %v", ep, err)
+		}
+		body, _ := io.ReadAll(resp.Body)
+		resp.Body.Close()
+		if resp.StatusCode != 200 || string(body) != "hello, world" {
+			t.Errorf("GET %s: %d %q", ep, resp.StatusCode, body)
+		}
+	}
+}
 
 // TestOneFailedHealthProbeKeepsTheEndpoint: a process that answers one
 // health probe with 503 (a Python worker recycling after a timeout used
