@@ -115,11 +115,12 @@ func (s *Server) readFunction(ctx context.Context, in *NamedPath, versions bool)
 		fnErr, vsErr error
 		wg           sync.WaitGroup
 	)
+	listVersions := func() error {
+		return s.Kube.List(ctx, &list, client.InNamespace(ns), client.MatchingLabels{slessv1.LabelFunction: in.Name})
+	}
 	wg.Go(func() { fnErr = s.Kube.Get(ctx, client.ObjectKey{Namespace: ns, Name: in.Name}, &fn) })
 	if versions {
-		wg.Go(func() {
-			vsErr = s.Kube.List(ctx, &list, client.InNamespace(ns), client.MatchingLabels{slessv1.LabelFunction: in.Name})
-		})
+		wg.Go(func() { vsErr = listVersions() })
 	}
 	_, nsErr := s.namespace(ctx, in.Tenant)
 	wg.Wait()
@@ -139,7 +140,7 @@ func (s *Server) readFunction(ctx context.Context, in *NamedPath, versions bool)
 		// status already shows (the operator creates the version, then
 		// sets latestVersion; retention never removes the latest): read it
 		// again, after the function, as a version call read them before.
-		if err := s.Kube.List(ctx, &list, client.InNamespace(ns), client.MatchingLabels{slessv1.LabelFunction: in.Name}); err != nil {
+		if err := listVersions(); err != nil {
 			return nil, nil, fromKube(ctx, "versions of function "+in.Name, err)
 		}
 		vs = ownVersions(&fn, list.Items)

@@ -7,6 +7,7 @@ import (
 	"log/slog"
 	"net/http"
 	"net/http/httptest"
+	"os"
 	"path/filepath"
 	"slices"
 	"sync/atomic"
@@ -40,7 +41,9 @@ func TestReplicasStartedTogetherServe(t *testing.T) {
 		if st, err = l.Ensure(context.Background(), fn, v); err != nil {
 			t.Fatal(err)
 		}
-		return st.ReadyReplicas == 3, fmt.Sprintf("%d ready (%s: %s)", st.ReadyReplicas, st.Reason, st.Message)
+		// On a timeout, what the processes printed says why.
+		out, _ := os.ReadFile(l.LogPath(fn.Namespace, fn.Name))
+		return st.ReadyReplicas == 3, fmt.Sprintf("%d ready (%s: %s); the processes' log:\n%s", st.ReadyReplicas, st.Reason, st.Message, out)
 	})
 	eps := slices.Clone(st.Endpoints)
 	slices.Sort(eps)
