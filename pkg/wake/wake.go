@@ -4,13 +4,15 @@
 //
 // A waiting call is counted as buffered for the scaler (package
 // loadreport: the first one of a version sends the wake request at once).
-// It waits in a bounded buffer per version, and goes on only when the
+// It waits in a bounded buffer per version, and goes on when this
+// process's own probe of the runtime's health endpoint answers: once the
 // operator says the version is ready again (status.serving: ready, not
-// idle) and this process's own probe of the runtime's health endpoint
-// answers: a replica the endpoint lists may not take connections yet
-// (kube-proxy still programming the Service), and a call sent then fails
-// with a 502 that no caller should see. One watcher per version polls for
-// every call that waits on it.
+// idle), or sooner, once it says the version's replicas start
+// (ServingVersion.Starting; the probe then goes to the version's
+// address). The probe comes first because a replica the endpoint lists
+// may not take connections yet (kube-proxy still programming the
+// Service), and a call sent then fails with a 502 that no caller should
+// see. One watcher per version polls for every call that waits on it.
 package wake
 
 import (
@@ -226,6 +228,22 @@ func (w *Waker) look(ctx context.Context, k loadreport.Key) (versionpick.Choice,
 		return versionpick.Choice{}, &versionpick.Error{Status: http.StatusServiceUnavailable, RetryAfter: versionpick.RetryAfter,
 			Detail: fmt.Sprintf("version %d of function %s stopped serving while it started; try again", k.Version, k.Function)}, true
 	}
+	if sv.Starting() {
+		// Its replicas start: the call goes once one answers at the
+		// version's address, without waiting for the operator to see it
+		// healthy, write the status and this process to read it (about
+		// 12 ms of a 175 ms wake on the local profile; docs/scaling.md).
+		// Behind a Service, only a ready pod answers.
+		pctx, cancel := context.WithTimeout(ctx, startProbeTimeout)
+		err := w.probe(pctx, sv.Endpoint)
+		cancel()
+		if err != nil {
+			return versionpick.Choice{}, nil, false
+		}
+		c, _ := versionpick.Serving(&fn, k.Version)
+		c.Wake = false
+		return c, nil, true
+	}
 	if !sv.Ready || sv.Idle || sv.Endpoint == "" {
 		return versionpick.Choice{}, nil, false
 	}
@@ -235,6 +253,11 @@ func (w *Waker) look(ctx context.Context, k loadreport.Key) (versionpick.Choice,
 	c, _ := versionpick.Serving(&fn, k.Version)
 	return c, nil, true
 }
+
+// startProbeTimeout bounds a probe of a version whose replicas start: a
+// Service that drops connections to it while none is ready must not hold
+// the watcher for the probe client's second.
+const startProbeTimeout = 100 * time.Millisecond
 
 var probeClient = &http.Client{Timeout: time.Second}
 

@@ -128,6 +128,103 @@ func TestACallWaitsForAReadyVersionThatAnswers(t *testing.T) {
 	}
 }
 
+// gets counts the watcher's reads of the Function.
+type gets struct {
+	client.Reader
+	n atomic.Int32
+}
+
+func (g *gets) Get(ctx context.Context, key client.ObjectKey, obj client.Object, opts ...client.GetOption) error {
+	g.n.Add(1)
+	return g.Reader.Get(ctx, key, obj, opts...)
+}
+
+// waited is how one call's wait ended.
+type waited struct {
+	c   versionpick.Choice
+	err error
+}
+
+// waitOne starts one call's wait and returns where its end comes.
+func waitOne(ctx context.Context, w *Waker, fn *slessv1.Function, choice versionpick.Choice) <-chan waited {
+	out := make(chan waited, 1)
+	go func() {
+		c, err := w.Wait(ctx, fn, choice, 100)
+		out <- waited{c, err}
+	}()
+	return out
+}
+
+// TestACallGoesToAStartingVersionOnceItAnswers: once the status says the
+// version's replicas start (idle, a desired replica, not on the way to
+// zero), the watcher probes the version's address and the call goes on
+// as soon as the runtime answers there, while the status still says
+// idle; a version that is still at zero is not probed.
+func TestACallGoesToAStartingVersionOnceItAnswers(t *testing.T) {
+	rt := newRuntime(t)
+	c, fn := setup(t, "wake-starting", rt.srv.URL)
+	reads := &gets{Reader: c}
+	w := &Waker{Functions: reads}
+	choice, err := versionpick.Pick(fn, versionpick.Route{}, "")
+	if err != nil || !choice.Wake {
+		t.Fatalf("the idle version is chosen to wake: %+v, %v", choice, err)
+	}
+	done := waitOne(t.Context(), w, fn, choice)
+	testenv.Eventually(t, time.Minute, "three looks at the version at zero", func() (bool, string) { return reads.n.Load() >= 3, fmt.Sprintf("%d looks", reads.n.Load()) })
+	if n := rt.probes.Load(); n != 0 {
+		t.Errorf("a version at zero was probed %d times", n)
+	}
+
+	setServing(t, c, fn, slessv1.ServingVersion{Number: 1, Percent: 100, Idle: true, DesiredReplicas: 1, ScalingReason: "ColdStartGuard", Endpoint: rt.srv.URL})
+	testenv.Eventually(t, time.Minute, "three probes of the starting runtime", func() (bool, string) { return rt.probes.Load() >= 3, fmt.Sprintf("%d probes", rt.probes.Load()) })
+	select {
+	case got := <-done:
+		t.Fatalf("the call went on before the runtime answered: %+v", got)
+	default:
+	}
+	rt.up.Store(true)
+	select {
+	case got := <-done:
+		if got.err != nil || got.c.Number != 1 || got.c.Endpoint != rt.srv.URL || got.c.Wake {
+			t.Errorf("the call went on with %+v, %v", got.c, got.err)
+		}
+	case <-time.After(time.Minute):
+		t.Fatal("the call still waits a minute after the starting runtime answered")
+	}
+	var now slessv1.Function
+	if err := c.Get(t.Context(), client.ObjectKeyFromObject(fn), &now); err != nil || !now.Status.Serving[0].Idle {
+		t.Errorf("the status should still say idle (the call went on the probe alone): %+v, %v", now.Status.Serving, err)
+	}
+}
+
+// TestADrainingVersionHoldsItsCalls: a version marked idle on its way to
+// zero still has a replica that answers, but is not starting: its calls
+// stay held, and its replica is not probed.
+func TestADrainingVersionHoldsItsCalls(t *testing.T) {
+	rt := newRuntime(t)
+	rt.up.Store(true)
+	c, fn := setup(t, "wake-draining", rt.srv.URL)
+	setServing(t, c, fn, slessv1.ServingVersion{Number: 1, Percent: 100, Idle: true, DesiredReplicas: 1,
+		ScalingReason: slessv1.ScalingReasonDrainingToZero, Endpoint: rt.srv.URL})
+	reads := &gets{Reader: c}
+	w := &Waker{Functions: reads}
+	ctx, cancel := context.WithCancel(t.Context())
+	result := waitOne(ctx, w, fn, versionpick.Choice{Number: 1, Endpoint: rt.srv.URL, Wake: true})
+	testenv.Eventually(t, time.Minute, "five looks at the draining version", func() (bool, string) { return reads.n.Load() >= 5, fmt.Sprintf("%d looks", reads.n.Load()) })
+	select {
+	case got := <-result:
+		t.Fatalf("a call for a version on its way to zero went on: %+v, %v", got.c, got.err)
+	default:
+	}
+	if n := rt.probes.Load(); n != 0 {
+		t.Errorf("a draining version was probed %d times", n)
+	}
+	cancel()
+	if got := <-result; !errors.Is(got.err, context.Canceled) {
+		t.Errorf("the held call after its caller left: %v", got.err)
+	}
+}
+
 // TestTheBufferIsBounded: past maxBuffered calls of a version, or the
 // tenant's share, a call is refused with a 503 at once; a call whose
 // deadline passes gets its context's error; a version that stops serving

@@ -174,3 +174,18 @@ type ServingVersion struct {
 	// +optional
 	MaxReplicas int32 `json:"maxReplicas,omitempty"`
 }
+
+// ScalingReasonDrainingToZero is the ScalingReason of a version marked
+// idle whose replicas still run until every data-plane replica holds its
+// calls (the scaler's handshake on the way to zero).
+const ScalingReasonDrainingToZero = "DrainingToZero"
+
+// Starting tells whether an idle version has replicas on their way up:
+// the scaler woke it, none is ready yet, and Endpoint is where they will
+// answer. A call held for it may go as soon as a replica's health check
+// answers there, before the operator marks the version ready. A version
+// on its way to zero is idle with replicas too, but not starting: its
+// calls stay held.
+func (sv *ServingVersion) Starting() bool {
+	return sv.Idle && sv.DesiredReplicas > 0 && sv.ScalingReason != ScalingReasonDrainingToZero && sv.Endpoint != ""
+}

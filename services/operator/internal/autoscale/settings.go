@@ -11,21 +11,21 @@ import (
 type Reason string
 
 const (
-	ReasonLoad           Reason = "Load"           // the stable window's load over the target
-	ReasonPanic          Reason = "Panic"          // the panic window's load; no scale-down while it lasts
-	ReasonBacklog        Reason = "Backlog"        // the queue backlog over its drain time raised the count
-	ReasonColdStartGuard Reason = "ColdStartGuard" // buffered calls asked for more than 2x the ready replicas
-	ReasonScaleDownDelay Reason = "ScaleDownDelay" // a higher count of the last scaleDownDelay is held
-	ReasonIdleWait       Reason = "IdleWait"       // no load, but not idle for scaleDownDelay yet
-	ReasonDrainToZero    Reason = "DrainingToZero" // idle for scaleDownDelay: marked idle, waiting for the data plane to hold its calls
-	ReasonWakeLimited    Reason = "WakeLimited"    // calls wait, but the tenant's wake rate is used up this second
-	ReasonZero           Reason = "ScaledToZero"   // idle for scaleDownDelay with minReplicas 0 and no floor
-	ReasonMinReplicas    Reason = "MinReplicas"    // raised to minReplicas
-	ReasonMaxReplicas    Reason = "MaxReplicas"    // lowered to maxReplicas
-	ReasonQuota          Reason = "QuotaPods"      // lowered to what the tenant's pods quota allows
-	ReasonPreWarm        Reason = "PreWarm"        // a floor for a cron fire that is about to run
-	ReasonSchedule       Reason = "Schedule"       // a floor from a schedule
-	ReasonIncoming       Reason = "Incoming"       // a floor while a version that is to get traffic starts, before the flip
+	ReasonLoad           Reason = "Load"                              // the stable window's load over the target
+	ReasonPanic          Reason = "Panic"                             // the panic window's load; no scale-down while it lasts
+	ReasonBacklog        Reason = "Backlog"                           // the queue backlog over its drain time raised the count
+	ReasonColdStartGuard Reason = "ColdStartGuard"                    // buffered calls asked for more than 2x the ready replicas
+	ReasonScaleDownDelay Reason = "ScaleDownDelay"                    // a higher count of the last scaleDownDelay is held
+	ReasonIdleWait       Reason = "IdleWait"                          // no load, but not idle for scaleDownDelay yet
+	ReasonDrainToZero    Reason = slessv1.ScalingReasonDrainingToZero // idle for scaleDownDelay: marked idle, waiting for the data plane to hold its calls
+	ReasonWakeLimited    Reason = "WakeLimited"                       // calls wait, but the tenant's wake rate is used up this second
+	ReasonZero           Reason = "ScaledToZero"                      // idle for scaleDownDelay with minReplicas 0 and no floor
+	ReasonMinReplicas    Reason = "MinReplicas"                       // raised to minReplicas
+	ReasonMaxReplicas    Reason = "MaxReplicas"                       // lowered to maxReplicas
+	ReasonQuota          Reason = "QuotaPods"                         // lowered to what the tenant's pods quota allows
+	ReasonPreWarm        Reason = "PreWarm"                           // a floor for a cron fire that is about to run
+	ReasonSchedule       Reason = "Schedule"                          // a floor from a schedule
+	ReasonIncoming       Reason = "Incoming"                          // a floor while a version that is to get traffic starts, before the flip
 )
 
 // DefaultConcurrency is the CRD's default for spec.concurrency, used when
