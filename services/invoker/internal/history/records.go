@@ -57,7 +57,8 @@ type Store interface {
 }
 
 // How long a batch may take to reach PostgreSQL before it goes to the
-// spool, and how long the database is left alone after it failed.
+// spool (and a record lookup before it counts as failed: RecordedIn), and
+// how long the database is left alone after a batch failed.
 const (
 	storeTimeout = 5 * time.Second
 	storeBackoff = 2 * time.Second

@@ -1,12 +1,14 @@
 package history
 
 import (
+	"context"
 	"encoding/json"
 	"fmt"
 	"io"
 	"log/slog"
 	"sync"
 	"testing"
+	"time"
 
 	"github.com/jackc/pgx/v5/pgxpool"
 	"github.com/prometheus/client_golang/prometheus"
@@ -114,5 +116,48 @@ func TestRecordsGoToTheSpoolWhenPostgresCannotTakeThem(t *testing.T) {
 	}
 	if got := len(w.errors(t)); got != 40 {
 		t.Errorf("%d records written from the spool, want 40 (each once)", got)
+	}
+}
+
+// TestARecordLookupThatPostgresDoesNotAnswerFails: with the history table
+// locked by another transaction (the lookup hangs, as on a database that
+// stops answering without refusing), RecordedIn fails after storeTimeout
+// instead of waiting for the lock; once the lock is gone it answers.
+func TestARecordLookupThatPostgresDoesNotAnswerFails(t *testing.T) {
+	w := newWriter(t)
+	rec := record("looked-up", "alice", "")
+	if _, err := w.h.Commit(t.Context(), []*msg.InvocationCompleted{&rec}); err != nil {
+		t.Fatal(err)
+	}
+	recorded := RecordedIn(w.db)
+	if ok, err := recorded(t.Context(), "looked-up"); !ok || err != nil {
+		t.Fatalf("a committed record: %v, %v", ok, err)
+	}
+	tx, err := w.db.Begin(t.Context())
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := tx.Exec(t.Context(), "LOCK TABLE invocations IN ACCESS EXCLUSIVE MODE"); err != nil {
+		t.Fatal(err)
+	}
+	// The caller's own bound is far longer: the lookup must give up first.
+	ctx, cancel := context.WithTimeout(t.Context(), 6*storeTimeout)
+	defer cancel()
+	start := time.Now()
+	ok, err := recorded(ctx, "looked-up")
+	took := time.Since(start)
+	if ok || err == nil {
+		t.Errorf("a lookup behind the lock: %v, %v; want a failure", ok, err)
+	}
+	if ctx.Err() != nil {
+		t.Errorf("the lookup ended with the caller's deadline, after %v: it has no bound of its own", took)
+	} else if took < storeTimeout {
+		t.Errorf("the lookup failed after %v, before storeTimeout (%v): not on the lock", took, storeTimeout)
+	}
+	if err := tx.Rollback(t.Context()); err != nil {
+		t.Fatal(err)
+	}
+	if ok, err := recorded(t.Context(), "looked-up"); !ok || err != nil {
+		t.Errorf("the lookup once the lock is gone: %v, %v", ok, err)
 	}
 }

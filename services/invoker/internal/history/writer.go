@@ -310,9 +310,14 @@ func text(s string) *string {
 }
 
 // RecordedIn tells, from the history table, whether an invocation already
-// has a record (the executor's Recorded).
+// has a record (the executor's Recorded). A lookup that PostgreSQL does not
+// answer within storeTimeout fails (the executor then runs the call): a
+// database that hangs delays a redelivery or a cron fire by that long, not
+// until the pool gives up.
 func RecordedIn(db *pgxpool.Pool) func(ctx context.Context, id string) (bool, error) {
 	return func(ctx context.Context, id string) (bool, error) {
+		ctx, cancel := context.WithTimeout(ctx, storeTimeout)
+		defer cancel()
 		var one int
 		err := db.QueryRow(ctx, `SELECT 1 FROM invocations WHERE id = $1`, pgtext.Clean(id)).Scan(&one)
 		if errors.Is(err, pgx.ErrNoRows) {
