@@ -40,7 +40,7 @@ func tables(t *testing.T, db *sql.DB) []string {
 	return out
 }
 
-var allTables = []string{"api_tokens", "builds", "callback_secrets", "console_sessions", "cron_fires", "dead_letters", "idempotency_keys", "invocations", "source_reviews"}
+var allTables = []string{"api_tokens", "builds", "callback_secrets", "console_sessions", "cron_fires", "dead_letters", "idempotency_keys", "invocation_claims", "invocations", "source_reviews"}
 
 func TestUpDownUp(t *testing.T) {
 	db := open(t)

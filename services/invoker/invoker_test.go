@@ -409,26 +409,84 @@ func TestRepublishedCronFireDoesNotRunAgain(t *testing.T) {
 	}
 }
 
+// TestACronFireCopiedWhileItRunsRunsOnce: the scheduler that takes a fire
+// over publishes it again while the first copy's call still runs (not
+// recorded yet). The copy finds the fire's id claimed and is acked without
+// a call; the first copy ends with one record.
+func TestACronFireCopiedWhileItRunsRunsOnce(t *testing.T) {
+	w := newWorld(t)
+	c := &calls{n: map[string]int{}}
+	release := make(chan struct{})
+	ep := serveFunction(t, func(rw http.ResponseWriter, r *http.Request) {
+		id := r.Header.Get(headers.InvocationID)
+		c.mu.Lock()
+		c.n[id]++
+		c.mu.Unlock()
+		if id == "cron-copied" {
+			select {
+			case <-release:
+			case <-r.Context().Done():
+			}
+		}
+		_, _ = rw.Write([]byte("ok"))
+	})
+	w.readyFunction(t, "ticked", ep, 30)
+	w.waitSeen(t, w.tenant, "ticked")
+	at := time.Now().UTC().Truncate(time.Second)
+	fire := func() {
+		w.publish(t, &msg.InvocationRequested{InvocationID: "cron-copied", Tenant: w.tenant, Namespace: w.ns, Function: "ticked",
+			Trigger: msg.TriggerCron, TriggerName: "tick", ScheduledAt: at, EnqueuedAt: time.Now().UTC(), MaxRetries: 2,
+			Request: msg.Request{Method: "POST", Path: "/", Headers: map[string][]string{"Content-Type": {"application/json"}}}})
+	}
+	fire()
+	testenv.Eventually(t, 30*time.Second, "the first copy in the function", func() (bool, string) {
+		return c.of("cron-copied") == 1, fmt.Sprintf("%d calls", c.of("cron-copied"))
+	})
+	fire()
+	// The copy is handled when only the first copy's delivery is left in
+	// the queue (unacked, its call held), or, without a claim, when it
+	// reached the function too.
+	testenv.Eventually(t, 30*time.Second, "the copy handled", func() (bool, string) {
+		n := w.queueMessages(t, msg.QueueInvocationRequest)
+		return n == 1 || c.of("cron-copied") > 1, fmt.Sprintf("%d messages in the queue, %d calls", n, c.of("cron-copied"))
+	})
+	close(release)
+	w.record(t, "cron-copied", 20*time.Second)
+	w.waitQueueDrained(t, msg.QueueInvocationRequest)
+	if n := c.of("cron-copied"); n != 1 {
+		t.Errorf("the function ran %d times; a cron fire copied while it ran ran again", n)
+	}
+}
+
+// queueMessages is how many messages queue of the world's vhost holds,
+// ready or unacked.
+func (w *world) queueMessages(t *testing.T, queue string) int {
+	t.Helper()
+	vhost := w.vhost[strings.LastIndex(w.vhost, "/")+1:]
+	out, err := exec.Command("rabbitmqctl", "list_queues", "-q", "-p", vhost, "name", "messages").CombinedOutput()
+	if err != nil {
+		t.Fatalf("list queues: %v %s", err, out)
+	}
+	for _, line := range strings.Split(string(out), "\n") {
+		if f := strings.Fields(line); len(f) == 2 && f[0] == queue {
+			n, err := strconv.Atoi(f[1])
+			if err != nil {
+				t.Fatalf("list queues: %q", line)
+			}
+			return n
+		}
+	}
+	t.Fatalf("no queue %s in the vhost: %s", queue, out)
+	return 0
+}
+
 // waitQueueDrained waits until queue of the world's vhost holds no message,
 // ready or unacked: everything in it was handled and acked.
 func (w *world) waitQueueDrained(t *testing.T, queue string) {
 	t.Helper()
-	vhost := w.vhost[strings.LastIndex(w.vhost, "/")+1:]
-	var last string
 	testenv.Eventually(t, 30*time.Second, "queue "+queue+" to drain", func() (bool, string) {
-		out, err := exec.Command("rabbitmqctl", "list_queues", "-q", "-p", vhost, "name", "messages").CombinedOutput()
-		if err != nil {
-			t.Fatalf("list queues: %v %s", err, out)
-		}
-		for _, line := range strings.Split(string(out), "\n") {
-			if f := strings.Fields(line); len(f) == 2 && f[0] == queue {
-				last = line
-				if f[1] == "0" {
-					return true, ""
-				}
-			}
-		}
-		return false, fmt.Sprintf("(name messages): %q", last)
+		n := w.queueMessages(t, queue)
+		return n == 0, fmt.Sprintf("%d messages, ready or unacked", n)
 	})
 }
 

@@ -73,7 +73,7 @@ func run(ctx context.Context, getenv func(string) string, stdout io.Writer) erro
 		Functions: watch,
 		Client: &http.Client{Transport: &http.Transport{MaxIdleConnsPerHost: 256, IdleConnTimeout: 90 * time.Second, DisableCompression: true},
 			CheckRedirect: noRedirects},
-		Publisher: pub, Recorded: history.RecordedIn(pool), Tracer: svc.Tracer, Log: svc.Log,
+		Publisher: pub, Recorded: history.RecordedIn(pool), Claim: history.ClaimIn(pool), Tracer: svc.Tracer, Log: svc.Log,
 		Records: history.NewRecords(pub, historyWriter, 256, svc.Log, svc.Registry),
 		Metrics: invoke.NewMetrics(svc.Registry), MaxInline: 4096, Results: store,
 		MaxResponseBytes: int64(cfg.MaxResponseBytes),

@@ -15,8 +15,9 @@ import (
 )
 
 // Retention deletes invocation history older than Keep, with the large
-// results those rows name in the object store, and idempotency keys past
-// their expiry (the gateway no longer honours them), every Every. It deletes in batches of Batch rows, each its own statement, so
+// results those rows name in the object store and the claims of cron
+// fires (ClaimIn) as old, and idempotency keys past their expiry (the
+// gateway no longer honours them), every Every. It deletes in batches of Batch rows, each its own statement, so
 // that no transaction holds a large part of the table; a sweep ends at the
 // first batch that is not full. Several replicas may sweep at once: a row
 // is deleted once, and the others find less to do.
@@ -76,6 +77,8 @@ func (r *Retention) Sweep(ctx context.Context) (map[string]int64, error) {
 	}{
 		{"idempotency_keys", `DELETE FROM idempotency_keys WHERE (tenant, key) IN (
 			SELECT tenant, key FROM idempotency_keys WHERE expires_at <= now() LIMIT $1)`, nil},
+		{"invocation_claims", `DELETE FROM invocation_claims WHERE id IN (
+			SELECT id FROM invocation_claims WHERE claimed_at < now() - make_interval(secs => $2) LIMIT $1)`, []any{r.Keep.Seconds()}},
 	} {
 		for {
 			tag, err := r.DB.Exec(ctx, s.sql, append([]any{r.Batch}, s.args...)...)

@@ -19,7 +19,8 @@ import (
 )
 
 // TestRetentionDeletesOldHistoryAndExpiredKeysInBatches: 25 old records
-// go in batches of 10 (three statements), recent ones and live keys stay.
+// go in batches of 10 (three statements), and 12 old claims of cron fires
+// in two; recent ones and live keys stay.
 func TestRetentionDeletesOldHistoryAndExpiredKeysInBatches(t *testing.T) {
 	db, err := migrations.Open(t.Context(), testenv.Postgres(t), true)
 	if err != nil {
@@ -34,24 +35,32 @@ func TestRetentionDeletesOldHistoryAndExpiredKeysInBatches(t *testing.T) {
 			t.Fatal(err)
 		}
 	}
+	// Cron fires' claims go with the history of their age.
+	if _, err := db.Exec(t.Context(), `INSERT INTO invocation_claims (id, claimed_at)
+		SELECT 'claim-old-' || i, now() - interval '2 hours' FROM generate_series(0, 11) AS i`); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := db.Exec(t.Context(), `INSERT INTO invocation_claims (id, claimed_at) VALUES ('claim-new', now() - interval '59 minutes')`); err != nil {
+		t.Fatal(err)
+	}
 	r := NewRetention(db, newStore(t), slog.New(slog.NewTextHandler(io.Discard, nil)), prometheus.NewRegistry(), time.Hour, time.Hour)
 	r.Batch = 10
 	got, err := r.Sweep(t.Context())
 	if err != nil {
 		t.Fatal(err)
 	}
-	if diff := cmp.Diff(map[string]int64{"invocations": 25, "idempotency_keys": 2}, got); diff != "" {
+	if diff := cmp.Diff(map[string]int64{"invocations": 25, "idempotency_keys": 2, "invocation_claims": 12}, got); diff != "" {
 		t.Errorf("deleted (-want +got):\n%s", diff)
 	}
 	var left []string
-	rows, _ := db.Query(t.Context(), `SELECT id FROM invocations UNION ALL SELECT key FROM idempotency_keys ORDER BY 1`)
+	rows, _ := db.Query(t.Context(), `SELECT id FROM invocations UNION ALL SELECT key FROM idempotency_keys UNION ALL SELECT id FROM invocation_claims ORDER BY 1`)
 	for rows.Next() {
 		var id string
 		_ = rows.Scan(&id)
 		left = append(left, id)
 	}
 	rows.Close()
-	if diff := cmp.Diff([]string{"kc", "new-0", "new-1", "new-2"}, left); diff != "" {
+	if diff := cmp.Diff([]string{"claim-new", "kc", "new-0", "new-1", "new-2"}, left); diff != "" {
 		t.Errorf("left after the sweep (-want +got):\n%s", diff)
 	}
 }

@@ -309,6 +309,21 @@ func text(s string) *string {
 	return &s
 }
 
+// ClaimIn claims an invocation id for the first delivery of a cron fire
+// (the executor's Claim): true when this delivery claimed it, false when
+// another copy of the fire did. Bounded as RecordedIn.
+func ClaimIn(db *pgxpool.Pool) func(ctx context.Context, id string) (bool, error) {
+	return func(ctx context.Context, id string) (bool, error) {
+		ctx, cancel := context.WithTimeout(ctx, storeTimeout)
+		defer cancel()
+		tag, err := db.Exec(ctx, `INSERT INTO invocation_claims (id) VALUES ($1) ON CONFLICT (id) DO NOTHING`, pgtext.Clean(id))
+		if err != nil {
+			return false, err
+		}
+		return tag.RowsAffected() == 1, nil
+	}
+}
+
 // RecordedIn tells, from the history table, whether an invocation already
 // has a record (the executor's Recorded). A lookup that PostgreSQL does not
 // answer within storeTimeout fails (the executor then runs the call): a

@@ -50,6 +50,10 @@ type ResultStore interface {
 // Recorded tells whether an invocation already has a history record.
 type Recorded func(ctx context.Context, id string) (bool, error)
 
+// Claimer claims an invocation id, and tells whether this caller did
+// (false: it was claimed already).
+type Claimer func(ctx context.Context, id string) (bool, error)
+
 // Recorder records an outcome and returns once the record is durable
 // (history.Records: group commit to PostgreSQL, or to the spool queue).
 type Recorder interface {
@@ -62,10 +66,13 @@ type Executor struct {
 	Client    *http.Client
 	Publisher Publisher
 	Recorded  Recorded
-	Records   Recorder
-	Tracer    trace.Tracer
-	Log       *slog.Logger
-	Metrics   *Metrics
+	// Claim claims an invocation id for the first delivery of a cron fire
+	// (false: another copy of the fire claimed it); nil claims nothing.
+	Claim   Claimer
+	Records Recorder
+	Tracer  trace.Tracer
+	Log     *slog.Logger
+	Metrics *Metrics
 	// MaxInline is the largest result kept in the record itself; a larger
 	// one goes to Results under objstore.PayloadKey.
 	MaxInline int
@@ -149,6 +156,21 @@ func (e *Executor) Handle(ctx context.Context, d *amqp.Delivery) error {
 	// finished and was recorded is not run again.
 	if (d.Redelivered || attempt > 1 || req.Trigger == msg.TriggerCron) && e.HasRecord(ctx, req.InvocationID) {
 		return nil
+	}
+	// The first delivery of a cron fire claims its id before the call: a
+	// copy of the fire published again by the scheduler that took it
+	// over finds it claimed, even while the first copy still runs, and is
+	// not run. A redelivery or a retry is the same copy again and runs
+	// (its claim is its own). A claim that fails (PostgreSQL is down) runs
+	// the fire: at least once.
+	if req.Trigger == msg.TriggerCron && !d.Redelivered && attempt == 1 && e.Claim != nil {
+		if claimed, err := e.Claim(ctx, req.InvocationID); err == nil && !claimed {
+			e.Log.InfoContext(ctx, "a copy of a cron fire that another delivery claimed is not run", "invocationID", req.InvocationID,
+				"tenant", req.Tenant, "function", req.Function, "trigger", req.TriggerName)
+			return nil
+		} else if err != nil {
+			e.Log.WarnContext(ctx, "cannot claim a cron fire; running it", "invocationID", req.InvocationID, "err", err)
+		}
 	}
 	if e.Slots != nil {
 		release, ok := e.Slots.Acquire(ctx, req.Tenant)
