@@ -192,8 +192,9 @@ func (w *Waker) maxPerTenant() int {
 func (w *Waker) watch(ctx context.Context, k loadreport.Key, wt *watch) {
 	tick := time.NewTicker(Poll)
 	defer tick.Stop()
+	var starting startProbes
 	for {
-		choice, err, final := w.look(ctx, k)
+		choice, err, final := w.look(ctx, k, &starting)
 		if final {
 			wt.choice, wt.err = choice, err
 			close(wt.done)
@@ -209,7 +210,7 @@ func (w *Waker) watch(ctx context.Context, k loadreport.Key, wt *watch) {
 
 // look is one look at version k: final when the version serves (and
 // answers) or no longer serves.
-func (w *Waker) look(ctx context.Context, k loadreport.Key) (versionpick.Choice, error, bool) {
+func (w *Waker) look(ctx context.Context, k loadreport.Key, starting *startProbes) (versionpick.Choice, error, bool) {
 	var fn slessv1.Function
 	err := w.Functions.Get(ctx, client.ObjectKey{Namespace: k.Namespace, Name: k.Function}, &fn, client.UnsafeDisableDeepCopy)
 	if err != nil {
@@ -234,6 +235,9 @@ func (w *Waker) look(ctx context.Context, k loadreport.Key) (versionpick.Choice,
 		// healthy, write the status and this process to read it (about
 		// 12 ms of a 175 ms wake on the local profile; docs/scaling.md).
 		// Behind a Service, only a ready pod answers.
+		if !starting.due(time.Now()) {
+			return versionpick.Choice{}, nil, false
+		}
 		pctx, cancel := context.WithTimeout(ctx, startProbeTimeout)
 		err := w.probe(pctx, sv.Endpoint)
 		cancel()
@@ -259,6 +263,31 @@ func (w *Waker) look(ctx context.Context, k loadreport.Key) (versionpick.Choice,
 // the watcher for the probe client's second.
 const startProbeTimeout = 100 * time.Millisecond
 
+// A starting version is probed at every look (Poll) for startProbeFast,
+// which covers a local process's start, then at most every
+// startProbeEvery: a pod that takes seconds to start is not dialled
+// through its Service (a DNS lookup and a connection each) 200 times a
+// second by every process that holds a call for it.
+const (
+	startProbeFast  = time.Second
+	startProbeEvery = 50 * time.Millisecond
+)
+
+// startProbes paces the probes of one starting version.
+type startProbes struct{ since, last time.Time }
+
+// due tells whether a probe is due at now, and counts it when it is.
+func (p *startProbes) due(now time.Time) bool {
+	if p.since.IsZero() {
+		p.since = now
+	}
+	if now.Sub(p.since) > startProbeFast && now.Sub(p.last) < startProbeEvery {
+		return false
+	}
+	p.last = now
+	return true
+}
+
 var probeClient = &http.Client{Timeout: time.Second}
 
 func (w *Waker) probe(ctx context.Context, endpoint string) error {
@@ -272,12 +301,15 @@ func (w *Waker) probe(ctx context.Context, endpoint string) error {
 }
 
 // Draining lists the versions of fn marked idle that still have replicas
-// (on their way to zero): what this data-plane replica acknowledges in
-// its load reports once it holds their calls (loadreport.Tracker.SetIdle).
+// on their way to zero (ServingVersion.DrainingToZero): what this
+// data-plane replica acknowledges in its load reports once it holds their
+// calls (loadreport.Tracker.SetIdle). A version whose replicas start is
+// idle with replicas too, but its calls go on its probe (look): it is not
+// acknowledged.
 func Draining(fn *slessv1.Function) []int32 {
 	var out []int32
 	for _, sv := range fn.Status.Serving {
-		if sv.Idle && sv.DesiredReplicas > 0 {
+		if sv.DrainingToZero() {
 			out = append(out, sv.Number)
 		}
 	}

@@ -293,3 +293,44 @@ func is503(err error) bool {
 	var e *versionpick.Error
 	return errors.As(err, &e) && e.Status == http.StatusServiceUnavailable && e.RetryAfter > 0
 }
+
+// TestStartingVersionsAreProbedFastThenPaced: every look for the first
+// second of a start, then at most every startProbeEvery.
+func TestStartingVersionsAreProbedFastThenPaced(t *testing.T) {
+	var p startProbes
+	t0 := time.Date(2026, 12, 7, 12, 0, 0, 0, time.UTC)
+	for _, c := range []struct {
+		at  time.Duration
+		due bool
+	}{
+		{0, true}, {Poll, true}, {2 * Poll, true}, {startProbeFast, true},
+		{startProbeFast + Poll, false}, // within startProbeEvery of the last
+		{startProbeFast + startProbeEvery, true},
+		{startProbeFast + startProbeEvery + Poll, false},
+		{startProbeFast + 2*startProbeEvery, true},
+	} {
+		if got := p.due(t0.Add(c.at)); got != c.due {
+			t.Errorf("at %v: due %v, want %v", c.at, got, c.due)
+		}
+	}
+}
+
+// TestOnlyAVersionOnItsWayToZeroIsAcknowledged: the drain handshake's
+// acknowledgement (Draining) lists a version marked DrainingToZero, not
+// one whose replicas start, nor one at zero.
+func TestOnlyAVersionOnItsWayToZeroIsAcknowledged(t *testing.T) {
+	fn := &slessv1.Function{Status: slessv1.FunctionStatus{Serving: []slessv1.ServingVersion{
+		{Number: 1, Idle: true, DesiredReplicas: 1, ScalingReason: slessv1.ScalingReasonDrainingToZero, Endpoint: "http://a"},
+		{Number: 2, Idle: true, DesiredReplicas: 1, ScalingReason: "ColdStartGuard", Endpoint: "http://b"},
+		{Number: 3, Idle: true, ScalingReason: "ScaledToZero", Endpoint: "http://c"},
+		{Number: 4, Ready: true, DesiredReplicas: 1, ScalingReason: "Load", Endpoint: "http://d"},
+	}}}
+	if got := Draining(fn); len(got) != 1 || got[0] != 1 {
+		t.Errorf("acknowledged %v, want [1]", got)
+	}
+	for i, want := range []bool{false, true, false, false} {
+		if got := fn.Status.Serving[i].Starting(); got != want {
+			t.Errorf("version %d: Starting %v, want %v", i+1, got, want)
+		}
+	}
+}

@@ -389,7 +389,7 @@ func TestRedeliveryOfRecordedInvocationDoesNotRunAgain(t *testing.T) {
 // over publishes it again when its first scheduler died after the broker's
 // confirm, before marking it fired) is not run again once the first copy
 // was recorded; it is not a redelivery for the broker. (A copy that comes
-// while the first still runs does run: docs/decisions.md.)
+// while the first still runs: TestACronFireCopiedWhileItRunsRunsOnce.)
 func TestRepublishedCronFireDoesNotRunAgain(t *testing.T) {
 	w := newWorld(t)
 	calls, ep := callCounter(t, 0)
@@ -442,19 +442,65 @@ func TestACronFireCopiedWhileItRunsRunsOnce(t *testing.T) {
 	testenv.Eventually(t, 30*time.Second, "the first copy in the function", func() (bool, string) {
 		return c.of("cron-copied") == 1, fmt.Sprintf("%d calls", c.of("cron-copied"))
 	})
+	dropped := func() float64 { return metric(t, w.env["SLESS_OPS_ADDR"], "sless_invoker_cron_copies_dropped_total") }
+	before := dropped()
 	fire()
-	// The copy is handled when only the first copy's delivery is left in
-	// the queue (unacked, its call held), or, without a claim, when it
-	// reached the function too.
+	// The copy is handled when it was dropped, or, without a claim, when
+	// it reached the function too.
 	testenv.Eventually(t, 30*time.Second, "the copy handled", func() (bool, string) {
-		n := w.queueMessages(t, msg.QueueInvocationRequest)
-		return n == 1 || c.of("cron-copied") > 1, fmt.Sprintf("%d messages in the queue, %d calls", n, c.of("cron-copied"))
+		return dropped() > before || c.of("cron-copied") > 1, fmt.Sprintf("%v copies dropped, %d calls", dropped()-before, c.of("cron-copied"))
 	})
 	close(release)
 	w.record(t, "cron-copied", 20*time.Second)
 	w.waitQueueDrained(t, msg.QueueInvocationRequest)
 	if n := c.of("cron-copied"); n != 1 {
 		t.Errorf("the function ran %d times; a cron fire copied while it ran ran again", n)
+	}
+}
+
+// TestACronFireDeferredByItsTenantsCapRunsOnce: a cron fire that finds
+// its tenant at its cap of calls in flight goes back to the broker as
+// attempt 1, not redelivered, and comes back as a new delivery; it is not
+// taken for a copy of itself, and runs once when the slot frees.
+func TestACronFireDeferredByItsTenantsCapRunsOnce(t *testing.T) {
+	// Four slots: a tenant's cap is one call in flight.
+	w := newWorld(t, "SLESS_INVOKER_CONCURRENCY", "4")
+	c := &calls{n: map[string]int{}}
+	release := make(chan struct{})
+	ep := serveFunction(t, func(rw http.ResponseWriter, r *http.Request) {
+		id := r.Header.Get(headers.InvocationID)
+		c.mu.Lock()
+		c.n[id]++
+		c.mu.Unlock()
+		if id == "holder" {
+			select {
+			case <-release:
+			case <-r.Context().Done():
+			}
+		}
+		_, _ = rw.Write([]byte("ok"))
+	})
+	w.readyFunction(t, "fx", ep, 30)
+	w.waitSeen(t, w.tenant, "fx")
+	w.request(t, "holder", "fx", "/", 0, "")
+	testenv.Eventually(t, 30*time.Second, "the holder in the function", func() (bool, string) {
+		return c.of("holder") == 1, fmt.Sprintf("%d calls", c.of("holder"))
+	})
+	deferrals := func() float64 { return metric(t, w.env["SLESS_OPS_ADDR"], "sless_invoker_tenant_deferrals_total") }
+	before := deferrals()
+	w.publish(t, &msg.InvocationRequested{InvocationID: "cron-deferred", Tenant: w.tenant, Namespace: w.ns, Function: "fx",
+		Trigger: msg.TriggerCron, TriggerName: "tick", ScheduledAt: time.Now().UTC().Truncate(time.Second), EnqueuedAt: time.Now().UTC(),
+		Request: msg.Request{Method: "POST", Path: "/", Headers: map[string][]string{"Content-Type": {"application/json"}}}})
+	testenv.Eventually(t, 30*time.Second, "the fire deferred twice", func() (bool, string) {
+		return deferrals() >= before+2, fmt.Sprintf("%v deferrals", deferrals()-before)
+	})
+	close(release)
+	w.record(t, "cron-deferred", 30*time.Second)
+	if n := c.of("cron-deferred"); n != 1 {
+		t.Errorf("the deferred cron fire ran %d times, want once", n)
+	}
+	if n := metric(t, w.env["SLESS_OPS_ADDR"], "sless_invoker_cron_copies_dropped_total"); n != 0 {
+		t.Errorf("%v cron fires dropped as copies; the fire was deferred, not copied", n)
 	}
 }
 

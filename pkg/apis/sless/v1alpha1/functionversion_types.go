@@ -189,3 +189,10 @@ const ScalingReasonDrainingToZero = "DrainingToZero"
 func (sv *ServingVersion) Starting() bool {
 	return sv.Idle && sv.DesiredReplicas > 0 && sv.ScalingReason != ScalingReasonDrainingToZero && sv.Endpoint != ""
 }
+
+// DrainingToZero tells whether the version is marked idle on its way to
+// zero while its replicas still run: what a data-plane replica that holds
+// its calls acknowledges (the scale-to-zero handshake).
+func (sv *ServingVersion) DrainingToZero() bool {
+	return sv.Idle && sv.DesiredReplicas > 0 && sv.ScalingReason == ScalingReasonDrainingToZero
+}

@@ -104,9 +104,12 @@ type Metrics struct {
 	retries     prometheus.Counter
 	deadLetters prometheus.Counter
 	deferred    prometheus.Counter
-	resultsLost prometheus.Counter
-	coldStarts  prometheus.Counter
-	preWarm     *prometheus.CounterVec
+	// copiesDropped counts cron fires acked without a call: another
+	// delivery of the same fire had claimed it.
+	copiesDropped prometheus.Counter
+	resultsLost   prometheus.Counter
+	coldStarts    prometheus.Counter
+	preWarm       *prometheus.CounterVec
 }
 
 // NewMetrics registers the invoker metrics on reg.
@@ -123,6 +126,8 @@ func NewMetrics(reg prometheus.Registerer) *Metrics {
 			Help: "Invocations dead-lettered after their last attempt."}),
 		deferred: prometheus.NewCounter(prometheus.CounterOpts{Name: "sless_invoker_tenant_deferrals_total",
 			Help: "Invocations sent back to the broker because their tenant had its cap of calls in flight."}),
+		copiesDropped: prometheus.NewCounter(prometheus.CounterOpts{Name: "sless_invoker_cron_copies_dropped_total",
+			Help: "Copies of cron fires acked without a call: another delivery of the fire had claimed it (a fire published again by the scheduler that took it over)."}),
 		resultsLost: prometheus.NewCounter(prometheus.CounterOpts{Name: "sless_invoker_results_not_stored_total",
 			Help: "Results over the inline limit that the object store did not take."}),
 		coldStarts: prometheus.NewCounter(prometheus.CounterOpts{Name: "sless_invoker_cold_starts_total",
@@ -133,7 +138,7 @@ func NewMetrics(reg prometheus.Registerer) *Metrics {
 	}
 	m.preWarm.WithLabelValues("hit")
 	m.preWarm.WithLabelValues("miss")
-	reg.MustRegister(m.invocations, m.duration, m.queueLag, m.retries, m.deadLetters, m.deferred, m.resultsLost, m.coldStarts, m.preWarm)
+	reg.MustRegister(m.invocations, m.duration, m.queueLag, m.retries, m.deadLetters, m.deferred, m.copiesDropped, m.resultsLost, m.coldStarts, m.preWarm)
 	return m
 }
 
@@ -157,21 +162,6 @@ func (e *Executor) Handle(ctx context.Context, d *amqp.Delivery) error {
 	if (d.Redelivered || attempt > 1 || req.Trigger == msg.TriggerCron) && e.HasRecord(ctx, req.InvocationID) {
 		return nil
 	}
-	// The first delivery of a cron fire claims its id before the call: a
-	// copy of the fire published again by the scheduler that took it
-	// over finds it claimed, even while the first copy still runs, and is
-	// not run. A redelivery or a retry is the same copy again and runs
-	// (its claim is its own). A claim that fails (PostgreSQL is down) runs
-	// the fire: at least once.
-	if req.Trigger == msg.TriggerCron && !d.Redelivered && attempt == 1 && e.Claim != nil {
-		if claimed, err := e.Claim(ctx, req.InvocationID); err == nil && !claimed {
-			e.Log.InfoContext(ctx, "a copy of a cron fire that another delivery claimed is not run", "invocationID", req.InvocationID,
-				"tenant", req.Tenant, "function", req.Function, "trigger", req.TriggerName)
-			return nil
-		} else if err != nil {
-			e.Log.WarnContext(ctx, "cannot claim a cron fire; running it", "invocationID", req.InvocationID, "err", err)
-		}
-	}
 	if e.Slots != nil {
 		release, ok := e.Slots.Acquire(ctx, req.Tenant)
 		if !ok {
@@ -179,6 +169,24 @@ func (e *Executor) Handle(ctx context.Context, d *amqp.Delivery) error {
 			return rabbit.Defer(fmt.Errorf("tenant %s has its cap of calls in flight", req.Tenant))
 		}
 		defer release()
+	}
+	// The first delivery of a cron fire claims its id before the call: a
+	// copy of the fire published again by the scheduler that took it
+	// over finds it claimed, even while the first copy still runs, and is
+	// not run. A redelivery or a retry is the same copy again and runs
+	// (its claim is its own). The claim comes after the tenant's slot: a
+	// deferral republishes the delivery as attempt 1, not redelivered,
+	// and it must not find its own claim. A claim that fails (PostgreSQL
+	// is down) runs the fire: at least once.
+	if req.Trigger == msg.TriggerCron && !d.Redelivered && attempt == 1 && e.Claim != nil {
+		if claimed, err := e.Claim(ctx, req.InvocationID); err == nil && !claimed {
+			e.Metrics.copiesDropped.Inc()
+			e.Log.InfoContext(ctx, "a copy of a cron fire that another delivery claimed is not run", "invocationID", req.InvocationID,
+				"tenant", req.Tenant, "function", req.Function, "trigger", req.TriggerName)
+			return nil
+		} else if err != nil {
+			e.Log.WarnContext(ctx, "cannot claim a cron fire; running it", "invocationID", req.InvocationID, "err", err)
+		}
 	}
 	rec, retryable := e.Attempt(ctx, d, &req, attempt)
 	return e.Conclude(ctx, &req, rec, attempt, retryable)
