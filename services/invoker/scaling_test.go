@@ -104,10 +104,13 @@ func TestAQueuedCallWaitsForItsVersionToWake(t *testing.T) {
 			t.Fatal(err)
 		}
 	}
-	// Marked idle with its replica still there (on its way to zero): the
-	// invoker acknowledges the mark in its reports, which also shows its
-	// cache has the status before the call is sent.
-	serve(slessv1.ServingVersion{Number: 1, Percent: 100, Idle: true, DesiredReplicas: 1, Endpoint: endpoint})
+	// Marked idle with its replica still there (on its way to zero, as the
+	// operator writes it: DrainingToZero): the invoker acknowledges the
+	// mark in its reports, which also shows its cache has the status
+	// before the call is sent. The replica answers, but a version on its
+	// way to zero holds its calls.
+	serve(slessv1.ServingVersion{Number: 1, Percent: 100, Idle: true, DesiredReplicas: 1,
+		ScalingReason: slessv1.ScalingReasonDrainingToZero, Endpoint: endpoint})
 	awaitReport(t, reports, "a report acknowledging the idle mark", func(r *msg.LoadReported) bool {
 		for _, i := range r.Idle {
 			if i.Namespace == w.ns && i.Function == "sleepy" && i.Version == 1 {
