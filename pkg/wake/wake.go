@@ -229,7 +229,9 @@ func (w *Waker) look(ctx context.Context, k loadreport.Key, starting *startProbe
 		return versionpick.Choice{}, &versionpick.Error{Status: http.StatusServiceUnavailable, RetryAfter: versionpick.RetryAfter,
 			Detail: fmt.Sprintf("version %d of function %s stopped serving while it started; try again", k.Version, k.Function)}, true
 	}
-	if sv.Starting() {
+	probeCtx := ctx
+	switch {
+	case sv.Starting():
 		// Its replicas start: the call goes once one answers at the
 		// version's address, without waiting for the operator to see it
 		// healthy, write the status and this process to read it (about
@@ -238,23 +240,17 @@ func (w *Waker) look(ctx context.Context, k loadreport.Key, starting *startProbe
 		if !starting.due(time.Now()) {
 			return versionpick.Choice{}, nil, false
 		}
-		pctx, cancel := context.WithTimeout(ctx, startProbeTimeout)
-		err := w.probe(pctx, sv.Endpoint)
-		cancel()
-		if err != nil {
-			return versionpick.Choice{}, nil, false
-		}
-		c, _ := versionpick.Serving(&fn, k.Version)
-		c.Wake = false
-		return c, nil, true
-	}
-	if !sv.Ready || sv.Idle || sv.Endpoint == "" {
+		var cancel context.CancelFunc
+		probeCtx, cancel = context.WithTimeout(ctx, startProbeTimeout)
+		defer cancel()
+	case !sv.Ready || sv.Idle || sv.Endpoint == "":
 		return versionpick.Choice{}, nil, false
 	}
-	if err := w.probe(ctx, sv.Endpoint); err != nil {
+	if err := w.probe(probeCtx, sv.Endpoint); err != nil {
 		return versionpick.Choice{}, nil, false
 	}
 	c, _ := versionpick.Serving(&fn, k.Version)
+	c.Wake = false // a starting version is idle in the status still: its replica answered
 	return c, nil, true
 }
 

@@ -92,31 +92,14 @@ func TestACallWaitsForAReadyVersionThatAnswers(t *testing.T) {
 	}
 
 	const calls = 5
-	type result struct {
-		c   versionpick.Choice
-		err error
-	}
-	results := make(chan result, calls)
-	for range calls {
-		go func() {
-			c, err := w.Wait(t.Context(), fn, choice, 100)
-			results <- result{c, err}
-		}()
-	}
+	results := waitAll(t.Context(), w, fn, choice, calls)
 	testenv.Eventually(t, time.Minute, "every call waiting", func() (bool, string) { return w.Waiting() == calls, fmt.Sprintf("%d calls waiting", w.Waiting()) })
 	if got := load.Snapshot(time.Now()); len(got) != 1 || got[0].Buffered != calls {
 		t.Errorf("the tracker counts %+v; want %d buffered", got, calls)
 	}
 
 	// Ready in the status, but the runtime does not answer yet.
-	setServing(t, c, fn, slessv1.ServingVersion{Number: 1, Percent: 100, Ready: true, Endpoint: rt.srv.URL})
-	testenv.Eventually(t, time.Minute, "three failed probes", func() (bool, string) { return rt.probes.Load() >= 3, fmt.Sprintf("%d probes", rt.probes.Load()) })
-	select {
-	case r := <-results:
-		t.Fatalf("a call went on before the runtime answered: %+v", r)
-	default:
-	}
-	rt.up.Store(true)
+	answerAfterProbes(t, c, fn, rt, results, slessv1.ServingVersion{Number: 1, Percent: 100, Ready: true, Endpoint: rt.srv.URL})
 	for range calls {
 		r := <-results
 		if r.err != nil || r.c.Number != 1 || r.c.Endpoint != rt.srv.URL || r.c.Wake {
@@ -145,13 +128,34 @@ type waited struct {
 	err error
 }
 
-// waitOne starts one call's wait and returns where its end comes.
-func waitOne(ctx context.Context, w *Waker, fn *slessv1.Function, choice versionpick.Choice) <-chan waited {
-	out := make(chan waited, 1)
-	go func() {
-		c, err := w.Wait(ctx, fn, choice, 100)
-		out <- waited{c, err}
-	}()
+// answerAfterProbes sets version sv in the status, waits for three probes
+// of the runtime, which does not answer yet, checks that no waiting call
+// went on, and then has the runtime answer.
+func answerAfterProbes(t *testing.T, c client.Client, fn *slessv1.Function, rt *runtime, waits <-chan waited, sv slessv1.ServingVersion) {
+	t.Helper()
+	before := rt.probes.Load()
+	setServing(t, c, fn, sv)
+	testenv.Eventually(t, time.Minute, "three failed probes", func() (bool, string) {
+		return rt.probes.Load() >= before+3, fmt.Sprintf("%d probes", rt.probes.Load()-before)
+	})
+	select {
+	case r := <-waits:
+		t.Fatalf("a call went on before the runtime answered: %+v, %v", r.c, r.err)
+	default:
+	}
+	rt.up.Store(true)
+}
+
+// waitAll starts n calls' waits (at most 100 buffered) and returns where
+// their ends come.
+func waitAll(ctx context.Context, w *Waker, fn *slessv1.Function, choice versionpick.Choice, n int) <-chan waited {
+	out := make(chan waited, n)
+	for range n {
+		go func() {
+			c, err := w.Wait(ctx, fn, choice, 100)
+			out <- waited{c, err}
+		}()
+	}
 	return out
 }
 
@@ -169,20 +173,13 @@ func TestACallGoesToAStartingVersionOnceItAnswers(t *testing.T) {
 	if err != nil || !choice.Wake {
 		t.Fatalf("the idle version is chosen to wake: %+v, %v", choice, err)
 	}
-	done := waitOne(t.Context(), w, fn, choice)
+	done := waitAll(t.Context(), w, fn, choice, 1)
 	testenv.Eventually(t, time.Minute, "three looks at the version at zero", func() (bool, string) { return reads.n.Load() >= 3, fmt.Sprintf("%d looks", reads.n.Load()) })
 	if n := rt.probes.Load(); n != 0 {
 		t.Errorf("a version at zero was probed %d times", n)
 	}
 
-	setServing(t, c, fn, slessv1.ServingVersion{Number: 1, Percent: 100, Idle: true, DesiredReplicas: 1, ScalingReason: "ColdStartGuard", Endpoint: rt.srv.URL})
-	testenv.Eventually(t, time.Minute, "three probes of the starting runtime", func() (bool, string) { return rt.probes.Load() >= 3, fmt.Sprintf("%d probes", rt.probes.Load()) })
-	select {
-	case got := <-done:
-		t.Fatalf("the call went on before the runtime answered: %+v", got)
-	default:
-	}
-	rt.up.Store(true)
+	answerAfterProbes(t, c, fn, rt, done, slessv1.ServingVersion{Number: 1, Percent: 100, Idle: true, DesiredReplicas: 1, ScalingReason: "ColdStartGuard", Endpoint: rt.srv.URL})
 	select {
 	case got := <-done:
 		if got.err != nil || got.c.Number != 1 || got.c.Endpoint != rt.srv.URL || got.c.Wake {
@@ -209,7 +206,7 @@ func TestADrainingVersionHoldsItsCalls(t *testing.T) {
 	reads := &gets{Reader: c}
 	w := &Waker{Functions: reads}
 	ctx, cancel := context.WithCancel(t.Context())
-	result := waitOne(ctx, w, fn, versionpick.Choice{Number: 1, Endpoint: rt.srv.URL, Wake: true})
+	result := waitAll(ctx, w, fn, versionpick.Choice{Number: 1, Endpoint: rt.srv.URL, Wake: true}, 1)
 	testenv.Eventually(t, time.Minute, "five looks at the draining version", func() (bool, string) { return reads.n.Load() >= 5, fmt.Sprintf("%d looks", reads.n.Load()) })
 	select {
 	case got := <-result:

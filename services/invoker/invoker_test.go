@@ -501,35 +501,17 @@ func TestACronFireDeferredByItsTenantsCapRunsOnce(t *testing.T) {
 	}
 }
 
-// queueMessages is how many messages queue of the world's vhost holds,
-// ready or unacked.
-func (w *world) queueMessages(t *testing.T, queue string) int {
-	t.Helper()
-	vhost := w.vhost[strings.LastIndex(w.vhost, "/")+1:]
-	out, err := exec.Command("rabbitmqctl", "list_queues", "-q", "-p", vhost, "name", "messages").CombinedOutput()
-	if err != nil {
-		t.Fatalf("list queues: %v %s", err, out)
-	}
-	for _, line := range strings.Split(string(out), "\n") {
-		if f := strings.Fields(line); len(f) == 2 && f[0] == queue {
-			n, err := strconv.Atoi(f[1])
-			if err != nil {
-				t.Fatalf("list queues: %q", line)
-			}
-			return n
-		}
-	}
-	t.Fatalf("no queue %s in the vhost: %s", queue, out)
-	return 0
-}
-
 // waitQueueDrained waits until queue of the world's vhost holds no message,
 // ready or unacked: everything in it was handled and acked.
 func (w *world) waitQueueDrained(t *testing.T, queue string) {
 	t.Helper()
+	vhost := w.vhost[strings.LastIndex(w.vhost, "/")+1:]
 	testenv.Eventually(t, 30*time.Second, "queue "+queue+" to drain", func() (bool, string) {
-		n := w.queueMessages(t, queue)
-		return n == 0, fmt.Sprintf("%d messages, ready or unacked", n)
+		n, ok := queueCounts(t, vhost)[queue]
+		if !ok {
+			t.Fatalf("no queue %s in vhost %s", queue, vhost)
+		}
+		return n == [2]int{}, fmt.Sprintf("%d ready, %d unacked", n[0], n[1])
 	})
 }
 

@@ -187,12 +187,16 @@ const ScalingReasonDrainingToZero = "DrainingToZero"
 // on its way to zero is idle with replicas too, but not starting: its
 // calls stay held.
 func (sv *ServingVersion) Starting() bool {
-	return sv.Idle && sv.DesiredReplicas > 0 && sv.ScalingReason != ScalingReasonDrainingToZero && sv.Endpoint != ""
+	return sv.idleWithReplicas() && sv.ScalingReason != ScalingReasonDrainingToZero && sv.Endpoint != ""
 }
 
 // DrainingToZero tells whether the version is marked idle on its way to
 // zero while its replicas still run: what a data-plane replica that holds
 // its calls acknowledges (the scale-to-zero handshake).
 func (sv *ServingVersion) DrainingToZero() bool {
-	return sv.Idle && sv.DesiredReplicas > 0 && sv.ScalingReason == ScalingReasonDrainingToZero
+	return sv.idleWithReplicas() && sv.ScalingReason == ScalingReasonDrainingToZero
 }
+
+// idleWithReplicas: marked idle while the scaler wants replicas, which is
+// a start or a drain; the scaling reason tells them apart.
+func (sv *ServingVersion) idleWithReplicas() bool { return sv.Idle && sv.DesiredReplicas > 0 }
