@@ -192,6 +192,10 @@ func TestConsoleInChromium(t *testing.T) {
 		chromedp.WaitVisible(chromedp.CSS(`form[action="/ui/dead-letters/`+failedID+`/replay"] button`)))
 	b.Do(t, "replay the dead letter", chromedp.Click(chromedp.CSS(`form[action="/ui/dead-letters/`+failedID+`/replay"] button`)),
 		chromedp.WaitVisible(chromedp.ID("d-function")))
+	// The replay redirects to the list of replayed dead letters. The list
+	// it was clicked on has #d-function too: wait for the redirect's page
+	// to have loaded, or the next navigation aborts it (net::ERR_ABORTED).
+	waitForPage(t, b, "the list of replayed dead letters", `location.search.includes("replayed=true") && document.readyState === "complete"`)
 	testenv.Eventually(t, 30*time.Second, "the dead letter replayed", func() (bool, string) {
 		d := p.json(t, "GET", "/v1/tenants/webui/dead-letters/"+failedID, tok, nil, 200)
 		return d["replay_invocation_id"] != nil, fmt.Sprint(d)
@@ -204,10 +208,7 @@ func TestConsoleInChromium(t *testing.T) {
 	screenshots(t, b, "invocation-failed")
 	b.Do(t, "replay with edits", chromedp.Click(chromedp.CSS(`details.replay-edit summary`)), chromedp.WaitVisible(chromedp.ID("r-body")),
 		chromedp.SetValue(chromedp.ID("r-body"), `{"edited":true}`), chromedp.Submit(chromedp.ID("r-body")))
-	testenv.Eventually(t, 60*time.Second, "the link to the replay", func() (bool, string) {
-		found := browser.Get(t, b, "replay link", chromedp.Evaluate[bool](`document.querySelector(".replayed-id") !== null`))
-		return found, browser.Get(t, b, "location", chromedp.Location()) + ": " + tail(browser.Get(t, b, "main", chromedp.Text(chromedp.CSS("main"))), 12)
-	})
+	waitForPage(t, b, "the link to the replay", `document.querySelector(".replayed-id") !== null`)
 	replayID := browser.Get(t, b, "replay id", chromedp.Text(chromedp.CSS(".replayed-id")))
 	var replay map[string]any
 	testenv.Eventually(t, 60*time.Second, "the record of the replay "+replayID, func() (bool, string) {
@@ -301,4 +302,23 @@ func TestConsoleInChromium(t *testing.T) {
 	if r := p.do(t, "GET", "/v1/tenants/webui", issuedTok, "", nil); r.status != 401 {
 		t.Errorf("the revoked token: %s, want 401", r.String())
 	}
+}
+
+// waitForPage waits, within a minute, until expr is true on the page,
+// across a navigation under way: a script evaluated while the page
+// navigates fails ("Cannot find context", "Inspected target navigated")
+// and is tried again. It prints the last error and the location when it
+// gives up.
+func waitForPage(t *testing.T, b *browser.Browser, what, expr string) {
+	t.Helper()
+	testenv.Eventually(t, time.Minute, what, func() (bool, string) {
+		ctx, cancel := context.WithTimeout(b.Context(), 10*time.Second)
+		defer cancel()
+		ok, err := chromedp.Run(ctx, chromedp.Evaluate[bool](expr))
+		loc, _ := chromedp.Run(ctx, chromedp.Location())
+		if err != nil {
+			return false, fmt.Sprintf("%v (at %s)", err, loc)
+		}
+		return ok, "at " + loc
+	})
 }
