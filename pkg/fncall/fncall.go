@@ -80,8 +80,12 @@ func NewRequest(ctx context.Context, prop propagation.TextMapPropagator, r Reque
 	if body == nil || r.ContentLength == 0 {
 		body = http.NoBody
 	}
+	// A body in a bytes.Reader is made replayable here as
+	// http.NewRequestWithContext would; the other readers whose length it
+	// reads take its way.
+	inMemory, _ := body.(*bytes.Reader)
 	var u *url.URL
-	if headers.StandardMethod(method) && !knownLength(body) {
+	if headers.StandardMethod(method) && (inMemory != nil || !knownLength(body)) {
 		u = r.URLs.join(r.Endpoint, path, r.Query)
 	}
 	var out *http.Request
@@ -97,6 +101,10 @@ func NewRequest(ctx context.Context, prop propagation.TextMapPropagator, r Reque
 			h = make(http.Header)
 		}
 		req := http.Request{Method: method, URL: u, Proto: "HTTP/1.1", ProtoMajor: 1, ProtoMinor: 1, Header: h, Body: rc, Host: u.Host}
+		if inMemory != nil {
+			at := *inMemory
+			req.GetBody = func() (io.ReadCloser, error) { again := at; return io.NopCloser(&again), nil }
+		}
 		out = req.WithContext(ctx)
 	} else {
 		target := r.Endpoint + path

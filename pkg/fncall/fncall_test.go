@@ -1,6 +1,7 @@
 package fncall
 
 import (
+	"bytes"
 	"context"
 	"fmt"
 	"io"
@@ -177,6 +178,33 @@ func TestNewRequestWithURLsAsParsed(t *testing.T) {
 	for _, k := range []string{headers.InvocationID, headers.Trigger} {
 		if http.CanonicalHeaderKey(k) != k {
 			t.Errorf("%s is not canonical: NewRequest sets it as it is", k)
+		}
+	}
+}
+
+// TestABodyInMemoryIsReplayable: a body in a bytes.Reader makes a request
+// the transport can send again (GetBody), on either way NewRequest builds
+// it, and each copy reads the whole body.
+func TestABodyInMemoryIsReplayable(t *testing.T) {
+	for _, urls := range []*URLs{nil, {}} {
+		body := bytes.NewReader([]byte(`{"n":1}`))
+		out, err := NewRequest(context.Background(), propagation.TraceContext{}, Request{Endpoint: "http://f:8080", Path: "/", Body: body,
+			ContentLength: 7, InvocationID: "id", Trigger: msg.TriggerHTTP, URLs: urls})
+		if err != nil {
+			t.Fatal(err)
+		}
+		if out.GetBody == nil || out.ContentLength != 7 {
+			t.Fatalf("URLs %v: GetBody %v, length %d; want a replayable body of 7 bytes", urls != nil, out.GetBody != nil, out.ContentLength)
+		}
+		first, _ := io.ReadAll(out.Body)
+		for range 2 {
+			again, err := out.GetBody()
+			if err != nil {
+				t.Fatal(err)
+			}
+			if b, _ := io.ReadAll(again); string(b) != `{"n":1}` || string(first) != `{"n":1}` {
+				t.Fatalf("URLs %v: the body read %q, then %q again", urls != nil, first, b)
+			}
 		}
 	}
 }

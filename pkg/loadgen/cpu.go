@@ -7,7 +7,9 @@ import (
 	"path/filepath"
 	"runtime"
 	"strconv"
+	"slices"
 	"strings"
+	"sync"
 	"time"
 )
 
@@ -24,15 +26,30 @@ const (
 	CPUSelf     = "test process" // the benchmark's own process: the service run in it, the baseline, the load generator, the function
 )
 
+// watched are the processes of a benchmark's own (a service or a baseline
+// it runs apart from the load generator), by the group name they are read
+// under.
+var watched sync.Map // name -> pid
+
+// Watch reads process pid's CPU under name in every sample until the
+// returned function is called: a service or a baseline that a benchmark
+// runs in a process of its own, so that its CPU per request is its own.
+func Watch(name string, pid int) (forget func()) {
+	watched.Store(name, pid)
+	return func() { watched.Delete(name) }
+}
+
 // clockTick is USER_HZ, the unit of /proc/<pid>/stat's times (100 on
 // Linux).
 const clockTick = 100
 
-// SampleCPU reads the CPU time spent so far by the broker, PostgreSQL and
-// this process. A group it cannot read is absent.
+// SampleCPU reads the CPU time spent so far by the broker, PostgreSQL,
+// this process and the watched ones. A group it cannot read is absent.
 func SampleCPU() CPU {
 	c := CPU{}
 	self := os.Getpid()
+	names := map[int]string{}
+	watched.Range(func(k, v any) bool { names[v.(int)] = k.(string); return true })
 	pids, _ := filepath.Glob("/proc/[0-9]*/stat")
 	for _, path := range pids {
 		raw, err := os.ReadFile(path)
@@ -48,6 +65,8 @@ func SampleCPU() CPU {
 		switch {
 		case pid == self:
 			c[CPUSelf] += own
+		case names[pid] != "":
+			c[names[pid]] += own
 		case comm == "beam.smp":
 			c[CPUBroker] += own
 		case comm == "postgres" || comm == "postmaster":
@@ -106,7 +125,15 @@ func (c CPU) PerRequest(requests int) string {
 	}
 	var parts []string
 	var total time.Duration
-	for _, k := range []string{CPUBroker, CPUPostgres, CPUSelf} {
+	groups := []string{CPUBroker, CPUPostgres, CPUSelf}
+	var own []string
+	for k := range c {
+		if !slices.Contains(groups, k) {
+			own = append(own, k)
+		}
+	}
+	slices.Sort(own)
+	for _, k := range append(groups, own...) {
 		if v, ok := c[k]; ok {
 			parts = append(parts, fmt.Sprintf("%s %.0f", k, float64(v.Microseconds())/float64(requests)))
 			total += v

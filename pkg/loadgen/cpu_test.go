@@ -1,6 +1,7 @@
 package loadgen
 
 import (
+	"os/exec"
 	"strings"
 	"testing"
 	"time"
@@ -38,5 +39,32 @@ func TestSampleCPUCountsThisProcess(t *testing.T) {
 	}
 	if r := Merge(Result{Requests: 1, CPU: CPU{CPUSelf: time.Second}}, Result{Requests: 1, CPU: CPU{CPUSelf: time.Second}}); r.CPU[CPUSelf] != 2*time.Second {
 		t.Fatalf("Merge added the CPU as %v", r.CPU)
+	}
+}
+
+// TestSampleCPUCountsAWatchedProcess: a process the benchmark runs apart
+// (a busy shell here) is read under its name while watched, and not
+// after.
+func TestSampleCPUCountsAWatchedProcess(t *testing.T) {
+	cmd := exec.Command("sh", "-c", "while :; do :; done")
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	defer func() { _ = cmd.Process.Kill(); _ = cmd.Wait() }()
+	forget := Watch("busy", cmd.Process.Pid)
+	before := SampleCPU()
+	deadline := time.Now().Add(time.Minute)
+	for SampleCPU().Sub(before)["busy"] == 0 {
+		if time.Now().After(deadline) {
+			t.Fatalf("no CPU of the watched process within a minute: %v", SampleCPU())
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+	if got := SampleCPU().Sub(before).PerRequest(1); !strings.Contains(got, "busy ") {
+		t.Fatalf("PerRequest does not name the watched process: %q", got)
+	}
+	forget()
+	if _, ok := SampleCPU()["busy"]; ok {
+		t.Fatal("a forgotten process is still read")
 	}
 }

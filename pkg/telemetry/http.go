@@ -1,6 +1,7 @@
 package telemetry
 
 import (
+	"context"
 	"net/http"
 	"strconv"
 	"sync"
@@ -77,43 +78,82 @@ var serverSpan = trace.WithSpanKind(trace.SpanKindServer)
 // the router's pattern; it is called after the handler ran.
 type RouteFunc func(*http.Request) string
 
-// Middleware records a server span (continuing an incoming traceparent) and
-// the request metrics around next.
+// Server is the request telemetry of one service's HTTP server: a server
+// span per request (continuing an incoming traceparent) and the request
+// metrics. Middleware applies it around a handler; a handler served
+// outside the router (the gateway's invoke route) calls Begin and End
+// itself, with the Exchange in its own per-request value.
+type Server struct {
+	Tracer  trace.Tracer
+	Prop    propagation.TextMapPropagator
+	Metrics *HTTPMetrics
+}
+
+// Exchange is the telemetry of one request while it is served: its span,
+// and its status and size as the handler writes them.
+type Exchange struct {
+	sw        statusWriter
+	start     time.Time
+	method    string
+	span      trace.Span
+	recording bool
+	traceID   [1]string // the X-Trace-Id header's value, set without a slice of its own
+}
+
+// Begin starts x for r: the span (its trace id in X-Trace-Id, so that the
+// caller can look its request up in the traces backend) and the clock. It
+// returns the context that carries the span and the writer that keeps
+// the status; the handler writes through it and End records x.
+func (s *Server) Begin(x *Exchange, w http.ResponseWriter, r *http.Request) (context.Context, http.ResponseWriter) {
+	x.start = time.Now()
+	x.method = methodLabel(r.Method)
+	ctx := s.Prop.Extract(r.Context(), propagation.HeaderCarrier(r.Header))
+	ctx, x.span = s.Tracer.Start(ctx, x.method, serverSpan)
+	// Attributes are built for a span that records only: they cost every
+	// request allocations, and no sampler the platform configures reads
+	// them at the start.
+	x.recording = x.span.IsRecording()
+	if x.recording {
+		x.span.SetAttributes(semconv.HTTPRequestMethodKey.String(x.method), semconv.URLPath(r.URL.Path))
+	}
+	x.traceID[0] = x.span.SpanContext().TraceID().String()
+	w.Header()["X-Trace-Id"] = x.traceID[:]
+	x.sw = statusWriter{ResponseWriter: w, code: http.StatusOK}
+	return ctx, &x.sw
+}
+
+// End records x as a request of route ("" is "unmatched") and ends its
+// span. Deferred, it also counts a response that a panic cut short, with
+// the status it had sent.
+func (s *Server) End(x *Exchange, route string) {
+	defer x.span.End()
+	if route == "" {
+		route = "unmatched"
+	}
+	code := x.sw.code
+	if x.recording {
+		x.span.SetName(x.method + " " + route)
+		x.span.SetAttributes(semconv.HTTPRoute(route), semconv.HTTPResponseStatusCode(code), attribute.Int64("http.response.body.size", x.sw.n))
+	}
+	if code >= 500 {
+		x.span.SetStatus(codes.Error, http.StatusText(code))
+	}
+	series := s.Metrics.of(route, x.method, code)
+	series.requests.Inc()
+	series.duration.Observe(time.Since(x.start).Seconds())
+}
+
+// Middleware applies the request telemetry of s around next; route names
+// the request's route after next ran.
 func Middleware(tracer trace.Tracer, prop propagation.TextMapPropagator, m *HTTPMetrics, route RouteFunc) func(http.Handler) http.Handler {
+	s := &Server{Tracer: tracer, Prop: prop, Metrics: m}
 	return func(next http.Handler) http.Handler {
 		return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-			start := time.Now()
-			method := methodLabel(r.Method)
-			ctx := prop.Extract(r.Context(), propagation.HeaderCarrier(r.Header))
-			ctx, span := tracer.Start(ctx, method, serverSpan)
-			defer span.End()
-			// Attributes are built for a span that records only: they cost
-			// every request allocations, and no sampler the platform
-			// configures reads them at the start.
-			recording := span.IsRecording()
-			if recording {
-				span.SetAttributes(semconv.HTTPRequestMethodKey.String(method), semconv.URLPath(r.URL.Path))
-			}
-			// The caller can look its request up in the traces backend.
-			w.Header().Set("X-Trace-Id", span.SpanContext().TraceID().String())
-			sw := &statusWriter{ResponseWriter: w, code: http.StatusOK}
+			x := &Exchange{}
+			ctx, sw := s.Begin(x, w, r)
 			r = r.WithContext(ctx)
+			defer func() { s.End(x, route(r)) }()
 			next.ServeHTTP(sw, r)
-
-			name := route(r)
-			if name == "" {
-				name = "unmatched"
-			}
-			if recording {
-				span.SetName(method + " " + name)
-				span.SetAttributes(semconv.HTTPRoute(name), semconv.HTTPResponseStatusCode(sw.code), attribute.Int64("http.response.body.size", sw.n))
-			}
-			if sw.code >= 500 {
-				span.SetStatus(codes.Error, http.StatusText(sw.code))
-			}
-			series := m.of(name, method, sw.code)
-			series.requests.Inc()
-			series.duration.Observe(time.Since(start).Seconds())
 		})
 	}
 }

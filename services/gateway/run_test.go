@@ -11,6 +11,9 @@ import (
 var kube *testenv.Kube
 
 func TestMain(m *testing.M) {
+	if role := os.Getenv(benchRoleEnv); role != "" {
+		os.Exit(benchChild(role)) // a process of a benchmark's (bench_test.go), not a test run
+	}
 	code := testenv.MainWithKube(m, &kube)
 	if sharedVhostCleanup != nil {
 		sharedVhostCleanup() // the shared gateway's vhost, with its quorum queues

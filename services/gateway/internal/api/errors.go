@@ -262,16 +262,20 @@ func (s *Server) wrongMethod(w http.ResponseWriter, r *http.Request) {
 // connection; http.ErrAbortHandler keeps its meaning.
 func (s *Server) recoverPanics(next http.Handler) http.Handler {
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		defer func() {
-			v := recover()
-			if v == nil {
-				return
-			}
-			if v == http.ErrAbortHandler {
-				panic(v)
-			}
-			s.writeError(w, r, s.internal(r.Context(), 500, fmt.Errorf("panic: %v\n%s", v, debug.Stack()), "the request failed"))
-		}()
+		defer s.recovered(w, r)
 		next.ServeHTTP(w, r)
 	})
+}
+
+// recovered, deferred, answers a handler's panic with a 500; the panic
+// that cuts a response short (http.ErrAbortHandler) goes on.
+func (s *Server) recovered(w http.ResponseWriter, r *http.Request) {
+	v := recover()
+	if v == nil {
+		return
+	}
+	if v == http.ErrAbortHandler {
+		panic(v)
+	}
+	s.writeError(w, r, s.internal(r.Context(), 500, fmt.Errorf("panic: %v\n%s", v, debug.Stack()), "the request failed"))
 }

@@ -124,9 +124,16 @@ func takeParam(raw, key string) (rest, value string, found bool) {
 	return strings.Join(kept, "&"), value, found
 }
 
+// invoke serves the invoke route through the router (a path with escaped
+// bytes, the console's calls); serveInvoke serves the rest.
 func (s *Server) invoke(w http.ResponseWriter, r *http.Request) {
-	tenant := chi.URLParam(r, "t")
-	name, at, err := versionpick.SplitName(chi.URLParam(r, "name"))
+	s.invokeFunction(w, r, chi.URLParam(r, "t"), chi.URLParam(r, "name"))
+}
+
+// invokeFunction calls the function named (name, with its @route) of
+// tenant: synchronously, or asynchronously with Prefer: respond-async.
+func (s *Server) invokeFunction(w http.ResponseWriter, r *http.Request, tenant, name string) {
+	name, at, err := versionpick.SplitName(name)
 	if err == nil {
 		at, err = callRoute(r, at, true)
 	}

@@ -104,8 +104,8 @@ type rawRoute struct {
 // adds the invoke and public-trigger routes to the OpenAPI document.
 func (s *Server) rawRoutes() []rawRoute {
 	rs := []rawRoute{
-		{http.MethodGet, "/healthz", s.Health},                                                   // liveness only: /readyz and /metrics are on the ops port
-		{http.MethodPost, "/v1/tenants/{t}/functions/{name}/invoke", http.HandlerFunc(s.invoke)}, // invoke.go
+		{http.MethodGet, "/healthz", s.Health},                       // liveness only: /readyz and /metrics are on the ops port
+		{http.MethodPost, invokePattern, http.HandlerFunc(s.invoke)}, // invoke.go; serveInvoke serves it outside the router
 	}
 	for _, m := range publicMethods { // invoke.go: a tenant's http triggers
 		rs = append(rs, rawRoute{m, "/fn/{t}", http.HandlerFunc(s.publicTrigger)}, rawRoute{m, "/fn/{t}/*", http.HandlerFunc(s.publicTrigger)})

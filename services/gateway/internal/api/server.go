@@ -130,6 +130,7 @@ type Server struct {
 	long      longRequests                // the same per tenant, to bound them
 	routes    map[string]*routeEntry      // the route table, by operation id
 	prop      propagation.TextMapPropagator
+	telemetry *telemetry.Server // the request telemetry of the router's middleware and of serveInvoke
 	router    chi.Router
 	api       huma.API
 }
@@ -178,8 +179,9 @@ func New(d Deps) *Server {
 	}
 
 	r := chi.NewRouter()
+	s.telemetry = &telemetry.Server{Tracer: d.Tracer, Prop: s.prop, Metrics: telemetry.NewHTTPMetrics(d.Registry, "gateway")}
 	r.Use(s.requestID)
-	r.Use(telemetry.Middleware(d.Tracer, s.prop, telemetry.NewHTTPMetrics(d.Registry, "gateway"), routePattern))
+	r.Use(telemetry.Middleware(s.telemetry.Tracer, s.telemetry.Prop, s.telemetry.Metrics, routePattern))
 	r.Use(s.recoverPanics) // inside telemetry: a panic is counted and traced as its 500
 	// Liveness only: /readyz (which names the failing dependency), /metrics
 	// (every tenant's traffic) and any debug handler are on the ops port.
@@ -240,6 +242,9 @@ func (s *Server) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		u.Path, u.RawPath = "/fn/"+tenant+r.URL.Path, ""
 		r2.URL = &u
 		r = r2.WithContext(context.WithValue(r.Context(), keyOwnHost, true))
+	} else if tenant, name, ok := invokeTarget(r); ok {
+		s.serveInvoke(w, r, tenant, name)
+		return
 	}
 	s.router.ServeHTTP(w, r)
 }
@@ -291,29 +296,90 @@ type call struct {
 	// its Authorization header and peer address.
 	r         *http.Request
 	principal principal
-	authed    bool // principal is set
-	ownHost   bool // the request came to the tenant's own host (ServeHTTP)
+	authed    bool      // principal is set
+	ownHost   bool      // the request came to the tenant's own host (ServeHTTP)
+	idValue   [1]string // X-Request-Id's value, set without a slice of its own
 }
 
 // requestID gives every request an id, in the response and in errors,
 // and the context its call.
 func (s *Server) requestID(next http.Handler) http.Handler {
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		id := r.Header.Get("X-Request-Id")
-		if id == "" || len(id) > 128 || strings.ContainsAny(id, "\r\n") {
-			id = newID(8)
-		}
-		w.Header().Set("X-Request-Id", id)
-		c := &call{id: id, log: s.Log}
+		c := &call{}
 		ctx := r.Context()
 		// Read here, where the context is short: the console's caller
 		// (ServeAs) and the tenant's own host (ServeHTTP).
 		c.principal, c.authed = ctx.Value(keyPrincipal).(principal)
 		c.ownHost, _ = ctx.Value(keyOwnHost).(bool)
+		s.identify(c, w, r)
 		r = r.WithContext(context.WithValue(ctx, keyCall, c))
 		c.r = r
 		next.ServeHTTP(w, r)
 	})
+}
+
+// identify gives c the request's id (the caller's X-Request-Id when it is
+// usable) and says it in the response.
+func (s *Server) identify(c *call, w http.ResponseWriter, r *http.Request) {
+	id := r.Header.Get("X-Request-Id")
+	if id == "" || len(id) > 128 || strings.ContainsAny(id, "\r\n") {
+		id = newID(8)
+	}
+	c.id, c.log = id, s.Log
+	c.idValue[0] = id
+	w.Header()["X-Request-Id"] = c.idValue[:]
+}
+
+// invokePattern is the invoke route's pattern: the router's, and the
+// route name serveInvoke gives its requests' metrics and spans.
+const invokePattern = "/v1/tenants/{t}/functions/{name}/invoke"
+
+// invokeTarget reads the tenant and function name of a POST to the invoke
+// route whose path is plain (nothing escaped, no empty or extra segment);
+// the router serves every other request, these included when not plain.
+func invokeTarget(r *http.Request) (tenant, name string, ok bool) {
+	if r.Method != http.MethodPost || r.URL.RawPath != "" {
+		return "", "", false
+	}
+	rest, ok := strings.CutPrefix(r.URL.Path, "/v1/tenants/")
+	if !ok {
+		return "", "", false
+	}
+	tenant, rest, ok = strings.Cut(rest, "/")
+	if !ok || tenant == "" {
+		return "", "", false
+	}
+	if rest, ok = strings.CutPrefix(rest, "functions/"); !ok {
+		return "", "", false
+	}
+	if name, ok = strings.CutSuffix(rest, "/invoke"); !ok || name == "" || strings.Contains(name, "/") {
+		return "", "", false
+	}
+	return tenant, name, true
+}
+
+// invocation is what the router's middleware keep of one request (the
+// call, the telemetry), in one allocation for the invoke route.
+type invocation struct {
+	call call
+	tel  telemetry.Exchange
+}
+
+// serveInvoke serves the invoke route as the router would (requestID,
+// the telemetry, recoverPanics, authenticateFirst, invoke), without the
+// router: every call of a function pays the middleware's request copies,
+// contexts and route lookup otherwise (the sync invoke budget,
+// docs/benchmarks.md). invoke authorizes before anything reads the body,
+// as authenticateFirst would.
+func (s *Server) serveInvoke(w http.ResponseWriter, r *http.Request, tenant, name string) {
+	v := &invocation{}
+	s.identify(&v.call, w, r)
+	ctx, w := s.telemetry.Begin(&v.tel, w, r)
+	r = r.WithContext(context.WithValue(ctx, keyCall, &v.call))
+	v.call.r = r
+	defer s.telemetry.End(&v.tel, invokePattern)
+	defer s.recovered(w, r)
+	s.invokeFunction(w, r, tenant, name)
 }
 
 func callOf(ctx context.Context) *call {

@@ -233,7 +233,8 @@ func (c *captured) Read(p []byte) (int, error) {
 }
 
 // streams are the readers and writers of one call, made in one
-// allocation, with room for the head of a small body and answer.
+// allocation, with room for the head of a small body and answer and for
+// the platform's header values.
 type streams struct {
 	body        unsent
 	sent        headWriter // what the function read of the body, kept if the call fails
@@ -241,10 +242,43 @@ type streams struct {
 	head        headWriter // the start of the answer, for the record
 	sentSmall   [64]byte
 	answerSmall [128]byte
+	own         [3]string // the values of the headers the platform sets on the answer
+	bodySmall   [512]byte // a small request body, sent from memory (inMemory)
 }
 
 // MaxBody is the largest request body forwarded to a function.
 const MaxBody = 6 << 20
+
+// maxInMemory is the largest request body read whole before the call
+// and sent from memory (inMemory): half the transport's write buffer
+// (DefaultTransport), so that a head of up to as much goes in the same
+// write.
+const maxInMemory = 16 << 10
+
+// inMemory reads a body of a known length up to maxInMemory whole, into
+// st's room for a small one or a buffer of its own, and returns it as a
+// bytes.Reader; any other body is returned as it is. The transport flushes
+// the request's head alone before a body it must stream, and writes head
+// and body from memory at once: a write to the function less for every
+// call that carries a small body, which is most (docs/benchmarks.md). A
+// body that cannot be read whole is streamed as far as it was read, and
+// then goes on failing as it did.
+func inMemory(st *streams, body *unsent, length int64) io.Reader {
+	if length <= 0 || length > maxInMemory {
+		return body
+	}
+	var buf []byte
+	if length <= int64(len(st.bodySmall)) {
+		buf = st.bodySmall[:length]
+	} else {
+		buf = make([]byte, length)
+	}
+	n, err := io.ReadFull(body, buf)
+	if err != nil {
+		return io.MultiReader(bytes.NewReader(buf[:n]), body)
+	}
+	return bytes.NewReader(buf)
+}
 
 // PickFailure is the Failure of a call no version can serve
 // (versionpick.Error: 404 unknown tag or version, 503 not ready).
@@ -277,10 +311,12 @@ func (f *Forwarder) Forward(w http.ResponseWriter, r *http.Request, fn *slessv1.
 			return err
 		}
 	}
-	// The values of the headers the platform sets on the answer, in one
-	// allocation (one each with Header.Set): the version (set now, so
-	// that a failure names it too), the invocation id and the length.
-	own := make([]string, 3)
+	st := &streams{}
+	// The values of the headers the platform sets on the answer, without
+	// an allocation each (as Header.Set would make): the version (set
+	// now, so that a failure names it too), the invocation id and the
+	// length.
+	own := st.own[:]
 	if version.Number != 0 {
 		own[0] = strconv.Itoa(int(version.Number))
 		w.Header()[headers.Version] = own[0:1:1]
@@ -316,7 +352,6 @@ func (f *Forwarder) Forward(w http.ResponseWriter, r *http.Request, fn *slessv1.
 	ctx, cancel := context.WithTimeout(ctx, fncall.Deadline(fn.Spec.TimeoutSec))
 	defer cancel()
 
-	st := &streams{}
 	body := &st.body
 	body.r = http.MaxBytesReader(w, r.Body, MaxBody)
 	var sent *headWriter // what the function read of the body, kept if the call fails
@@ -326,13 +361,14 @@ func (f *Forwarder) Forward(w http.ResponseWriter, r *http.Request, fn *slessv1.
 		body.keep = sent
 	}
 	header := requestHeader(r.Header)
-	// Without a body the request is sent with http.NoBody, which makes it
-	// replayable: the transport sends it again on a new connection when a
-	// kept-alive one turns out closed by the function (a runtime worker
-	// that recycles after a timeout closes its idle connections) instead
-	// of failing it with a 502.
+	// Without a body the request is sent with http.NoBody, and a small
+	// body is sent from memory (inMemory); both make it replayable: the
+	// transport sends it again on a new connection when a kept-alive one
+	// turns out closed by the function (a runtime worker that recycles
+	// after a timeout closes its idle connections) instead of failing it
+	// with a 502.
 	out, err := fncall.NewRequest(ctx, f.Prop, fncall.Request{Endpoint: endpoint, Method: r.Method, Path: path, Query: r.URL.RawQuery,
-		Header: header, Body: body, ContentLength: r.ContentLength, InvocationID: id, Trigger: kind, URLs: &f.urls})
+		Header: header, Body: inMemory(st, body, r.ContentLength), ContentLength: r.ContentLength, InvocationID: id, Trigger: kind, URLs: &f.urls})
 	if err != nil {
 		return &Failure{Status: 502, Detail: fmt.Sprintf("function %s has an unusable endpoint", fn.Name), Cause: err}
 	}
@@ -354,10 +390,11 @@ func (f *Forwarder) Forward(w http.ResponseWriter, r *http.Request, fn *slessv1.
 	resp, err := f.Transport.RoundTrip(out)
 	// A refused connection delivered nothing: a replica that has just
 	// become ready while kube-proxy is still programming the Service, or a
-	// runtime restarting. Sent again, briefly, while no byte of the body
-	// was read (so the function cannot have run).
+	// runtime restarting. Sent again, briefly, while the body can be sent
+	// again: from memory, or streamed with no byte of it read yet (so the
+	// function cannot have run).
 	var again backoff.BackOff // made on the first refusal only: the hot path pays nothing
-	for tries := 0; err != nil && errors.Is(err, syscall.ECONNREFUSED) && body.n == 0 && tries < 6 && ctx.Err() == nil; tries++ {
+	for tries := 0; err != nil && errors.Is(err, syscall.ECONNREFUSED) && (body.n == 0 || out.GetBody != nil) && tries < 6 && ctx.Err() == nil; tries++ {
 		if again == nil {
 			again = jitter.Backoff(50*time.Millisecond, 400*time.Millisecond)
 		}
@@ -365,7 +402,10 @@ func (f *Forwarder) Forward(w http.ResponseWriter, r *http.Request, fn *slessv1.
 			break
 		}
 		retry := out.Clone(ctx)
-		if out.Body != http.NoBody {
+		switch {
+		case out.GetBody != nil:
+			retry.Body, _ = out.GetBody() // a bytes.Reader's: no error
+		case out.Body != http.NoBody:
 			retry.Body = body
 		}
 		resp, err = f.Transport.RoundTrip(retry)

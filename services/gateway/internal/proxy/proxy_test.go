@@ -2,6 +2,7 @@ package proxy
 
 import (
 	"bufio"
+	"bytes"
 	"io"
 	"log/slog"
 	"net"
@@ -208,6 +209,79 @@ func TestForwardSendsARefusedRequestAgain(t *testing.T) {
 	}
 	if w.Code != 200 || w.Body.String() != `{"n":1}` {
 		t.Errorf("got %d %q, want the body echoed", w.Code, w.Body.String())
+	}
+}
+
+// TestForwardSendsASmallBodyWithItsHead: a small body goes to the function
+// in the same write as the request's head (the function's first read
+// holds both), a larger one streamed after it; each arrives whole, and a
+// body shorter than its Content-Length fails the call as it always did.
+func TestForwardSendsASmallBodyWithItsHead(t *testing.T) {
+	l, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer l.Close()
+	var conns sync.WaitGroup
+	defer conns.Wait()
+	type arrival struct {
+		firstRead int // bytes in the connection's first read
+		head      int // bytes of the head
+		body      string
+	}
+	arrivals := make(chan arrival, 16)
+	go func() {
+		for {
+			c, err := l.Accept()
+			if err != nil {
+				return
+			}
+			conns.Go(func() {
+				defer c.Close()
+				buf := make([]byte, 256<<10)
+				n, err := c.Read(buf)
+				if err != nil {
+					return
+				}
+				first := n
+				br := bufio.NewReader(io.MultiReader(bytes.NewReader(buf[:n]), c))
+				req, err := http.ReadRequest(br)
+				if err != nil {
+					return
+				}
+				b, _ := io.ReadAll(req.Body)
+				head := bytes.Index(buf[:n], []byte("\r\n\r\n")) + 4
+				arrivals <- arrival{firstRead: first, head: head, body: string(b)}
+				_, _ = io.WriteString(c, "HTTP/1.1 200 OK\r\nContent-Length: 2\r\nConnection: close\r\n\r\nok")
+			})
+		}
+	}()
+	tr := DefaultTransport()
+	defer tr.CloseIdleConnections()
+	f := &Forwarder{Transport: tr, Tracer: noop.NewTracerProvider().Tracer("test"), Prop: propagation.TraceContext{},
+		Recorder: &records{}, Metrics: nobody{}, Log: slog.New(slog.NewTextHandler(io.Discard, nil)), MaxResponseBytes: 1 << 20, MaxInlineResult: 1024}
+	fn := readyFunction("http://" + l.Addr().String())
+	for _, size := range []int{7, 600, maxInMemory, maxInMemory + 1, 200 << 10} {
+		body := strings.Repeat("x", size)
+		w := httptest.NewRecorder()
+		r := httptest.NewRequest(http.MethodPost, "/v1/tenants/t/functions/f/invoke", strings.NewReader(body))
+		if err := f.Forward(w, r, fn, Call{Tenant: "t", Path: "/", Kind: msg.TriggerHTTP}); err != nil || w.Code != 200 {
+			t.Fatalf("%d bytes: %v %d", size, err, w.Code)
+		}
+		a := <-arrivals
+		if a.body != body {
+			t.Fatalf("%d bytes: the function received %d bytes", size, len(a.body))
+		}
+		if size <= maxInMemory && a.firstRead != a.head+size {
+			t.Errorf("%d bytes: the function's first read held %d bytes, want the head (%d) and the body together", size, a.firstRead, a.head)
+		}
+	}
+	w := httptest.NewRecorder()
+	r := httptest.NewRequest(http.MethodPost, "/v1/tenants/t/functions/f/invoke", strings.NewReader("12345"))
+	r.ContentLength = 10
+	err = f.Forward(w, r, fn, Call{Tenant: "t", Path: "/", Kind: msg.TriggerHTTP})
+	if fail, ok := err.(*Failure); !ok || fail.Status != 502 {
+		t.Errorf("a body shorter than its length: %v, want a 502 Failure", err)
 	}
 }
 
