@@ -22,8 +22,11 @@ type HTTPMetrics struct {
 	requests *prometheus.CounterVec
 	duration *prometheus.HistogramVec
 
-	mu     sync.RWMutex
-	series map[routeKey]routeSeries // the vectors' children, found once (no series is ever deleted)
+	// series are the vectors' children, found once (no series is ever
+	// deleted): routeKey -> routeSeries. A sync.Map, whose reads of a
+	// known key write nothing shared, where a read lock's count would
+	// move between the cores on every request.
+	series sync.Map
 }
 
 type routeKey struct {
@@ -40,16 +43,11 @@ type routeSeries struct {
 // own lookup hashes and validates every label on every request.
 func (m *HTTPMetrics) of(route, method string, code int) routeSeries {
 	k := routeKey{route: route, method: method, code: code}
-	m.mu.RLock()
-	s, ok := m.series[k]
-	m.mu.RUnlock()
-	if !ok {
-		s = routeSeries{requests: m.requests.WithLabelValues(route, method, strconv.Itoa(code)), duration: m.duration.WithLabelValues(route, method)}
-		m.mu.Lock()
-		m.series[k] = s
-		m.mu.Unlock()
+	if s, ok := m.series.Load(k); ok {
+		return s.(routeSeries)
 	}
-	return s
+	s, _ := m.series.LoadOrStore(k, routeSeries{requests: m.requests.WithLabelValues(route, method, strconv.Itoa(code)), duration: m.duration.WithLabelValues(route, method)})
+	return s.(routeSeries)
 }
 
 // NewHTTPMetrics registers sless_<service>_http_requests_total and
@@ -65,7 +63,6 @@ func NewHTTPMetrics(reg prometheus.Registerer, service string) *HTTPMetrics {
 			Help:    "HTTP request latency, by route pattern and method.",
 			Buckets: prometheus.ExponentialBuckets(0.0005, 2, 16),
 		}, []string{"route", "method"}),
-		series: map[routeKey]routeSeries{},
 	}
 	reg.MustRegister(m.requests, m.duration)
 	return m

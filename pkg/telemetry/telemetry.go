@@ -6,10 +6,12 @@ package telemetry
 
 import (
 	"context"
+	"encoding/binary"
 	"errors"
 	"fmt"
 	"io"
 	"log/slog"
+	"math/rand/v2"
 	"net/http"
 	"strings"
 
@@ -21,6 +23,7 @@ import (
 	"go.opentelemetry.io/otel/sdk/resource"
 	sdktrace "go.opentelemetry.io/otel/sdk/trace"
 	semconv "go.opentelemetry.io/otel/semconv/v1.26.0"
+	"go.opentelemetry.io/otel/trace"
 )
 
 // NewLogger returns a JSON logger writing to w at the given level
@@ -51,7 +54,7 @@ func NewTracerProvider(ctx context.Context, service string, getenv func(string) 
 	if err != nil {
 		return nil, fmt.Errorf("telemetry resource: %w", err)
 	}
-	opts := []sdktrace.TracerProviderOption{sdktrace.WithResource(res)}
+	opts := []sdktrace.TracerProviderOption{sdktrace.WithResource(res), sdktrace.WithIDGenerator(ids{})}
 	endpoint := getenv("OTEL_EXPORTER_OTLP_TRACES_ENDPOINT") + getenv("OTEL_EXPORTER_OTLP_ENDPOINT")
 	if endpoint != "" && !strings.EqualFold(getenv("OTEL_TRACES_EXPORTER"), "none") {
 		exp, err := otlptracehttp.New(ctx)
@@ -65,6 +68,31 @@ func NewTracerProvider(ctx context.Context, service string, getenv func(string) 
 		opts = append(opts, sdktrace.WithSampler(sdktrace.NeverSample()))
 	}
 	return sdktrace.NewTracerProvider(opts...), nil
+}
+
+// ids makes trace and span ids from the runtime's random source
+// (math/rand/v2: per thread, seeded from the system's randomness), where
+// the SDK's default generator takes one lock shared by every span of the
+// process: each request's span on the data path.
+type ids struct{}
+
+func (ids) NewIDs(context.Context) (trace.TraceID, trace.SpanID) {
+	var t trace.TraceID
+	for !t.IsValid() {
+		binary.NativeEndian.PutUint64(t[:8], rand.Uint64())
+		binary.NativeEndian.PutUint64(t[8:], rand.Uint64())
+	}
+	return t, newSpanID()
+}
+
+func (ids) NewSpanID(context.Context, trace.TraceID) trace.SpanID { return newSpanID() }
+
+func newSpanID() trace.SpanID {
+	var s trace.SpanID
+	for !s.IsValid() {
+		binary.NativeEndian.PutUint64(s[:], rand.Uint64())
+	}
+	return s
 }
 
 // NewRegistry returns a Prometheus registry with the Go and process collectors.

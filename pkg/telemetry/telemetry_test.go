@@ -13,6 +13,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus/testutil"
 	sdktrace "go.opentelemetry.io/otel/sdk/trace"
 	"go.opentelemetry.io/otel/sdk/trace/tracetest"
+	"go.opentelemetry.io/otel/trace"
 )
 
 func TestMiddlewareContinuesTraceAndCountsRequests(t *testing.T) {
@@ -107,4 +108,27 @@ func TestTracerProviderExportsOnlyWhenConfigured(t *testing.T) {
 		t.Fatalf("with an endpoint: %v", err)
 	}
 	_ = tp.Shutdown(t.Context())
+}
+
+// TestSpansGetValidDistinctIDs: the provider's id generator gives every
+// trace and span valid ids, a child its parent's trace id, and no two
+// spans the same id.
+func TestSpansGetValidDistinctIDs(t *testing.T) {
+	tp, err := NewTracerProvider(t.Context(), "x", func(string) string { return "" })
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer func() { _ = tp.Shutdown(t.Context()) }()
+	tr := tp.Tracer("t")
+	seen := map[trace.SpanID]bool{}
+	traces := map[trace.TraceID]bool{}
+	for range 1000 {
+		ctx, parent := tr.Start(t.Context(), "p")
+		_, child := tr.Start(ctx, "c")
+		p, c := parent.SpanContext(), child.SpanContext()
+		if !p.IsValid() || !c.IsValid() || c.TraceID() != p.TraceID() || seen[p.SpanID()] || seen[c.SpanID()] || p.SpanID() == c.SpanID() || traces[p.TraceID()] {
+			t.Fatalf("parent %v, child %v: want valid, distinct ids and one trace", p, c)
+		}
+		seen[p.SpanID()], seen[c.SpanID()], traces[p.TraceID()] = true, true, true
+	}
 }

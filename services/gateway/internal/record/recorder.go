@@ -153,8 +153,10 @@ type Metrics struct {
 	duration      *prometheus.HistogramVec
 	asyncAccepted prometheus.Counter
 
-	mu     sync.RWMutex
-	series map[seriesKey]series // the vectors' children, found once (no series is ever deleted)
+	// series are the vectors' children, found once (no series is ever
+	// deleted): seriesKey -> series, in a sync.Map as
+	// telemetry.HTTPMetrics keeps its own.
+	series sync.Map
 }
 
 type seriesKey struct {
@@ -179,7 +181,6 @@ func NewMetrics(reg prometheus.Registerer) *Metrics {
 		asyncAccepted: prometheus.NewCounter(prometheus.CounterOpts{Name: "sless_gateway_async_accepted_total",
 			Help: "Asynchronous invocations accepted (202)."}),
 	}
-	m.series = map[seriesKey]series{}
 	reg.MustRegister(m.invocations, m.duration, m.asyncAccepted)
 	return m
 }
@@ -190,16 +191,12 @@ func NewMetrics(reg prometheus.Registerer) *Metrics {
 // lookup hashes and validates every label on every call.
 func (m *Metrics) Observe(tenant, function string, version int32, status string, d time.Duration) {
 	k := seriesKey{tenant: tenant, function: function, version: version, status: status}
-	m.mu.RLock()
-	s, ok := m.series[k]
-	m.mu.RUnlock()
+	found, ok := m.series.Load(k)
 	if !ok {
 		v := strconv.Itoa(int(version))
-		s = series{invocations: m.invocations.WithLabelValues(tenant, function, v, status), duration: m.duration.WithLabelValues(tenant, function, v)}
-		m.mu.Lock()
-		m.series[k] = s
-		m.mu.Unlock()
+		found, _ = m.series.LoadOrStore(k, series{invocations: m.invocations.WithLabelValues(tenant, function, v, status), duration: m.duration.WithLabelValues(tenant, function, v)})
 	}
+	s := found.(series)
 	s.invocations.Inc()
 	s.duration.Observe(d.Seconds())
 }
