@@ -123,39 +123,20 @@ func TestForwardClassifiesTheOutcome(t *testing.T) {
 // a new connection instead of failing with a 502 (CI saw a GET after a
 // timeout answered 502).
 func TestForwardRetriesABodilessRequestOnAClosedKeptAliveConnection(t *testing.T) {
-	l, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer l.Close()
-	var conns sync.WaitGroup
-	defer conns.Wait()
-	n := 0
-	go func() {
-		for {
-			c, err := l.Accept()
+	addr := rawFunction(t, func(n int, c net.Conn) {
+		br := bufio.NewReader(c)
+		for i := 0; ; i++ {
+			req, err := http.ReadRequest(br)
 			if err != nil {
 				return
 			}
-			n++
-			first := n == 1
-			conns.Go(func() {
-				defer c.Close()
-				br := bufio.NewReader(c)
-				for i := 0; ; i++ {
-					req, err := http.ReadRequest(br)
-					if err != nil {
-						return
-					}
-					_, _ = io.Copy(io.Discard, req.Body)
-					if first && i == 1 {
-						return // read, then closed unanswered: the recycling worker
-					}
-					_, _ = io.WriteString(c, "HTTP/1.1 200 OK\r\nContent-Length: 2\r\n\r\nok")
-				}
-			})
+			_, _ = io.Copy(io.Discard, req.Body)
+			if n == 1 && i == 1 {
+				return // read, then closed unanswered: the recycling worker
+			}
+			_, _ = io.WriteString(c, "HTTP/1.1 200 OK\r\nContent-Length: 2\r\n\r\nok")
 		}
-	}()
+	})
 	tr := DefaultTransport()
 	defer tr.CloseIdleConnections() // before conns.Wait: the server's reads end
 	f := &Forwarder{Transport: tr, Tracer: noop.NewTracerProvider().Tracer("test"), Prop: propagation.TraceContext{},
@@ -163,13 +144,39 @@ func TestForwardRetriesABodilessRequestOnAClosedKeptAliveConnection(t *testing.T
 	for i := range 2 {
 		w := httptest.NewRecorder()
 		r := httptest.NewRequest(http.MethodGet, "/fn/t/hello", nil)
-		if err := f.Forward(w, r, readyFunction("http://"+l.Addr().String()), Call{Tenant: "t", Path: "/hello", Kind: msg.TriggerHTTP}); err != nil {
+		if err := f.Forward(w, r, readyFunction("http://"+addr), Call{Tenant: "t", Path: "/hello", Kind: msg.TriggerHTTP}); err != nil {
 			t.Fatalf("request %d: %v", i+1, err)
 		}
 		if w.Code != 200 || w.Body.String() != "ok" {
 			t.Fatalf("request %d: %d %q", i+1, w.Code, w.Body.String())
 		}
 	}
+}
+
+// rawFunction serves each connection to the address it returns with
+// serve (n counts the connections from 1), for tests that need the
+// function's side of the wire; it stops with the test, after the
+// connections' serves end.
+func rawFunction(t *testing.T, serve func(n int, c net.Conn)) string {
+	l, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	var conns sync.WaitGroup
+	t.Cleanup(func() { l.Close(); conns.Wait() })
+	go func() {
+		for n := 1; ; n++ {
+			c, err := l.Accept()
+			if err != nil {
+				return
+			}
+			conns.Go(func() {
+				defer c.Close()
+				serve(n, c)
+			})
+		}
+	}()
+	return l.Addr().String()
 }
 
 // TestForwardSendsARefusedRequestAgain: a replica that has just become
@@ -217,50 +224,31 @@ func TestForwardSendsARefusedRequestAgain(t *testing.T) {
 // holds both), a larger one streamed after it; each arrives whole, and a
 // body shorter than its Content-Length fails the call as it always did.
 func TestForwardSendsASmallBodyWithItsHead(t *testing.T) {
-	l, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer l.Close()
-	var conns sync.WaitGroup
-	defer conns.Wait()
 	type arrival struct {
 		firstRead int // bytes in the connection's first read
 		head      int // bytes of the head
 		body      string
 	}
 	arrivals := make(chan arrival, 16)
-	go func() {
-		for {
-			c, err := l.Accept()
-			if err != nil {
-				return
-			}
-			conns.Go(func() {
-				defer c.Close()
-				buf := make([]byte, 256<<10)
-				n, err := c.Read(buf)
-				if err != nil {
-					return
-				}
-				first := n
-				br := bufio.NewReader(io.MultiReader(bytes.NewReader(buf[:n]), c))
-				req, err := http.ReadRequest(br)
-				if err != nil {
-					return
-				}
-				b, _ := io.ReadAll(req.Body)
-				head := bytes.Index(buf[:n], []byte("\r\n\r\n")) + 4
-				arrivals <- arrival{firstRead: first, head: head, body: string(b)}
-				_, _ = io.WriteString(c, "HTTP/1.1 200 OK\r\nContent-Length: 2\r\nConnection: close\r\n\r\nok")
-			})
+	addr := rawFunction(t, func(_ int, c net.Conn) {
+		buf := make([]byte, 256<<10)
+		n, err := c.Read(buf)
+		if err != nil {
+			return
 		}
-	}()
+		req, err := http.ReadRequest(bufio.NewReader(io.MultiReader(bytes.NewReader(buf[:n]), c)))
+		if err != nil {
+			return
+		}
+		b, _ := io.ReadAll(req.Body)
+		arrivals <- arrival{firstRead: n, head: bytes.Index(buf[:n], []byte("\r\n\r\n")) + 4, body: string(b)}
+		_, _ = io.WriteString(c, "HTTP/1.1 200 OK\r\nContent-Length: 2\r\nConnection: close\r\n\r\nok")
+	})
 	tr := DefaultTransport()
 	defer tr.CloseIdleConnections()
 	f := &Forwarder{Transport: tr, Tracer: noop.NewTracerProvider().Tracer("test"), Prop: propagation.TraceContext{},
 		Recorder: &records{}, Metrics: nobody{}, Log: slog.New(slog.NewTextHandler(io.Discard, nil)), MaxResponseBytes: 1 << 20, MaxInlineResult: 1024}
-	fn := readyFunction("http://" + l.Addr().String())
+	fn := readyFunction("http://" + addr)
 	for _, size := range []int{7, 600, maxInMemory, maxInMemory + 1, 200 << 10} {
 		body := strings.Repeat("x", size)
 		w := httptest.NewRecorder()
@@ -279,7 +267,7 @@ func TestForwardSendsASmallBodyWithItsHead(t *testing.T) {
 	w := httptest.NewRecorder()
 	r := httptest.NewRequest(http.MethodPost, "/v1/tenants/t/functions/f/invoke", strings.NewReader("12345"))
 	r.ContentLength = 10
-	err = f.Forward(w, r, fn, Call{Tenant: "t", Path: "/", Kind: msg.TriggerHTTP})
+	err := f.Forward(w, r, fn, Call{Tenant: "t", Path: "/", Kind: msg.TriggerHTTP})
 	if fail, ok := err.(*Failure); !ok || fail.Status != 502 {
 		t.Errorf("a body shorter than its length: %v, want a 502 Failure", err)
 	}
