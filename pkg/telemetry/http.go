@@ -100,7 +100,10 @@ type Exchange struct {
 // Begin starts x for r: the span (its trace id in X-Trace-Id, so that the
 // caller can look its request up in the traces backend) and the clock. It
 // returns the context that carries the span and the writer that keeps
-// the status; the handler writes through it and End records x.
+// the status; the handler writes through it, End records x once the
+// handler returned, and x.Close, deferred, ends the span however the
+// handler ended (a panic that cuts the response short is not counted, as
+// no status describes it).
 func (s *Server) Begin(x *Exchange, w http.ResponseWriter, r *http.Request) (context.Context, http.ResponseWriter) {
 	x.start = time.Now()
 	x.method = methodLabel(r.Method)
@@ -119,11 +122,9 @@ func (s *Server) Begin(x *Exchange, w http.ResponseWriter, r *http.Request) (con
 	return ctx, &x.sw
 }
 
-// End records x as a request of route ("" is "unmatched") and ends its
-// span. Deferred, it also counts a response that a panic cut short, with
-// the status it had sent.
+// End records x as a request of route ("" is "unmatched"): its metrics,
+// and its span's name, attributes and status.
 func (s *Server) End(x *Exchange, route string) {
-	defer x.span.End()
 	if route == "" {
 		route = "unmatched"
 	}
@@ -140,6 +141,9 @@ func (s *Server) End(x *Exchange, route string) {
 	series.duration.Observe(time.Since(x.start).Seconds())
 }
 
+// Close ends x's span.
+func (x *Exchange) Close() { x.span.End() }
+
 // Middleware applies the request telemetry of s around next; route names
 // the request's route after next ran.
 func Middleware(tracer trace.Tracer, prop propagation.TextMapPropagator, m *HTTPMetrics, route RouteFunc) func(http.Handler) http.Handler {
@@ -148,9 +152,10 @@ func Middleware(tracer trace.Tracer, prop propagation.TextMapPropagator, m *HTTP
 		return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 			x := &Exchange{}
 			ctx, sw := s.Begin(x, w, r)
+			defer x.Close()
 			r = r.WithContext(ctx)
-			defer func() { s.End(x, route(r)) }()
 			next.ServeHTTP(sw, r)
+			s.End(x, route(r))
 		})
 	}
 }

@@ -106,8 +106,10 @@ func benchProcess(b *testing.B, role, name string, env map[string]string, ready 
 	if err := cmd.Start(); err != nil {
 		b.Fatal(err)
 	}
-	exited := make(chan error, 1)
-	go func() { exited <- cmd.Wait() }()
+	// exited is closed once the process is gone, waitErr then says how.
+	exited := make(chan struct{})
+	var waitErr error
+	go func() { waitErr = cmd.Wait(); close(exited) }()
 	b.Cleanup(func() {
 		_ = cmd.Process.Signal(syscall.SIGTERM)
 		select {
@@ -122,8 +124,8 @@ func benchProcess(b *testing.B, role, name string, env map[string]string, ready 
 	})
 	testenv.Eventually(b, time.Minute, name+" to answer "+ready, func() (bool, string) {
 		select {
-		case err := <-exited:
-			b.Fatalf("%s exited before it was ready: %v\n%s", name, err, logs.String())
+		case <-exited:
+			b.Fatalf("%s exited before it was ready: %v\n%s", name, waitErr, logs.String())
 		default:
 		}
 		res, err := http.Get(ready)

@@ -375,9 +375,16 @@ func (s *Server) serveInvoke(w http.ResponseWriter, r *http.Request, tenant, nam
 	v := &invocation{}
 	s.identify(&v.call, w, r)
 	ctx, w := s.telemetry.Begin(&v.tel, w, r)
+	defer v.tel.Close()
 	r = r.WithContext(context.WithValue(ctx, keyCall, &v.call))
 	v.call.r = r
-	defer s.telemetry.End(&v.tel, invokePattern)
+	s.invokeRecovered(w, r, tenant, name)
+	s.telemetry.End(&v.tel, invokePattern)
+}
+
+// invokeRecovered is invokeFunction inside recoverPanics: a panic is the
+// error writer's 500, which End then counts.
+func (s *Server) invokeRecovered(w http.ResponseWriter, r *http.Request, tenant, name string) {
 	defer s.recovered(w, r)
 	s.invokeFunction(w, r, tenant, name)
 }

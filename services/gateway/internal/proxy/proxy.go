@@ -12,6 +12,7 @@ import (
 	"log/slog"
 	"net"
 	"net/http"
+	"os"
 	"strconv"
 	"sync"
 	"syscall"
@@ -242,30 +243,34 @@ type streams struct {
 	head        headWriter // the start of the answer, for the record
 	sentSmall   [64]byte
 	answerSmall [128]byte
-	own         [3]string // the values of the headers the platform sets on the answer
-	bodySmall   [512]byte // a small request body, sent from memory (inMemory)
+	own         [3]string    // the values of the headers the platform sets on the answer
+	bodySmall   [512]byte    // a small request body, sent from memory (readSmall)
+	small       bytes.Reader // the reader of a body sent from memory
 }
 
 // MaxBody is the largest request body forwarded to a function.
 const MaxBody = 6 << 20
 
 // maxInMemory is the largest request body read whole before the call
-// and sent from memory (inMemory): half the transport's write buffer
+// and sent from memory (readSmall): half the transport's write buffer
 // (DefaultTransport), so that a head of up to as much goes in the same
 // write.
 const maxInMemory = 16 << 10
 
-// inMemory reads a body of a known length up to maxInMemory whole, into
+// readSmall reads a body of a known length up to maxInMemory whole, into
 // st's room for a small one or a buffer of its own, and returns it as a
 // bytes.Reader; any other body is returned as it is. The transport flushes
 // the request's head alone before a body it must stream, and writes head
 // and body from memory at once: a write to the function less for every
-// call that carries a small body, which is most (docs/benchmarks.md). A
-// body that cannot be read whole is streamed as far as it was read, and
-// then goes on failing as it did.
-func inMemory(st *streams, body *unsent, length int64) io.Reader {
+// call that carries a small body, which is most (docs/benchmarks.md).
+// The read is done before the call takes a replica's slot, within
+// `within` (the function's timeout: a client that sends its body slowly
+// holds no slot and is cut off as the call would have been); a body that
+// cannot be read whole in it is a 408 or a 400, and the function is not
+// called.
+func readSmall(w http.ResponseWriter, st *streams, body *unsent, length int64, within time.Duration) (io.Reader, error) {
 	if length <= 0 || length > maxInMemory {
-		return body
+		return body, nil
 	}
 	var buf []byte
 	if length <= int64(len(st.bodySmall)) {
@@ -273,11 +278,27 @@ func inMemory(st *streams, body *unsent, length int64) io.Reader {
 	} else {
 		buf = make([]byte, length)
 	}
-	n, err := io.ReadFull(body, buf)
-	if err != nil {
-		return io.MultiReader(bytes.NewReader(buf[:n]), body)
+	rc := http.NewResponseController(w)
+	deadline := rc.SetReadDeadline(time.Now().Add(within)) == nil // not every writer has a connection (tests)
+	_, err := io.ReadFull(body, buf)
+	if err == nil {
+		if deadline {
+			// The server's own deadlines apply again to the next request.
+			_ = rc.SetReadDeadline(time.Time{})
+		}
+		st.small.Reset(buf)
+		return &st.small, nil
 	}
-	return bytes.NewReader(buf)
+	// The connection is closed after the answer, with the deadline left
+	// passed: the server would otherwise wait for the rest of the body
+	// before it answers.
+	w.Header().Set("Connection", "close")
+	switch {
+	case errors.Is(err, os.ErrDeadlineExceeded):
+		return nil, &Failure{Status: http.StatusRequestTimeout, Detail: fmt.Sprintf("the request body did not arrive within %s", within), Cause: err}
+	default:
+		return nil, &Failure{Status: http.StatusBadRequest, Detail: "the request body could not be read whole", Cause: err}
+	}
 }
 
 // PickFailure is the Failure of a call no version can serve
@@ -321,6 +342,18 @@ func (f *Forwarder) Forward(w http.ResponseWriter, r *http.Request, fn *slessv1.
 		own[0] = strconv.Itoa(int(version.Number))
 		w.Header()[headers.Version] = own[0:1:1]
 	}
+	body := &st.body
+	body.r = http.MaxBytesReader(w, r.Body, MaxBody)
+	var sent *headWriter // what the function read of the body, kept if the call fails
+	if f.Keep != nil && r.ContentLength != 0 {
+		sent = &st.sent
+		sent.max, sent.buf = msg.MaxKeptBody, st.sentSmall[:0]
+		body.keep = sent
+	}
+	outBody, err := readSmall(w, st, body, r.ContentLength, time.Duration(fn.Spec.TimeoutSec)*time.Second)
+	if err != nil {
+		return err
+	}
 	endpoint, done := f.Wake.Take(r.Context(), fn, version, fn.MaxBufferedRequests(), time.Duration(fn.Spec.TimeoutSec)*time.Second)
 	defer done()
 	if f.Load != nil {
@@ -352,23 +385,15 @@ func (f *Forwarder) Forward(w http.ResponseWriter, r *http.Request, fn *slessv1.
 	ctx, cancel := context.WithTimeout(ctx, fncall.Deadline(fn.Spec.TimeoutSec))
 	defer cancel()
 
-	body := &st.body
-	body.r = http.MaxBytesReader(w, r.Body, MaxBody)
-	var sent *headWriter // what the function read of the body, kept if the call fails
-	if f.Keep != nil && r.ContentLength != 0 {
-		sent = &st.sent
-		sent.max, sent.buf = msg.MaxKeptBody, st.sentSmall[:0]
-		body.keep = sent
-	}
 	header := requestHeader(r.Header)
 	// Without a body the request is sent with http.NoBody, and a small
-	// body is sent from memory (inMemory); both make it replayable: the
+	// body is sent from memory (readSmall); both make it replayable: the
 	// transport sends it again on a new connection when a kept-alive one
 	// turns out closed by the function (a runtime worker that recycles
 	// after a timeout closes its idle connections) instead of failing it
 	// with a 502.
 	out, err := fncall.NewRequest(ctx, f.Prop, fncall.Request{Endpoint: endpoint, Method: r.Method, Path: path, Query: r.URL.RawQuery,
-		Header: header, Body: inMemory(st, body, r.ContentLength), ContentLength: r.ContentLength, InvocationID: id, Trigger: kind, URLs: &f.urls})
+		Header: header, Body: outBody, ContentLength: r.ContentLength, InvocationID: id, Trigger: kind, URLs: &f.urls})
 	if err != nil {
 		return &Failure{Status: 502, Detail: fmt.Sprintf("function %s has an unusable endpoint", fn.Name), Cause: err}
 	}
