@@ -98,7 +98,7 @@ func run(ctx context.Context, getenv func(string) string, stdout io.Writer) erro
 		Config: api.Config{AdminToken: cfg.AdminToken, PublicURL: cfg.PublicURL, MaxSourceBytes: int64(cfg.MaxSourceBytes),
 			MaxResponseBytes: int64(cfg.MaxResponseBytes), MaxInlineResult: 4096,
 			Egress: egress.New(cfg.EgressAllow...), FunctionsDomain: cfg.FunctionsDomain, ArchiveLimits: cfg.ArchiveLimits,
-			TenantWait: cfg.TenantWait},
+			TenantWait: cfg.TenantWait, ReadTimeout: cfg.ReadTimeout},
 		Kube: kube, Cache: watch, DB: pool, Store: store, Publisher: pub, Recorder: recorder,
 		Health: svc.Health, Registry: svc.Registry, Tracer: svc.Tracer, Log: svc.Log, Logs: fnLogs,
 		Review: cfg.Review.Gate(sqlstore.New(pool), cfg.ArchiveLimits, svc.Log, svc.Registry),

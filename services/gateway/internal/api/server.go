@@ -73,6 +73,8 @@ type Config struct {
 	// TenantWait is how long a tenant's create waits for its namespace
 	// before it answers 202; 0 means DefaultTenantWait.
 	TenantWait time.Duration
+	// ReadTimeout is the HTTP server's read timeout (proxy.Forwarder's).
+	ReadTimeout time.Duration
 }
 
 // Objects is the object store as the API uses it (objstore.Store):
@@ -150,7 +152,7 @@ func New(d Deps) *Server {
 		s.Transport = proxy.DefaultTransport()
 	}
 	s.forwarder = &proxy.Forwarder{Transport: s.Transport, Tracer: d.Tracer, Prop: s.prop, Recorder: d.Recorder, Metrics: metrics,
-		Log: d.Log, MaxResponseBytes: d.Config.MaxResponseBytes, MaxInlineResult: d.Config.MaxInlineResult, Load: d.Load, Wake: d.Wake, Keep: d.Store}
+		Log: d.Log, MaxResponseBytes: d.Config.MaxResponseBytes, MaxInlineResult: d.Config.MaxInlineResult, Load: d.Load, Wake: d.Wake, Keep: d.Store, ReadTimeout: d.Config.ReadTimeout}
 	s.async = enqueue.NewAcceptor(sql, d.Publisher, metrics)
 	replays := enqueue.NewReplayer(sql, d.Store, d.Publisher)
 	s.replays, s.kept = replays, replays
@@ -181,7 +183,7 @@ func New(d Deps) *Server {
 	r := chi.NewRouter()
 	s.telemetry = &telemetry.Server{Tracer: d.Tracer, Prop: s.prop, Metrics: telemetry.NewHTTPMetrics(d.Registry, "gateway")}
 	r.Use(s.requestID)
-	r.Use(telemetry.Middleware(s.telemetry.Tracer, s.telemetry.Prop, s.telemetry.Metrics, routePattern))
+	r.Use(s.telemetry.Middleware(routePattern))
 	r.Use(s.recoverPanics) // inside telemetry: a panic is counted and traced as its 500
 	// Liveness only: /readyz (which names the failing dependency), /metrics
 	// (every tenant's traffic) and any debug handler are on the ops port.

@@ -64,6 +64,11 @@ type Forwarder struct {
 	// Keep stores the request of a call that did not succeed, for a
 	// replay (objstore.KeptRequestKey); nil keeps none.
 	Keep Keeper
+	// ReadTimeout is the HTTP server's (SLESS_HTTP_READ_TIMEOUT): a small
+	// body read before the call (readSmall) waits at most the shorter of
+	// it and the function's timeout, as the server alone would have let
+	// it; 0 is the function's timeout alone.
+	ReadTimeout time.Duration
 
 	keepingOnce sync.Once
 	keeping     chan struct{} // the uploads of kept requests under way
@@ -123,7 +128,7 @@ func DefaultTransport() *http.Transport {
 		IdleConnTimeout:     90 * time.Second,
 		DisableCompression:  true,
 		ForceAttemptHTTP2:   false,
-		WriteBufferSize:     32 << 10,
+		WriteBufferSize:     writeBuffer,
 		ReadBufferSize:      32 << 10,
 	}
 }
@@ -251,11 +256,14 @@ type streams struct {
 // MaxBody is the largest request body forwarded to a function.
 const MaxBody = 6 << 20
 
+// writeBuffer is DefaultTransport's write buffer: what one write to a
+// function holds at most.
+const writeBuffer = 32 << 10
+
 // maxInMemory is the largest request body read whole before the call
-// and sent from memory (readSmall): half the transport's write buffer
-// (DefaultTransport), so that a head of up to as much goes in the same
-// write.
-const maxInMemory = 16 << 10
+// and sent from memory (readSmall): half the transport's write buffer,
+// so that a head of up to as much goes in the same write.
+const maxInMemory = writeBuffer / 2
 
 // readSmall reads a body of a known length up to maxInMemory whole, into
 // st's room for a small one or a buffer of its own, and returns it as a
@@ -264,8 +272,9 @@ const maxInMemory = 16 << 10
 // and body from memory at once: a write to the function less for every
 // call that carries a small body, which is most (docs/benchmarks.md).
 // The read is done before the call takes a replica's slot, within
-// `within` (the function's timeout: a client that sends its body slowly
-// holds no slot and is cut off as the call would have been); a body that
+// `within` (the function's timeout, or the server's read timeout when
+// shorter: a client that sends its body slowly holds no slot and is cut
+// off as the call would have been); a body that
 // cannot be read whole in it is a 408 or a 400, and the function is not
 // called.
 func readSmall(w http.ResponseWriter, st *streams, body *unsent, length int64, within time.Duration) (io.Reader, error) {
@@ -350,7 +359,11 @@ func (f *Forwarder) Forward(w http.ResponseWriter, r *http.Request, fn *slessv1.
 		sent.max, sent.buf = msg.MaxKeptBody, st.sentSmall[:0]
 		body.keep = sent
 	}
-	outBody, err := readSmall(w, st, body, r.ContentLength, time.Duration(fn.Spec.TimeoutSec)*time.Second)
+	bodyWait := time.Duration(fn.Spec.TimeoutSec) * time.Second
+	if f.ReadTimeout > 0 {
+		bodyWait = min(bodyWait, f.ReadTimeout)
+	}
+	outBody, err := readSmall(w, st, body, r.ContentLength, bodyWait)
 	if err != nil {
 		return err
 	}

@@ -279,47 +279,60 @@ func TestForwardSendsASmallBodyWithItsHead(t *testing.T) {
 }
 
 // TestForwardCutsOffASlowBodyBeforeTheCall: a small body that does not
-// arrive within the function's timeout is a 408, without a call and
-// without the call counted in flight for the scaler.
+// arrive within the function's timeout, or within the server's read
+// timeout when that is shorter, is a 408, without a call and without the
+// call counted in flight for the scaler.
 func TestForwardCutsOffASlowBodyBeforeTheCall(t *testing.T) {
-	called := make(chan struct{}, 1)
-	fnSrv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) { called <- struct{}{} }))
-	defer fnSrv.Close()
-	load := &loadreport.Tracker{}
-	f := &Forwarder{Transport: DefaultTransport(), Tracer: noop.NewTracerProvider().Tracer("test"), Prop: propagation.TraceContext{},
-		Recorder: &records{}, Metrics: nobody{}, Log: slog.New(slog.NewTextHandler(io.Discard, nil)), MaxResponseBytes: 1 << 20, Load: load}
-	fn := readyFunction(fnSrv.URL)
-	fn.Spec.TimeoutSec = 1
-	gw := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		if err := f.Forward(w, r, fn, Call{Tenant: "t", Path: "/", Kind: msg.TriggerHTTP}); err != nil {
-			w.WriteHeader(err.(*Failure).Status)
-		}
-	}))
-	defer gw.Close()
-	c, err := net.Dial("tcp", gw.Listener.Addr().String())
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer c.Close()
-	// Half the declared body, then nothing: the client that holds on.
-	if _, err := io.WriteString(c, "POST / HTTP/1.1\r\nHost: gw\r\nContent-Length: 10\r\n\r\n12345"); err != nil {
-		t.Fatal(err)
-	}
-	_ = c.SetReadDeadline(time.Now().Add(time.Minute))
-	res, err := http.ReadResponse(bufio.NewReader(c), nil)
-	if err != nil {
-		t.Fatalf("no answer to the slow body: %v", err)
-	}
-	if res.StatusCode != http.StatusRequestTimeout {
-		t.Errorf("the slow body answered %d, want 408", res.StatusCode)
-	}
-	select {
-	case <-called:
-		t.Error("the function was called with a body that never arrived")
-	default:
-	}
-	if got := load.Snapshot(time.Now()); len(got) != 0 {
-		t.Errorf("the tracker counted %+v, want no call", got)
+	for _, tc := range []struct {
+		name        string
+		timeoutSec  int32
+		readTimeout time.Duration
+	}{
+		{"the function's timeout", 1, 0},
+		{"the server's read timeout", 900, time.Second},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			called := make(chan struct{}, 1)
+			fnSrv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) { called <- struct{}{} }))
+			defer fnSrv.Close()
+			load := &loadreport.Tracker{}
+			f := &Forwarder{Transport: DefaultTransport(), Tracer: noop.NewTracerProvider().Tracer("test"), Prop: propagation.TraceContext{},
+				Recorder: &records{}, Metrics: nobody{}, Log: slog.New(slog.NewTextHandler(io.Discard, nil)), MaxResponseBytes: 1 << 20, Load: load,
+				ReadTimeout: tc.readTimeout}
+			fn := readyFunction(fnSrv.URL)
+			fn.Spec.TimeoutSec = tc.timeoutSec
+			gw := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+				if err := f.Forward(w, r, fn, Call{Tenant: "t", Path: "/", Kind: msg.TriggerHTTP}); err != nil {
+					w.WriteHeader(err.(*Failure).Status)
+				}
+			}))
+			defer gw.Close()
+			c, err := net.Dial("tcp", gw.Listener.Addr().String())
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer c.Close()
+			// Half the declared body, then nothing: the client that holds on.
+			if _, err := io.WriteString(c, "POST / HTTP/1.1\r\nHost: gw\r\nContent-Length: 10\r\n\r\n12345"); err != nil {
+				t.Fatal(err)
+			}
+			_ = c.SetReadDeadline(time.Now().Add(time.Minute)) // far past the 1 s either case waits
+			res, err := http.ReadResponse(bufio.NewReader(c), nil)
+			if err != nil {
+				t.Fatalf("no answer to the slow body within a minute: %v", err)
+			}
+			if res.StatusCode != http.StatusRequestTimeout {
+				t.Errorf("the slow body answered %d, want 408", res.StatusCode)
+			}
+			select {
+			case <-called:
+				t.Error("the function was called with a body that never arrived")
+			default:
+			}
+			if got := load.Snapshot(time.Now()); len(got) != 0 {
+				t.Errorf("the tracker counted %+v, want no call", got)
+			}
+		})
 	}
 }
 
