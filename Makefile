@@ -93,7 +93,7 @@ test-runtimes: ## run the Python and Node runtime wrappers' own tests
 # records its ratios; benchtable prints them in one table against the budgets
 # of ARCHITECTURE.md section 10 and fails on a missed budget, a round with
 # errors or a missing figure. SLESS_BENCH_ROUNDS raises the rounds.
-BENCH_PACKAGES := services/operator:./internal/driver/ services/gateway:. services/invoker:. e2e:.
+BENCH_PACKAGES := services/operator:./internal/driver/ services/gateway:. services/invoker:. services/scheduler:. e2e:.
 bench: deps ## run the benchmarks: one table of every ratio against its budget; fails when a budget is missed
 	@$(DEPS_ENV); results=$$(mktemp); trap 'rm -f $$results' EXIT; export SLESS_BENCH_RESULTS=$$results; \
 	echo "load average at start: $$(cut -d' ' -f1-3 /proc/loadavg), $$(nproc) CPUs"; status=0; \

@@ -1,0 +1,183 @@
+package main
+
+import (
+	"context"
+	"fmt"
+	"os/exec"
+	"path/filepath"
+	"slices"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/jackc/pgx/v5/pgxpool"
+	amqp "github.com/rabbitmq/amqp091-go"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+
+	slessv1 "github.com/kube5s/sless/pkg/apis/sless/v1alpha1"
+	"github.com/kube5s/sless/pkg/loadgen"
+	"github.com/kube5s/sless/pkg/msg"
+	"github.com/kube5s/sless/pkg/rabbit"
+)
+
+// cronBenchTriggers is how many triggers fire every second on each side.
+const cronBenchTriggers = 10
+
+// BenchmarkCronFire measures how late cron fires are. The scheduler (its
+// own process) fires cronBenchTriggers triggers every second; beside it, at
+// the same time on the same database and broker, a bare loop does each
+// fire's work at the same rate: a goroutine per trigger that sleeps to the
+// next second, inserts the pending row, publishes with a confirm and marks
+// the row fired, as a careful user would. Both sides' lateness is the row's
+// fired_at minus its instant. The figure is the scheduler's p99 lateness
+// over the bare loop's, per round of 20 s. (The lateness is a
+// figure of make bench, not an assertion of the tests: a loaded machine
+// makes any fire late.)
+func BenchmarkCronFire(b *testing.B) {
+	const round = 20 * time.Second
+	rounds := loadgen.Rounds(3)
+	bin := filepath.Join(b.TempDir(), "scheduler")
+	if out, err := exec.Command("go", "build", "-o", bin, ".").CombinedOutput(); err != nil {
+		b.Fatalf("build the scheduler: %v\n%s", err, out)
+	}
+	w := newSchedWorld(b)
+	sched := w.startBinary(b, bin)
+	forget := loadgen.Watch("scheduler", sched.Process.Pid)
+	defer forget()
+	for i := range cronBenchTriggers {
+		tr := &slessv1.Trigger{ObjectMeta: metav1.ObjectMeta{Name: fmt.Sprintf("tick-%d", i), Namespace: w.ns}, Spec: slessv1.TriggerSpec{
+			FunctionRef: slessv1.LocalRef{Name: "f"}, Type: slessv1.TriggerCron,
+			Cron: &slessv1.CronTrigger{Schedule: "@every 1s"}}}
+		if err := w.kube.Create(b.Context(), tr); err != nil {
+			b.Fatal(err)
+		}
+	}
+	bare := w.tenant + "-bare"
+	// Let every trigger fire once before the measured rounds.
+	time.Sleep(3 * time.Second)
+	start := time.Now().Truncate(time.Second).Add(time.Second)
+	end := start.Add(time.Duration(rounds) * round)
+	before := loadgen.SampleCPU()
+	if err := bareCron(b.Context(), w, bare, end); err != nil {
+		b.Fatal(err)
+	}
+	cpu := loadgen.SampleCPU().Sub(before)
+	// The scheduler's last instants of the window: fired within a second.
+	time.Sleep(2 * time.Second)
+
+	var ratios []float64
+	ours, bares := 0, 0
+	for r := range rounds {
+		from := start.Add(time.Duration(r) * round)
+		p, np := w.lateness(b, w.tenant, from, from.Add(round))
+		q, nq := w.lateness(b, bare, from, from.Add(round))
+		if want := int(round/time.Second) * cronBenchTriggers; np < want-cronBenchTriggers || nq < want-cronBenchTriggers {
+			b.Fatalf("round %d: %d fires of the scheduler, %d of the bare loop, want %d each", r, np, nq, want)
+		}
+		ours, bares = ours+np, bares+nq
+		fmt.Printf("cron fire round %d: scheduler %d fires, lateness p50 %s p99 %s; bare loop %d fires, p50 %s p99 %s\n",
+			r, np, p[len(p)/2].Round(time.Millisecond), p[len(p)*99/100].Round(time.Millisecond),
+			nq, q[len(q)/2].Round(time.Millisecond), q[len(q)*99/100].Round(time.Millisecond))
+		ratios = append(ratios, float64(p[len(p)*99/100]-q[len(q)*99/100])/float64(time.Millisecond))
+	}
+	// Both sides ran at once: the broker's and PostgreSQL's share is theirs
+	// together, the scheduler's process is the scheduler's, the test
+	// process is the bare loop's.
+	perFire := func(group string, n int) float64 { return float64(cpu[group].Microseconds()) / float64(max(n, 1)) }
+	fmt.Printf("cron fire: cpu µs per fire: scheduler's process %.0f (its %d fires), test process %.0f (the bare loop's %d); broker %.0f, postgres %.0f (both sides' %d)\n",
+		perFire("scheduler", ours), ours, perFire(loadgen.CPUSelf, bares), bares, perFire(loadgen.CPUBroker, ours+bares), perFire(loadgen.CPUPostgres, ours+bares), ours+bares)
+	if _, err := loadgen.Record(loadgen.Ratio{Name: "cron fire: lateness p99, scheduler over bare loop", Unit: " ms", Rounds: ratios,
+		Budget: 250, AtMost: true}); err != nil {
+		b.Fatal(err)
+	}
+}
+
+// bareCron is the bare loop of BenchmarkCronFire: cronBenchTriggers
+// goroutines, each firing every second until end under tenant.
+func bareCron(ctx context.Context, w *schedWorld, tenant string, end time.Time) error {
+	conn, err := amqp.Dial(w.env["SLESS_RABBITMQ_URL"])
+	if err != nil {
+		return err
+	}
+	defer conn.Close()
+	var wg sync.WaitGroup
+	errs := make(chan error, cronBenchTriggers)
+	for i := range cronBenchTriggers {
+		ch, err := conn.Channel()
+		if err != nil {
+			return err
+		}
+		if err := ch.Confirm(false); err != nil {
+			return err
+		}
+		wg.Go(func() {
+			if err := bareTrigger(ctx, w.db, ch, tenant, fmt.Sprintf("bare-%d", i), end); err != nil {
+				errs <- err
+			}
+		})
+	}
+	wg.Wait()
+	close(errs)
+	return <-errs
+}
+
+func bareTrigger(ctx context.Context, db *pgxpool.Pool, ch *amqp.Channel, tenant, name string, end time.Time) error {
+	for {
+		at := time.Now().Truncate(time.Second).Add(time.Second)
+		if !at.Before(end) {
+			return nil
+		}
+		time.Sleep(time.Until(at))
+		id := msg.CronInvocationID(tenant+"/"+name, at)
+		if _, err := db.Exec(ctx, `INSERT INTO cron_fires (tenant, trigger_name, scheduled_at, outcome, invocation_id)
+			VALUES ($1, $2, $3, 'pending', $4) ON CONFLICT DO NOTHING`, tenant, name, at, id); err != nil {
+			return err
+		}
+		m := &msg.InvocationRequested{InvocationID: id, Tenant: tenant, Function: "f", Trigger: msg.TriggerCron, TriggerName: name,
+			ScheduledAt: at.UTC(), EnqueuedAt: time.Now().UTC(),
+			Request: msg.Request{Method: "POST", Path: "/", Headers: map[string][]string{"Content-Type": {"application/json"}}}}
+		pub, err := rabbit.Encode(ctx, m)
+		if err != nil {
+			return err
+		}
+		dc, err := ch.PublishWithDeferredConfirmWithContext(ctx, msg.Exchange, msg.RoutingKey(m), true, false, pub)
+		if err != nil {
+			return err
+		}
+		if ok, err := dc.WaitContext(ctx); err != nil || !ok {
+			return fmt.Errorf("bare fire %s not confirmed: %v", id, err)
+		}
+		if _, err := db.Exec(ctx, `UPDATE cron_fires SET outcome = 'fired', fired_at = now() WHERE tenant = $1 AND trigger_name = $2 AND scheduled_at = $3`,
+			tenant, name, at); err != nil {
+			return err
+		}
+	}
+}
+
+// lateness returns the sorted lateness of tenant's fires in [from, to),
+// and their count.
+func (w *schedWorld) lateness(t testing.TB, tenant string, from, to time.Time) ([]time.Duration, int) {
+	rows, err := w.db.Query(t.Context(), `SELECT extract(epoch FROM fired_at - scheduled_at) FROM cron_fires
+		WHERE tenant = $1 AND outcome = 'fired' AND scheduled_at >= $2 AND scheduled_at < $3`, tenant, from, to)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer rows.Close()
+	var out []time.Duration
+	for rows.Next() {
+		var l float64
+		if err := rows.Scan(&l); err != nil {
+			t.Fatal(err)
+		}
+		out = append(out, time.Duration(l*float64(time.Second)))
+	}
+	if err := rows.Err(); err != nil {
+		t.Fatal(err)
+	}
+	slices.Sort(out)
+	if len(out) == 0 {
+		out = []time.Duration{0}
+		return out, 0
+	}
+	return out, len(out)
+}
