@@ -28,7 +28,8 @@ import (
 // In a process of its own each is read apart from the load generator and
 // the function (ARCHITECTURE.md 10: CPU per request per process).
 // BENCH_CPUPROFILE_DIR, set for the benchmark, has each such process
-// write a CPU profile of its whole life to <dir>/<role>.pprof.
+// write a CPU profile of its whole life to <dir>/<role>.pprof, and its
+// allocations to <dir>/<role>.allocs.
 const (
 	benchRoleEnv    = "SLESS_BENCH_ROLE"
 	benchTargetEnv  = "SLESS_BENCH_TARGET"
@@ -48,6 +49,13 @@ func benchChild(role string) int {
 			return 1
 		}
 		defer func() { pprof.StopCPUProfile(); _ = f.Close() }()
+		// And what it allocated over its life (go tool pprof -sample_index=alloc_objects).
+		defer func() {
+			if h, err := os.Create(filepath.Join(dir, role+".allocs")); err == nil {
+				_ = pprof.Lookup("allocs").WriteTo(h, 0)
+				_ = h.Close()
+			}
+		}()
 	}
 	var err error
 	switch role {
