@@ -12,6 +12,7 @@ import (
 	"os/exec"
 	"os/signal"
 	"path/filepath"
+	goruntime "runtime"
 	"runtime/pprof"
 	"syscall"
 	"testing"
@@ -51,6 +52,7 @@ func benchChild(role string) int {
 		defer func() { pprof.StopCPUProfile(); _ = f.Close() }()
 		// And what it allocated over its life (go tool pprof -sample_index=alloc_objects).
 		defer func() {
+			goruntime.GC() // the profile is as of the last collection
 			if h, err := os.Create(filepath.Join(dir, role+".allocs")); err == nil {
 				_ = pprof.Lookup("allocs").WriteTo(h, 0)
 				_ = h.Close()

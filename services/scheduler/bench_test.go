@@ -18,6 +18,7 @@ import (
 	"github.com/kube5s/sless/pkg/loadgen"
 	"github.com/kube5s/sless/pkg/msg"
 	"github.com/kube5s/sless/pkg/rabbit"
+	"github.com/kube5s/sless/pkg/testenv"
 )
 
 // cronBenchTriggers is how many triggers fire every second on each side.
@@ -29,10 +30,11 @@ const cronBenchTriggers = 10
 // fire's work at the same rate: a goroutine per trigger that sleeps to the
 // next second, inserts the pending row, publishes with a confirm and marks
 // the row fired, as a careful user would. Both sides' lateness is the row's
-// fired_at minus its instant. The figure is the scheduler's p99 lateness
-// over the bare loop's, per round of 20 s. (The lateness is a
+// fired_at minus its instant. The figure, per round of 20 s, is the
+// scheduler's p99 lateness over the bare loop's, printed with its goal
+// (ours: ARCHITECTURE.md 10 sets no budget for it). The lateness is a
 // figure of make bench, not an assertion of the tests: a loaded machine
-// makes any fire late.)
+// makes any fire late.
 func BenchmarkCronFire(b *testing.B) {
 	const round = 20 * time.Second
 	rounds := loadgen.Rounds(3)
@@ -53,17 +55,31 @@ func BenchmarkCronFire(b *testing.B) {
 		}
 	}
 	bare := w.tenant + "-bare"
-	// Let every trigger fire once before the measured rounds.
-	time.Sleep(3 * time.Second)
+	fire, closeBare, err := dialBare(w, bare)
+	if err != nil {
+		b.Fatal(err)
+	}
+	defer closeBare()
+	// Every trigger fired once before the measured rounds.
+	testenv.Eventually(b, time.Minute, "every trigger fired once", func() (bool, string) {
+		var n int
+		if err := w.db.QueryRow(b.Context(), `SELECT count(DISTINCT trigger_name) FROM cron_fires WHERE tenant = $1 AND outcome = 'fired'`, w.tenant).Scan(&n); err != nil {
+			return false, err.Error()
+		}
+		return n == cronBenchTriggers, fmt.Sprintf("%d of %d triggers fired", n, cronBenchTriggers)
+	})
 	start := time.Now().Truncate(time.Second).Add(time.Second)
 	end := start.Add(time.Duration(rounds) * round)
 	before := loadgen.SampleCPU()
-	if err := bareCron(b.Context(), w, bare, end); err != nil {
+	if err := fire(b.Context(), start, end); err != nil {
 		b.Fatal(err)
 	}
 	cpu := loadgen.SampleCPU().Sub(before)
-	// The scheduler's last instants of the window: fired within a second.
-	time.Sleep(2 * time.Second)
+	// The scheduler's last instant of the window fired, on every trigger.
+	testenv.Eventually(b, time.Minute, "the scheduler's last instant fired", func() (bool, string) {
+		_, n := w.lateness(b, w.tenant, end.Add(-time.Second), end)
+		return n == cronBenchTriggers, fmt.Sprintf("%d of its %d triggers fired it", n, cronBenchTriggers)
+	})
 
 	var ratios []float64
 	ours, bares := 0, 0
@@ -86,47 +102,51 @@ func BenchmarkCronFire(b *testing.B) {
 	perFire := func(group string, n int) float64 { return float64(cpu[group].Microseconds()) / float64(max(n, 1)) }
 	fmt.Printf("cron fire: cpu µs per fire: scheduler's process %.0f (its %d fires), test process %.0f (the bare loop's %d); broker %.0f, postgres %.0f (both sides' %d)\n",
 		perFire("scheduler", ours), ours, perFire(loadgen.CPUSelf, bares), bares, perFire(loadgen.CPUBroker, ours+bares), perFire(loadgen.CPUPostgres, ours+bares), ours+bares)
-	if _, err := loadgen.Record(loadgen.Ratio{Name: "cron fire: lateness p99, scheduler over bare loop", Unit: " ms", Rounds: ratios,
-		Budget: 250, AtMost: true}); err != nil {
+	if _, err := loadgen.Record(loadgen.Ratio{Name: "cron fire: p99 lateness added over the bare loop (goal 250 ms)", Unit: " ms", Rounds: ratios}); err != nil {
 		b.Fatal(err)
 	}
 }
 
-// bareCron is the bare loop of BenchmarkCronFire: cronBenchTriggers
-// goroutines, each firing every second until end under tenant.
-func bareCron(ctx context.Context, w *schedWorld, tenant string, end time.Time) error {
+// dialBare opens the bare loop of BenchmarkCronFire: a connection and a
+// confirm-mode channel for each of its cronBenchTriggers goroutines. fire
+// runs them, each firing every second from start until end under tenant.
+func dialBare(w *schedWorld, tenant string) (fire func(ctx context.Context, start, end time.Time) error, stop func(), err error) {
 	conn, err := amqp.Dial(w.env["SLESS_RABBITMQ_URL"])
 	if err != nil {
-		return err
+		return nil, nil, err
 	}
-	defer conn.Close()
-	var wg sync.WaitGroup
-	errs := make(chan error, cronBenchTriggers)
-	for i := range cronBenchTriggers {
-		ch, err := conn.Channel()
+	chs := make([]*amqp.Channel, cronBenchTriggers)
+	for i := range chs {
+		if chs[i], err = conn.Channel(); err == nil {
+			err = chs[i].Confirm(false)
+		}
 		if err != nil {
-			return err
+			conn.Close()
+			return nil, nil, err
 		}
-		if err := ch.Confirm(false); err != nil {
-			return err
-		}
-		wg.Go(func() {
-			if err := bareTrigger(ctx, w.db, ch, tenant, fmt.Sprintf("bare-%d", i), end); err != nil {
-				errs <- err
-			}
-		})
 	}
-	wg.Wait()
-	close(errs)
-	return <-errs
+	fire = func(ctx context.Context, start, end time.Time) error {
+		var wg sync.WaitGroup
+		errs := make(chan error, len(chs))
+		for i, ch := range chs {
+			wg.Go(func() {
+				if err := bareTrigger(ctx, w.db, ch, tenant, fmt.Sprintf("bare-%d", i), start, end); err != nil {
+					errs <- err
+				}
+			})
+		}
+		wg.Wait()
+		close(errs)
+		return <-errs
+	}
+	return fire, func() { conn.Close() }, nil
 }
 
-func bareTrigger(ctx context.Context, db *pgxpool.Pool, ch *amqp.Channel, tenant, name string, end time.Time) error {
-	for {
-		at := time.Now().Truncate(time.Second).Add(time.Second)
-		if !at.Before(end) {
-			return nil
-		}
+// bareTrigger fires one bare trigger at every second from start until
+// end: a late fire makes the next one late, as in the scheduler, rather
+// than skipped.
+func bareTrigger(ctx context.Context, db *pgxpool.Pool, ch *amqp.Channel, tenant, name string, start, end time.Time) error {
+	for at := start; at.Before(end); at = at.Add(time.Second) {
 		time.Sleep(time.Until(at))
 		id := msg.CronInvocationID(tenant+"/"+name, at)
 		if _, err := db.Exec(ctx, `INSERT INTO cron_fires (tenant, trigger_name, scheduled_at, outcome, invocation_id)
@@ -140,18 +160,21 @@ func bareTrigger(ctx context.Context, db *pgxpool.Pool, ch *amqp.Channel, tenant
 		if err != nil {
 			return err
 		}
-		dc, err := ch.PublishWithDeferredConfirmWithContext(ctx, msg.Exchange, msg.RoutingKey(m), true, false, pub)
+		dc, err := ch.PublishWithDeferredConfirmWithContext(ctx, msg.Exchange, msg.RoutingKey(m), false, false, pub)
 		if err != nil {
 			return err
 		}
-		if ok, err := dc.WaitContext(ctx); err != nil || !ok {
-			return fmt.Errorf("bare fire %s not confirmed: %v", id, err)
+		if ok, err := dc.WaitContext(ctx); err != nil {
+			return fmt.Errorf("bare fire %s: %w", id, err)
+		} else if !ok {
+			return fmt.Errorf("bare fire %s: the broker refused it (nack)", id)
 		}
 		if _, err := db.Exec(ctx, `UPDATE cron_fires SET outcome = 'fired', fired_at = now() WHERE tenant = $1 AND trigger_name = $2 AND scheduled_at = $3`,
 			tenant, name, at); err != nil {
 			return err
 		}
 	}
+	return nil
 }
 
 // lateness returns the sorted lateness of tenant's fires in [from, to),
