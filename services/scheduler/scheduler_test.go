@@ -126,6 +126,17 @@ func (w *schedWorld) count(t testing.TB, outcome string) int {
 	return n
 }
 
+// buildScheduler builds this package's scheduler binary and returns its
+// path.
+func buildScheduler(t testing.TB) string {
+	t.Helper()
+	bin := filepath.Join(t.TempDir(), "scheduler")
+	if out, err := exec.Command("go", "build", "-o", bin, ".").CombinedOutput(); err != nil {
+		t.Fatalf("build the scheduler: %v\n%s", err, out)
+	}
+	return bin
+}
+
 // startBinary runs a built scheduler with the world's environment, in a
 // process group of its own so that a SIGKILL takes it at once.
 func (w *schedWorld) startBinary(t testing.TB, bin string) *exec.Cmd {
@@ -154,13 +165,9 @@ func (w *schedWorld) startBinary(t testing.TB, bin string) *exec.Cmd {
 // loop doing the same work): a loaded machine makes any fire late, so a
 // bound here would fail on the machine, not on the scheduler.
 func TestTwoSchedulersFireOnce(t *testing.T) {
-	bin := filepath.Join(t.TempDir(), "scheduler")
-	if out, err := exec.Command("go", "build", "-o", bin, ".").CombinedOutput(); err != nil {
-		t.Fatalf("build the scheduler: %v\n%s", err, out)
-	}
 	w := newSchedWorld(t)
 	stop := testenv.StartService(t, run, w.env)
-	victim := w.startBinary(t, bin)
+	victim := w.startBinary(t, buildScheduler(t))
 	tr := &slessv1.Trigger{ObjectMeta: metav1.ObjectMeta{Name: "tick", Namespace: w.ns}, Spec: slessv1.TriggerSpec{
 		FunctionRef: slessv1.LocalRef{Name: "f"}, Type: slessv1.TriggerCron,
 		Cron: &slessv1.CronTrigger{Schedule: "@every 1s", Payload: nil}}}
