@@ -144,12 +144,6 @@ func (s *Server) End(x *Exchange, route string) {
 // Close ends x's span.
 func (x *Exchange) Close() { x.span.End() }
 
-// Middleware records a server span (continuing an incoming traceparent)
-// and the request metrics around next.
-func Middleware(tracer trace.Tracer, prop propagation.TextMapPropagator, m *HTTPMetrics, route RouteFunc) func(http.Handler) http.Handler {
-	return (&Server{Tracer: tracer, Prop: prop, Metrics: m}).Middleware(route)
-}
-
 // Middleware applies the request telemetry of s around next; route names
 // the request's route after next ran.
 func (s *Server) Middleware(route RouteFunc) func(http.Handler) http.Handler {

@@ -21,7 +21,7 @@ func TestMiddlewareContinuesTraceAndCountsRequests(t *testing.T) {
 	tp := sdktrace.NewTracerProvider(sdktrace.WithSpanProcessor(rec))
 	reg := NewRegistry()
 	m := NewHTTPMetrics(reg, "test")
-	h := Middleware(tp.Tracer("t"), Propagator(), m, func(*http.Request) string { return "/v1/things/{id}" })(
+	h := (&Server{Tracer: tp.Tracer("t"), Prop: Propagator(), Metrics: m}).Middleware(func(*http.Request) string { return "/v1/things/{id}" })(
 		http.HandlerFunc(func(w http.ResponseWriter, _ *http.Request) { w.WriteHeader(http.StatusTeapot) }))
 
 	req := httptest.NewRequest(http.MethodGet, "/v1/things/7", nil)
@@ -61,7 +61,7 @@ func TestMethodsACallerMakesUpShareOneSeries(t *testing.T) {
 	m := NewHTTPMetrics(reg, "test")
 	rec := tracetest.NewSpanRecorder()
 	tp := sdktrace.NewTracerProvider(sdktrace.WithSpanProcessor(rec))
-	h := Middleware(tp.Tracer("t"), Propagator(), m, func(*http.Request) string { return "/x" })(
+	h := (&Server{Tracer: tp.Tracer("t"), Prop: Propagator(), Metrics: m}).Middleware(func(*http.Request) string { return "/x" })(
 		http.HandlerFunc(func(http.ResponseWriter, *http.Request) {}))
 	for i := range 1000 {
 		h.ServeHTTP(httptest.NewRecorder(), httptest.NewRequest(fmt.Sprintf("M%d", i), "/x", nil))

@@ -492,7 +492,7 @@ func TestForwardCarriesTheTraceContext(t *testing.T) {
 			rec := &records{}
 			f := &Forwarder{Transport: DefaultTransport(), Tracer: tp.Tracer("test"), Prop: prop,
 				Recorder: rec, Metrics: nobody{}, Log: slog.New(slog.NewTextHandler(io.Discard, nil)), MaxResponseBytes: 1 << 20}
-			h := telemetry.Middleware(tp.Tracer("test"), prop, telemetry.NewHTTPMetrics(prometheus.NewRegistry(), "test"),
+			h := (&telemetry.Server{Tracer: tp.Tracer("test"), Prop: prop, Metrics: telemetry.NewHTTPMetrics(prometheus.NewRegistry(), "test")}).Middleware(
 				func(*http.Request) string { return "/invoke" })(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 				if err := f.Forward(w, r, readyFunction(srv.URL), Call{Tenant: "t", Path: "/", Kind: msg.TriggerHTTP}); err != nil {
 					t.Error(err)
