@@ -81,24 +81,33 @@ func (c *count) advance(now time.Time) {
 	c.changed = now
 }
 
-// Begin counts a call to k as in flight until the returned function is
-// called (once; later calls do nothing).
-func (t *Tracker) Begin(k Key) (end func()) {
+// Begin counts a call to k as in flight until its End. It returns a
+// value rather than a closure: it runs on every call of the data path,
+// where a closure and its sync.Once were two allocations.
+func (t *Tracker) Begin(k Key) Call {
 	c := t.lock(k)
 	c.advance(time.Now())
 	c.inFlight++
 	c.peak = max(c.peak, c.inFlight)
 	c.mu.Unlock()
-	var once sync.Once
-	return func() {
-		once.Do(func() {
-			c.mu.Lock()
-			c.advance(time.Now())
-			c.inFlight--
-			c.completions++
-			c.mu.Unlock()
-		})
+	return Call{c: c}
+}
+
+// Call is a call counted in flight by Begin.
+type Call struct{ c *count }
+
+// End counts the call as done; a second End does nothing.
+func (call *Call) End() {
+	c := call.c
+	if c == nil {
+		return
 	}
+	call.c = nil
+	c.mu.Lock()
+	c.advance(time.Now())
+	c.inFlight--
+	c.completions++
+	c.mu.Unlock()
 }
 
 // Buffer counts a call that waits for version k to wake until the

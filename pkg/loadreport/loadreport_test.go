@@ -21,10 +21,10 @@ func TestSnapshotAveragesOverTheInterval(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
 		var tr Tracker
 		start := time.Now()
-		endA, endB := tr.Begin(hello), tr.Begin(hello)
+		a, b := tr.Begin(hello), tr.Begin(hello)
 		time.Sleep(500 * time.Millisecond)
-		endA()
-		endA() // a second call of end counts nothing
+		a.End()
+		a.End() // a second End counts nothing
 		time.Sleep(500 * time.Millisecond)
 		want := []msg.VersionLoad{{Namespace: hello.Namespace, Function: hello.Function, Version: 3, InFlight: 1.5, PeakInFlight: 2, Completions: 1}}
 		if diff := cmp.Diff(want, tr.Snapshot(start.Add(time.Second))); diff != "" {
@@ -35,7 +35,7 @@ func TestSnapshotAveragesOverTheInterval(t *testing.T) {
 		if diff := cmp.Diff(want, tr.Snapshot(start.Add(2*time.Second))); diff != "" {
 			t.Errorf("second second, one call still running (-want +got):\n%s", diff)
 		}
-		endB()
+		b.End()
 		time.Sleep(time.Second)
 		want = []msg.VersionLoad{{Namespace: hello.Namespace, Function: hello.Function, Version: 3, PeakInFlight: 1, Completions: 1}}
 		if diff := cmp.Diff(want, tr.Snapshot(start.Add(3*time.Second))); diff != "" {
@@ -46,9 +46,9 @@ func TestSnapshotAveragesOverTheInterval(t *testing.T) {
 			t.Errorf("an idle version is reported: %+v", got)
 		}
 		// Forgotten, and counted again from the next call.
-		end := tr.Begin(hello)
+		call := tr.Begin(hello)
 		time.Sleep(time.Second)
-		end()
+		call.End()
 		if got := tr.Snapshot(start.Add(5 * time.Second)); len(got) != 1 || got[0].Completions != 1 || got[0].InFlight != 1 {
 			t.Errorf("after forgetting, a new call: %+v", got)
 		}
@@ -64,7 +64,8 @@ func TestNoCallIsLostToASnapshot(t *testing.T) {
 	for range workers {
 		wg.Go(func() {
 			for range calls {
-				tr.Begin(hello)()
+				call := tr.Begin(hello)
+				call.End()
 			}
 		})
 	}
@@ -110,9 +111,9 @@ func TestReporterSendsEachSecondWithWork(t *testing.T) {
 		ctx, cancel := context.WithCancel(t.Context())
 		r := &Reporter{Tracker: &tr, Signals: rec, Name: "gw-1"}
 		go func() { _ = r.Run(ctx) }()
-		end := tr.Begin(hello)
+		call := tr.Begin(hello)
 		time.Sleep(3500 * time.Millisecond)
-		end()
+		call.End()
 		time.Sleep(5 * time.Second)
 		cancel()
 		synctest.Wait()
@@ -224,14 +225,14 @@ func TestANewIdleMarkIsAcknowledgedAtOnceAndAgain(t *testing.T) {
 		// A call that began on version 4 before this replica saw the mark
 		// of version 5: the acknowledgement shows it.
 		k4 := Key{Namespace: hello.Namespace, Function: hello.Function, Version: 4}
-		end := tr.Begin(k4)
+		call := tr.Begin(k4)
 		tr.SetIdle(hello.Namespace, hello.Function, []int32{4, 5})
 		got = sent()
 		if len(got) != 3 || !got[2].Ack || len(got[2].Versions) != 1 || got[2].Versions[0].Version != 4 ||
 			got[2].Versions[0].InFlight != 1 || got[2].Versions[0].PeakInFlight != 1 {
 			t.Fatalf("a new mark with a call in flight on version 4: sent %+v; want an acknowledgement showing that call", got[2:])
 		}
-		end()
+		call.End()
 		time.Sleep(AckGap) // the second acknowledgement: the call ended, it still counts as begun
 		if got = sent(); len(got) != 4 || len(got[3].Versions) != 1 || got[3].Versions[0].PeakInFlight != 1 {
 			t.Fatalf("the second acknowledgement after the call ended: %+v; want the call's peak", got[3:])

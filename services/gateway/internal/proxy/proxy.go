@@ -370,7 +370,8 @@ func (f *Forwarder) Forward(w http.ResponseWriter, r *http.Request, fn *slessv1.
 	endpoint, done := f.Wake.Take(r.Context(), fn, version, fn.MaxBufferedRequests(), time.Duration(fn.Spec.TimeoutSec)*time.Second)
 	defer done()
 	if f.Load != nil {
-		defer f.Load.Begin(loadreport.Key{Namespace: fn.Namespace, Function: fn.Name, Version: version.Number})()
+		call := f.Load.Begin(loadreport.Key{Namespace: fn.Namespace, Function: fn.Name, Version: version.Number})
+		defer call.End()
 	}
 	start := time.Now()
 	id := msg.NewInvocationID()

@@ -322,7 +322,8 @@ func (e *Executor) Execute(ctx context.Context, req *msg.InvocationRequested, at
 	}
 
 	if e.Load != nil {
-		defer e.Load.Begin(loadreport.Key{Namespace: fn.Namespace, Function: fn.Name, Version: version.Number})()
+		call := e.Load.Begin(loadreport.Key{Namespace: fn.Namespace, Function: fn.Name, Version: version.Number})
+		defer call.End()
 	}
 	resp, err := e.Client.Do(hreq)
 	if err != nil {
