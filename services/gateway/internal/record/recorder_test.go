@@ -104,7 +104,7 @@ func (p *batchPublisher) PublishMessage(_ context.Context, m msg.Message) error 
 // every record is published once, in order.
 func TestRecorderBatchesWhatIsBuffered(t *testing.T) {
 	pub := &batchPublisher{published: make(chan struct{}, 10)}
-	r := NewRecorder(pub, slog.New(slog.NewTextHandler(io.Discard, nil)), prometheus.NewRegistry(), 1000, 1)
+	r := NewRecorder(pub, slog.New(slog.NewTextHandler(io.Discard, nil)), prometheus.NewRegistry(), 2*maxBatch, 1)
 	var want []string
 	for i := range maxBatch + 44 { // buffered before the worker starts
 		want = append(want, strconv.Itoa(i))
