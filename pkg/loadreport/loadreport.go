@@ -93,10 +93,12 @@ func (t *Tracker) Begin(k Key) Call {
 	return Call{c: c}
 }
 
-// Call is a call counted in flight by Begin.
+// Call is a call counted in flight by Begin. It is ended once, by the
+// goroutine that began it: a copy would end it twice.
 type Call struct{ c *count }
 
-// End counts the call as done; a second End does nothing.
+// End counts the call as done; a second End on the same Call does
+// nothing.
 func (call *Call) End() {
 	c := call.c
 	if c == nil {

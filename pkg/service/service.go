@@ -71,6 +71,8 @@ type Service struct {
 
 	cfg       Common
 	tasks     []func(context.Context) error
+	serving   sync.WaitGroup // the servers of Serve, until each shut down
+	stopped   chan struct{}  // closed once they all have (ServersStopped)
 	gatherers prometheus.Gatherers
 	crMetrics bool // controller-runtime's registry is among the gatherers
 }
@@ -107,6 +109,7 @@ func New(ctx context.Context, name string, cfg Common, getenv func(string) strin
 		Tracer:    tp.Tracer("github.com/kube5s/sless/services/" + name),
 		Registry:  reg,
 		cfg:       cfg,
+		stopped:   make(chan struct{}),
 		gatherers: prometheus.Gatherers{reg},
 	}
 	s.Health = health.NewHandler(prometheus.GathererFunc(func() ([]*dto.MetricFamily, error) { return s.gatherers.Gather() }))
@@ -128,9 +131,19 @@ func (s *Service) Serve(addr string, h http.Handler) (net.Addr, error) {
 		return nil, fmt.Errorf("listen %s: %w", addr, err)
 	}
 	srv := &http.Server{Handler: h, ReadHeaderTimeout: s.cfg.ReadHeaderTimeout, ReadTimeout: s.cfg.ReadTimeout, IdleTimeout: 90 * time.Second}
-	s.Go(func(ctx context.Context) error { return health.Serve(ctx, s.Log, srv, ln, s.Health, s.cfg.DrainDelay) })
+	s.serving.Add(1)
+	s.Go(func(ctx context.Context) error {
+		defer s.serving.Done()
+		return health.Serve(ctx, s.Log, srv, ln, s.Health, s.cfg.DrainDelay)
+	})
 	return ln.Addr(), nil
 }
+
+// ServersStopped is closed once every server of Serve has shut down after
+// the service's stop (its drain delay, then its requests' end): no request
+// is answered any more. A task whose work follows the answers (the
+// gateway's records) waits for it before it finishes that work.
+func (s *Service) ServersStopped() <-chan struct{} { return s.stopped }
 
 // Run serves the ops endpoints, runs every task until ctx ends or one fails,
 // and flushes traces.
@@ -140,6 +153,7 @@ func (s *Service) Run(ctx context.Context) error {
 		return err
 	}
 	s.Log.Info("service started", "opsAddr", addr.String())
+	go func() { s.serving.Wait(); close(s.stopped) }()
 	g, gctx := errgroup.WithContext(ctx)
 	for _, t := range s.tasks {
 		g.Go(func() error { return t(gctx) })

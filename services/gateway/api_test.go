@@ -225,6 +225,14 @@ func runtime(t testing.TB, timeout, concurrency string) string {
 // settings; it stops with the test.
 func (g *gw) replica(t testing.TB, extra map[string]string) *gw {
 	t.Helper()
+	r, _ := g.stoppableReplica(t, extra)
+	return r
+}
+
+// stoppableReplica is replica, with the function that stops it (at the
+// latest with the test) and returns what its run returned.
+func (g *gw) stoppableReplica(t testing.TB, extra map[string]string) (*gw, func() error) {
+	t.Helper()
 	env := map[string]string{}
 	for k, v := range g.env {
 		env[k] = v
@@ -234,8 +242,8 @@ func (g *gw) replica(t testing.TB, extra map[string]string) *gw {
 	}
 	env["SLESS_HTTP_ADDR"] = testenv.FreeAddr(t)
 	env["SLESS_OPS_ADDR"] = testenv.FreeAddr(t)
-	testenv.StartService(t, run, env) // stopped by its cleanup
-	return &gw{base: "http://" + env["SLESS_HTTP_ADDR"], env: env, kube: g.kube, db: g.db, store: g.store, vhost: g.vhost}
+	stop := testenv.StartService(t, run, env)
+	return &gw{base: "http://" + env["SLESS_HTTP_ADDR"], env: env, kube: g.kube, db: g.db, store: g.store, vhost: g.vhost}, stop
 }
 
 // ready plays the operator: it marks the function Ready at endpoint.

@@ -6,6 +6,7 @@ import (
 	"io"
 	"net/http"
 	"strings"
+	"time"
 
 	corev1 "k8s.io/api/core/v1"
 	"k8s.io/client-go/kubernetes"
@@ -83,7 +84,6 @@ func run(ctx context.Context, getenv func(string) string, stdout io.Writer) erro
 	// with 1, -8.6%-7.4% (BenchmarkHistoryCost, five runs each).
 	recorder := record.NewRecorder(pub, svc.Log, svc.Registry, cfg.RecordBuffer, 1)
 	recorder.Disabled = !cfg.RecordSync
-	svc.Go(recorder.Run)
 
 	var fnLogs logs.Source = logs.Files{Dir: cfg.FunctionLogDir}
 	if cfg.ExecutionDriver == "kubernetes" {
@@ -114,7 +114,25 @@ func run(ctx context.Context, getenv func(string) string, stdout io.Writer) erro
 	if _, err := svc.Serve(cfg.HTTPAddr, public); err != nil {
 		return err
 	}
+	svc.Go(func(ctx context.Context) error { return recordUntilServed(ctx, svc, mq, recorder, srv) })
 	return svc.Run(ctx)
+}
+
+// recordUntilServed runs the recorder past the service's stop: calls are
+// still answered while the servers drain, and their records published.
+// Once the servers have stopped and the kept requests of the last failed
+// calls are stored (srv.Settle), the recorder drains what is buffered
+// (for up to 10 s) on a broker connection held open for it.
+func recordUntilServed(ctx context.Context, svc *service.Service, mq *rabbit.Client, recorder *record.Recorder, srv *api.Server) error {
+	defer mq.Hold(time.Minute)()
+	recording, stop := context.WithCancel(context.WithoutCancel(ctx))
+	recorded := make(chan error, 1)
+	go func() { recorded <- recorder.Run(recording) }()
+	<-ctx.Done()
+	<-svc.ServersStopped()
+	srv.Settle()
+	stop()
+	return <-recorded
 }
 
 // withConsole serves the web console under /ui/ beside the API; a

@@ -32,7 +32,7 @@ func loadConfig(getenv func(string) string) (config, error) {
 		Common:           service.ReadCommon(r, ":9093"),
 		Deps:             service.ReadDeps(r, kubeclient.DefaultRate),
 		Concurrency:      r.Int("SLESS_INVOKER_CONCURRENCY", 64, 1, 4096),
-		HistoryPrefetch:  r.Int("SLESS_HISTORY_PREFETCH", 512, 1, 65535),
+		HistoryPrefetch:  r.Int("SLESS_HISTORY_PREFETCH", 64, 1, 65535),
 		MaxResponseBytes: r.Int("SLESS_MAX_RESPONSE_BYTES", fncall.MaxResponseBytes, 1024, 1<<30),
 		S3:               objstore.ReadConfig(r),
 		HistoryRetention: r.Duration("SLESS_HISTORY_RETENTION", 30*24*time.Hour),

@@ -207,6 +207,9 @@ func (s *Server) publicTrigger(w http.ResponseWriter, r *http.Request) {
 // written yet.
 type Forwarder interface {
 	Forward(w http.ResponseWriter, r *http.Request, fn *slessv1.Function, c proxy.Call) error
+	// Settle waits for the work a call left running after its answer
+	// (proxy.Forwarder.Settle).
+	Settle()
 }
 
 // forward passes the call to the Forwarder and writes the failure it

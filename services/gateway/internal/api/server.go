@@ -423,6 +423,11 @@ func newID(n int) string {
 // replicas at once (PostgreSQL LISTEN); run it beside the server.
 func (s *Server) WatchRevocations(ctx context.Context) error { return s.listen(ctx) }
 
+// Settle waits for what calls left running after their answers (the
+// uploads of kept requests, whose records come last); call it once the
+// servers stopped, before the Recorder drains.
+func (s *Server) Settle() { s.forwarder.Settle() }
+
 // RecordTokenUses writes the tokens' last use (GET .../tokens shows it)
 // every auth.UseFlush until ctx ends, and once more then.
 func (s *Server) RecordTokenUses(ctx context.Context) error { return s.uses(ctx) }

@@ -612,6 +612,18 @@ func (f *Forwarder) keep(rec *msg.InvocationCompleted, kr msg.KeptRequest) {
 	}()
 }
 
+// Settle waits until no kept request's upload is under way (each ends
+// within its 10 s) and takes every slot, so that none starts after it:
+// a failed call's record then goes to the Recorder at once. The gateway
+// settles its Forwarder after its servers stopped and before its
+// Recorder drains, so that the records of the last calls are published.
+func (f *Forwarder) Settle() {
+	f.keepingOnce.Do(func() { f.keeping = make(chan struct{}, maxKeeping) })
+	for range maxKeeping {
+		f.keeping <- struct{}{}
+	}
+}
+
 // headWriter keeps the first max bytes of a stream, or notes that it was
 // longer.
 type headWriter struct {

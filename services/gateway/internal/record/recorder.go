@@ -64,8 +64,9 @@ func (r *Recorder) Record(m *msg.InvocationCompleted) {
 }
 
 // Run publishes until ctx ends, then drains what is buffered (for up to
-// 10s). Records go out in batches of up to maxBatch: what the buffer
-// holds when a batch starts and what arrives within batchWait.
+// 10s). Records go out in batches of up to maxBatch records and about
+// maxBatchBytes: what the buffer holds when a batch starts and what
+// arrives within batchWait.
 func (r *Recorder) Run(ctx context.Context) error {
 	var wg sync.WaitGroup
 	for range r.workers {
@@ -100,17 +101,28 @@ func (r *Recorder) Run(ctx context.Context) error {
 }
 
 // A batch is the broker's cost: a persistent message to the quorum
-// history queue costs it about a millisecond of CPU whatever its size
-// (33 KB or 107 KB; gzip saves bytes, not that), so the fewer the
+// history queue costs it about a millisecond of CPU, and each record in
+// it a few µs more (gzip saves bytes, not that), so the fewer the
 // messages, the cheaper the record. In the sync benchmark (10,000-15,000
-// calls a second) batches of 20 ms cost the broker 4-8 µs a call, of
-// 100 ms 1-3 µs (docs/benchmarks.md). The price: a record reaches the
-// history up to 100 ms later, and a gateway killed without its drain
-// loses the records of up to that long.
+// calls a second on the quiet machine) batches of 20 ms cost the broker
+// 4-8 µs a call, of 100 ms 1-3 µs (docs/benchmarks.md). The price: a
+// record reaches the history up to 100 ms later, and a gateway killed
+// without its drain loses the records of up to that long.
+//
+// A batch also ends at about maxBatchBytes, so that records carrying
+// results inline (up to 4 KiB each, 5.5 KiB in base64) make no message
+// of many megabytes for the broker and the invoker that takes them.
 const (
-	maxBatch  = 1024
-	batchWait = 100 * time.Millisecond
+	maxBatch      = 1024
+	maxBatchBytes = 1 << 20
+	batchWait     = 100 * time.Millisecond
 )
+
+// approxSize is about the bytes of m in a batch: its fixed fields, and
+// those of a size of their own.
+func approxSize(m *msg.InvocationCompleted) int {
+	return 640 + len(m.Result)*4/3 + len(m.Error) + len(m.ResultKey) + len(m.RequestKey)
+}
 
 // batch appends first to taken, and what the buffer holds; when that is
 // less than a batch, it waits batchWait and takes what came meanwhile.
@@ -118,26 +130,27 @@ const (
 // it comes: a worker woken by every record cost every call a switch to
 // it and back (docs/benchmarks.md), the sleep one per batch.
 func (r *Recorder) batch(taken []*msg.InvocationCompleted, first *msg.InvocationCompleted) []*msg.InvocationCompleted {
-	taken = r.take(append(taken, first))
-	if len(taken) < maxBatch {
+	taken, size := r.take(append(taken, first), approxSize(first))
+	if len(taken) < maxBatch && size < maxBatchBytes {
 		time.Sleep(batchWait)
-		taken = r.take(taken)
+		taken, _ = r.take(taken, size)
 	}
 	return taken
 }
 
-// take appends what the buffer holds, up to maxBatch in all, without
-// waiting.
-func (r *Recorder) take(taken []*msg.InvocationCompleted) []*msg.InvocationCompleted {
-	for len(taken) < maxBatch {
+// take appends what the buffer holds, without waiting, until taken holds
+// maxBatch records or about maxBatchBytes (size is what it holds now).
+func (r *Recorder) take(taken []*msg.InvocationCompleted, size int) ([]*msg.InvocationCompleted, int) {
+	for len(taken) < maxBatch && size < maxBatchBytes {
 		select {
 		case m := <-r.ch:
 			taken = append(taken, m)
+			size += approxSize(m)
 		default:
-			return taken
+			return taken, size
 		}
 	}
-	return taken
+	return taken, size
 }
 
 // publish publishes the records taken as one batch.

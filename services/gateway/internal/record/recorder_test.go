@@ -2,6 +2,7 @@ package record
 
 import (
 	"context"
+	"fmt"
 	"io"
 	"log/slog"
 	"strconv"
@@ -16,6 +17,7 @@ import (
 	dto "github.com/prometheus/client_model/go"
 
 	"github.com/kube5s/sless/pkg/msg"
+	"github.com/kube5s/sless/pkg/testenv"
 )
 
 // stuckPublisher holds every publish until released, like a broker that
@@ -54,7 +56,7 @@ func TestRecorderDropsWhenFullAndCounts(t *testing.T) {
 	done := make(chan error)
 	go func() { done <- r.Run(ctx) }()
 
-	// The worker takes the first record, batches for 20ms, then blocks in
+	// The worker takes the first record, batches for batchWait, then blocks in
 	// publish; everything after that fills the buffer.
 	r.Record(&msg.InvocationCompleted{InvocationID: "first"})
 	select {
@@ -84,6 +86,7 @@ type batchPublisher struct {
 	published chan struct{}
 	mu        sync.Mutex
 	sizes     []int
+	bodies    []int // each batch's encoded size
 	ids       []string
 }
 
@@ -91,11 +94,16 @@ func (p *batchPublisher) PublishMessage(_ context.Context, m msg.Message) error 
 	p.mu.Lock()
 	b := m.(*msg.InvocationBatch)
 	p.sizes = append(p.sizes, len(b.Records))
+	body, _ := msg.Marshal(b)
+	p.bodies = append(p.bodies, len(body))
 	for _, r := range b.Records {
 		p.ids = append(p.ids, r.InvocationID)
 	}
 	p.mu.Unlock()
-	p.published <- struct{}{}
+	select {
+	case p.published <- struct{}{}:
+	default: // nobody counts the batches
+	}
 	return nil
 }
 
@@ -129,6 +137,44 @@ func TestRecorderBatchesWhatIsBuffered(t *testing.T) {
 	}
 	if diff := cmp.Diff(want, pub.ids); diff != "" {
 		t.Errorf("records published (-want +got):\n%s", diff)
+	}
+}
+
+// TestRecorderCutsBatchesBySize: records that carry large results go out
+// in batches of about maxBatchBytes, each encoded body within it and one
+// record more, every record once.
+func TestRecorderCutsBatchesBySize(t *testing.T) {
+	pub := &batchPublisher{published: make(chan struct{}, 100)}
+	r := NewRecorder(pub, slog.New(slog.NewTextHandler(io.Discard, nil)), prometheus.NewRegistry(), 2*maxBatch, 1)
+	result := []byte(strings.Repeat("r", 4096))
+	rec := msg.InvocationCompleted{Tenant: "t", Function: "f", Trigger: msg.TriggerHTTP, Status: msg.StatusFailed,
+		Error: strings.Repeat("e", 300), Result: result, StartedAt: time.Now(), FinishedAt: time.Now()}
+	const n = 600 // about 3.4 MB encoded
+	for i := range n {
+		m := rec
+		m.InvocationID = strconv.Itoa(i)
+		r.Record(&m)
+	}
+	ctx, cancel := context.WithCancel(t.Context())
+	done := make(chan error)
+	go func() { done <- r.Run(ctx) }()
+	testenv.Eventually(t, time.Minute, "every record published", func() (bool, string) {
+		pub.mu.Lock()
+		defer pub.mu.Unlock()
+		return len(pub.ids) == n, fmt.Sprintf("%d of %d in %d batches", len(pub.ids), n, len(pub.sizes))
+	})
+	cancel()
+	if err := <-done; err != nil {
+		t.Fatal(err)
+	}
+	one, _ := msg.Marshal(&msg.InvocationBatch{Records: []msg.InvocationCompleted{rec}})
+	for i, size := range pub.bodies {
+		if size > maxBatchBytes+len(one) {
+			t.Errorf("batch %d of %d records is %d bytes encoded; want at most %d", i, pub.sizes[i], size, maxBatchBytes+len(one))
+		}
+	}
+	if len(pub.sizes) < 3 {
+		t.Errorf("%d records of %d bytes each went out in %d batches %v; want them cut at about %d bytes", n, len(one), len(pub.sizes), pub.sizes, maxBatchBytes)
 	}
 }
 
