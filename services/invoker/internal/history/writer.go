@@ -47,6 +47,7 @@ type Writer struct {
 
 	mu      sync.Mutex
 	pending []pendingRecord
+	stopped bool // Run made its last flush: nothing commits what comes later
 	kick    chan struct{}
 	written prometheus.Counter
 	refused prometheus.Counter
@@ -97,6 +98,10 @@ func (h *Writer) Handle(ctx context.Context, d *amqp.Delivery) error {
 	}
 	done := make(chan error, len(recs))
 	h.mu.Lock()
+	if h.stopped {
+		h.mu.Unlock()
+		return errWriterStopped
+	}
 	for _, r := range recs {
 		h.pending = append(h.pending, pendingRecord{rec: r, done: done})
 	}
@@ -109,12 +114,24 @@ func (h *Writer) Handle(ctx context.Context, d *amqp.Delivery) error {
 		}
 	}
 	for range recs {
-		if err := <-done; err != nil {
-			return err
+		select {
+		case err := <-done:
+			if err != nil {
+				return err
+			}
+		case <-ctx.Done():
+			// The consumer's grace ended: the delivery stays unacked and
+			// comes again (a record committed meanwhile is written once).
+			return ctx.Err()
 		}
 	}
 	return nil
 }
+
+// errWriterStopped refuses a delivery that arrives after Run's last
+// flush (the consumer's handlers outlive Run): it comes again, to this
+// invoker's successor.
+var errWriterStopped = errors.New("the history writer has stopped")
 
 // Run commits batches until ctx ends.
 func (h *Writer) Run(ctx context.Context) error {
@@ -123,6 +140,9 @@ func (h *Writer) Run(ctx context.Context) error {
 	for {
 		select {
 		case <-ctx.Done():
+			h.mu.Lock()
+			h.stopped = true
+			h.mu.Unlock()
 			h.flush(context.WithoutCancel(ctx), true)
 			return nil
 		case <-t.C:

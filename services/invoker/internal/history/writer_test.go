@@ -3,6 +3,7 @@ package history
 import (
 	"context"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"io"
 	"log/slog"
@@ -246,4 +247,40 @@ func redacted(raw string) string {
 		return "(an unparsable URL)"
 	}
 	return u.Redacted()
+}
+
+// TestADeliveryTheWriterCannotCommitIsNotHeld: the consumer's handlers
+// outlive the writer's Run. A delivery that arrives after Run's last
+// flush is refused at once, and one whose records wait for a commit that
+// does not come returns when its context ends (the consumer's grace);
+// either way it stays unacked and comes again. Before, both waited for
+// ever and kept the invoker from stopping.
+func TestADeliveryTheWriterCannotCommitIsNotHeld(t *testing.T) {
+	body, err := json.Marshal(msg.InvocationBatch{Records: []msg.InvocationCompleted{record("a", "t", "")}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	d := &amqp.Delivery{Type: msg.TypeInvocationBatch, Body: body}
+	log := slog.New(slog.NewTextHandler(io.Discard, nil))
+
+	waiting := NewWriter(nil, nil, log, prometheus.NewRegistry()) // no Run: nothing commits
+	ctx, cancel := context.WithTimeout(t.Context(), 200*time.Millisecond)
+	defer cancel()
+	if err := waiting.Handle(ctx, d); !errors.Is(err, context.DeadlineExceeded) {
+		t.Errorf("a delivery waiting for a commit, its context ended: %v; want the context's error", err)
+	}
+
+	stopped := NewWriter(nil, nil, log, prometheus.NewRegistry())
+	run, stop := context.WithCancel(t.Context())
+	ran := make(chan error)
+	go func() { ran <- stopped.Run(run) }()
+	stop()
+	if err := <-ran; err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel = context.WithTimeout(t.Context(), time.Minute)
+	defer cancel()
+	if err := stopped.Handle(ctx, d); !errors.Is(err, errWriterStopped) {
+		t.Errorf("a delivery after the writer's last flush: %v; want errWriterStopped", err)
+	}
 }
