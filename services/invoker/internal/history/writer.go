@@ -100,7 +100,7 @@ func (h *Writer) Handle(ctx context.Context, d *amqp.Delivery) error {
 	h.mu.Lock()
 	if h.stopped {
 		h.mu.Unlock()
-		return errWriterStopped
+		return rabbit.Defer(errWriterStopped)
 	}
 	for _, r := range recs {
 		h.pending = append(h.pending, pendingRecord{rec: r, done: done})
@@ -120,17 +120,18 @@ func (h *Writer) Handle(ctx context.Context, d *amqp.Delivery) error {
 				return err
 			}
 		case <-ctx.Done():
-			// The consumer's grace ended: the delivery stays unacked and
-			// comes again (a record committed meanwhile is written once).
-			return ctx.Err()
+			// The consumer's grace ended: the delivery comes again, not
+			// counted as a failed attempt (a record committed meanwhile
+			// is written once).
+			return rabbit.Defer(ctx.Err())
 		}
 	}
 	return nil
 }
 
 // errWriterStopped refuses a delivery that arrives after Run's last
-// flush (the consumer's handlers outlive Run): it comes again, to this
-// invoker's successor.
+// flush (the consumer's handlers outlive Run): deferred, it comes again,
+// to this invoker's successor.
 var errWriterStopped = errors.New("the history writer has stopped")
 
 // Run commits batches until ctx ends.

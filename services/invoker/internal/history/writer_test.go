@@ -253,7 +253,7 @@ func redacted(raw string) string {
 // outlive the writer's Run. A delivery that arrives after Run's last
 // flush is refused at once, and one whose records wait for a commit that
 // does not come returns when its context ends (the consumer's grace);
-// either way it stays unacked and comes again. Before, both waited for
+// either way it is deferred and comes again. Before, both waited for
 // ever and kept the invoker from stopping.
 func TestADeliveryTheWriterCannotCommitIsNotHeld(t *testing.T) {
 	body, err := json.Marshal(msg.InvocationBatch{Records: []msg.InvocationCompleted{record("a", "t", "")}})
