@@ -60,8 +60,10 @@ func TestTheRecordsOfCallsAnsweredWhileStoppingArePublished(t *testing.T) {
 		ids = append(ids, res.Header.Get(headers.InvocationID))
 		time.Sleep(250 * time.Millisecond)
 	}
-	if len(ids) < 5 {
-		t.Fatalf("the replica answered %d calls in its drain of 3 s; want at least 5", len(ids))
+	// Two are enough: the second comes a quarter of a second after the
+	// first, past what the recorder would have held had it stopped.
+	if len(ids) < 2 {
+		t.Fatalf("the replica answered %d calls in its drain of 3 s; want at least 2", len(ids))
 	}
 	if err := <-stopped; err != nil {
 		t.Fatalf("the replica's run: %v", err)

@@ -587,9 +587,8 @@ func keptRequest(r *http.Request, path string, sentHeader http.Header, read int6
 // the caller has had its answer. When the store fails, or too many
 // uploads are under way, rec is recorded without it.
 func (f *Forwarder) keep(rec *msg.InvocationCompleted, kr msg.KeptRequest) {
-	f.keepingOnce.Do(func() { f.keeping = make(chan struct{}, maxKeeping) })
 	select {
-	case f.keeping <- struct{}{}:
+	case f.slots() <- struct{}{}:
 	default:
 		f.Recorder.Record(rec)
 		return
@@ -618,10 +617,16 @@ func (f *Forwarder) keep(rec *msg.InvocationCompleted, kr msg.KeptRequest) {
 // settles its Forwarder after its servers stopped and before its
 // Recorder drains, so that the records of the last calls are published.
 func (f *Forwarder) Settle() {
-	f.keepingOnce.Do(func() { f.keeping = make(chan struct{}, maxKeeping) })
 	for range maxKeeping {
-		f.keeping <- struct{}{}
+		f.slots() <- struct{}{}
 	}
+}
+
+// slots is the semaphore of the uploads of kept requests (the zero
+// Forwarder is usable).
+func (f *Forwarder) slots() chan struct{} {
+	f.keepingOnce.Do(func() { f.keeping = make(chan struct{}, maxKeeping) })
+	return f.keeping
 }
 
 // headWriter keeps the first max bytes of a stream, or notes that it was
